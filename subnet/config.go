@@ -1,0 +1,319 @@
+package subnet
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// Backend type names. A uvxlan node still advertises BackendTypeVXLAN in its
+// lease: on the wire it is VXLAN.
+const (
+	BackendTypeVXLAN  = "vxlan"
+	BackendTypeUVXLAN = "uvxlan"
+)
+
+// Defaults shared with Flannel.
+const (
+	DefaultVNI       = 1
+	DefaultVXLANPort = 8472
+)
+
+// Config is the cluster network config: Flannel's net-conf.json, stored at
+// <prefix>/config in etcd or in a file in Kubernetes mode. ParseConfig fills
+// every default, so the fields of a parsed Config are final.
+type Config struct {
+	EnableIPv4     bool
+	EnableIPv6     bool
+	EnableNFTables bool
+
+	Network   netip.Prefix // IPv4 cluster network, masked
+	SubnetLen int          // prefix length of a node subnet
+	SubnetMin netip.Addr   // first node subnet handed out
+	SubnetMax netip.Addr   // last node subnet handed out
+
+	IPv6Network   netip.Prefix
+	IPv6SubnetLen int
+	IPv6SubnetMin netip.Addr
+	IPv6SubnetMax netip.Addr
+
+	Backend BackendConfig
+}
+
+// BackendConfig is the "Backend" object of the config.
+type BackendConfig struct {
+	Type          string // BackendTypeVXLAN or BackendTypeUVXLAN
+	VNI           int    // VXLAN network identifier, 24 bits
+	Port          int    // UDP destination port
+	MTU           int    // underlay MTU; 0 means the underlay device's MTU
+	GBP           bool
+	Learning      bool
+	DirectRouting bool
+}
+
+// rawConfig mirrors the JSON. encoding/json matches field names without
+// regard to case, as Flannel does. Pointers tell "absent" from "zero".
+type rawConfig struct {
+	EnableIPv4     *bool
+	EnableIPv6     bool
+	EnableNFTables bool
+	Network        string
+	SubnetLen      int
+	SubnetMin      string
+	SubnetMax      string
+	IPv6Network    string
+	IPv6SubnetLen  int
+	IPv6SubnetMin  string
+	IPv6SubnetMax  string
+	Backend        *rawBackend
+}
+
+type rawBackend struct {
+	Type          string
+	VNI           *int
+	Port          int
+	MTU           int
+	GBP           bool
+	Learning      bool
+	DirectRouting bool
+}
+
+// ParseConfig parses and validates a network config and fills its defaults
+// exactly as Flannel does. Errors name the field and the rule broken.
+func ParseConfig(data []byte) (*Config, error) {
+	var raw rawConfig
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return nil, fmt.Errorf("parse network config: %w", err)
+	}
+	cfg := &Config{
+		EnableIPv4:     raw.EnableIPv4 == nil || *raw.EnableIPv4,
+		EnableIPv6:     raw.EnableIPv6,
+		EnableNFTables: raw.EnableNFTables,
+	}
+	if !cfg.EnableIPv4 && !cfg.EnableIPv6 {
+		return nil, errors.New("network config: EnableIPv4 and EnableIPv6 are both false: enable at least one")
+	}
+	if cfg.EnableIPv4 {
+		f, err := parseFamily(familyV4, raw.Network, raw.SubnetLen, raw.SubnetMin, raw.SubnetMax)
+		if err != nil {
+			return nil, fmt.Errorf("network config: %w", err)
+		}
+		cfg.Network, cfg.SubnetLen, cfg.SubnetMin, cfg.SubnetMax = f.network, f.subnetLen, f.min, f.max
+	}
+	if cfg.EnableIPv6 {
+		f, err := parseFamily(familyV6, raw.IPv6Network, raw.IPv6SubnetLen, raw.IPv6SubnetMin, raw.IPv6SubnetMax)
+		if err != nil {
+			return nil, fmt.Errorf("network config: %w", err)
+		}
+		cfg.IPv6Network, cfg.IPv6SubnetLen, cfg.IPv6SubnetMin, cfg.IPv6SubnetMax = f.network, f.subnetLen, f.min, f.max
+	}
+	b, err := parseBackend(raw.Backend)
+	if err != nil {
+		return nil, fmt.Errorf("network config: %w", err)
+	}
+	cfg.Backend = b
+	return cfg, nil
+}
+
+// family holds the per-address-family rules, named as the JSON fields are.
+type family struct {
+	prefix       string // "" or "IPv6", the field name prefix
+	bits         int
+	maxSubnetLen int // longest node subnet
+	maxNetLen    int // longest usable Network
+	defaultLen   int // node subnet length for large networks
+}
+
+var (
+	familyV4 = family{prefix: "", bits: 32, maxSubnetLen: 30, maxNetLen: 28, defaultLen: 24}
+	familyV6 = family{prefix: "IPv6", bits: 128, maxSubnetLen: 126, maxNetLen: 126, defaultLen: 64}
+)
+
+type parsedFamily struct {
+	network   netip.Prefix
+	subnetLen int
+	min, max  netip.Addr
+}
+
+func (f family) field(name string) string { return f.prefix + name }
+
+func (f family) parsePrefix(s string) (netip.Prefix, error) {
+	name := f.field("Network")
+	if s == "" {
+		return netip.Prefix{}, fmt.Errorf("%s: missing: set it to the cluster CIDR", name)
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%s %q: not a CIDR: %w", name, s, err)
+	}
+	if p.Addr().BitLen() != f.bits || p.Addr().Is4In6() {
+		return netip.Prefix{}, fmt.Errorf("%s %q: must be an IPv%d CIDR", name, s, map[int]int{32: 4, 128: 6}[f.bits])
+	}
+	return p.Masked(), nil
+}
+
+func parseFamily(f family, network string, subnetLen int, min, max string) (parsedFamily, error) {
+	var out parsedFamily
+	p, err := f.parsePrefix(network)
+	if err != nil {
+		return out, err
+	}
+	out.network = p
+	switch {
+	case subnetLen < 0:
+		return out, fmt.Errorf("%s %d: must not be negative", f.field("SubnetLen"), subnetLen)
+	case subnetLen > 0 && subnetLen > f.maxSubnetLen:
+		return out, fmt.Errorf("%s %d: must be at most %d", f.field("SubnetLen"), subnetLen, f.maxSubnetLen)
+	case subnetLen > 0 && subnetLen < p.Bits()+2:
+		return out, fmt.Errorf("%s %d: must be at least %d (%s /%d must hold at least four subnets)",
+			f.field("SubnetLen"), subnetLen, p.Bits()+2, f.field("Network"), p.Bits())
+	case subnetLen == 0 && p.Bits() > f.maxNetLen:
+		return out, fmt.Errorf("%s %s: too small, must be /%d or larger", f.field("Network"), p, f.maxNetLen)
+	case subnetLen == 0 && p.Bits() <= f.defaultLen-2:
+		subnetLen = f.defaultLen
+	case subnetLen == 0:
+		subnetLen = p.Bits() + 2
+	}
+	out.subnetLen = subnetLen
+	if out.min, err = f.bound("SubnetMin", min, p, subnetLen, nthSubnet(p, subnetLen, 1)); err != nil {
+		return out, err
+	}
+	if out.max, err = f.bound("SubnetMax", max, p, subnetLen, lastSubnet(p, subnetLen)); err != nil {
+		return out, err
+	}
+	if out.min.Compare(out.max) > 0 {
+		return out, fmt.Errorf("%s %s: must not be after %s %s", f.field("SubnetMin"), out.min, f.field("SubnetMax"), out.max)
+	}
+	return out, nil
+}
+
+// bound parses SubnetMin or SubnetMax: an address inside the network,
+// aligned to the subnet length. Flannel also accepts "a.b.c.d/len".
+func (f family) bound(name, s string, network netip.Prefix, subnetLen int, def netip.Addr) (netip.Addr, error) {
+	name = f.field(name)
+	if s == "" {
+		return def, nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		p, perr := netip.ParsePrefix(s)
+		if perr != nil {
+			return netip.Addr{}, fmt.Errorf("%s %q: not an address: %w", name, s, err)
+		}
+		a = p.Addr()
+	}
+	if !network.Contains(a) {
+		return netip.Addr{}, fmt.Errorf("%s %s: not inside %s %s", name, a, f.field("Network"), network)
+	}
+	if netip.PrefixFrom(a, subnetLen).Masked().Addr() != a {
+		return netip.Addr{}, fmt.Errorf("%s %s: not aligned to %s %d", name, a, f.field("SubnetLen"), subnetLen)
+	}
+	return a, nil
+}
+
+func parseBackend(raw *rawBackend) (BackendConfig, error) {
+	b := BackendConfig{Type: BackendTypeVXLAN, VNI: DefaultVNI, Port: DefaultVXLANPort}
+	if raw == nil {
+		return b, nil
+	}
+	switch t := strings.ToLower(raw.Type); t {
+	case "", BackendTypeVXLAN, BackendTypeUVXLAN:
+		if t != "" {
+			b.Type = t
+		}
+	default:
+		return b, fmt.Errorf("Backend.Type %q: unsupported, weft supports %q and %q", raw.Type, BackendTypeVXLAN, BackendTypeUVXLAN)
+	}
+	if raw.VNI != nil {
+		b.VNI = *raw.VNI
+	}
+	if b.VNI < 0 || b.VNI > 1<<24-1 {
+		return b, fmt.Errorf("Backend.VNI %d: must be between 0 and %d", b.VNI, 1<<24-1)
+	}
+	if raw.Port != 0 {
+		b.Port = raw.Port
+	}
+	if b.Port < 1 || b.Port > 65535 {
+		return b, fmt.Errorf("Backend.Port %d: must be between 1 and 65535", raw.Port)
+	}
+	if raw.MTU != 0 && (raw.MTU < 1280 || raw.MTU > 65535) {
+		return b, fmt.Errorf("Backend.MTU %d: must be between 1280 and 65535, or 0 for the underlay device's MTU", raw.MTU)
+	}
+	b.MTU, b.GBP, b.Learning, b.DirectRouting = raw.MTU, raw.GBP, raw.Learning, raw.DirectRouting
+	if b.Type == BackendTypeUVXLAN && (b.GBP || b.Learning) {
+		return b, errors.New("Backend.GBP and Backend.Learning: not supported by the uvxlan backend (a TAP device sees neither the skb mark nor kernel learning)")
+	}
+	return b, nil
+}
+
+// nthSubnet returns the address of the n-th subnet of length l in p.
+func nthSubnet(p netip.Prefix, l int, n uint64) netip.Addr {
+	return addUint(p.Addr(), l, n)
+}
+
+// lastSubnet returns the address of the last subnet of length l in p.
+func lastSubnet(p netip.Prefix, l int) netip.Addr {
+	count := l - p.Bits()
+	if count >= 64 {
+		count = 63 // the IPv6 range is capped, far beyond any real cluster
+	}
+	return addUint(p.Addr(), l, (uint64(1)<<count)-1)
+}
+
+// addUint adds n subnets of length l to a. It works on the 128-bit form of a
+// so that both families share it.
+func addUint(a netip.Addr, l int, n uint64) netip.Addr {
+	b := a.As16()
+	shift := a.BitLen() - l // bit position of the subnet's lowest bit
+	// add n << shift to the big-endian 128-bit number b (low 32 bits for IPv4)
+	hi, lo := be128(b)
+	addHi, addLo := shl128(n, uint(shift))
+	lo, carry := add64(lo, addLo)
+	hi += addHi + carry
+	out := put128(hi, lo)
+	if a.Is4() {
+		return netip.AddrFrom4([4]byte(out[12:]))
+	}
+	return netip.AddrFrom16(out)
+}
+
+// SubnetCount returns how many node subnets lie between SubnetMin and
+// SubnetMax of one family (capped at 2^63).
+func (c *Config) SubnetCount(v6 bool) uint64 {
+	min, max, l := c.SubnetMin, c.SubnetMax, c.SubnetLen
+	if v6 {
+		min, max, l = c.IPv6SubnetMin, c.IPv6SubnetMax, c.IPv6SubnetLen
+	}
+	if !min.IsValid() {
+		return 0
+	}
+	n := subnetIndex(min, max, l)
+	if n == 1<<63 {
+		return n
+	}
+	return n + 1
+}
+
+// SubnetAt returns the i-th node subnet counted from SubnetMin.
+func (c *Config) SubnetAt(v6 bool, i uint64) netip.Prefix {
+	if v6 {
+		return netip.PrefixFrom(addUint(c.IPv6SubnetMin, c.IPv6SubnetLen, i), c.IPv6SubnetLen)
+	}
+	return netip.PrefixFrom(addUint(c.SubnetMin, c.SubnetLen, i), c.SubnetLen)
+}
+
+// Fits reports whether p is a node subnet this config can hand out: inside
+// the network, of the subnet length, and between SubnetMin and SubnetMax.
+func (c *Config) Fits(p netip.Prefix) bool {
+	if !p.IsValid() || p != p.Masked() {
+		return false
+	}
+	network, l, min, max := c.Network, c.SubnetLen, c.SubnetMin, c.SubnetMax
+	if p.Addr().Is6() {
+		network, l, min, max = c.IPv6Network, c.IPv6SubnetLen, c.IPv6SubnetMin, c.IPv6SubnetMax
+	}
+	return network.IsValid() && p.Bits() == l && network.Contains(p.Addr()) &&
+		p.Addr().Compare(min) >= 0 && p.Addr().Compare(max) <= 0
+}

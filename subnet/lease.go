@@ -1,0 +1,179 @@
+package subnet
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Lease is one node's claim on a subnet (and, dual-stack, an IPv6 subnet).
+type Lease struct {
+	Subnet     netip.Prefix // IPv4 node subnet; invalid when IPv4 is off
+	IPv6Subnet netip.Prefix // IPv6 node subnet; invalid when IPv6 is off
+	Attrs      LeaseAttrs
+	// Expiration is when the lease runs out; zero for a key without TTL (an
+	// admin reservation), which never expires and is never renewed.
+	Expiration time.Time
+	// Revision is the datastore revision that last wrote the lease (etcd
+	// mod revision; 0 where the store has none).
+	Revision int64
+}
+
+// Key returns the lease's datastore key, "10.244.59.0-24" or
+// "10.244.92.0-24&fd00:10:244:50::-64".
+func (l Lease) Key() string { return MakeKey(l.Subnet, l.IPv6Subnet) }
+
+// LeaseAttrs is the lease value, stored as JSON with Flannel's field names.
+type LeaseAttrs struct {
+	PublicIP      netip.Addr
+	PublicIPv6    netip.Addr
+	BackendType   string
+	BackendData   *VXLANData // vxlan backend data of the IPv4 VTEP; nil for other backends
+	BackendV6Data *VXLANData // vxlan backend data of the IPv6 VTEP
+}
+
+// VXLANData is the BackendData of a vxlan lease.
+type VXLANData struct {
+	VNI     int
+	VtepMAC MAC
+}
+
+// wireAttrs is the JSON form. Addresses are pointers so that an absent one is
+// written as null, byte for byte as flanneld writes it.
+type wireAttrs struct {
+	PublicIP      *netip.Addr     `json:"PublicIP"`
+	PublicIPv6    *netip.Addr     `json:"PublicIPv6"`
+	BackendType   string          `json:"BackendType"`
+	BackendData   json.RawMessage `json:"BackendData"`
+	BackendV6Data json.RawMessage `json:"BackendV6Data,omitempty"`
+}
+
+// MarshalJSON writes the value as flanneld does:
+// {"PublicIP":"…","PublicIPv6":null,"BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"…"}}
+func (a LeaseAttrs) MarshalJSON() ([]byte, error) {
+	w := wireAttrs{BackendType: a.BackendType, BackendData: json.RawMessage("null")}
+	if a.PublicIP.IsValid() {
+		w.PublicIP = &a.PublicIP
+	}
+	if a.PublicIPv6.IsValid() {
+		w.PublicIPv6 = &a.PublicIPv6
+	}
+	if a.BackendData != nil {
+		b, err := json.Marshal(a.BackendData)
+		if err != nil {
+			return nil, err
+		}
+		w.BackendData = b
+	}
+	if a.BackendV6Data != nil {
+		b, err := json.Marshal(a.BackendV6Data)
+		if err != nil {
+			return nil, err
+		}
+		w.BackendV6Data = b
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads a lease value written by weft or flanneld. Backend
+// data is decoded only for the vxlan type; other backends' data is dropped.
+func (a *LeaseAttrs) UnmarshalJSON(b []byte) error {
+	var w wireAttrs
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	out := LeaseAttrs{BackendType: w.BackendType}
+	if w.PublicIP != nil {
+		out.PublicIP = *w.PublicIP
+	}
+	if w.PublicIPv6 != nil {
+		out.PublicIPv6 = *w.PublicIPv6
+	}
+	if w.BackendType == BackendTypeVXLAN {
+		var err error
+		if out.BackendData, err = decodeVXLANData(w.BackendData); err != nil {
+			return fmt.Errorf("BackendData: %w", err)
+		}
+		if out.BackendV6Data, err = decodeVXLANData(w.BackendV6Data); err != nil {
+			return fmt.Errorf("BackendV6Data: %w", err)
+		}
+	}
+	*a = out
+	return nil
+}
+
+func decodeVXLANData(b json.RawMessage) (*VXLANData, error) {
+	if len(b) == 0 || bytes.Equal(b, []byte("null")) {
+		return nil, nil
+	}
+	var d VXLANData
+	if err := json.Unmarshal(b, &d); err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+// ErrBadKey is returned by ParseKey for a key that is not a lease key.
+var ErrBadKey = errors.New("not a subnet lease key")
+
+// MakeKey encodes the lease key Flannel uses. An IPv6-only lease is written
+// as Flannel writes it, with an all-zero IPv4 part.
+func MakeKey(v4, v6 netip.Prefix) string {
+	var b strings.Builder
+	if v4.IsValid() {
+		b.WriteString(keyPart(v4))
+	} else {
+		b.WriteString("0.0.0.0-0")
+	}
+	if v6.IsValid() {
+		b.WriteByte('&')
+		b.WriteString(keyPart(v6))
+	}
+	return b.String()
+}
+
+func keyPart(p netip.Prefix) string { return p.Addr().String() + "-" + strconv.Itoa(p.Bits()) }
+
+// ParseKey decodes a lease key. The IPv4 part of an IPv6-only key
+// ("0.0.0.0-0") yields an invalid v4 prefix.
+func ParseKey(key string) (v4, v6 netip.Prefix, err error) {
+	p4, p6, dual := strings.Cut(key, "&")
+	if v4, err = parseKeyPart(p4, false); err != nil {
+		return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("%w: %q: %w", ErrBadKey, key, err)
+	}
+	if v4 == netip.PrefixFrom(netip.IPv4Unspecified(), 0) {
+		v4 = netip.Prefix{}
+	}
+	if dual {
+		if v6, err = parseKeyPart(p6, true); err != nil {
+			return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("%w: %q: %w", ErrBadKey, key, err)
+		}
+	}
+	if !v4.IsValid() && !v6.IsValid() {
+		return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("%w: %q: no subnet", ErrBadKey, key)
+	}
+	return v4, v6, nil
+}
+
+func parseKeyPart(s string, v6 bool) (netip.Prefix, error) {
+	i := strings.LastIndexByte(s, '-')
+	if i < 0 {
+		return netip.Prefix{}, errors.New("missing '-'")
+	}
+	p, err := netip.ParsePrefix(s[:i] + "/" + s[i+1:])
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	if p.Addr().Is6() != v6 || p.Addr().Is4In6() || p.Addr().Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("wrong address family in %q", s)
+	}
+	if p != p.Masked() {
+		return netip.Prefix{}, fmt.Errorf("%q has host bits set", s)
+	}
+	return p, nil
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs every weft test. Needs root (tests build hosts in network namespaces
+# of their own and never touch the root namespace) and the tools that
+# test/setup.sh installs. Extra arguments go to `go test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+here=$(pwd)
+
+if [ "$(id -u)" != 0 ]; then
+	echo "test/run.sh: the tests need root (network namespaces); run it with sudo" >&2
+	exit 1
+fi
+"$here/test/setup.sh"
+# shellcheck source=/dev/null
+. "$here/test/versions.env"
+export WEFT_CNI_BIN="${WEFT_CNI_BIN:-$WEFT_CACHE/cni-plugins-$CNI_PLUGINS_VERSION}"
+
+go vet ./...
+go test -count=1 -timeout 20m "$@" ./...

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what the tests need on a fresh Debian machine, skipping what is
+# already there: Debian packages, and the reference CNI plugins built from the
+# Go module proxy into a cache directory named by version.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=/dev/null
+. test/versions.env
+
+need_pkgs=()
+for p in iproute2 iputils-ping iperf3 ethtool tcpdump nftables conntrack; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
+done
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+	echo "setup: installing ${need_pkgs[*]}"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+
+cni_dir="$WEFT_CACHE/cni-plugins-$CNI_PLUGINS_VERSION"
+if [ ! -x "$cni_dir/portmap" ] || [ ! -x "$cni_dir/bridge" ] || [ ! -x "$cni_dir/host-local" ] || [ ! -x "$cni_dir/loopback" ]; then
+	echo "setup: building reference CNI plugins $CNI_PLUGINS_VERSION into $cni_dir"
+	mkdir -p "$cni_dir"
+	(cd / && GOBIN="$cni_dir" GOFLAGS=-mod=mod go install \
+		"github.com/containernetworking/plugins/plugins/main/bridge@$CNI_PLUGINS_VERSION" \
+		"github.com/containernetworking/plugins/plugins/ipam/host-local@$CNI_PLUGINS_VERSION" \
+		"github.com/containernetworking/plugins/plugins/meta/portmap@$CNI_PLUGINS_VERSION" \
+		"github.com/containernetworking/plugins/plugins/main/loopback@$CNI_PLUGINS_VERSION")
+fi

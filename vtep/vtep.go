@@ -1,0 +1,105 @@
+// Package vtep holds the desired dataplane state as plain data: the table
+// from each remote node subnet to the VTEP behind it, built from leases, and
+// the pure difference between two tables that a backend applies.
+package vtep
+
+import (
+	"net/netip"
+	"slices"
+
+	"github.com/weft-net/weft/subnet"
+)
+
+// VTEP is a remote tunnel endpoint: its device MAC and its underlay address.
+type VTEP struct {
+	MAC  subnet.MAC
+	Addr netip.Addr
+}
+
+// Table maps a remote node subnet (IPv4 or IPv6) to its VTEP. A Table handed
+// to a backend is never modified afterwards: build a new one for a change.
+type Table map[netip.Prefix]VTEP
+
+// Entry is one row of a Table.
+type Entry struct {
+	Subnet netip.Prefix
+	VTEP   VTEP
+}
+
+// FromLeases builds the table of every vxlan lease but self's. A lease
+// contributes its IPv4 subnet when it has an IPv4 subnet, a public IPv4 and
+// IPv4 backend data, and likewise for IPv6. Leases of other backends, and
+// ones that lack the data, are left out: they cannot be reached over VXLAN.
+func FromLeases(leases []subnet.Lease, self subnet.Lease) Table {
+	t := make(Table, len(leases))
+	selfKey := self.Key()
+	for _, l := range leases {
+		if l.Key() == selfKey || l.Attrs.BackendType != subnet.BackendTypeVXLAN {
+			continue
+		}
+		if d := l.Attrs.BackendData; d != nil && l.Subnet.IsValid() && l.Attrs.PublicIP.IsValid() && !d.VtepMAC.IsZero() {
+			t[l.Subnet] = VTEP{MAC: d.VtepMAC, Addr: l.Attrs.PublicIP}
+		}
+		if d := l.Attrs.BackendV6Data; d != nil && l.IPv6Subnet.IsValid() && l.Attrs.PublicIPv6.IsValid() && !d.VtepMAC.IsZero() {
+			t[l.IPv6Subnet] = VTEP{MAC: d.VtepMAC, Addr: l.Attrs.PublicIPv6}
+		}
+	}
+	return t
+}
+
+// Entries returns the table's rows sorted by subnet, for stable output.
+func (t Table) Entries() []Entry {
+	out := make([]Entry, 0, len(t))
+	for p, v := range t {
+		out = append(out, Entry{Subnet: p, VTEP: v})
+	}
+	slices.SortFunc(out, func(a, b Entry) int { return comparePrefix(a.Subnet, b.Subnet) })
+	return out
+}
+
+// Change is a subnet whose VTEP changed (new MAC, new address, or both).
+type Change struct {
+	Subnet   netip.Prefix
+	Old, New VTEP
+}
+
+// Diff is what turns one table into another. Each slice is sorted by subnet.
+type Diff struct {
+	Add    []Entry
+	Remove []Entry
+	Change []Change
+}
+
+// Empty reports whether the diff has nothing to do.
+func (d Diff) Empty() bool { return len(d.Add)+len(d.Remove)+len(d.Change) == 0 }
+
+// Compute returns the diff from old to new. It is pure: neither table changes.
+func Compute(old, new Table) Diff {
+	var d Diff
+	for p, nv := range new {
+		ov, ok := old[p]
+		switch {
+		case !ok:
+			d.Add = append(d.Add, Entry{Subnet: p, VTEP: nv})
+		case ov != nv:
+			d.Change = append(d.Change, Change{Subnet: p, Old: ov, New: nv})
+		}
+	}
+	for p, ov := range old {
+		if _, ok := new[p]; !ok {
+			d.Remove = append(d.Remove, Entry{Subnet: p, VTEP: ov})
+		}
+	}
+	byEntry := func(a, b Entry) int { return comparePrefix(a.Subnet, b.Subnet) }
+	slices.SortFunc(d.Add, byEntry)
+	slices.SortFunc(d.Remove, byEntry)
+	slices.SortFunc(d.Change, func(a, b Change) int { return comparePrefix(a.Subnet, b.Subnet) })
+	return d
+}
+
+func comparePrefix(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return a.Bits() - b.Bits()
+}
