@@ -23,10 +23,13 @@ import (
 // never blocks on the kernel. Run applies the latest table handed to Set,
 // repairs drift until ctx is done, and returns after all its goroutines have
 // exited. Run leaves the programmed state in place on return, so that a
-// restarting daemon drops no traffic.
+// restarting daemon drops no traffic. Ready is closed once the device is up
+// and the first table handed to Set has been programmed (the daemon reports
+// ready, and in Kubernetes mode clears NetworkUnavailable, only then).
 type Backend interface {
 	Run(ctx context.Context) error
 	Set(t vtep.Table)
+	Ready() <-chan struct{}
 }
 
 // VTEPMAC derives the VTEP device MAC of a node from its public address and
