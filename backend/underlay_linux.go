@@ -1,0 +1,127 @@
+package backend
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"regexp"
+
+	"github.com/vishvananda/netlink"
+)
+
+// Underlay is the device that carries encapsulated traffic, and this node's
+// addresses on it.
+type Underlay struct {
+	Index int
+	Name  string
+	MTU   int
+	IPv4  netip.Addr // first global unicast IPv4 on the device; invalid if none
+	IPv6  netip.Addr // first global unicast IPv6 on the device; invalid if none
+}
+
+// UnderlayQuery says how to pick the underlay device. At most one of Iface
+// and Regex is set; with neither, the default route's device is used.
+type UnderlayQuery struct {
+	Iface string // a device name or one of its addresses
+	Regex string // a regular expression matched against device names and addresses
+}
+
+// FindUnderlay picks the underlay device in the namespace of h.
+func FindUnderlay(h *netlink.Handle, q UnderlayQuery) (Underlay, error) {
+	links, err := h.LinkList()
+	if err != nil {
+		return Underlay{}, fmt.Errorf("find underlay: list links: %w", err)
+	}
+	switch {
+	case q.Iface != "":
+		for _, l := range links {
+			if u, ok := underlayMatch(h, l, func(s string) bool { return s == q.Iface }); ok {
+				return u, nil
+			}
+		}
+		return Underlay{}, fmt.Errorf("find underlay: no device named or addressed %q", q.Iface)
+	case q.Regex != "":
+		re, err := regexp.Compile(q.Regex)
+		if err != nil {
+			return Underlay{}, fmt.Errorf("find underlay: bad --iface-regex: %w", err)
+		}
+		for _, l := range links {
+			if u, ok := underlayMatch(h, l, re.MatchString); ok {
+				return u, nil
+			}
+		}
+		return Underlay{}, fmt.Errorf("find underlay: no device name or address matches %q", q.Regex)
+	}
+	return defaultRouteUnderlay(h)
+}
+
+func defaultRouteUnderlay(h *netlink.Handle) (Underlay, error) {
+	for _, family := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		routes, err := h.RouteListFiltered(family, &netlink.Route{Table: 254}, netlink.RT_FILTER_TABLE)
+		if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return Underlay{}, fmt.Errorf("find underlay: list routes: %w", err)
+		}
+		for _, r := range routes {
+			if r.Dst != nil && !isDefault(r) || r.LinkIndex == 0 {
+				continue
+			}
+			l, err := h.LinkByIndex(r.LinkIndex)
+			if err != nil {
+				return Underlay{}, fmt.Errorf("find underlay: default route device: %w", err)
+			}
+			return underlayOf(h, l)
+		}
+	}
+	return Underlay{}, errors.New("find underlay: no default route: name the device with --iface")
+}
+
+func isDefault(r netlink.Route) bool {
+	ones, _ := r.Dst.Mask.Size()
+	return ones == 0
+}
+
+// underlayMatch reports whether the link's name or one of its addresses
+// satisfies match.
+func underlayMatch(h *netlink.Handle, l netlink.Link, match func(string) bool) (Underlay, bool) {
+	u, err := underlayOf(h, l)
+	if err != nil {
+		return Underlay{}, false
+	}
+	if match(u.Name) {
+		return u, true
+	}
+	addrs, _ := h.AddrList(l, netlink.FAMILY_ALL)
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok && match(ip.Unmap().String()) {
+			if ip.Unmap().Is4() {
+				u.IPv4 = ip.Unmap()
+			} else {
+				u.IPv6 = ip
+			}
+			return u, true
+		}
+	}
+	return Underlay{}, false
+}
+
+func underlayOf(h *netlink.Handle, l netlink.Link) (Underlay, error) {
+	attrs := l.Attrs()
+	u := Underlay{Index: attrs.Index, Name: attrs.Name, MTU: attrs.MTU}
+	addrs, err := h.AddrList(l, netlink.FAMILY_ALL)
+	if err != nil {
+		return Underlay{}, fmt.Errorf("find underlay: addresses of %s: %w", attrs.Name, err)
+	}
+	for _, a := range addrs {
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok || !ip.IsGlobalUnicast() {
+			continue
+		}
+		ip = ip.Unmap()
+		if ip.Is4() && !u.IPv4.IsValid() {
+			u.IPv4 = ip
+		} else if ip.Is6() && !u.IPv6.IsValid() {
+			u.IPv6 = ip
+		}
+	}
+	return u, nil
+}

@@ -1,0 +1,176 @@
+// Package daemon is weftd's control loop. It leases this node's subnet from
+// a subnet.Registry, writes the subnet file, keeps the lease renewed (and
+// acquires again if it is lost), turns the peers' leases into a vtep.Table
+// and hands it to the dataplane. It knows no datastore and no kernel: cmd/weftd
+// wires in the registry and the factories that build the dataplane.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/vtep"
+)
+
+// Runner is a long-lived part that runs until ctx is done.
+type Runner interface {
+	Run(ctx context.Context) error
+}
+
+// Node describes this node as the daemon sees it.
+type Node struct {
+	PublicIP    netip.Addr // underlay IPv4 advertised in the lease; invalid if none
+	PublicIPv6  netip.Addr // underlay IPv6; invalid if none
+	UnderlayMTU int        // MTU of the underlay device
+}
+
+// Dataplane is what the daemon needs to build for a lease.
+type Dataplane struct {
+	Backend backend.Backend
+	// Cleanup, if set, removes state other dataplanes left behind (for
+	// example the kernel device when this node now runs uvxlan).
+	Cleanup func() error
+}
+
+// Factories build the parts that depend on the network config and the lease.
+type Factories struct {
+	// Dataplane builds the dataplane for our lease. typ is the backend type
+	// to run (the config's, or the node's override); mtu is the overlay MTU.
+	Dataplane func(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int) (Dataplane, error)
+	// Masquerade builds the masquerade rules; nil when --ip-masq is off.
+	Masquerade func(cfg *subnet.Config) (Runner, error)
+}
+
+// Config is the daemon's configuration.
+type Config struct {
+	Registry    subnet.Registry
+	Node        Node
+	Factories   Factories
+	SubnetFile  string
+	IPMasq      bool
+	BackendType string // overrides the config's Backend.Type when set
+
+	RenewMargin   time.Duration // renew this long before expiry (default 1h)
+	RetryInterval time.Duration // between failed renewals and acquisitions (default 1m)
+}
+
+// Daemon is weftd's control loop.
+type Daemon struct {
+	cfg   Config
+	log   *slog.Logger
+	ready atomic.Bool
+	state atomic.Pointer[State]
+}
+
+// State is a snapshot of what the daemon holds, for health and inspection.
+type State struct {
+	Lease  subnet.Lease
+	Config *subnet.Config
+	Peers  vtep.Table
+}
+
+// New returns a daemon; Run starts it.
+func New(cfg Config, log *slog.Logger) (*Daemon, error) {
+	if cfg.Registry == nil || cfg.Factories.Dataplane == nil {
+		return nil, errors.New("daemon: registry and dataplane factory are required")
+	}
+	if !cfg.Node.PublicIP.IsValid() && !cfg.Node.PublicIPv6.IsValid() {
+		return nil, errors.New("daemon: no public address for this node")
+	}
+	if cfg.SubnetFile == "" {
+		cfg.SubnetFile = subnet.DefaultSubnetFile
+	}
+	if cfg.RenewMargin <= 0 {
+		cfg.RenewMargin = time.Hour
+	}
+	if cfg.RetryInterval <= 0 {
+		cfg.RetryInterval = time.Minute
+	}
+	if cfg.Node.UnderlayMTU == 0 {
+		cfg.Node.UnderlayMTU = 1500
+	}
+	return &Daemon{cfg: cfg, log: log.With("component", "daemon")}, nil
+}
+
+// Ready reports whether the subnet file is written and the dataplane has
+// programmed its first table.
+func (d *Daemon) Ready() bool { return d.ready.Load() }
+
+// State returns the latest snapshot, or nil before the first lease.
+func (d *Daemon) State() *State { return d.state.Load() }
+
+// Run runs until ctx is done. It returns nil on cancellation and leaves the
+// lease and the dataplane in place, so that a restart drops no traffic.
+func (d *Daemon) Run(ctx context.Context) error {
+	cfg, err := d.networkConfig(ctx)
+	if err != nil {
+		return ignoreCanceled(ctx, err)
+	}
+	typ := cfg.Backend.Type
+	if d.cfg.BackendType != "" {
+		typ = d.cfg.BackendType
+	}
+	if typ != subnet.BackendTypeVXLAN && typ != subnet.BackendTypeUVXLAN {
+		return fmt.Errorf("daemon: backend %q: unsupported, use %q or %q", typ, subnet.BackendTypeVXLAN, subnet.BackendTypeUVXLAN)
+	}
+	d.log.Info("network config", "network", cfg.Network, "ipv6Network", cfg.IPv6Network, "backend", typ, "vni", cfg.Backend.VNI, "port", cfg.Backend.Port)
+
+	var masq Runner
+	if d.cfg.IPMasq && d.cfg.Factories.Masquerade != nil {
+		if masq, err = d.cfg.Factories.Masquerade(cfg); err != nil {
+			return fmt.Errorf("daemon: masquerade: %w", err)
+		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	if masq != nil {
+		g.Go(func() error { return masq.Run(gctx) })
+	}
+	g.Go(func() error { return d.leaseLoop(gctx, cfg, typ) })
+	return ignoreCanceled(ctx, g.Wait())
+}
+
+func ignoreCanceled(ctx context.Context, err error) error {
+	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled) || errors.Is(err, ctx.Err())) {
+		return nil
+	}
+	return err
+}
+
+// networkConfig reads the network config, retrying until it is available:
+// an operator may write it after starting the daemons.
+func (d *Daemon) networkConfig(ctx context.Context) (*subnet.Config, error) {
+	for {
+		cfg, err := d.cfg.Registry.Config(ctx)
+		if err == nil {
+			return cfg, nil
+		}
+		d.log.Warn("cannot read the network config, retrying", "err", err, "retryIn", d.retryDelay())
+		if err := sleep(ctx, d.retryDelay()); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// retryDelay is how long to wait before retrying a failed datastore call: the
+// retry interval, but never more than 5 s while nothing is set up yet.
+func (d *Daemon) retryDelay() time.Duration { return min(d.cfg.RetryInterval, 5*time.Second) }
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,237 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/vtep"
+)
+
+// errLeaseLost ends a session: our key was deleted or taken over.
+var errLeaseLost = errors.New("lease lost")
+
+// networkAvailabler is implemented by registries that mark the node's
+// network as available once the dataplane is programmed (Kubernetes).
+type networkAvailabler interface {
+	SetNetworkAvailable(ctx context.Context) error
+}
+
+// leaseLoop acquires a lease and runs a session on it; when the lease is
+// lost it acquires again, preferring the same subnet.
+func (d *Daemon) leaseLoop(ctx context.Context, cfg *subnet.Config, typ string) error {
+	attrs := d.attrs(cfg)
+	hint := d.previousSubnet()
+	for {
+		lease, err := d.acquire(ctx, attrs, hint)
+		if err != nil {
+			return err
+		}
+		err = d.session(ctx, cfg, typ, lease)
+		if !errors.Is(err, errLeaseLost) {
+			return err
+		}
+		d.ready.Store(false)
+		d.log.Warn("our lease was deleted or taken over, acquiring again", "subnet", lease.Subnet)
+		hint = lease.Subnet
+	}
+}
+
+// attrs is the lease value this node advertises. A uvxlan node advertises
+// "vxlan" as well: on the wire it is VXLAN.
+func (d *Daemon) attrs(cfg *subnet.Config) subnet.LeaseAttrs {
+	a := subnet.LeaseAttrs{BackendType: subnet.BackendTypeVXLAN}
+	if cfg.EnableIPv4 {
+		a.PublicIP = d.cfg.Node.PublicIP
+		a.BackendData = &subnet.VXLANData{VNI: cfg.Backend.VNI, VtepMAC: backend.VTEPMAC(d.cfg.Node.PublicIP, cfg.Backend.VNI)}
+	}
+	if cfg.EnableIPv6 && d.cfg.Node.PublicIPv6.IsValid() {
+		a.PublicIPv6 = d.cfg.Node.PublicIPv6
+		a.BackendV6Data = &subnet.VXLANData{VNI: cfg.Backend.VNI, VtepMAC: backend.VTEPMAC(d.cfg.Node.PublicIPv6, cfg.Backend.VNI)}
+	}
+	return a
+}
+
+// previousSubnet is the node subnet named in an existing subnet file.
+func (d *Daemon) previousSubnet() netip.Prefix {
+	f, err := subnet.ReadFile(d.cfg.SubnetFile)
+	if err != nil {
+		return netip.Prefix{}
+	}
+	return f.Subnet.Masked()
+}
+
+func (d *Daemon) acquire(ctx context.Context, attrs subnet.LeaseAttrs, hint netip.Prefix) (subnet.Lease, error) {
+	for {
+		lease, err := d.cfg.Registry.Acquire(ctx, attrs, hint)
+		if err == nil {
+			d.log.Info("acquired lease", "subnet", lease.Subnet, "ipv6Subnet", lease.IPv6Subnet, "publicIP", attrs.PublicIP, "expires", lease.Expiration)
+			return lease, nil
+		}
+		if ctx.Err() != nil {
+			return subnet.Lease{}, ctx.Err()
+		}
+		d.log.Error("cannot acquire a subnet lease, retrying", "err", err, "retryIn", d.retryDelay())
+		if err := sleep(ctx, d.retryDelay()); err != nil {
+			return subnet.Lease{}, err
+		}
+	}
+}
+
+// overlayMTU is the MTU of the overlay device and of pods.
+func (d *Daemon) overlayMTU(cfg *subnet.Config) int {
+	underlay := d.cfg.Node.UnderlayMTU
+	if cfg.Backend.MTU != 0 {
+		underlay = cfg.Backend.MTU
+	}
+	return backend.OverlayMTU(underlay, !d.cfg.Node.PublicIP.IsValid())
+}
+
+// session runs the dataplane, the watch and the renewals for one lease. It
+// returns errLeaseLost when the lease is gone, or ctx's error.
+func (d *Daemon) session(ctx context.Context, cfg *subnet.Config, typ string, lease subnet.Lease) error {
+	mtu := d.overlayMTU(cfg)
+	dp, err := d.cfg.Factories.Dataplane(typ, cfg, lease, mtu)
+	if err != nil {
+		return fmt.Errorf("daemon: %s dataplane: %w", typ, err)
+	}
+	if dp.Cleanup != nil {
+		if err := dp.Cleanup(); err != nil {
+			d.log.Warn("cannot remove the other backend's state", "err", err)
+		}
+	}
+	file := subnet.File{MTU: mtu, IPMasq: d.cfg.IPMasq}
+	if lease.Subnet.IsValid() {
+		file.Network, file.Subnet = cfg.Network, subnet.GatewayPrefix(lease.Subnet)
+	}
+	if lease.IPv6Subnet.IsValid() {
+		file.IPv6Network, file.IPv6Subnet = cfg.IPv6Network, subnet.GatewayPrefix(lease.IPv6Subnet)
+	}
+	if err := subnet.WriteFile(d.cfg.SubnetFile, file); err != nil {
+		return fmt.Errorf("daemon: %w", err)
+	}
+	d.log.Info("wrote subnet file", "path", d.cfg.SubnetFile, "subnet", file.Subnet, "mtu", mtu)
+	d.state.Store(&State{Lease: lease, Config: cfg, Peers: vtep.Table{}})
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return dp.Backend.Run(gctx) })
+	g.Go(func() error { return d.watch(gctx, cfg, lease, dp.Backend) })
+	g.Go(func() error { return d.renew(gctx, lease) })
+	g.Go(func() error { return d.awaitReady(gctx, dp.Backend) })
+	return g.Wait()
+}
+
+func (d *Daemon) awaitReady(ctx context.Context, b backend.Backend) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-b.Ready():
+	}
+	if na, ok := d.cfg.Registry.(networkAvailabler); ok {
+		for {
+			err := na.SetNetworkAvailable(ctx)
+			if err == nil {
+				break
+			}
+			d.log.Warn("cannot mark the node's network available, retrying", "err", err)
+			if sleep(ctx, d.retryDelay()) != nil {
+				return nil
+			}
+		}
+	}
+	d.ready.Store(true)
+	d.log.Info("dataplane programmed, ready")
+	return nil
+}
+
+// renew keeps the lease alive: RenewMargin before it expires, and every
+// RetryInterval after a failure. A lease without expiry needs nothing.
+func (d *Daemon) renew(ctx context.Context, lease subnet.Lease) error {
+	for !lease.Expiration.IsZero() {
+		wait := time.Until(lease.Expiration.Add(-d.cfg.RenewMargin))
+		if wait <= 0 { // margin longer than the TTL: renew at half the time left
+			wait = max(time.Until(lease.Expiration)/2, 100*time.Millisecond)
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return nil
+		}
+		for {
+			next, err := d.cfg.Registry.Renew(ctx, lease)
+			if err == nil {
+				lease = next
+				d.log.Info("renewed lease", "subnet", lease.Subnet, "expires", lease.Expiration)
+				break
+			}
+			if errors.Is(err, subnet.ErrLeaseLost) {
+				return errLeaseLost
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			d.log.Warn("cannot renew the lease, retrying", "err", err, "retryIn", d.cfg.RetryInterval)
+			if err := sleep(ctx, d.cfg.RetryInterval); err != nil {
+				return nil
+			}
+		}
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// watch follows the registry and hands every new peer table to the backend.
+func (d *Daemon) watch(ctx context.Context, cfg *subnet.Config, self subnet.Lease, b backend.Backend) error {
+	events := make(chan []subnet.Event, 64)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return d.cfg.Registry.Watch(gctx, events) })
+	g.Go(func() error {
+		leases := map[string]subnet.Lease{}
+		selfKey := self.Key()
+		for {
+			var batch []subnet.Event
+			select {
+			case <-gctx.Done():
+				return nil
+			case batch = <-events:
+			}
+			for _, ev := range batch {
+				key := ev.Lease.Key()
+				if key == selfKey && lostOwnLease(ev, self) {
+					return errLeaseLost
+				}
+				if ev.Type == subnet.EventRemoved {
+					delete(leases, key)
+				} else {
+					leases[key] = ev.Lease
+				}
+			}
+			all := make([]subnet.Lease, 0, len(leases))
+			for _, l := range leases {
+				all = append(all, l)
+			}
+			t := vtep.FromLeases(all, self)
+			b.Set(t)
+			d.state.Store(&State{Lease: self, Config: cfg, Peers: t})
+		}
+	})
+	err := g.Wait()
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// lostOwnLease reports whether an event on our own key means the lease is
+// no longer ours: deleted, or rewritten with another node's address.
+func lostOwnLease(ev subnet.Event, self subnet.Lease) bool {
+	if ev.Type == subnet.EventRemoved {
+		return true
+	}
+	a, s := ev.Lease.Attrs, self.Attrs
+	return a.PublicIP != s.PublicIP || a.PublicIPv6 != s.PublicIPv6
+}
