@@ -1,0 +1,113 @@
+package vtep
+
+import (
+	"maps"
+	"net/netip"
+	"reflect"
+	"testing"
+
+	"github.com/weft-net/weft/subnet"
+)
+
+var (
+	macA = subnet.MAC{0x02, 0, 0, 0, 0, 0xa}
+	macB = subnet.MAC{0x02, 0, 0, 0, 0, 0xb}
+	macC = subnet.MAC{0x02, 0, 0, 0, 0, 0xc}
+)
+
+func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+func ip(s string) netip.Addr     { return netip.MustParseAddr(s) }
+
+func lease(v4, v6, pub, pub6 string, mac, mac6 subnet.MAC) subnet.Lease {
+	l := subnet.Lease{Attrs: subnet.LeaseAttrs{BackendType: "vxlan"}}
+	if v4 != "" {
+		l.Subnet = pfx(v4)
+		l.Attrs.PublicIP = ip(pub)
+		l.Attrs.BackendData = &subnet.VXLANData{VNI: 1, VtepMAC: mac}
+	}
+	if v6 != "" {
+		l.IPv6Subnet = pfx(v6)
+		l.Attrs.PublicIPv6 = ip(pub6)
+		l.Attrs.BackendV6Data = &subnet.VXLANData{VNI: 1, VtepMAC: mac6}
+	}
+	return l
+}
+
+func TestFromLeases(t *testing.T) {
+	self := lease("10.244.1.0/24", "", "192.168.77.1", "", macA, subnet.MAC{})
+	hostGW := lease("10.244.9.0/24", "", "192.168.77.9", "", macC, subnet.MAC{})
+	hostGW.Attrs.BackendType = "host-gw"
+	noData := lease("10.244.8.0/24", "", "192.168.77.8", "", macC, subnet.MAC{})
+	noData.Attrs.BackendData = nil
+	zeroMAC := lease("10.244.7.0/24", "", "192.168.77.7", "", subnet.MAC{}, subnet.MAC{})
+	tests := []struct {
+		name   string
+		leases []subnet.Lease
+		want   Table
+	}{
+		{"empty", nil, Table{}},
+		{"self is left out", []subnet.Lease{self}, Table{}},
+		{"one peer", []subnet.Lease{self, lease("10.244.2.0/24", "", "192.168.77.2", "", macB, subnet.MAC{})},
+			Table{pfx("10.244.2.0/24"): {MAC: macB, Addr: ip("192.168.77.2")}}},
+		{"dual-stack peer gives two rows", []subnet.Lease{lease("10.244.2.0/24", "fd00:10:244:2::/64", "192.168.77.2", "fd77::2", macB, macC)},
+			Table{pfx("10.244.2.0/24"): {MAC: macB, Addr: ip("192.168.77.2")}, pfx("fd00:10:244:2::/64"): {MAC: macC, Addr: ip("fd77::2")}}},
+		{"IPv6-only peer", []subnet.Lease{lease("", "fd00:10:244:2::/64", "", "fd77::2", subnet.MAC{}, macC)},
+			Table{pfx("fd00:10:244:2::/64"): {MAC: macC, Addr: ip("fd77::2")}}},
+		{"other backends, missing data and zero MACs are left out", []subnet.Lease{hostGW, noData, zeroMAC}, Table{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := FromLeases(tt.leases, self); !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestCompute(t *testing.T) {
+	a := VTEP{MAC: macA, Addr: ip("192.168.77.1")}
+	b := VTEP{MAC: macB, Addr: ip("192.168.77.2")}
+	bMoved := VTEP{MAC: macB, Addr: ip("192.168.77.22")}
+	p1, p2, p3 := pfx("10.244.1.0/24"), pfx("10.244.2.0/24"), pfx("10.244.3.0/24")
+	tests := []struct {
+		name     string
+		old, new Table
+		want     Diff
+	}{
+		{"both empty", Table{}, Table{}, Diff{}},
+		{"nil old", nil, Table{p1: a}, Diff{Add: []Entry{{p1, a}}}},
+		{"unchanged", Table{p1: a, p2: b}, Table{p1: a, p2: b}, Diff{}},
+		{"add sorted", Table{}, Table{p3: a, p1: b}, Diff{Add: []Entry{{p1, b}, {p3, a}}}},
+		{"remove", Table{p1: a, p2: b}, Table{p1: a}, Diff{Remove: []Entry{{p2, b}}}},
+		{"address change", Table{p2: b}, Table{p2: bMoved}, Diff{Change: []Change{{p2, b, bMoved}}}},
+		{"mac change", Table{p2: b}, Table{p2: VTEP{MAC: macC, Addr: b.Addr}}, Diff{Change: []Change{{p2, b, VTEP{MAC: macC, Addr: b.Addr}}}}},
+		{"all at once", Table{p1: a, p2: b}, Table{p2: bMoved, p3: a},
+			Diff{Add: []Entry{{p3, a}}, Remove: []Entry{{p1, a}}, Change: []Change{{p2, b, bMoved}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			oldCopy, newCopy := maps.Clone(tt.old), maps.Clone(tt.new)
+			got := Compute(tt.old, tt.new)
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("got %+v, want %+v", got, tt.want)
+			}
+			if got.Empty() != (len(tt.want.Add)+len(tt.want.Remove)+len(tt.want.Change) == 0) {
+				t.Fatal("Empty disagrees with the diff")
+			}
+			if !maps.Equal(oldCopy, tt.old) || !maps.Equal(newCopy, tt.new) {
+				t.Fatal("Compute modified a table")
+			}
+		})
+	}
+}
+
+func TestEntriesSorted(t *testing.T) {
+	tb := Table{pfx("10.244.3.0/24"): {}, pfx("fd00::/64"): {}, pfx("10.244.1.0/24"): {}}
+	got := tb.Entries()
+	want := []netip.Prefix{pfx("10.244.1.0/24"), pfx("10.244.3.0/24"), pfx("fd00::/64")}
+	for i, e := range got {
+		if e.Subnet != want[i] {
+			t.Fatalf("entry %d: %s, want %s", i, e.Subnet, want[i])
+		}
+	}
+}
