@@ -1,0 +1,169 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+)
+
+func cmdAdd(args *skel.CmdArgs) error {
+	conf, err := ParseConfig(args.StdinData)
+	if err != nil {
+		return err
+	}
+	file, err := readSubnetFile(conf.SubnetFile)
+	if err != nil {
+		return err
+	}
+	netns, err := openNetNS(args.Netns, types.ErrInvalidEnvironmentVariables)
+	if err != nil {
+		return err
+	}
+	defer netns.Close()
+	att := Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
+	res, err := add(conf, newPlan(file, conf.MTU), att, netns)
+	if err != nil {
+		return err
+	}
+	return types.PrintResult(res, conf.CNIVersion)
+}
+
+// openNetNS opens CNI_NETNS; failures carry code.
+func openNetNS(path string, code uint) (ns.NetNS, error) {
+	n, err := ns.GetNS(path)
+	if err != nil {
+		return nil, types.NewError(code, fmt.Sprintf("open CNI_NETNS %q: %v", path, err),
+			"CNI_NETNS must be the path of the pod's network namespace, such as /var/run/netns/<name>")
+	}
+	return n, nil
+}
+
+// add wires one pod; on failure it removes what it made (veth, addresses)
+// before returning. The bridge is node state and stays.
+func add(conf *Config, p plan, att Attachment, netns ns.NetNS) (_ *current.Result, err error) {
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return nil, fmt.Errorf("netlink: %w", err)
+	}
+	defer h.Close()
+	br, err := ensureBridge(h, conf.Bridge, p)
+	if err != nil {
+		return nil, err
+	}
+	store, err := OpenStore(conf.ipamDir())
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	addrs, err := store.Allocate(att, p.ranges)
+	if errors.Is(err, ErrExhausted) {
+		return nil, types.NewError(types.ErrTryAgainLater, err.Error(), "every address of the node subnet is taken: delete pods or give nodes larger subnets (SubnetLen)")
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			store.Release(att)
+		}
+	}()
+	host, err := addVeth(h, br, att, p.mtu, int(netns.Fd()), conf.HairpinMode)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			h.LinkDel(host)
+		}
+	}()
+	pod, err := configurePod(netns, att, addrs, p)
+	if err != nil {
+		return nil, err
+	}
+	if err := ensureMasq(p.masq); err != nil {
+		return nil, err
+	}
+	if err := enableForwarding(p.ranges); err != nil {
+		return nil, err
+	}
+	hostMAC, _ := vethMACs(att)
+	return buildResult(conf, p,
+		ifaceInfo{name: conf.Bridge, mac: br.Attrs().HardwareAddr},
+		ifaceInfo{name: host.Attrs().Name, mac: hostMAC},
+		pod, addrs), nil
+}
+
+func cmdDel(args *skel.CmdArgs) error {
+	conf, err := ParseConfig(args.StdinData)
+	if err != nil {
+		return err
+	}
+	att := Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
+	if err := deleteHostVeth(att); err != nil {
+		return err
+	}
+	store, err := OpenStore(conf.ipamDir())
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	_, err = store.Release(att)
+	return err
+}
+
+func cmdGC(args *skel.CmdArgs) error {
+	conf, err := ParseConfig(args.StdinData)
+	if err != nil {
+		return err
+	}
+	valid := make([]Attachment, 0, len(conf.ValidAttachments))
+	for _, a := range conf.ValidAttachments {
+		valid = append(valid, Attachment{ContainerID: a.ContainerID, IfName: a.IfName})
+	}
+	store, err := OpenStore(conf.ipamDir())
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	gone, err := store.GC(valid)
+	var errs []error
+	for _, a := range gone {
+		errs = append(errs, deleteHostVeth(a))
+	}
+	return errors.Join(append(errs, err)...)
+}
+
+func cmdStatus(args *skel.CmdArgs) error {
+	conf, err := ParseConfig(args.StdinData)
+	if err != nil {
+		return err
+	}
+	if _, err := readSubnetFile(conf.SubnetFile); err != nil {
+		msg := err.Error()
+		if e, ok := err.(*types.Error); ok {
+			msg = e.Msg
+		}
+		return types.NewError(types.ErrPluginNotAvailable, "not ready: "+msg,
+			"weft can add pods once weftd (or flanneld) has written a readable subnet file")
+	}
+	return nil
+}
+
+// addrsOf converts a result's IPs on interface idx to prefixes.
+func addrsOf(r *current.Result, idx int) []netip.Prefix {
+	var out []netip.Prefix
+	for _, ip := range r.IPs {
+		if ip.Interface != nil && *ip.Interface == idx {
+			if p, ok := netPrefix(ip.Address); ok {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}

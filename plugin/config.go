@@ -1,0 +1,83 @@
+package plugin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/weft-net/weft/subnet"
+)
+
+// Defaults of the configuration keys.
+const (
+	DefaultDataDir = "/var/lib/cni/weft"
+	DefaultBridge  = "cni0"
+)
+
+// Config is the plugin's network configuration (the conflist entry of
+// "type": "weft"). Key names follow Flannel's plugin where they overlap.
+type Config struct {
+	types.PluginConf
+	SubnetFile  string `json:"subnetFile"`
+	DataDir     string `json:"dataDir"`
+	Bridge      string `json:"bridge"`
+	MTU         int    `json:"mtu"`
+	HairpinMode bool   `json:"hairpinMode"`
+}
+
+// ParseConfig decodes and validates stdin data, filling defaults. Errors
+// are *types.Error with code 6 (not JSON), 2 (unsupported field) or 7.
+func ParseConfig(data []byte) (*Config, error) {
+	c := &Config{}
+	if err := json.Unmarshal(data, c); err != nil {
+		var syn *json.SyntaxError
+		if errors.As(err, &syn) {
+			return nil, types.NewError(types.ErrDecodingFailure, "decode network config: "+err.Error(), "")
+		}
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, "decode network config: "+err.Error(),
+			"check the types of the weft keys: subnetFile, dataDir, bridge (strings), mtu (number), hairpinMode (bool)")
+	}
+	if c.SubnetFile == "" {
+		c.SubnetFile = subnet.DefaultSubnetFile
+	}
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir
+	}
+	if c.Bridge == "" {
+		c.Bridge = DefaultBridge
+	}
+	if c.IPAM.Type != "" {
+		return nil, types.NewError(types.ErrUnsupportedField,
+			fmt.Sprintf("network config: ipam type %q is not supported", c.IPAM.Type),
+			"weft allocates pod addresses from the subnet file itself; remove the ipam section")
+	}
+	if err := c.validate(); err != nil {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, "network config: "+err.Error(), "")
+	}
+	return c, nil
+}
+
+func (c *Config) validate() error {
+	switch {
+	case !filepath.IsAbs(c.SubnetFile):
+		return fmt.Errorf("subnetFile %q must be an absolute path", c.SubnetFile)
+	case !filepath.IsAbs(c.DataDir):
+		return fmt.Errorf("dataDir %q must be an absolute path", c.DataDir)
+	case c.MTU != 0 && (c.MTU < 68 || c.MTU > 65535):
+		return fmt.Errorf("mtu %d is outside 68..65535 (0 means the subnet file's FLANNEL_MTU)", c.MTU)
+	}
+	return validLinkName(c.Bridge)
+}
+
+func validLinkName(name string) error {
+	if len(name) > 15 || name == "." || name == ".." || strings.ContainsAny(name, "/: \t\n") {
+		return fmt.Errorf("bridge %q is not a valid interface name (at most 15 characters, no '/', ':' or spaces)", name)
+	}
+	return nil
+}
+
+// ipamDir is where the address store of this network lives.
+func (c *Config) ipamDir() string { return filepath.Join(c.DataDir, "ipam", c.Name) }

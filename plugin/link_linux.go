@@ -1,0 +1,185 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// ensureBridge returns the node bridge, creating it if needed, up, holding
+// exactly the plan's gateway addresses in each family: an address left from
+// an older node subnet is replaced rather than refused.
+func ensureBridge(h *netlink.Handle, name string, p plan) (netlink.Link, error) {
+	l, err := h.LinkByName(name)
+	if _, missing := err.(netlink.LinkNotFoundError); missing {
+		la := netlink.NewLinkAttrs()
+		la.Name, la.MTU, la.HardwareAddr, la.Flags = name, p.mtu, bridgeMAC(p.gateways), net.FlagUp
+		if err := h.LinkAdd(&netlink.Bridge{LinkAttrs: la}); err != nil && !errors.Is(err, unix.EEXIST) {
+			return nil, fmt.Errorf("create bridge %s: %w", name, err)
+		}
+		l, err = h.LinkByName(name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("find bridge %s: %w", name, err)
+	}
+	if _, ok := l.(*netlink.Bridge); !ok {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig,
+			fmt.Sprintf("%s exists and is a %s, not a bridge", name, l.Type()), "set \"bridge\" to another name or delete the device")
+	}
+	if l.Attrs().Flags&net.FlagUp == 0 {
+		if err := h.LinkSetUp(l); err != nil {
+			return nil, fmt.Errorf("set bridge %s up: %w", name, err)
+		}
+	}
+	for _, gw := range p.gateways {
+		if err := setGateway(h, l, gw); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// setGateway makes gw the bridge's only global address of its family.
+func setGateway(h *netlink.Handle, l netlink.Link, gw netip.Prefix) error {
+	fam := netlink.FAMILY_V4
+	if gw.Addr().Is6() {
+		fam = netlink.FAMILY_V6
+	}
+	addrs, err := h.AddrList(l, fam)
+	if err != nil {
+		return fmt.Errorf("list addresses of %s: %w", l.Attrs().Name, err)
+	}
+	have := false
+	for _, a := range addrs {
+		p, ok := netPrefix(*a.IPNet)
+		switch {
+		case !ok || p.Addr().IsLinkLocalUnicast():
+		case p == gw:
+			have = true
+		default: // from an older node subnet: pods there are gone with it
+			if err := h.AddrDel(l, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+				return fmt.Errorf("remove old address %s from %s: %w", p, l.Attrs().Name, err)
+			}
+		}
+	}
+	if have {
+		return nil
+	}
+	if err := h.AddrAdd(l, nlAddr(gw)); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("add gateway %s to %s: %w", gw, l.Attrs().Name, err)
+	}
+	return nil
+}
+
+func nlAddr(p netip.Prefix) *netlink.Addr {
+	n := prefixNet(p)
+	a := &netlink.Addr{IPNet: &n}
+	if p.Addr().Is6() {
+		a.Flags = unix.IFA_F_NODAD // usable at once
+	}
+	return a
+}
+
+// addVeth creates the pair in one request: the host end on the bridge, up,
+// and the pod end named att.IfName directly inside the pod's namespace.
+func addVeth(h *netlink.Handle, br netlink.Link, att Attachment, mtu, nsFd int, hairpin bool) (netlink.Link, error) {
+	hostMAC, podMAC := vethMACs(att)
+	la := netlink.NewLinkAttrs()
+	la.Name, la.MTU, la.HardwareAddr, la.Flags = hostVethName(att), mtu, hostMAC, net.FlagUp
+	la.MasterIndex = br.Attrs().Index
+	v := &netlink.Veth{LinkAttrs: la, PeerName: att.IfName, PeerHardwareAddr: podMAC, PeerNamespace: netlink.NsFd(nsFd)}
+	if err := h.LinkAdd(v); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return nil, fmt.Errorf("create veth %s/%s: %w (is the pod already attached? DEL it first)", la.Name, att.IfName, err)
+		}
+		return nil, fmt.Errorf("create veth %s/%s: %w", la.Name, att.IfName, err)
+	}
+	if hairpin {
+		if err := h.LinkSetHairpin(v, true); err != nil {
+			h.LinkDel(v)
+			return nil, fmt.Errorf("set hairpin on %s: %w", la.Name, err)
+		}
+	}
+	return v, nil
+}
+
+// configurePod sets the addresses and routes on the pod end and brings it up.
+func configurePod(podNS ns.NetNS, att Attachment, addrs []netip.Prefix, p plan) (ifaceInfo, error) {
+	ch, err := netlink.NewHandleAt(netns.NsHandle(podNS.Fd()))
+	if err != nil {
+		return ifaceInfo{}, fmt.Errorf("netlink in %s: %w", podNS.Path(), err)
+	}
+	defer ch.Close()
+	l, err := ch.LinkByName(att.IfName)
+	if err != nil {
+		return ifaceInfo{}, fmt.Errorf("find %s in %s: %w", att.IfName, podNS.Path(), err)
+	}
+	for _, a := range addrs {
+		if err := ch.AddrAdd(l, nlAddr(a)); err != nil {
+			return ifaceInfo{}, fmt.Errorf("add %s to %s: %w", a, att.IfName, err)
+		}
+	}
+	if err := ch.LinkSetUp(l); err != nil {
+		return ifaceInfo{}, fmt.Errorf("set %s up: %w", att.IfName, err)
+	}
+	for _, r := range p.routes {
+		nr := &netlink.Route{LinkIndex: l.Attrs().Index, Gw: r.gw.AsSlice()}
+		if r.dst.Bits() > 0 {
+			d := prefixNet(r.dst)
+			nr.Dst = &d
+		}
+		if err := ch.RouteAdd(nr); err != nil && !errors.Is(err, unix.EEXIST) {
+			return ifaceInfo{}, fmt.Errorf("add route %s via %s in pod: %w", r.dst, r.gw, err)
+		}
+	}
+	return ifaceInfo{name: att.IfName, sandbox: podNS.Path(), mac: l.Attrs().HardwareAddr}, nil
+}
+
+// deleteHostVeth removes the attachment's veth pair; a missing one is fine.
+func deleteHostVeth(att Attachment) error {
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return fmt.Errorf("netlink: %w", err)
+	}
+	defer h.Close()
+	name := hostVethName(att)
+	l, err := h.LinkByName(name)
+	if _, missing := err.(netlink.LinkNotFoundError); missing {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("find veth %s: %w", name, err)
+	}
+	if err := h.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
+		return fmt.Errorf("delete veth %s: %w", name, err)
+	}
+	return nil
+}
+
+// enableForwarding turns on forwarding in the plugin's (node) namespace for
+// the families in use, writing only when it is off.
+func enableForwarding(ranges []Range) error {
+	for _, r := range ranges {
+		path := "/proc/sys/net/ipv4/ip_forward"
+		if r.Subnet.Addr().Is6() {
+			path = "/proc/sys/net/ipv6/conf/all/forwarding"
+		}
+		b, err := os.ReadFile(path)
+		if err == nil && strings.TrimSpace(string(b)) == "1" {
+			continue
+		}
+		if err := os.WriteFile(path, []byte("1"), 0o644); err != nil {
+			return fmt.Errorf("enable forwarding: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,157 @@
+package plugin
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+	"github.com/weft-net/weft/subnet"
+)
+
+// Versions are the CNI spec versions the plugin speaks.
+var Versions = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+
+// About is printed when the binary runs without CNI_COMMAND.
+const About = "weft CNI plugin: wires pods to the node subnet that weftd (or flanneld) writes in its subnet file"
+
+// CodeDrift is the CHECK error code for an attachment that no longer
+// matches its prevResult (weft-specific; the spec leaves 100+ to plugins).
+const CodeDrift uint = 100
+
+// Funcs returns the command handlers for skel.PluginMainFuncs.
+func Funcs() skel.CNIFuncs {
+	return skel.CNIFuncs{Add: cmdAdd, Del: cmdDel, Check: cmdCheck, GC: cmdGC, Status: cmdStatus}
+}
+
+// plan is what ADD sets up for one subnet file: the ranges to allocate
+// from, the gateway prefixes of the bridge and the pod's routes.
+type plan struct {
+	ranges   []Range
+	gateways []netip.Prefix
+	routes   []route
+	mtu      int
+	masq     []masqRule // empty when the daemon masquerades
+}
+
+type route struct {
+	dst netip.Prefix
+	gw  netip.Addr
+}
+
+// masqRule masquerades traffic from src that leaves the cluster network.
+type masqRule struct{ src, cluster netip.Prefix }
+
+func newPlan(f subnet.File, mtuOverride int) plan {
+	p := plan{mtu: f.MTU}
+	if mtuOverride != 0 {
+		p.mtu = mtuOverride
+	}
+	add := func(network, sub netip.Prefix, id string, any netip.Prefix) {
+		if !network.IsValid() || !sub.IsValid() {
+			return
+		}
+		gw := sub.Addr()
+		p.ranges = append(p.ranges, Range{Subnet: sub.Masked(), Gateway: gw, ID: id})
+		p.gateways = append(p.gateways, sub)
+		p.routes = append(p.routes, route{dst: any, gw: gw}, route{dst: network.Masked(), gw: gw})
+		if !f.IPMasq {
+			p.masq = append(p.masq, masqRule{src: sub.Masked(), cluster: network.Masked()})
+		}
+	}
+	add(f.Network, f.Subnet, "0", netip.MustParsePrefix("0.0.0.0/0"))
+	add(f.IPv6Network, f.IPv6Subnet, "1", netip.MustParsePrefix("::/0"))
+	return p
+}
+
+// readSubnetFile maps the subnet file's failures to CNI codes: missing is
+// transient (the daemon has not written it yet), malformed is a bad config.
+func readSubnetFile(path string) (subnet.File, error) {
+	f, err := subnet.ReadFile(path)
+	switch {
+	case err == nil:
+		return f, nil
+	case errors.Is(err, os.ErrNotExist):
+		return f, types.NewError(types.ErrTryAgainLater, fmt.Sprintf("subnet file %s does not exist", path),
+			"weftd (or flanneld) writes it once the node has a subnet lease; check that the daemon runs on this node")
+	case errors.Is(err, subnet.ErrIncompleteFile):
+		return f, types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "the file needs FLANNEL_NETWORK, FLANNEL_SUBNET, FLANNEL_MTU and FLANNEL_IPMASQ")
+	default:
+		return f, types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+	}
+}
+
+// hostVethName derives the host end's name from the attachment, so that DEL
+// and GC find it without stored state.
+func hostVethName(a Attachment) string {
+	h := attHash(a)
+	return "veth" + hex.EncodeToString(h[:6])[:11]
+}
+
+func attHash(a Attachment) [32]byte { return sha256.Sum256([]byte(a.key())) }
+
+// vethMACs returns stable, locally administered unicast MACs for both ends.
+func vethMACs(a Attachment) (host, pod net.HardwareAddr) {
+	h := attHash(a)
+	host = net.HardwareAddr{0x0a, h[8], h[9], h[10], h[11], h[12]}
+	pod = net.HardwareAddr{0x0a, h[13], h[14], h[15], h[16], h[17]}
+	if host.String() == pod.String() {
+		pod[5] ^= 1
+	}
+	return host, pod
+}
+
+// bridgeMAC is a stable MAC for the bridge derived from its gateway, so the
+// bridge does not take its ports' addresses as they come and go.
+func bridgeMAC(gws []netip.Prefix) net.HardwareAddr {
+	h := sha256.Sum256([]byte(fmt.Sprint(gws)))
+	return net.HardwareAddr{0x0a, 0x58, h[0], h[1], h[2], h[3]}
+}
+
+func buildResult(conf *Config, p plan, br, host, pod ifaceInfo, addrs []netip.Prefix) *current.Result {
+	r := &current.Result{
+		CNIVersion: current.ImplementedSpecVersion,
+		Interfaces: []*current.Interface{
+			{Name: br.name, Mac: br.mac.String()},
+			{Name: host.name, Mac: host.mac.String()},
+			{Name: pod.name, Mac: pod.mac.String(), Sandbox: pod.sandbox, Mtu: p.mtu},
+		},
+		DNS: conf.DNS,
+	}
+	for i, a := range addrs {
+		r.IPs = append(r.IPs, &current.IPConfig{
+			Interface: current.Int(2),
+			Address:   prefixNet(a),
+			Gateway:   p.ranges[i].Gateway.AsSlice(),
+		})
+	}
+	for _, rt := range p.routes {
+		r.Routes = append(r.Routes, &types.Route{Dst: prefixNet(rt.dst), GW: rt.gw.AsSlice()})
+	}
+	return r
+}
+
+type ifaceInfo struct {
+	name, sandbox string
+	mac           net.HardwareAddr
+}
+
+func prefixNet(p netip.Prefix) net.IPNet {
+	return net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+func netPrefix(n net.IPNet) (netip.Prefix, bool) {
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, _ := n.Mask.Size()
+	return netip.PrefixFrom(a.Unmap(), ones), true
+}
