@@ -1,0 +1,385 @@
+package backend
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/vtep"
+)
+
+// RouteProtocol marks the routes weft installs (the rtm_protocol field,
+// shown by `ip route` as "proto 87"). Direct routes (DirectRouting) leave by
+// the underlay link, which weft does not own; the protocol is how weft finds
+// its own among them to adopt them after a restart or remove them when stale.
+const RouteProtocol netlink.RouteProtocol = 87
+
+// dumpRetries bounds the retries of a netlink dump that the kernel
+// interrupted because the table changed under it.
+const dumpRetries = 10
+
+// PeerStep is a dataplane-specific entry per tunnelled peer that must exist
+// after the peer's neighbour and before its route, and go after the route and
+// before the neighbour: the vxlan backend's FDB entry (`<VtepMAC> dst
+// <PublicIP>`). A TAP-based dataplane needs none.
+//
+// Both methods receive every tunnelled peer of the table (never the directly
+// routed ones) and must be idempotent. Ensure creates or replaces what is
+// missing or wrong and never removes anything; Prune removes the step's
+// entries that belong to none of the peers. Each returns how many kernel
+// entries it wrote or removed.
+type PeerStep interface {
+	Ensure(peers []vtep.Entry) (int, error)
+	Prune(peers []vtep.Entry) (int, error)
+}
+
+// OverlayOptions tunes an Overlay.
+type OverlayOptions struct {
+	// Family restricts the overlay to IPv4 (netlink.FAMILY_V4) or IPv6
+	// (netlink.FAMILY_V6) subnets; netlink.FAMILY_ALL handles both. Entries
+	// of other families in a table are ignored, and so is kernel state of
+	// other families: two Overlays of different families may share a
+	// namespace (the vxlan backend has one device per family).
+	Family int
+	// DirectRouting routes a peer whose underlay address is on-link (the
+	// kernel reaches it with no gateway) straight over the underlay, via its
+	// underlay address, with no neighbour, no step and no encapsulation.
+	DirectRouting bool
+	// Step, if not nil, is run between neighbours and routes.
+	Step PeerStep
+}
+
+// Overlay programs, on one overlay link (a VXLAN device or a TAP), the
+// per-peer state that makes the kernel route pod traffic to a remote node
+// subnet into that link with the right destination MAC:
+//
+//	ip neigh replace <subnet>.0 lladdr <VtepMAC> dev <link> nud permanent
+//	(step, for example the vxlan FDB entry)
+//	ip route replace <subnet> via <subnet>.0 dev <link> onlink proto 87
+//
+// (IPv6: `<subnet>::` instead of `<subnet>.0`). The frame that leaves the link
+// is addressed to the peer's VTEP MAC; a VXLAN device then finds the peer's
+// underlay address in its FDB, a TAP dataplane in its own table.
+//
+// Sync is declarative: it reads what the kernel holds on the link, adopts
+// whatever already matches (no flush, so a restarted daemon drops nothing),
+// replaces what is wrong, and removes weft's stale entries: permanent
+// neighbours on the link and weft's routes (on the link, or with
+// RouteProtocol) whose subnet is not in the table. It never touches other
+// links' neighbours or other owners' routes. Calling Sync again with the same
+// table repairs drift (a deleted route or neighbour) and otherwise does
+// nothing.
+//
+// An Overlay is not safe for concurrent use; the handle may be shared.
+type Overlay struct {
+	h    *netlink.Handle
+	link int
+	opts OverlayOptions
+}
+
+// NewOverlay returns the programmer for the link with index linkIndex, using
+// h (bound to the link's namespace).
+func NewOverlay(h *netlink.Handle, linkIndex int, opts OverlayOptions) *Overlay {
+	return &Overlay{h: h, link: linkIndex, opts: opts}
+}
+
+// SyncStats counts the kernel entries one Sync wrote (created or replaced)
+// and removed, by kind. Step counts what the PeerStep reported.
+type SyncStats struct {
+	NeighSet, NeighDel int
+	RouteSet, RouteDel int
+	StepSet, StepDel   int
+}
+
+// Changed reports whether the sync touched the kernel at all.
+func (s SyncStats) Changed() bool { return s != SyncStats{} }
+
+// Sync makes the link's per-peer state match t (see Overlay). On error it
+// stops at the first failing step; calling it again continues.
+func (o *Overlay) Sync(t vtep.Table) (SyncStats, error) {
+	var st SyncStats
+	have, err := o.Programmed()
+	if err != nil {
+		return st, err
+	}
+	peers, err := o.peers(t)
+	if err != nil {
+		return st, err
+	}
+	sp := plan(peers, have, o.link)
+	var tunnelled []vtep.Entry
+	for _, p := range peers {
+		if !p.Direct {
+			tunnelled = append(tunnelled, p.Entry)
+		}
+	}
+	if err := o.delRoutes(sp.DelRoutes, &st); err != nil {
+		return st, err
+	}
+	for _, n := range sp.SetNeighbours {
+		if err := o.h.NeighSet(o.neigh(n)); err != nil {
+			return st, fmt.Errorf("set neighbour %s lladdr %s: %w", n.IP, n.MAC, err)
+		}
+		st.NeighSet++
+	}
+	if o.opts.Step != nil {
+		n, err := o.opts.Step.Ensure(tunnelled)
+		st.StepSet += n
+		if err != nil {
+			return st, err
+		}
+	}
+	for _, r := range sp.SetRoutes {
+		if err := o.h.RouteReplace(o.route(r)); err != nil {
+			return st, fmt.Errorf("replace route %s via %s: %w", r.Dst, r.Gw, err)
+		}
+		st.RouteSet++
+	}
+	if err := o.delRoutes(sp.DelWrongRoutes, &st); err != nil {
+		return st, err
+	}
+	if o.opts.Step != nil {
+		n, err := o.opts.Step.Prune(tunnelled)
+		st.StepDel += n
+		if err != nil {
+			return st, err
+		}
+	}
+	for _, n := range sp.DelNeighbours {
+		if err := o.h.NeighDel(o.neigh(n)); err != nil && !errors.Is(err, unix.ENOENT) {
+			return st, fmt.Errorf("delete neighbour %s: %w", n.IP, err)
+		}
+		st.NeighDel++
+	}
+	return st, nil
+}
+
+func (o *Overlay) delRoutes(rs []Route, st *SyncStats) error {
+	for _, r := range rs {
+		if err := o.h.RouteDel(o.route(r)); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("delete route %s via %s: %w", r.Dst, r.Gw, err)
+		}
+		st.RouteDel++
+	}
+	return nil
+}
+
+// peers selects t's entries of the overlay's family and decides which are
+// routed directly.
+func (o *Overlay) peers(t vtep.Table) ([]Peer, error) {
+	var out []Peer
+	for _, e := range t.Entries() {
+		if !o.wants(e.Subnet.Addr()) || e.Subnet.Addr().Is4() != e.VTEP.Addr.Is4() {
+			continue
+		}
+		p := Peer{Entry: e}
+		if o.opts.DirectRouting {
+			on, err := OnLink(o.h, e.VTEP.Addr)
+			if err != nil {
+				return nil, err
+			}
+			p.Direct = on
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func (o *Overlay) wants(a netip.Addr) bool {
+	switch o.opts.Family {
+	case netlink.FAMILY_V4:
+		return a.Is4()
+	case netlink.FAMILY_V6:
+		return a.Is6()
+	}
+	return true
+}
+
+func (o *Overlay) families() []int {
+	if o.opts.Family == netlink.FAMILY_ALL {
+		return []int{netlink.FAMILY_V4, netlink.FAMILY_V6}
+	}
+	return []int{o.opts.Family}
+}
+
+// OnLink reports whether the kernel reaches addr with no gateway, that is,
+// addr is on a directly connected subnet (DirectRouting's condition).
+func OnLink(h *netlink.Handle, addr netip.Addr) (bool, error) {
+	rs, err := h.RouteGet(addr.AsSlice())
+	if err != nil {
+		if errors.Is(err, unix.ENETUNREACH) || errors.Is(err, unix.EHOSTUNREACH) {
+			return false, nil
+		}
+		return false, fmt.Errorf("get route to %s: %w", addr, err)
+	}
+	return len(rs) == 1 && rs[0].Gw == nil && rs[0].Type == unix.RTN_UNICAST, nil
+}
+
+// Programmed returns the overlay state the kernel holds now: the permanent
+// neighbours on the link and weft's routes (on the link, or direct routes
+// with RouteProtocol), of the overlay's family. Routes the kernel adds by
+// itself (proto kernel) are left out.
+func (o *Overlay) Programmed() (Programmed, error) {
+	var p Programmed
+	for _, fam := range o.families() {
+		ns, err := ListNeighbours(o.h, o.link, fam)
+		if err != nil {
+			return p, err
+		}
+		for _, n := range ns {
+			if n.State&netlink.NUD_PERMANENT == 0 {
+				continue
+			}
+			ip, ok1 := netip.AddrFromSlice(n.IP)
+			if !ok1 || len(n.HardwareAddr) != 6 {
+				continue
+			}
+			p.Neighbours = append(p.Neighbours, Neighbour{IP: ip.Unmap(), MAC: subnet.MAC(n.HardwareAddr)})
+		}
+		rs, err := o.listRoutes(fam)
+		if err != nil {
+			return p, err
+		}
+		p.Routes = append(p.Routes, rs...)
+	}
+	return p, nil
+}
+
+func (o *Overlay) listRoutes(fam int) ([]Route, error) {
+	onLink, err := ListRoutes(o.h, fam, &netlink.Route{LinkIndex: o.link, Table: unix.RT_TABLE_MAIN},
+		netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, err
+	}
+	direct, err := ListRoutes(o.h, fam, &netlink.Route{Protocol: RouteProtocol, Table: unix.RT_TABLE_MAIN},
+		netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, err
+	}
+	var out []Route
+	seen := map[string]bool{}
+	for _, r := range append(onLink, direct...) {
+		if r.Protocol == unix.RTPROT_KERNEL || r.Dst == nil || r.Type != unix.RTN_UNICAST {
+			continue
+		}
+		if k := r.String(); !seen[k] {
+			seen[k] = true
+			out = append(out, fromNetlinkRoute(r))
+		}
+	}
+	return out, nil
+}
+
+func fromNetlinkRoute(r netlink.Route) Route {
+	ones, _ := r.Dst.Mask.Size()
+	dst, _ := netip.AddrFromSlice(r.Dst.IP)
+	gw, _ := netip.AddrFromSlice(r.Gw)
+	return Route{
+		Dst:       netip.PrefixFrom(dst.Unmap(), ones),
+		Gw:        gw.Unmap(),
+		LinkIndex: r.LinkIndex,
+		OnLink:    r.Flags&int(netlink.FLAG_ONLINK) != 0,
+		Priority:  r.Priority,
+	}
+}
+
+func (o *Overlay) neigh(n Neighbour) *netlink.Neigh {
+	fam := netlink.FAMILY_V4
+	if n.IP.Is6() {
+		fam = netlink.FAMILY_V6
+	}
+	return &netlink.Neigh{
+		LinkIndex:    o.link,
+		Family:       fam,
+		State:        netlink.NUD_PERMANENT,
+		Type:         unix.RTN_UNICAST,
+		IP:           n.IP.AsSlice(),
+		HardwareAddr: n.MAC.HardwareAddr(),
+	}
+}
+
+func (o *Overlay) route(r Route) *netlink.Route {
+	nr := &netlink.Route{
+		Dst:      PrefixIPNet(r.Dst),
+		Gw:       r.Gw.AsSlice(),
+		Table:    unix.RT_TABLE_MAIN,
+		Protocol: RouteProtocol,
+		Priority: r.Priority,
+	}
+	if r.OnLink {
+		nr.LinkIndex = r.LinkIndex
+		nr.Flags = int(netlink.FLAG_ONLINK)
+	}
+	return nr
+}
+
+// PrefixIPNet converts p to the *net.IPNet netlink expects.
+func PrefixIPNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+// ListNeighbours dumps the neighbours of family on the link, retrying a dump
+// the kernel interrupted (netlink.ErrDumpInterrupted).
+func ListNeighbours(h *netlink.Handle, linkIndex, family int) ([]netlink.Neigh, error) {
+	for range dumpRetries {
+		ns, err := h.NeighList(linkIndex, family)
+		if errors.Is(err, netlink.ErrDumpInterrupted) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list neighbours of link %d: %w", linkIndex, err)
+		}
+		return ns, nil
+	}
+	return nil, fmt.Errorf("list neighbours of link %d: %w", linkIndex, netlink.ErrDumpInterrupted)
+}
+
+// ListRoutes is h.RouteListFiltered retried on netlink.ErrDumpInterrupted.
+func ListRoutes(h *netlink.Handle, family int, filter *netlink.Route, mask uint64) ([]netlink.Route, error) {
+	for range dumpRetries {
+		rs, err := h.RouteListFiltered(family, filter, mask)
+		if errors.Is(err, netlink.ErrDumpInterrupted) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list routes: %w", err)
+		}
+		return rs, nil
+	}
+	return nil, fmt.Errorf("list routes: %w", netlink.ErrDumpInterrupted)
+}
+
+// ListLinks is h.LinkList retried on netlink.ErrDumpInterrupted.
+func ListLinks(h *netlink.Handle) ([]netlink.Link, error) {
+	for range dumpRetries {
+		ls, err := h.LinkList()
+		if errors.Is(err, netlink.ErrDumpInterrupted) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list links: %w", err)
+		}
+		return ls, nil
+	}
+	return nil, fmt.Errorf("list links: %w", netlink.ErrDumpInterrupted)
+}
+
+// ListAddrs is h.AddrList retried on netlink.ErrDumpInterrupted.
+func ListAddrs(h *netlink.Handle, link netlink.Link, family int) ([]netlink.Addr, error) {
+	for range dumpRetries {
+		as, err := h.AddrList(link, family)
+		if errors.Is(err, netlink.ErrDumpInterrupted) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list addresses of %s: %w", link.Attrs().Name, err)
+		}
+		return as, nil
+	}
+	return nil, fmt.Errorf("list addresses of %s: %w", link.Attrs().Name, netlink.ErrDumpInterrupted)
+}

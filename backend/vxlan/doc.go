@@ -1,0 +1,42 @@
+// Package vxlan is weft's kernel VXLAN dataplane: it programs a Linux VXLAN
+// device per address family over netlink and lets the kernel encapsulate.
+//
+// # What it programs
+//
+// One device per family, named weft.<VNI> (IPv6: weft-v6.<VNI>):
+//
+//	ip link add weft.1 type vxlan id 1 local <PublicIP> dev <underlay> dstport 8472 nolearning
+//	ip link set weft.1 address <VtepMAC> mtu <underlay MTU − 50> up
+//	ip addr add <own subnet>.0/32 dev weft.1
+//
+// and per remote node subnet in the table, in this order (backend.Overlay
+// writes the neighbour and the route, this package's FDB step sits between):
+//
+//	ip neigh replace <subnet>.0 lladdr <VtepMAC> dev weft.1 nud permanent
+//	bridge fdb replace <VtepMAC> dev weft.1 dst <PublicIP> self permanent
+//	ip route replace <subnet> via <subnet>.0 dev weft.1 onlink proto 87
+//
+// A peer leaves in the reverse order. With DirectRouting, a peer whose public
+// address is on-link gets only `ip route replace <subnet> via <PublicIP>`.
+//
+// # Why this way
+//
+// This is exactly the state Flannel's vxlan backend programs, with the same
+// VNI, port and frame format, so weft and flanneld nodes carry each other's
+// pod traffic. The permanent neighbour and FDB entries mean the kernel never
+// floods or asks: the route picks the peer's gateway address, the neighbour
+// gives its VTEP MAC, and the FDB maps that MAC to the peer's underlay
+// address. Nothing is learned from the wire (nolearning), so a spoofed frame
+// cannot redirect traffic.
+//
+// Where weft differs from Flannel: the device MAC is stable (derived from the
+// public address, see backend.VTEPMAC) and an existing compatible device is
+// adopted, never flushed or recreated, so restarting weftd drops no packet
+// and peers' FDB entries stay right; a peer whose MAC or address changed gets
+// its FDB entry replaced instead of leaving the old one behind; and the state
+// is reconciled continuously, from netlink change notifications and a
+// periodic full resync, so a deleted route, neighbour, FDB entry or even the
+// whole device is repaired within about a second. A device that uses our VNI
+// and port under another name (flannel.1 left by flanneld) would make the
+// kernel refuse ours, so it is removed, with a log line.
+package vxlan

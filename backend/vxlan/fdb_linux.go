@@ -1,0 +1,106 @@
+package vxlan
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/vtep"
+)
+
+// fdb is the backend.PeerStep that writes, per tunnelled peer, the VXLAN FDB
+// entry `<VtepMAC> dst <PublicIP> self permanent` on the device.
+type fdb struct {
+	h    *netlink.Handle
+	link int
+}
+
+var _ backend.PeerStep = fdb{}
+
+// fdbEntry is one permanent FDB entry with a remote address.
+type fdbEntry struct {
+	MAC subnet.MAC
+	Dst netip.Addr
+}
+
+// list returns the device's permanent FDB entries that have a remote
+// address; learned (non-permanent) entries are not weft's.
+func (f fdb) list() (map[fdbEntry]bool, error) {
+	ns, err := backend.ListNeighbours(f.h, f.link, unix.AF_BRIDGE)
+	if err != nil {
+		return nil, fmt.Errorf("list fdb: %w", err)
+	}
+	out := make(map[fdbEntry]bool, len(ns))
+	for _, n := range ns {
+		if n.LinkIndex != f.link || n.State&netlink.NUD_PERMANENT == 0 || len(n.HardwareAddr) != 6 {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(n.IP)
+		if !ok {
+			continue
+		}
+		out[fdbEntry{MAC: subnet.MAC(n.HardwareAddr), Dst: ip.Unmap()}] = true
+	}
+	return out, nil
+}
+
+func (f fdb) neigh(e fdbEntry) *netlink.Neigh {
+	return &netlink.Neigh{
+		LinkIndex:    f.link,
+		Family:       unix.AF_BRIDGE,
+		Flags:        netlink.NTF_SELF,
+		State:        netlink.NUD_PERMANENT,
+		IP:           e.Dst.AsSlice(),
+		HardwareAddr: e.MAC.HardwareAddr(),
+	}
+}
+
+// Ensure writes the entries of peers that are missing. Replacing an entry
+// of the same MAC points it at the new address.
+func (f fdb) Ensure(peers []vtep.Entry) (int, error) {
+	have, err := f.list()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, p := range peers {
+		e := fdbEntry{MAC: p.VTEP.MAC, Dst: p.VTEP.Addr}
+		if have[e] {
+			continue
+		}
+		if err := f.h.NeighSet(f.neigh(e)); err != nil {
+			return n, fmt.Errorf("set fdb %s dst %s: %w", e.MAC, e.Dst, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// Prune removes permanent entries that belong to none of peers: those of a
+// removed peer, and the old entry of a peer whose MAC or address changed.
+func (f fdb) Prune(peers []vtep.Entry) (int, error) {
+	have, err := f.list()
+	if err != nil {
+		return 0, err
+	}
+	want := make(map[fdbEntry]bool, len(peers))
+	for _, p := range peers {
+		want[fdbEntry{MAC: p.VTEP.MAC, Dst: p.VTEP.Addr}] = true
+	}
+	n := 0
+	for e := range have {
+		if want[e] {
+			continue
+		}
+		if err := f.h.NeighDel(f.neigh(e)); err != nil && !errors.Is(err, unix.ENOENT) {
+			return n, fmt.Errorf("delete fdb %s dst %s: %w", e.MAC, e.Dst, err)
+		}
+		n++
+	}
+	return n, nil
+}

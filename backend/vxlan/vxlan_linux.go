@@ -1,0 +1,266 @@
+package vxlan
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/vtep"
+)
+
+// Timing of the reconcile loop.
+const (
+	// debounce coalesces a burst of change notifications (our own writes
+	// cause some) into one sync.
+	debounce = 50 * time.Millisecond
+	// retryAfter is the wait before retrying a failed sync or subscription.
+	retryAfter = time.Second
+)
+
+// Backend is the kernel VXLAN dataplane (see the package documentation).
+type Backend struct {
+	cfg   Config
+	log   *slog.Logger
+	table atomic.Pointer[vtep.Table]
+	kick  chan struct{}
+	ready chan struct{}
+
+	readyOnce sync.Once
+	running   atomic.Bool
+	repairs   repairCounters
+
+	// Owned by Run.
+	devs    []*devState
+	applied vtep.Table // the last table programmed in full, nil before
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+type devState struct {
+	spec    deviceSpec
+	index   int // 0 until the device was first seen or made
+	overlay *backend.Overlay
+}
+
+// New validates cfg and returns a backend that programs nothing until Run.
+func New(cfg Config, log *slog.Logger) (*Backend, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	b := &Backend{
+		cfg:   cfg,
+		log:   log.With("component", "vxlan"),
+		kick:  make(chan struct{}, 1),
+		ready: make(chan struct{}),
+	}
+	for _, s := range cfg.specs() {
+		b.devs = append(b.devs, &devState{spec: s})
+	}
+	return b, nil
+}
+
+// Set hands the backend the desired peer table; Run applies the latest one.
+// It never blocks. t must not be modified afterwards.
+func (b *Backend) Set(t vtep.Table) {
+	if t == nil {
+		t = vtep.Table{}
+	}
+	b.table.Store(&t)
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Ready is closed once the devices are up and the first table handed to Set
+// has been programmed.
+func (b *Backend) Ready() <-chan struct{} { return b.ready }
+
+// MAC returns the MAC of the IPv4 device, and MACv6 of the IPv6 device, as
+// configured (the ones to advertise in the lease).
+func (b *Backend) MAC() (v4, v6 subnet.MAC) { return b.cfg.MAC, b.cfg.MACv6 }
+
+// Run creates or adopts the devices, programs the latest table, and keeps
+// repairing drift, on change notifications and every ResyncInterval, until
+// ctx is done. It leaves everything in place when it returns, and returns
+// after its goroutines have exited. Only one Run may be active at a time.
+func (b *Backend) Run(ctx context.Context) error {
+	if !b.running.CompareAndSwap(false, true) {
+		return errors.New("vxlan backend: already running")
+	}
+	defer b.running.Store(false)
+
+	w, err := subscribe(b.cfg.NetNS, b.log)
+	if err != nil {
+		return fmt.Errorf("vxlan backend: %w", err)
+	}
+	defer func() { w.close() }()
+
+	resync := time.NewTicker(b.cfg.ResyncInterval)
+	defer resync.Stop()
+	soon := time.NewTimer(0) // the first sync, at once
+	defer soon.Stop()
+	pending := true
+	arm := func(d time.Duration) {
+		if !pending {
+			pending = true
+			soon.Reset(d)
+		}
+	}
+	resub := time.NewTimer(time.Hour)
+	resub.Stop()
+	defer resub.Stop()
+	rel := b.relevance()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-b.kick:
+			arm(0)
+		case <-resync.C:
+			arm(0)
+		case <-soon.C:
+			pending = false
+			if err := b.reconcile(); err != nil {
+				b.log.Warn("sync failed; retrying", "err", err)
+				arm(retryAfter)
+			}
+			rel = b.relevance()
+		case u, ok := <-w.links:
+			if !ok {
+				w = b.lost(w, resub)
+			} else if rel.link(u) {
+				arm(debounce)
+			}
+		case u, ok := <-w.neighs:
+			if !ok {
+				w = b.lost(w, resub)
+			} else if rel.neigh(u) {
+				arm(debounce)
+			}
+		case u, ok := <-w.routes:
+			if !ok {
+				w = b.lost(w, resub)
+			} else if rel.route(u) {
+				arm(debounce)
+			}
+		case <-resub.C:
+			nw, err := subscribe(b.cfg.NetNS, b.log)
+			if err != nil {
+				b.log.Warn("resubscribe failed; retrying", "err", err)
+				resub.Reset(retryAfter)
+				continue
+			}
+			w = nw
+			arm(0) // notifications were missed meanwhile
+		}
+	}
+}
+
+// lost handles a subscription that ended on its own: it closes the rest and
+// schedules a new one, leaving an empty watch whose nil channels never fire.
+func (b *Backend) lost(w *watch, resub *time.Timer) *watch {
+	b.log.Warn("netlink subscription ended; resubscribing")
+	w.close()
+	resub.Reset(retryAfter)
+	return &watch{done: make(chan struct{})}
+}
+
+func (b *Backend) relevance() relevance {
+	r := relevance{index: map[int]bool{}, name: map[string]bool{}}
+	for _, d := range b.devs {
+		r.name[d.spec.name] = true
+		if d.index != 0 {
+			r.index[d.index] = true
+		}
+	}
+	return r
+}
+
+// reconcile makes every device and its peers match the latest table.
+func (b *Backend) reconcile() error {
+	tp := b.table.Load()
+	var errs []error
+	for _, d := range b.devs {
+		if err := b.reconcileDevice(d, tp); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 || tp == nil {
+		return errors.Join(errs...)
+	}
+	b.applied = *tp
+	b.readyOnce.Do(func() {
+		b.log.Info("dataplane ready", "peers", len(*tp))
+		close(b.ready)
+	})
+	return nil
+}
+
+func (b *Backend) reconcileDevice(d *devState, tp *vtep.Table) error {
+	idx, created, err := ensureDevice(b.cfg.Handle, d.spec, b.log)
+	if err != nil {
+		return err
+	}
+	if created && d.index != 0 {
+		b.repairs.device.Add(1)
+		b.log.Warn("repaired device", "device", d.spec.name, "old_index", d.index, "index", idx)
+	}
+	if idx != d.index || d.overlay == nil {
+		d.index = idx
+		d.overlay = backend.NewOverlay(b.cfg.Handle, idx, backend.OverlayOptions{
+			Family:        d.spec.family,
+			DirectRouting: b.cfg.DirectRouting,
+			Step:          fdb{h: b.cfg.Handle, link: idx},
+		})
+	}
+	if tp == nil {
+		return nil
+	}
+	st, err := d.overlay.Sync(*tp)
+	if st.Changed() && !created && b.applied != nil && maps.Equal(b.applied, *tp) {
+		b.repairs.add(st)
+		b.log.Warn("repaired drift", "device", d.spec.name,
+			"neigh", st.NeighSet+st.NeighDel, "fdb", st.StepSet+st.StepDel, "route", st.RouteSet+st.RouteDel)
+	}
+	if err != nil {
+		return fmt.Errorf("sync peers on %s: %w", d.spec.name, err)
+	}
+	return nil
+}
+
+// Repairs counts the kernel entries the backend rewrote because they had
+// drifted from a table it had already programmed (deleted or changed by
+// someone else), by kind. A recreated device counts once under Device; the
+// entries rewritten on it then are not counted again.
+type Repairs struct {
+	Device, Neigh, FDB, Route uint64
+}
+
+type repairCounters struct {
+	device, neigh, fdb, route atomic.Uint64
+}
+
+func (c *repairCounters) add(st backend.SyncStats) {
+	c.neigh.Add(uint64(st.NeighSet + st.NeighDel))
+	c.fdb.Add(uint64(st.StepSet + st.StepDel))
+	c.route.Add(uint64(st.RouteSet + st.RouteDel))
+}
+
+// Repairs returns the repair counters so far; safe to call at any time.
+func (b *Backend) Repairs() Repairs {
+	return Repairs{
+		Device: b.repairs.device.Load(),
+		Neigh:  b.repairs.neigh.Load(),
+		FDB:    b.repairs.fdb.Load(),
+		Route:  b.repairs.route.Load(),
+	}
+}

@@ -1,0 +1,109 @@
+package vxlan
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/weft-net/weft/backend"
+)
+
+// watch holds the link, neighbour and route change subscriptions of one
+// namespace. Its channels close when the subscription fails or is closed.
+type watch struct {
+	links  chan netlink.LinkUpdate
+	neighs chan netlink.NeighUpdate
+	routes chan netlink.RouteUpdate
+	done   chan struct{}
+}
+
+// subscribe opens the three subscriptions in the namespace at path (""
+// means the current one).
+func subscribe(path string, log *slog.Logger) (*watch, error) {
+	w := &watch{
+		links:  make(chan netlink.LinkUpdate, 64),
+		neighs: make(chan netlink.NeighUpdate, 256),
+		routes: make(chan netlink.RouteUpdate, 256),
+		done:   make(chan struct{}),
+	}
+	var nsh *netns.NsHandle
+	if path != "" {
+		h, err := netns.GetFromPath(path)
+		if err != nil {
+			return nil, fmt.Errorf("open namespace %s: %w", path, err)
+		}
+		defer h.Close()
+		nsh = &h
+	}
+	cberr := func(err error) {
+		select {
+		case <-w.done: // the socket was closed on purpose
+		default:
+			log.Warn("netlink subscription error", "err", err)
+		}
+	}
+	// Each subscription's channel is closed by netlink when it ends; a
+	// failed subscribe leaves it open, so close it here to keep close()
+	// simple.
+	if err := netlink.LinkSubscribeWithOptions(w.links, w.done, netlink.LinkSubscribeOptions{Namespace: nsh, ErrorCallback: cberr}); err != nil {
+		close(w.links)
+		close(w.neighs)
+		close(w.routes)
+		w.close()
+		return nil, fmt.Errorf("subscribe to links: %w", err)
+	}
+	if err := netlink.NeighSubscribeWithOptions(w.neighs, w.done, netlink.NeighSubscribeOptions{Namespace: nsh, ErrorCallback: cberr}); err != nil {
+		close(w.neighs)
+		close(w.routes)
+		w.close()
+		return nil, fmt.Errorf("subscribe to neighbours: %w", err)
+	}
+	if err := netlink.RouteSubscribeWithOptions(w.routes, w.done, netlink.RouteSubscribeOptions{Namespace: nsh, ErrorCallback: cberr}); err != nil {
+		close(w.routes)
+		w.close()
+		return nil, fmt.Errorf("subscribe to routes: %w", err)
+	}
+	return w, nil
+}
+
+// close ends the subscriptions and returns once their goroutines have
+// delivered their last update.
+func (w *watch) close() {
+	select {
+	case <-w.done:
+	default:
+		close(w.done)
+	}
+	for range w.links {
+	}
+	for range w.neighs {
+	}
+	for range w.routes {
+	}
+}
+
+// relevance decides whether a change notification concerns the backend's
+// devices: their links, their permanent neighbours and FDB entries (any
+// deletion), and weft's routes.
+type relevance struct {
+	index map[int]bool
+	name  map[string]bool
+}
+
+func (r relevance) link(u netlink.LinkUpdate) bool {
+	return r.index[int(u.Index)] || u.Link != nil && r.name[u.Link.Attrs().Name]
+}
+
+func (r relevance) neigh(u netlink.NeighUpdate) bool {
+	if !r.index[u.LinkIndex] {
+		return false
+	}
+	return u.Type == unix.RTM_DELNEIGH || u.State&netlink.NUD_PERMANENT != 0
+}
+
+func (r relevance) route(u netlink.RouteUpdate) bool {
+	return r.index[u.LinkIndex] || u.Protocol == backend.RouteProtocol
+}
