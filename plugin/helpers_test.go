@@ -202,3 +202,12 @@ func tcpRead(n *nettest.NS, addr string) (string, error) {
 	_, err = b.ReadFrom(c)
 	return b.String(), err
 }
+
+func netipPrefix(t *testing.T, s string) netip.Prefix {
+	t.Helper()
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
