@@ -1,0 +1,59 @@
+// Package uvxlan is weft's userspace VXLAN dataplane: a TAP device and UDP
+// sockets in the node's network namespace, with the encapsulation done in
+// weftd itself. On the wire it is indistinguishable from the kernel VXLAN
+// backend and from Flannel's vxlan backend, so nodes of all three kinds
+// carry pod traffic between them; a uvxlan node's lease therefore still
+// advertises BackendType "vxlan" (the daemon writes the lease, not this
+// package).
+//
+// # What it programs
+//
+// A persistent TAP named weft-u.<VNI> with the node's VTEP MAC, the overlay
+// MTU and the address <subnet>.0/32 (and <subnet6>::/128). Per peer, the same
+// kernel state as the kernel backend except the FDB: a permanent neighbour
+// <peer subnet>.0 lladdr <peer VtepMAC> and a route <peer subnet> via
+// <peer subnet>.0 dev weft-u.<VNI> onlink. The kernel therefore routes pod
+// traffic into the TAP as Ethernet frames addressed to the peer's VTEP MAC
+// and never sends ARP for a peer. The device, neighbours and routes outlive
+// Run, so a restarting daemon keeps routing; RemoveDevice removes them when
+// a node goes back to the kernel backend.
+//
+// # Egress (TAP → underlay)
+//
+// The destination MAC of each frame is looked up in the peer map, an
+// immutable snapshot swapped through an atomic pointer on Set: the packet
+// loops never take a lock. Unknown, broadcast and multicast destinations
+// are dropped and counted (no flooding: neighbours are permanent). The
+// frame goes out behind the 8-byte header 08 00 00 00 | VNI | 00 to the
+// peer's underlay address, UDP port 8472, without DF (IP_PMTUDISC_DONT, as
+// the kernel sends), from one of Config.SourcePorts sockets bound to
+// ephemeral ports of the local port range; the inner flow hash picks the
+// socket, so one flow keeps one source port and flows spread over ECMP
+// paths and receive queues.
+//
+// # Ingress (underlay → TAP)
+//
+// One socket on the VXLAN port. A datagram is accepted only if its source
+// address is a peer's underlay address (anti-spoofing), its flags are
+// exactly the I flag with every reserved bit zero, its VNI is ours, it
+// holds at least an Ethernet header and at most Ethernet header + overlay
+// MTU, and the inner destination MAC is our VTEP MAC. Broadcast and
+// multicast inner frames are refused: no weft or Flannel peer sends them.
+// Everything refused is counted per reason (Stats) and never stops the
+// loops.
+//
+// # Offloads
+//
+// By default the TAP is opened with a virtio-net header (IFF_VNET_HDR) and
+// TSO/checksum offloads, so the kernel hands over TCP super-frames of up to
+// 64 KB. These are segmented in userspace into MTU-sized frames with
+// complete checksums and sent with UDP GSO (UDP_SEGMENT), one send per
+// 64 KB. The receive socket uses UDP GRO and recvmmsg; consecutive TCP
+// segments of a flow, once their checksums are verified, are merged into
+// one super-frame written to the TAP with NEEDS_CSUM (software GRO). Socket
+// buffers are 4 MB. Config.Plain turns all this off: the TAP is then opened
+// with songgao/water (which cannot set IFF_VNET_HDR) and each frame costs a
+// syscall.
+//
+// GBP is not supported: it lives in the skb mark, which a TAP cannot see.
+package uvxlan

@@ -1,0 +1,219 @@
+package uvxlan
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/vtep"
+	"golang.org/x/sys/unix"
+)
+
+// testNode is one overlay node of an end-to-end test: a host on the
+// underlay with a pod namespace behind a veth, and either this package's
+// backend or a hand-made kernel VXLAN device.
+type testNode struct {
+	host   *nettest.Host
+	pod    *nettest.NS
+	subnet netip.Prefix
+	podIP  netip.Addr
+	mac    subnet.MAC
+	b      *Backend // nil for a kernel VXLAN node
+}
+
+const testMTU = 1450
+
+func testLogger(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// addPod wires a pod namespace to the node: pod eth0 <subnet>.2 with MTU
+// 1450 and a default route via <subnet>.1 on the node's end of the veth.
+func addPod(t *testing.T, n *testNode, label string) {
+	t.Helper()
+	n.pod = nettest.NewNS(t, label+"pod")
+	nettest.Veth(t, n.host.NS, "vpod", n.pod, "eth0")
+	gw := n.subnet.Addr().Next()
+	n.podIP = gw.Next()
+	for _, l := range []struct {
+		ns   *nettest.NS
+		name string
+		addr netip.Addr
+	}{{n.host.NS, "vpod", gw}, {n.pod, "eth0", n.podIP}} {
+		n.pod.MustRun(t, "true")
+		l.ns.MustRun(t, "ip", "link", "set", l.name, "mtu", fmt.Sprint(testMTU))
+		if err := nettest.AddAddr(l.ns, l.name, netip.PrefixFrom(l.addr, n.subnet.Bits())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.pod.MustRun(t, "ip", "route", "add", "default", "via", gw.String())
+	n.host.MustRun(t, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+}
+
+// newUVNode starts a userspace VXLAN node; the backend stops at test end.
+func newUVNode(t *testing.T, u *nettest.Underlay, label string, sn netip.Prefix, plain bool) *testNode {
+	t.Helper()
+	n := &testNode{host: u.AddHost(t, label, "eth0"), subnet: sn}
+	n.mac = backend.VTEPMAC(n.host.Addr, 1)
+	addPod(t, n, label)
+	b, err := New(Config{
+		Handle: n.host.Handle, NetNS: n.host.Path, Local: n.host.Addr, MAC: n.mac,
+		MTU: testMTU, Subnet: sn, Plain: plain,
+	}, testLogger(t).With("node", label))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.b = b
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run %s: %v", label, err)
+		}
+	})
+	return n
+}
+
+// newKernelNode builds a node with a hand-made kernel VXLAN device, the way
+// Flannel's vxlan backend sets it up. Transmit offload is off on its
+// underlay veth so that it hands over complete checksums, as a real NIC
+// would (see uvxlan-notes).
+func newKernelNode(t *testing.T, u *nettest.Underlay, label string, sn netip.Prefix) *testNode {
+	t.Helper()
+	n := &testNode{host: u.AddHost(t, label, "eth0"), subnet: sn}
+	n.mac = backend.VTEPMAC(n.host.Addr, 1)
+	addPod(t, n, label)
+	h := n.host
+	h.MustRun(t, "ethtool", "-K", "eth0", "tx", "off")
+	h.MustRun(t, "ip", "link", "add", "vx0", "address", n.mac.String(), "mtu", fmt.Sprint(testMTU), "type", "vxlan",
+		"id", "1", "dstport", "8472", "local", h.Addr.String(), "dev", "eth0", "nolearning")
+	h.MustRun(t, "ip", "addr", "add", subnetAddr(sn).String()+"/32", "dev", "vx0")
+	h.MustRun(t, "ip", "link", "set", "vx0", "up")
+	return n
+}
+
+// connect gives every node the table of all the others.
+func connect(t *testing.T, nodes ...*testNode) {
+	t.Helper()
+	for _, n := range nodes {
+		tab := vtep.Table{}
+		for _, p := range nodes {
+			if p != n {
+				tab[p.subnet] = vtep.VTEP{MAC: p.mac, Addr: p.host.Addr}
+			}
+		}
+		if n.b != nil {
+			n.b.Set(tab)
+			select {
+			case <-n.b.Ready():
+			case <-time.After(10 * time.Second):
+				t.Fatalf("backend of %s not ready", n.host.Name)
+			}
+			continue
+		}
+		for s, v := range tab {
+			gw := subnetAddr(s).String()
+			n.host.MustRun(t, "ip", "neigh", "replace", gw, "lladdr", v.MAC.String(), "dev", "vx0", "nud", "permanent")
+			addFDB(t, n, v)
+			n.host.MustRun(t, "ip", "route", "replace", s.String(), "via", gw, "dev", "vx0", "onlink")
+		}
+	}
+}
+
+// addFDB adds "<mac> dst <addr> self permanent" on vx0 (with netlink: the
+// `bridge` on PATH may be the CNI plugin of that name).
+func addFDB(t *testing.T, n *testNode, v vtep.VTEP) {
+	t.Helper()
+	l, err := n.host.Handle.LinkByName("vx0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = n.host.Handle.NeighSet(&netlink.Neigh{
+		LinkIndex: l.Attrs().Index, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT,
+		Flags: netlink.NTF_SELF, IP: v.Addr.AsSlice(), HardwareAddr: v.MAC.HardwareAddr(),
+	})
+	if err != nil {
+		t.Fatalf("add fdb %s: %v", v.MAC, err)
+	}
+}
+
+// ping pings dst from the pod of n and reports whether all replies came.
+func ping(n *testNode, dst netip.Addr, args ...string) (string, error) {
+	argv := append([]string{"ping", "-c", "3", "-i", "0.2", "-W", "2"}, args...)
+	return n.pod.Run(append(argv, dst.String())...)
+}
+
+// transfer sends size pseudo-random bytes over TCP from the pod of a to the
+// pod of b and checks that the SHA-256 of what arrived matches.
+func transfer(t *testing.T, a, b *testNode, size int64) {
+	t.Helper()
+	var ln net.Listener
+	if err := b.pod.Do(func() (err error) {
+		ln, err = net.Listen("tcp", net.JoinHostPort(b.podIP.String(), "0"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type result struct {
+		sum [32]byte
+		n   int64
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- result{err: err}
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(60 * time.Second))
+		h := sha256.New()
+		n, err := io.Copy(h, c)
+		var r result
+		copy(r.sum[:], h.Sum(nil))
+		r.n, r.err = n, err
+		got <- r
+	}()
+	var c net.Conn
+	if err := a.pod.Do(func() (err error) {
+		c, err = net.DialTimeout("tcp", ln.Addr().String(), 5*time.Second)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(60 * time.Second))
+	h := sha256.New()
+	src := io.TeeReader(io.LimitReader(rand.NewChaCha8([32]byte{1, 2, 3}), size), h)
+	if _, err := io.Copy(c, src); err != nil {
+		c.Close()
+		t.Fatalf("send: %v", err)
+	}
+	c.Close()
+	r := <-got
+	if r.err != nil && !errors.Is(r.err, io.EOF) {
+		t.Fatalf("receive: %v", r.err)
+	}
+	if r.n != size || r.sum != [32]byte(h.Sum(nil)) {
+		t.Fatalf("received %d bytes with sha256 %x, sent %d with %x", r.n, r.sum, size, h.Sum(nil))
+	}
+}

@@ -1,0 +1,150 @@
+package uvxlan
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// The virtio-net header that a TAP opened with IFF_VNET_HDR puts in front of
+// every frame (struct virtio_net_hdr, little endian, 10 bytes). On a TAP,
+// csumStart and hdrLen count from the start of the Ethernet header.
+const (
+	virtioNetHdrLen   = 10
+	vnetFlagNeedsCsum = 1 // VIRTIO_NET_HDR_F_NEEDS_CSUM
+	vnetGSONone       = 0
+	vnetGSOTCPv4      = 1
+	vnetGSOTCPv6      = 4
+	vnetGSOECN        = 0x80
+	tcpFlagFIN        = 0x01
+	tcpFlagSYN        = 0x02
+	tcpFlagRST        = 0x04
+	tcpFlagPSH        = 0x08
+	tcpFlagACK        = 0x10
+	tcpFlagURG        = 0x20
+	tcpFlagCWR        = 0x80
+	maxIPPacket       = 65535
+	maxUDPPayload     = 65535 - 40 - 8 // what one UDP GSO send may carry
+	maxGSOSegments    = 64
+	ipv4HeaderLenMin  = 20
+	ipv6HeaderLen     = 40
+	tcpHeaderLenMin   = 20
+)
+
+type vnetHdr struct {
+	flags      uint8
+	gsoType    uint8
+	hdrLen     uint16
+	gsoSize    uint16
+	csumStart  uint16
+	csumOffset uint16
+}
+
+func decodeVnetHdr(b []byte) vnetHdr {
+	_ = b[9]
+	return vnetHdr{
+		flags: b[0], gsoType: b[1],
+		hdrLen:     binary.LittleEndian.Uint16(b[2:]),
+		gsoSize:    binary.LittleEndian.Uint16(b[4:]),
+		csumStart:  binary.LittleEndian.Uint16(b[6:]),
+		csumOffset: binary.LittleEndian.Uint16(b[8:]),
+	}
+}
+
+func (h vnetHdr) encode(b []byte) {
+	_ = b[9]
+	b[0], b[1] = h.flags, h.gsoType
+	binary.LittleEndian.PutUint16(b[2:], h.hdrLen)
+	binary.LittleEndian.PutUint16(b[4:], h.gsoSize)
+	binary.LittleEndian.PutUint16(b[6:], h.csumStart)
+	binary.LittleEndian.PutUint16(b[8:], h.csumOffset)
+}
+
+var errBadOffload = errors.New("bad offload header")
+
+// completeChecksum finishes a partial checksum as a NIC would: the sum of
+// frame[start:] (whose checksum field holds the pseudo-header sum) goes,
+// complemented, into frame[start+offset:].
+func completeChecksum(frame []byte, start, offset int) error {
+	at := start + offset
+	if start >= len(frame) || at+2 > len(frame) {
+		return errBadOffload
+	}
+	binary.BigEndian.PutUint16(frame[at:], ^checksumFold(checksumAdd(frame[start:], 0)))
+	return nil
+}
+
+// segmentTCP cuts a TSO super-frame from the TAP into frames that fit the
+// overlay MTU, each written to out behind room for a VXLAN header. It
+// returns the stride of the segments in out (VXLAN header + full frame; the
+// last may be shorter) and the bytes used. Each segment gets its own IPv4
+// length, ID and header checksum (IPv6 payload length), TCP sequence number
+// and a complete TCP checksum; FIN and PSH stay on the last segment only,
+// CWR on the first only.
+func segmentTCP(frame []byte, h vnetHdr, out []byte) (stride, used int, err error) {
+	if len(frame) < ethHeaderLen+ipv4HeaderLenMin {
+		return 0, 0, errBadOffload
+	}
+	v6 := h.gsoType&^vnetGSOECN == vnetGSOTCPv6
+	et := binary.BigEndian.Uint16(frame[12:])
+	if v6 != (et == etherTypeIPv6) || (!v6 && et != etherTypeIPv4) {
+		return 0, 0, errBadOffload
+	}
+	tcpOff := int(h.csumStart)
+	if !v6 && tcpOff != ethHeaderLen+int(frame[ethHeaderLen]&0x0f)*4 || v6 && tcpOff < ethHeaderLen+ipv6HeaderLen {
+		return 0, 0, errBadOffload
+	}
+	if tcpOff+tcpHeaderLenMin > len(frame) || h.csumOffset != 16 {
+		return 0, 0, errBadOffload
+	}
+	hdrLen := tcpOff + int(frame[tcpOff+12]>>4)*4 // recomputed: the header's hdr_len is a hint
+	mss := int(h.gsoSize)
+	if hdrLen > len(frame) || hdrLen < tcpOff+tcpHeaderLenMin || mss == 0 {
+		return 0, 0, errBadOffload
+	}
+	payload := frame[hdrLen:]
+	stride = vxlanHeaderLen + hdrLen + mss
+	nseg := (len(payload) + mss - 1) / mss
+	if nseg == 0 {
+		nseg = 1
+	}
+	if vxlanHeaderLen*nseg+hdrLen*nseg+len(payload) > len(out) {
+		return 0, 0, errBadOffload
+	}
+	seq := binary.BigEndian.Uint32(frame[tcpOff+4:])
+	flags := frame[tcpOff+13]
+	ipOff := ethHeaderLen
+	addrOff, addrLen := ipOff+12, 4
+	if v6 {
+		addrOff, addrLen = ipOff+8, 16
+	}
+	pseudo := checksumAdd(frame[addrOff:addrOff+2*addrLen], 0) + 6 // src, dst, protocol
+	for i := range nseg {
+		chunk := payload[min(i*mss, len(payload)):min((i+1)*mss, len(payload))]
+		seg := out[used+vxlanHeaderLen : used+vxlanHeaderLen+hdrLen+len(chunk)]
+		copy(seg, frame[:hdrLen])
+		copy(seg[hdrLen:], chunk)
+		ip := seg[ipOff:]
+		if v6 {
+			binary.BigEndian.PutUint16(ip[4:], uint16(len(seg)-ipOff-ipv6HeaderLen))
+		} else {
+			binary.BigEndian.PutUint16(ip[2:], uint16(len(seg)-ipOff))
+			binary.BigEndian.PutUint16(ip[4:], binary.BigEndian.Uint16(frame[ipOff+4:])+uint16(i))
+			ip[10], ip[11] = 0, 0
+			binary.BigEndian.PutUint16(ip[10:], ^checksumFold(checksumAdd(ip[:tcpOff-ipOff], 0)))
+		}
+		tcp := seg[tcpOff:]
+		binary.BigEndian.PutUint32(tcp[4:], seq+uint32(i*mss))
+		f := flags
+		if i != nseg-1 {
+			f &^= tcpFlagFIN | tcpFlagPSH
+		}
+		if i != 0 {
+			f &^= tcpFlagCWR
+		}
+		tcp[13] = f
+		tcp[16], tcp[17] = 0, 0
+		binary.BigEndian.PutUint16(tcp[16:], ^checksumFold(checksumAdd(tcp, pseudo+uint64(len(tcp)))))
+		used += vxlanHeaderLen + len(seg)
+	}
+	return stride, used, nil
+}

@@ -1,0 +1,45 @@
+package uvxlan
+
+import (
+	"net/netip"
+
+	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/vtep"
+	"golang.org/x/sys/unix"
+)
+
+// peer is where frames for one VTEP MAC go.
+type peer struct {
+	addr netip.Addr
+	sa   unix.Sockaddr // addr and the VXLAN port, built once so sends do not allocate
+}
+
+// peers is an immutable snapshot of the peer table, built on Set and read by
+// the packet loops through an atomic pointer: the hot path takes no lock.
+type peers struct {
+	byMAC  map[subnet.MAC]peer     // egress: inner destination MAC → underlay
+	byAddr map[netip.Addr]struct{} // ingress: underlay addresses allowed to send to us
+}
+
+// newPeers builds the snapshot for table t. Entries whose underlay address
+// family differs from the local one are left out: one socket family carries
+// all of this backend's traffic.
+func newPeers(t vtep.Table, port int, ipv6 bool) *peers {
+	p := &peers{byMAC: make(map[subnet.MAC]peer, len(t)), byAddr: make(map[netip.Addr]struct{}, len(t))}
+	for _, v := range t {
+		a := v.Addr.Unmap()
+		if !a.IsValid() || a.Is6() != ipv6 || v.MAC.IsZero() {
+			continue
+		}
+		p.byMAC[v.MAC] = peer{addr: a, sa: sockaddr(netip.AddrPortFrom(a, uint16(port)))}
+		p.byAddr[a] = struct{}{}
+	}
+	return p
+}
+
+func sockaddr(ap netip.AddrPort) unix.Sockaddr {
+	if ap.Addr().Is4() {
+		return &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
+	}
+	return &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
+}

@@ -1,0 +1,221 @@
+package uvxlan
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// socketBuffer is the send and receive buffer of every socket. The default
+// (212 KB) overflows under a single TCP stream, and every overflow is a
+// retransmit.
+const socketBuffer = 4 << 20
+
+// udpSocket is a UDP socket driven through raw syscalls on the Go poller.
+type udpSocket struct {
+	conn *net.UDPConn
+	rc   syscall.RawConn
+}
+
+// listenUDP opens a UDP socket on local in the current namespace: without
+// DF (IP_PMTUDISC_DONT, as kernel VXLAN sends), with 4 MB buffers, and with
+// UDP GRO when gro is set.
+func listenUDP(local netip.AddrPort, gro bool) (*udpSocket, error) {
+	network := "udp4"
+	if local.Addr().Is6() {
+		network = "udp6"
+	}
+	conn, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(local))
+	if err != nil {
+		return nil, fmt.Errorf("listen udp %s: %w", local, err)
+	}
+	s := &udpSocket{conn: conn}
+	if s.rc, err = conn.SyscallConn(); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("listen udp %s: %w", local, err)
+	}
+	var serr error
+	err = s.rc.Control(func(fd uintptr) { serr = setSockOpts(int(fd), local.Addr().Is6(), gro) })
+	if err = errors.Join(err, serr); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("set options of udp %s: %w", local, err)
+	}
+	return s, nil
+}
+
+func setSockOpts(fd int, ipv6, gro bool) error {
+	var err error
+	if ipv6 {
+		err = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DONT)
+	} else {
+		err = unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DONT)
+	}
+	if err != nil {
+		return fmt.Errorf("clear df: %w", err)
+	}
+	// The FORCE variants pass net.core.[rw]mem_max; they need CAP_NET_ADMIN.
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, socketBuffer) != nil {
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, socketBuffer)
+	}
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, socketBuffer) != nil {
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, socketBuffer)
+	}
+	if gro {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1); err != nil {
+			return fmt.Errorf("enable udp gro: %w", err)
+		}
+	}
+	return nil
+}
+
+func (s *udpSocket) close() { s.conn.Close() }
+
+// mmsghdr is struct mmsghdr of recvmmsg(2).
+type mmsghdr struct {
+	hdr unix.Msghdr
+	len uint32
+	_   [4]byte
+}
+
+// recvBatch is a reusable recvmmsg(2) call: buffers, source addresses and
+// control messages for up to len(bufs) datagrams.
+type recvBatch struct {
+	msgs  []mmsghdr
+	iovs  []unix.Iovec
+	names []unix.RawSockaddrInet6
+	bufs  [][]byte
+	oob   [][]byte
+	n     int
+	err   error
+	fn    func(fd uintptr) bool // r.read, bound once so reading does not allocate
+}
+
+func newRecvBatch(count, size int) *recvBatch {
+	r := &recvBatch{
+		msgs:  make([]mmsghdr, count),
+		iovs:  make([]unix.Iovec, count),
+		names: make([]unix.RawSockaddrInet6, count),
+		bufs:  make([][]byte, count),
+		oob:   make([][]byte, count),
+	}
+	for i := range count {
+		r.bufs[i] = make([]byte, size)
+		r.oob[i] = make([]byte, unix.CmsgSpace(2)+unix.CmsgSpace(4))
+		r.iovs[i].Base = &r.bufs[i][0]
+		r.iovs[i].SetLen(size)
+		h := &r.msgs[i].hdr
+		h.Iov = &r.iovs[i]
+		h.SetIovlen(1)
+		h.Name = (*byte)(unsafe.Pointer(&r.names[i]))
+		h.Control = &r.oob[i][0]
+	}
+	r.fn = r.read
+	return r
+}
+
+func (r *recvBatch) read(fd uintptr) bool {
+	for i := range r.msgs {
+		h := &r.msgs[i].hdr
+		h.Namelen = unix.SizeofSockaddrInet6
+		h.SetControllen(len(r.oob[i]))
+		h.Flags = 0
+	}
+	n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.msgs[0])), uintptr(len(r.msgs)), 0, 0, 0)
+	if e == unix.EAGAIN || e == unix.EINTR {
+		return false
+	}
+	r.n, r.err = int(n), nil
+	if e != 0 {
+		r.n, r.err = 0, e
+	}
+	return true
+}
+
+// recv fills the batch; it blocks until at least one datagram is there.
+func (s *udpSocket) recv(r *recvBatch) (int, error) {
+	if err := s.rc.Read(r.fn); err != nil {
+		return 0, err
+	}
+	return r.n, r.err
+}
+
+// datagram returns the payload of message i, its source address and the
+// UDP GRO segment size (0 when the kernel did not coalesce).
+func (r *recvBatch) datagram(i int) ([]byte, netip.Addr, int) {
+	m := &r.msgs[i]
+	var src netip.Addr
+	switch r.names[i].Family {
+	case unix.AF_INET:
+		src = netip.AddrFrom4((*unix.RawSockaddrInet4)(unsafe.Pointer(&r.names[i])).Addr)
+	case unix.AF_INET6:
+		src = netip.AddrFrom16(r.names[i].Addr).Unmap()
+	}
+	return r.bufs[i][:m.len], src, groSize(r.oob[i][:m.hdr.Controllen])
+}
+
+// groSize returns the UDP_GRO segment size from control messages, or 0.
+func groSize(oob []byte) int {
+	for len(oob) >= unix.SizeofCmsghdr {
+		h, data, rest, err := unix.ParseOneSocketControlMessage(oob)
+		if err != nil {
+			return 0
+		}
+		if h.Level == unix.IPPROTO_UDP && h.Type == unix.UDP_GRO && len(data) >= 2 {
+			return int(*(*uint16)(unsafe.Pointer(&data[0])))
+		}
+		oob = rest
+	}
+	return 0
+}
+
+// sender is a reusable sendmsg(2) call, optionally with UDP_SEGMENT.
+type sender struct {
+	buf []byte
+	to  unix.Sockaddr
+	oob []byte // a UDP_SEGMENT control message, or empty
+	seg []byte // backing store of oob
+	err error
+	fn  func(fd uintptr) bool
+}
+
+func newSender() *sender {
+	s := &sender{seg: make([]byte, unix.CmsgSpace(2))}
+	s.fn = s.write
+	return s
+}
+
+// setSegment makes the next send a UDP GSO send cut into size-byte
+// datagrams (0: a single datagram).
+func (s *sender) setSegment(size int) {
+	if size == 0 {
+		s.oob = nil
+		return
+	}
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&s.seg[0]))
+	h.Level, h.Type = unix.IPPROTO_UDP, unix.UDP_SEGMENT
+	h.SetLen(unix.CmsgLen(2))
+	*(*uint16)(unsafe.Pointer(&s.seg[unix.CmsgLen(0)])) = uint16(size)
+	s.oob = s.seg
+}
+
+func (s *sender) write(fd uintptr) bool {
+	_, err := unix.SendmsgN(int(fd), s.buf, s.oob, s.to, 0)
+	if err == unix.EAGAIN || err == unix.EINTR {
+		return false
+	}
+	s.err = err
+	return true
+}
+
+// send sends s.buf to s.to.
+func (u *udpSocket) send(s *sender) error {
+	if err := u.rc.Write(s.fn); err != nil {
+		return err
+	}
+	return s.err
+}
