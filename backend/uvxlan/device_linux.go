@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/songgao/water"
 	"github.com/vishvananda/netlink"
+	"github.com/weft-net/weft/backend"
 	"golang.org/x/sys/unix"
 )
 
@@ -25,6 +26,7 @@ type datapath struct {
 	vnet      bool         // the TAP carries a virtio-net header (offloads on)
 	rx        *udpSocket   // bound to the VXLAN port
 	tx        []*udpSocket // one per source port
+	overlay   *backend.Overlay
 }
 
 // inNS runs f with the calling thread in the namespace at path ("" = here).
