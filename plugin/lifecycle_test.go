@@ -143,12 +143,12 @@ func TestCheckDrift(t *testing.T) {
 	n := e.newNode(t, plugintest.Options{})
 	cases := []struct {
 		name  string
-		break_ func(p *plugintest.Pod) []string
+		sabot []string // run inside the pod
 		code  uint
 	}{
-		{"address removed", func(p *plugintest.Pod) []string { return []string{"ip", "addr", "flush", "dev", "eth0"} }, 100},
-		{"route removed", func(p *plugintest.Pod) []string { return []string{"ip", "route", "del", "10.244.0.0/16"} }, 100},
-		{"interface gone", func(p *plugintest.Pod) []string { return []string{"ip", "link", "del", "eth0"} }, 3},
+		{"address removed", []string{"ip", "addr", "flush", "dev", "eth0"}, 100},
+		{"route removed", []string{"ip", "route", "del", "10.244.0.0/16"}, 100},
+		{"interface gone", []string{"ip", "link", "del", "eth0"}, 3},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -156,7 +156,7 @@ func TestCheckDrift(t *testing.T) {
 			if err := n.Check(p); err != nil {
 				t.Fatalf("CHECK before: %v", err)
 			}
-			p.NS.MustRun(t, c.break_(p)...)
+			p.NS.MustRun(t, c.sabot...)
 			var ce *types.Error
 			if err := n.Check(p); !errors.As(err, &ce) || ce.Code != c.code {
 				t.Fatalf("CHECK after %s: %v, want code %d", c.name, err, c.code)
