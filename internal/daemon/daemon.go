@@ -59,6 +59,7 @@ type Config struct {
 	IPMasq      bool
 	BackendType string // overrides the config's Backend.Type when set
 
+	Metrics       *Metrics      // nil: no metrics
 	RenewMargin   time.Duration // renew this long before expiry (default 1h)
 	RetryInterval time.Duration // between failed renewals and acquisitions (default 1m)
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
@@ -116,7 +118,14 @@ func testConfig(t *testing.T) *subnet.Config {
 
 func startDaemon(t *testing.T, reg *fakeRegistry, file string) (*Daemon, *fakeBackend) {
 	t.Helper()
+	d, fb, _ := startDaemonMetrics(t, reg, file)
+	return d, fb
+}
+
+func startDaemonMetrics(t *testing.T, reg *fakeRegistry, file string) (*Daemon, *fakeBackend, *prometheus.Registry) {
+	t.Helper()
 	fb := newFakeBackend()
+	preg := prometheus.NewRegistry()
 	d, err := New(Config{
 		Registry:      reg,
 		Node:          Node{PublicIP: netip.MustParseAddr("192.168.77.1"), UnderlayMTU: 1500},
@@ -124,6 +133,7 @@ func startDaemon(t *testing.T, reg *fakeRegistry, file string) (*Daemon, *fakeBa
 		IPMasq:        true,
 		RenewMargin:   time.Hour,
 		RetryInterval: 20 * time.Millisecond,
+		Metrics:       NewMetrics(preg),
 		Factories: Factories{Dataplane: func(typ string, _ *subnet.Config, _ subnet.Lease, mtu int) (Dataplane, error) {
 			if typ != "vxlan" || mtu != 1450 {
 				t.Errorf("dataplane factory got %s mtu %d", typ, mtu)
@@ -143,7 +153,7 @@ func startDaemon(t *testing.T, reg *fakeRegistry, file string) (*Daemon, *fakeBa
 			t.Errorf("Run: %v", err)
 		}
 	})
-	return d, fb
+	return d, fb, preg
 }
 
 func peerLease(n int) subnet.Lease {
@@ -173,7 +183,7 @@ func waitTable(t *testing.T, fb *fakeBackend, want int) vtep.Table {
 func TestDaemonWritesFileAndProgramsPeers(t *testing.T) {
 	reg := &fakeRegistry{cfg: testConfig(t)}
 	file := filepath.Join(t.TempDir(), "subnet.env")
-	d, fb := startDaemon(t, reg, file)
+	d, fb, preg := startDaemonMetrics(t, reg, file)
 	self := peerLease(1)
 	self.Subnet = netip.MustParsePrefix("10.244.1.0/24")
 	reg.send(t, subnet.Event{Lease: self}, subnet.Event{Lease: peerLease(2)}, subnet.Event{Lease: peerLease(3)})
@@ -190,6 +200,9 @@ func TestDaemonWritesFileAndProgramsPeers(t *testing.T) {
 	}
 	reg.send(t, subnet.Event{Type: subnet.EventRemoved, Lease: peerLease(2)})
 	waitTable(t, fb, 1)
+	waitFor(t, func() bool {
+		return gauge(t, preg, "weft_peers") == 1 && gauge(t, preg, "weft_leases") == 2
+	})
 	deadline := time.Now().Add(5 * time.Second)
 	for !d.Ready() {
 		if time.Now().After(deadline) {
@@ -197,6 +210,26 @@ func TestDaemonWritesFileAndProgramsPeers(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	waitFor(t, func() bool { return gauge(t, preg, "weft_ready") == 1 })
+}
+
+// gauge sums the samples of a metric family gathered from reg.
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	return sum
 }
 
 func TestDaemonReacquiresLostLease(t *testing.T) {

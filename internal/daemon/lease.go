@@ -38,6 +38,8 @@ func (d *Daemon) leaseLoop(ctx context.Context, cfg *subnet.Config, typ string) 
 			return err
 		}
 		d.ready.Store(false)
+		d.cfg.Metrics.setReady(false)
+		d.cfg.Metrics.lost()
 		d.log.Warn("our lease was deleted or taken over, acquiring again", "subnet", lease.Subnet)
 		hint = lease.Subnet
 	}
@@ -71,6 +73,7 @@ func (d *Daemon) acquire(ctx context.Context, attrs subnet.LeaseAttrs, hint neti
 	for {
 		lease, err := d.cfg.Registry.Acquire(ctx, attrs, hint)
 		if err == nil {
+			d.cfg.Metrics.acquired()
 			d.log.Info("acquired lease", "subnet", lease.Subnet, "ipv6Subnet", lease.IPv6Subnet, "publicIP", attrs.PublicIP, "expires", lease.Expiration)
 			return lease, nil
 		}
@@ -146,6 +149,7 @@ func (d *Daemon) awaitReady(ctx context.Context, b backend.Backend) error {
 		}
 	}
 	d.ready.Store(true)
+	d.cfg.Metrics.setReady(true)
 	d.log.Info("dataplane programmed, ready")
 	return nil
 }
@@ -163,6 +167,7 @@ func (d *Daemon) renew(ctx context.Context, lease subnet.Lease) error {
 		}
 		for {
 			next, err := d.cfg.Registry.Renew(ctx, lease)
+			d.cfg.Metrics.renewed(err)
 			if err == nil {
 				lease = next
 				d.log.Info("renewed lease", "subnet", lease.Subnet, "expires", lease.Expiration)
@@ -199,6 +204,8 @@ func (d *Daemon) watch(ctx context.Context, cfg *subnet.Config, self subnet.Leas
 				return nil
 			case batch = <-events:
 			}
+			start := time.Now()
+			var added, removed int
 			for _, ev := range batch {
 				key := ev.Lease.Key()
 				if key == selfKey && lostOwnLease(ev, self) {
@@ -206,8 +213,10 @@ func (d *Daemon) watch(ctx context.Context, cfg *subnet.Config, self subnet.Leas
 				}
 				if ev.Type == subnet.EventRemoved {
 					delete(leases, key)
+					removed++
 				} else {
 					leases[key] = ev.Lease
+					added++
 				}
 			}
 			all := make([]subnet.Lease, 0, len(leases))
@@ -217,6 +226,13 @@ func (d *Daemon) watch(ctx context.Context, cfg *subnet.Config, self subnet.Leas
 			t := vtep.FromLeases(all, self)
 			b.Set(t)
 			d.state.Store(&State{Lease: self, Config: cfg, Peers: t})
+			v4 := 0
+			for p := range t {
+				if p.Addr().Is4() {
+					v4++
+				}
+			}
+			d.cfg.Metrics.batch(added, removed, len(leases), v4, len(t)-v4, time.Since(start))
 		}
 	})
 	err := g.Wait()

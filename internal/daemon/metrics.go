@@ -1,0 +1,89 @@
+package daemon
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the daemon's Prometheus metrics. A nil *Metrics records
+// nothing, so tests and callers that do not serve metrics pass nil.
+type Metrics struct {
+	leases        prometheus.Gauge
+	peers         *prometheus.GaugeVec
+	acquisitions  prometheus.Counter
+	leaseLost     prometheus.Counter
+	renewals      prometheus.Counter
+	renewFailures prometheus.Counter
+	ready         prometheus.Gauge
+	events        *prometheus.CounterVec
+	tableUpdate   prometheus.Histogram
+}
+
+// NewMetrics creates the metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		leases: prometheus.NewGauge(prometheus.GaugeOpts{Name: "weft_leases",
+			Help: "Subnet leases known from the datastore, this node's included."}),
+		peers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "weft_peers",
+			Help: "Remote node subnets in the desired peer table, by address family."}, []string{"family"}),
+		acquisitions: prometheus.NewCounter(prometheus.CounterOpts{Name: "weft_lease_acquisitions_total",
+			Help: "Leases acquired (at start and after a lost lease)."}),
+		leaseLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "weft_lease_lost_total",
+			Help: "Times this node's lease was deleted or taken over."}),
+		renewals: prometheus.NewCounter(prometheus.CounterOpts{Name: "weft_lease_renewals_total",
+			Help: "Successful lease renewals."}),
+		renewFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "weft_lease_renewal_failures_total",
+			Help: "Failed lease renewal attempts (each is retried)."}),
+		ready: prometheus.NewGauge(prometheus.GaugeOpts{Name: "weft_ready",
+			Help: "1 once the subnet file is written and the dataplane programmed."}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "weft_lease_events_total",
+			Help: "Lease events received from the datastore watch, by type."}, []string{"type"}),
+		tableUpdate: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "weft_peer_table_build_seconds",
+			Help:    "Time to turn a batch of lease events into a new peer table and hand it to the dataplane.",
+			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 10)}),
+	}
+	reg.MustRegister(m.leases, m.peers, m.acquisitions, m.leaseLost, m.renewals, m.renewFailures, m.ready, m.events, m.tableUpdate)
+	return m
+}
+
+func (m *Metrics) acquired() {
+	if m != nil {
+		m.acquisitions.Inc()
+	}
+}
+
+func (m *Metrics) lost() {
+	if m != nil {
+		m.leaseLost.Inc()
+	}
+}
+
+func (m *Metrics) renewed(err error) {
+	if m == nil {
+		return
+	}
+	if err != nil {
+		m.renewFailures.Inc()
+	} else {
+		m.renewals.Inc()
+	}
+}
+
+func (m *Metrics) setReady(v bool) {
+	if m != nil {
+		m.ready.Set(map[bool]float64{true: 1}[v])
+	}
+}
+
+func (m *Metrics) batch(added, removed, leases, v4, v6 int, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.events.WithLabelValues("added").Add(float64(added))
+	m.events.WithLabelValues("removed").Add(float64(removed))
+	m.leases.Set(float64(leases))
+	m.peers.WithLabelValues("ipv4").Set(float64(v4))
+	m.peers.WithLabelValues("ipv6").Set(float64(v6))
+	m.tableUpdate.Observe(took.Seconds())
+}
