@@ -128,7 +128,7 @@ type family struct {
 
 var (
 	familyV4 = family{prefix: "", bits: 32, maxSubnetLen: 30, maxNetLen: 28, defaultLen: 24}
-	familyV6 = family{prefix: "IPv6", bits: 128, maxSubnetLen: 126, maxNetLen: 126, defaultLen: 64}
+	familyV6 = family{prefix: "IPv6", bits: 128, maxSubnetLen: 126, maxNetLen: 124, defaultLen: 64}
 )
 
 type parsedFamily struct {
@@ -253,13 +253,18 @@ func nthSubnet(p netip.Prefix, l int, n uint64) netip.Addr {
 	return addUint(p.Addr(), l, n)
 }
 
-// lastSubnet returns the address of the last subnet of length l in p.
+// lastSubnet returns the address of the last subnet of length l in p: the
+// bits between p's length and l all set.
 func lastSubnet(p netip.Prefix, l int) netip.Addr {
-	count := l - p.Bits()
-	if count >= 64 {
-		count = 63 // the IPv6 range is capped, far beyond any real cluster
+	a := p.Addr()
+	hi, lo := be128(a.As16())
+	netHi, netLo := lowMask128(uint(a.BitLen() - p.Bits()))
+	subHi, subLo := lowMask128(uint(a.BitLen() - l))
+	out := put128(hi|netHi&^subHi, lo|netLo&^subLo)
+	if a.Is4() {
+		return netip.AddrFrom4([4]byte(out[12:]))
 	}
-	return addUint(p.Addr(), l, (uint64(1)<<count)-1)
+	return netip.AddrFrom16(out)
 }
 
 // addUint adds n subnets of length l to a. It works on the 128-bit form of a

@@ -43,56 +43,73 @@ type VXLANData struct {
 	VtepMAC MAC
 }
 
-// wireAttrs is the JSON form. Addresses are pointers so that an absent one is
-// written as null, byte for byte as flanneld writes it.
+// wireAttrs is the JSON form, with flanneld's field names, order and
+// omissions: PublicIP is always written ("0.0.0.0" when the node has no IPv4
+// address, because flanneld cannot read null there), PublicIPv6 is null when
+// absent, and empty backend fields are left out.
 type wireAttrs struct {
 	PublicIP      *netip.Addr     `json:"PublicIP"`
 	PublicIPv6    *netip.Addr     `json:"PublicIPv6"`
-	BackendType   string          `json:"BackendType"`
-	BackendData   json.RawMessage `json:"BackendData"`
+	BackendType   string          `json:"BackendType,omitempty"`
+	BackendData   json.RawMessage `json:"BackendData,omitempty"`
 	BackendV6Data json.RawMessage `json:"BackendV6Data,omitempty"`
 }
 
 // MarshalJSON writes the value as flanneld does:
 // {"PublicIP":"…","PublicIPv6":null,"BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"…"}}
 func (a LeaseAttrs) MarshalJSON() ([]byte, error) {
-	w := wireAttrs{BackendType: a.BackendType, BackendData: json.RawMessage("null")}
+	pub := netip.IPv4Unspecified()
+	w := wireAttrs{PublicIP: &pub, BackendType: a.BackendType}
 	if a.PublicIP.IsValid() {
-		w.PublicIP = &a.PublicIP
+		if !a.PublicIP.Is4() {
+			return nil, fmt.Errorf("marshal lease attrs: PublicIP %s: not an IPv4 address", a.PublicIP)
+		}
+		pub = a.PublicIP
 	}
 	if a.PublicIPv6.IsValid() {
-		w.PublicIPv6 = &a.PublicIPv6
-	}
-	if a.BackendData != nil {
-		b, err := json.Marshal(a.BackendData)
-		if err != nil {
-			return nil, err
+		if !a.PublicIPv6.Is6() || a.PublicIPv6.Is4In6() {
+			return nil, fmt.Errorf("marshal lease attrs: PublicIPv6 %s: not an IPv6 address", a.PublicIPv6)
 		}
-		w.BackendData = b
+		v6 := a.PublicIPv6
+		w.PublicIPv6 = &v6
 	}
-	if a.BackendV6Data != nil {
-		b, err := json.Marshal(a.BackendV6Data)
-		if err != nil {
-			return nil, err
-		}
-		w.BackendV6Data = b
+	var err error
+	if w.BackendData, err = encodeVXLANData(a.BackendData); err != nil {
+		return nil, fmt.Errorf("marshal lease attrs: BackendData: %w", err)
+	}
+	if w.BackendV6Data, err = encodeVXLANData(a.BackendV6Data); err != nil {
+		return nil, fmt.Errorf("marshal lease attrs: BackendV6Data: %w", err)
 	}
 	return json.Marshal(w)
 }
 
+func encodeVXLANData(d *VXLANData) (json.RawMessage, error) {
+	if d == nil {
+		return nil, nil
+	}
+	return json.Marshal(d)
+}
+
 // UnmarshalJSON reads a lease value written by weft or flanneld. Backend
 // data is decoded only for the vxlan type; other backends' data is dropped.
+// A PublicIP of "0.0.0.0" (flanneld's IPv6-only lease) reads as invalid.
 func (a *LeaseAttrs) UnmarshalJSON(b []byte) error {
 	var w wireAttrs
 	if err := json.Unmarshal(b, &w); err != nil {
 		return err
 	}
 	out := LeaseAttrs{BackendType: w.BackendType}
-	if w.PublicIP != nil {
+	if w.PublicIP != nil && !w.PublicIP.IsUnspecified() {
 		out.PublicIP = *w.PublicIP
 	}
-	if w.PublicIPv6 != nil {
+	if w.PublicIPv6 != nil && !w.PublicIPv6.IsUnspecified() {
 		out.PublicIPv6 = *w.PublicIPv6
+	}
+	if out.PublicIP.IsValid() && !out.PublicIP.Is4() {
+		return fmt.Errorf("PublicIP %s: not an IPv4 address", out.PublicIP)
+	}
+	if out.PublicIPv6.IsValid() && (!out.PublicIPv6.Is6() || out.PublicIPv6.Is4In6()) {
+		return fmt.Errorf("PublicIPv6 %s: not an IPv6 address", out.PublicIPv6)
 	}
 	if w.BackendType == BackendTypeVXLAN {
 		var err error

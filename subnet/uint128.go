@@ -32,6 +32,18 @@ func shl128(n uint64, s uint) (hi, lo uint64) {
 	}
 }
 
+// lowMask128 returns a 128-bit number with its n lowest bits set.
+func lowMask128(n uint) (hi, lo uint64) {
+	switch {
+	case n >= 128:
+		return ^uint64(0), ^uint64(0)
+	case n >= 64:
+		return 1<<(n-64) - 1, ^uint64(0)
+	default:
+		return 0, 1<<n - 1
+	}
+}
+
 func add64(a, b uint64) (sum, carry uint64) { return bits.Add64(a, b, 0) }
 
 // subnetIndex returns how many subnets of length l lie between base and a
