@@ -135,7 +135,9 @@ func (o *Overlay) Sync(t vtep.Table) (SyncStats, error) {
 		}
 	}
 	for _, r := range sp.SetRoutes {
-		if err := o.h.RouteReplace(o.route(r)); err != nil {
+		nr := o.route(r)
+		nr.Protocol = RouteProtocol
+		if err := o.h.RouteReplace(nr); err != nil {
 			return st, fmt.Errorf("replace route %s via %s: %w", r.Dst, r.Gw, err)
 		}
 		st.RouteSet++
@@ -151,20 +153,28 @@ func (o *Overlay) Sync(t vtep.Table) (SyncStats, error) {
 		}
 	}
 	for _, n := range sp.DelNeighbours {
-		if err := o.h.NeighDel(o.neigh(n)); err != nil && !errors.Is(err, unix.ENOENT) {
+		err := o.h.NeighDel(o.neigh(n))
+		switch {
+		case err == nil:
+			st.NeighDel++
+		case !errors.Is(err, unix.ENOENT):
 			return st, fmt.Errorf("delete neighbour %s: %w", n.IP, err)
 		}
-		st.NeighDel++
 	}
 	return st, nil
 }
 
 func (o *Overlay) delRoutes(rs []Route, st *SyncStats) error {
 	for _, r := range rs {
-		if err := o.h.RouteDel(o.route(r)); err != nil && !errors.Is(err, unix.ESRCH) {
+		nr := o.route(r)
+		nr.Scope = netlink.SCOPE_NOWHERE // any scope: a stray route may be scope link
+		err := o.h.RouteDel(nr)
+		switch {
+		case err == nil:
+			st.RouteDel++
+		case !errors.Is(err, unix.ESRCH): // ESRCH: already gone (replaced in place)
 			return fmt.Errorf("delete route %s via %s: %w", r.Dst, r.Gw, err)
 		}
-		st.RouteDel++
 	}
 	return nil
 }
@@ -303,12 +313,13 @@ func (o *Overlay) neigh(n Neighbour) *netlink.Neigh {
 	}
 }
 
+// route is r for netlink. It carries no protocol, so that deleting a route
+// of another protocol matches it; RouteReplace callers set RouteProtocol.
 func (o *Overlay) route(r Route) *netlink.Route {
 	nr := &netlink.Route{
 		Dst:      PrefixIPNet(r.Dst),
 		Gw:       r.Gw.AsSlice(),
 		Table:    unix.RT_TABLE_MAIN,
-		Protocol: RouteProtocol,
 		Priority: r.Priority,
 	}
 	if r.OnLink {

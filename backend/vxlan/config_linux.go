@@ -57,8 +57,9 @@ type Config struct {
 	// zero means backend.VTEPMAC(Local, VNI) (and LocalIPv6). They must be
 	// stable across restarts: peers hold FDB entries for them.
 	MAC, MACv6 subnet.MAC
-	// MTU of the overlay devices; 0 means the underlay's MTU minus the
-	// encapsulation overhead (backend.OverlayMTU).
+	// MTU of the IPv4 device (the daemon's underlay MTU − 50); the IPv6
+	// device gets 20 bytes less, for the larger outer header. 0 means the
+	// underlay's MTU minus the encapsulation overhead (backend.OverlayMTU).
 	MTU int
 
 	// DirectRouting routes peers whose public address is on-link straight
@@ -143,6 +144,10 @@ func (c Config) withDefaults() (Config, error) {
 // specs returns the device of each configured family.
 func (c Config) specs() []deviceSpec {
 	var out []deviceSpec
+	mtu6 := c.MTU
+	if mtu6 != 0 {
+		mtu6 -= backend.OverheadIPv6 - backend.OverheadIPv4
+	}
 	if c.Local.IsValid() {
 		out = append(out, deviceSpec{
 			name: c.Name, family: netlink.FAMILY_V4, vni: c.VNI, port: c.Port, underlay: c.UnderlayIndex,
@@ -153,7 +158,7 @@ func (c Config) specs() []deviceSpec {
 	if c.LocalIPv6.IsValid() {
 		out = append(out, deviceSpec{
 			name: c.NameV6, family: netlink.FAMILY_V6, vni: c.VNI, port: c.Port, underlay: c.UnderlayIndex,
-			local: c.LocalIPv6, addr: netip.PrefixFrom(c.IPv6Subnet.Masked().Addr(), 128), mac: c.MACv6, mtu: c.MTU,
+			local: c.LocalIPv6, addr: netip.PrefixFrom(c.IPv6Subnet.Masked().Addr(), 128), mac: c.MACv6, mtu: mtu6,
 			gbp: c.GBP, learning: c.Learning,
 		})
 	}

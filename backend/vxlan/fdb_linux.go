@@ -97,10 +97,13 @@ func (f fdb) Prune(peers []vtep.Entry) (int, error) {
 		if want[e] {
 			continue
 		}
-		if err := f.h.NeighDel(f.neigh(e)); err != nil && !errors.Is(err, unix.ENOENT) {
+		err := f.h.NeighDel(f.neigh(e))
+		switch {
+		case err == nil:
+			n++
+		case !errors.Is(err, unix.ENOENT): // ENOENT: replaced by Ensure
 			return n, fmt.Errorf("delete fdb %s dst %s: %w", e.MAC, e.Dst, err)
 		}
-		n++
 	}
 	return n, nil
 }

@@ -121,10 +121,13 @@ func waitReady(t *testing.T, b *Backend) {
 }
 
 // lines runs argv in nd and returns its output lines, trimmed and sorted,
-// without the empty ones.
+// without the empty ones; a failure is one line holding the error.
 func lines(t *testing.T, nd *nettest.NS, argv ...string) []string {
 	t.Helper()
-	out := nd.MustRun(t, argv...)
+	out, err := nd.Run(argv...)
+	if err != nil {
+		return []string{"error: " + err.Error()}
+	}
 	var ls []string
 	for l := range strings.SplitSeq(out, "\n") {
 		if l = strings.Join(strings.Fields(l), " "); l != "" {

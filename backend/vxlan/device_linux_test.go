@@ -1,0 +1,272 @@
+package vxlan
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/vtep"
+)
+
+// peerTable is a table of one dual-stack peer.
+func peerTable() vtep.Table {
+	return vtep.Table{
+		netip.MustParsePrefix("10.244.2.0/24"):      {MAC: mac("0a:00:00:00:00:02"), Addr: netip.MustParseAddr("192.168.77.2")},
+		netip.MustParsePrefix("fd00:10:244:2::/64"): {MAC: mac("0a:00:00:00:00:02"), Addr: netip.MustParseAddr("fd77::2")},
+	}
+}
+
+// TestAdoptOnRestart stops a backend and starts a second one on the same
+// namespace, as a restarted weftd does: the device keeps its index and MAC,
+// and not one link, neighbour or route is deleted meanwhile.
+func TestAdoptOnRestart(t *testing.T) {
+	u := nettest.NewUnderlay(t, ul4, 0)
+	n1 := newNode(t, u, 1)
+	b1 := newBackend(t, n1.config())
+	b1.Set(peerTable())
+	stop := start(t, b1)
+	waitReady(t, b1)
+	before4, before6 := state(t, n1.NS, "weft.1"), state(t, n1.NS, "weft-v6.1")
+	l1, err := n1.Handle.LinkByName("weft.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+
+	deletions := watchDeletions(t, n1.NS)
+	b2 := newBackend(t, n1.config())
+	b2.Set(peerTable())
+	start(t, b2)
+	waitReady(t, b2)
+	time.Sleep(300 * time.Millisecond) // let any notification arrive
+	if d := deletions(); len(d) > 0 {
+		t.Errorf("restart deleted kernel state: %v", d)
+	}
+	l2, err := n1.Handle.LinkByName("weft.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l1.Attrs().Index != l2.Attrs().Index || l1.Attrs().HardwareAddr.String() != l2.Attrs().HardwareAddr.String() {
+		t.Errorf("device changed: index %d → %d, mac %s → %s", l1.Attrs().Index, l2.Attrs().Index, l1.Attrs().HardwareAddr, l2.Attrs().HardwareAddr)
+	}
+	if got := state(t, n1.NS, "weft.1"); !got.equal(before4) {
+		t.Errorf("weft.1 state changed:\n%s\nwas:\n%s", got, before4)
+	}
+	if got := state(t, n1.NS, "weft-v6.1"); !got.equal(before6) {
+		t.Errorf("weft-v6.1 state changed:\n%s\nwas:\n%s", got, before6)
+	}
+}
+
+// watchDeletions records every link, neighbour and route deletion in ns
+// until the test ends; the returned function reads the record so far.
+func watchDeletions(t *testing.T, n *nettest.NS) func() []string {
+	t.Helper()
+	w, err := subscribe(n.Path, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1024)
+	go func() {
+		for w.links != nil || w.neighs != nil || w.routes != nil {
+			select {
+			case u, ok := <-w.links:
+				if !ok {
+					w.links = nil
+				} else if u.Header.Type == unix.RTM_DELLINK {
+					got <- "link " + u.Link.Attrs().Name
+				}
+			case u, ok := <-w.neighs:
+				if !ok {
+					w.neighs = nil
+				} else if u.Type == unix.RTM_DELNEIGH {
+					got <- "neigh " + u.IP.String() + " " + u.HardwareAddr.String()
+				}
+			case u, ok := <-w.routes:
+				if !ok {
+					w.routes = nil
+				} else if u.Type == unix.RTM_DELROUTE {
+					got <- "route " + u.Route.String()
+				}
+			}
+		}
+		close(got)
+	}()
+	t.Cleanup(func() {
+		close(w.done)
+		for range got {
+		}
+	})
+	return func() []string {
+		var out []string
+		for {
+			select {
+			case s := <-got:
+				out = append(out, s)
+			default:
+				return out
+			}
+		}
+	}
+}
+
+// TestDeviceConflicts: an incompatible device of our name is recreated
+// right, and flanneld's flannel.1 (same VNI and port) is removed.
+func TestDeviceConflicts(t *testing.T) {
+	cases := []struct {
+		name    string
+		create  func(n *node) netlink.Link
+		gone    string // device that must not exist afterwards ("" for none)
+		sameMAC bool
+	}{
+		{
+			name: "flannel.1 left by flanneld",
+			create: func(n *node) netlink.Link {
+				return &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: "flannel.1"}, VxlanId: 1, Port: 8472,
+					SrcAddr: n.Addr.AsSlice(), VtepDevIndex: n.underlay}
+			},
+			gone: "flannel.1",
+		},
+		{
+			name: "weft.1 with another port",
+			create: func(n *node) netlink.Link {
+				return &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: "weft.1"}, VxlanId: 1, Port: 4789,
+					SrcAddr: n.Addr.AsSlice(), VtepDevIndex: n.underlay}
+			},
+		},
+		{
+			name: "weft.1 not a vxlan device",
+			create: func(n *node) netlink.Link {
+				return &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "weft.1"}}
+			},
+		},
+		{
+			name: "weft.1 with a wrong MAC and MTU is fixed in place",
+			create: func(n *node) netlink.Link {
+				return &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: "weft.1", MTU: 1300}, VxlanId: 1, Port: 8472,
+					SrcAddr: n.Addr.AsSlice(), VtepDevIndex: n.underlay}
+			},
+			sameMAC: true,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			u := nettest.NewUnderlay(t, ul4, 0)
+			n1 := newNode(t, u, 1)
+			if err := n1.Handle.LinkAdd(tc.create(n1)); err != nil {
+				t.Fatal(err)
+			}
+			old, _ := n1.Handle.LinkByName("weft.1")
+			c := n1.config()
+			c.MTU = 1450
+			b := newBackend(t, c)
+			b.Set(peerTable())
+			start(t, b)
+			waitReady(t, b)
+			l, err := n1.Handle.LinkByName("weft.1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, ok := l.(*netlink.Vxlan)
+			if !ok || v.Port != 8472 || v.VxlanId != 1 || v.MTU != 1450 || v.Learning {
+				t.Errorf("weft.1 = %+v", l)
+			}
+			wantMAC, _ := b.MAC()
+			if v.HardwareAddr.String() != wantMAC.String() {
+				t.Errorf("weft.1 mac %s, want %s", v.HardwareAddr, wantMAC)
+			}
+			if tc.sameMAC && (old == nil || old.Attrs().Index != l.Attrs().Index) {
+				t.Errorf("compatible device was recreated")
+			}
+			if tc.gone != "" {
+				if _, err := n1.Handle.LinkByName(tc.gone); err == nil {
+					t.Errorf("%s still exists", tc.gone)
+				}
+			}
+		})
+	}
+}
+
+// TestRemoveDevices removes both devices and tolerates their absence.
+func TestRemoveDevices(t *testing.T) {
+	u := nettest.NewUnderlay(t, ul4, 0)
+	n1 := newNode(t, u, 1)
+	b := newBackend(t, n1.config())
+	b.Set(peerTable())
+	stop := start(t, b)
+	waitReady(t, b)
+	stop()
+	for range 2 {
+		if err := RemoveDevices(n1.Handle, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"weft.1", "weft-v6.1"} {
+		if _, err := n1.Handle.LinkByName(name); err == nil {
+			t.Errorf("%s still exists", name)
+		}
+	}
+	if out := n1.MustRun(t, "ip", "route", "show", "proto", "87"); out != "" {
+		t.Errorf("routes left: %s", out)
+	}
+}
+
+// TestDriftRepair breaks the programmed state the way an admin or another
+// agent might, and waits for the backend to put it back.
+func TestDriftRepair(t *testing.T) {
+	u := nettest.NewUnderlay(t, ul4, 0)
+	n1 := newNode(t, u, 1)
+	c := n1.config()
+	c.ResyncInterval = time.Minute // repairs must come from notifications
+	b := newBackend(t, c)
+	b.Set(peerTable())
+	start(t, b)
+	waitReady(t, b)
+	want4, want6 := state(t, n1.NS, "weft.1"), state(t, n1.NS, "weft-v6.1")
+	wantMAC, _ := b.MAC()
+
+	cases := []struct {
+		name  string
+		argv  []string
+		count func(Repairs) uint64
+	}{
+		{"route", []string{"ip", "route", "del", "10.244.2.0/24"}, func(r Repairs) uint64 { return r.Route }},
+		{"IPv6 route", []string{"ip", "-6", "route", "del", "fd00:10:244:2::/64"}, func(r Repairs) uint64 { return r.Route }},
+		{"neighbour", []string{"ip", "neigh", "del", "10.244.2.0", "dev", "weft.1"}, func(r Repairs) uint64 { return r.Neigh }},
+		{"neighbour changed", []string{"ip", "neigh", "replace", "10.244.2.0", "lladdr", "0a:00:00:00:00:99", "dev", "weft.1", "nud", "permanent"}, func(r Repairs) uint64 { return r.Neigh }},
+		{"fdb", []string{"/sbin/bridge", "fdb", "del", "0a:00:00:00:00:02", "dev", "weft.1", "dst", "192.168.77.2", "self"}, func(r Repairs) uint64 { return r.FDB }},
+		{"stray route", []string{"ip", "route", "add", "10.99.0.0/16", "dev", "weft.1"}, func(r Repairs) uint64 { return r.Route }},
+		{"device", []string{"ip", "link", "del", "weft.1"}, func(r Repairs) uint64 { return r.Device }},
+		{"device down", []string{"ip", "link", "set", "weft-v6.1", "down"}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := b.Repairs()
+			n1.MustRun(t, tc.argv...)
+			took := waitState(t, n1.NS, "weft.1", want4)
+			took = max(took, waitState(t, n1.NS, "weft-v6.1", want6))
+			t.Logf("repaired in %v", took)
+			if tc.count != nil {
+				eventually(t, time.Second, "repair counter", func() (bool, string) {
+					return tc.count(b.Repairs()) > tc.count(before), ""
+				})
+			}
+			for _, name := range []string{"weft.1", "weft-v6.1"} {
+				l, err := n1.Handle.LinkByName(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if l.Attrs().Flags&1 == 0 {
+					t.Errorf("%s is down", name)
+				}
+				if name == "weft.1" && l.Attrs().HardwareAddr.String() != wantMAC.String() {
+					t.Errorf("%s mac %s, want %s", name, l.Attrs().HardwareAddr, wantMAC)
+				}
+			}
+		})
+	}
+	t.Logf("repairs: %+v", b.Repairs())
+}
