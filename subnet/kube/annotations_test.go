@@ -1,0 +1,162 @@
+package kube
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/weft-net/weft/subnet"
+)
+
+func mustConfig(t *testing.T, js string) *subnet.Config {
+	t.Helper()
+	cfg, err := subnet.ParseConfig([]byte(js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func testNode(ann map[string]string, cidrs ...string) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: ann}}
+	if len(cidrs) > 0 {
+		n.Spec.PodCIDR = cidrs[0]
+		n.Spec.PodCIDRs = cidrs
+	}
+	return n
+}
+
+const p = DefaultAnnotationPrefix + "/"
+
+func TestNodeLease(t *testing.T) {
+	v4 := mustConfig(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`)
+	dual := mustConfig(t, `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}`)
+	mac := subnet.MAC{0x4e, 0xfb, 0x7d, 0xbf, 0x6b, 0x2d}
+	good := map[string]string{
+		p + "kube-subnet-manager": "true",
+		p + "backend-type":        "vxlan",
+		p + "backend-data":        `{"VNI":1,"VtepMAC":"4e:fb:7d:bf:6b:2d"}`,
+		p + "public-ip":           "192.168.77.1",
+	}
+	with := func(k, v string) map[string]string {
+		m := map[string]string{}
+		for a, b := range good {
+			m[a] = b
+		}
+		if v == "" {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
+		return m
+	}
+	tests := []struct {
+		name     string
+		cfg      *subnet.Config
+		node     *corev1.Node
+		want     subnet.Lease
+		notLease bool
+		bad      bool
+	}{
+		{name: "flannel vxlan node", cfg: v4, node: testNode(good, "10.244.3.0/24"), want: subnet.Lease{
+			Subnet: netip.MustParsePrefix("10.244.3.0/24"),
+			Attrs: subnet.LeaseAttrs{PublicIP: netip.MustParseAddr("192.168.77.1"), BackendType: "vxlan",
+				BackendData: &subnet.VXLANData{VNI: 1, VtepMAC: mac}},
+		}},
+		{name: "dual stack", cfg: dual, node: testNode(with(p+"public-ipv6", "fd77::1"), "10.244.3.0/24", "fd00:10:244:3::/64"), notLease: true},
+		{name: "dual stack complete", cfg: dual, node: testNode(func() map[string]string {
+			m := with(p+"public-ipv6", "fd77::1")
+			m[p+"backend-v6-data"] = `{"VNI":1,"VtepMAC":"4e:fb:7d:bf:6b:2d"}`
+			return m
+		}(), "10.244.3.0/24", "fd00:10:244:3::/64"), want: subnet.Lease{
+			Subnet:     netip.MustParsePrefix("10.244.3.0/24"),
+			IPv6Subnet: netip.MustParsePrefix("fd00:10:244:3::/64"),
+			Attrs: subnet.LeaseAttrs{PublicIP: netip.MustParseAddr("192.168.77.1"), PublicIPv6: netip.MustParseAddr("fd77::1"),
+				BackendType: "vxlan", BackendData: &subnet.VXLANData{VNI: 1, VtepMAC: mac}, BackendV6Data: &subnet.VXLANData{VNI: 1, VtepMAC: mac}},
+		}},
+		{name: "host-gw peer keeps no data", cfg: v4, node: testNode(with(p+"backend-type", "host-gw"), "10.244.3.0/24"), want: subnet.Lease{
+			Subnet: netip.MustParsePrefix("10.244.3.0/24"),
+			Attrs:  subnet.LeaseAttrs{PublicIP: netip.MustParseAddr("192.168.77.1"), BackendType: "host-gw"},
+		}},
+		{name: "no marker", cfg: v4, node: testNode(with(p+"kube-subnet-manager", ""), "10.244.3.0/24"), notLease: true},
+		{name: "marker false", cfg: v4, node: testNode(with(p+"kube-subnet-manager", "false"), "10.244.3.0/24"), notLease: true},
+		{name: "no podCIDR", cfg: v4, node: testNode(good), notLease: true},
+		{name: "no backend type", cfg: v4, node: testNode(with(p+"backend-type", ""), "10.244.3.0/24"), notLease: true},
+		{name: "no public ip", cfg: v4, node: testNode(with(p+"public-ip", ""), "10.244.3.0/24"), notLease: true},
+		{name: "no backend data", cfg: v4, node: testNode(with(p+"backend-data", ""), "10.244.3.0/24"), notLease: true},
+		{name: "bad public ip", cfg: v4, node: testNode(with(p+"public-ip", "fd77::1"), "10.244.3.0/24"), bad: true},
+		{name: "bad backend data", cfg: v4, node: testNode(with(p+"backend-data", `{"VNI":1,"VtepMAC":"zz"}`), "10.244.3.0/24"), bad: true},
+		{name: "bad podCIDR", cfg: v4, node: testNode(good, "10.244.3.0"), bad: true},
+	}
+	ann, err := newAnnotations(DefaultAnnotationPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ann.nodeLease(tt.cfg, tt.node)
+			switch {
+			case tt.notLease:
+				if !errors.Is(err, errNotLease) {
+					t.Fatalf("nodeLease: got %+v, %v; want errNotLease", got, err)
+				}
+			case tt.bad:
+				if err == nil || errors.Is(err, errNotLease) {
+					t.Fatalf("nodeLease: got %+v, %v; want a parse error", got, err)
+				}
+			case err != nil:
+				t.Fatalf("nodeLease: %v", err)
+			case !sameLease(got, tt.want):
+				t.Fatalf("nodeLease:\n got %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestEffectiveAttrs(t *testing.T) {
+	attrs := subnet.LeaseAttrs{PublicIP: netip.MustParseAddr("192.168.1.1"), PublicIPv6: netip.MustParseAddr("fd01::1"), BackendType: "vxlan"}
+	tests := []struct {
+		name    string
+		ann     map[string]string
+		want4   string
+		want6   string
+		wantErr bool
+	}{
+		{name: "none", want4: "192.168.1.1", want6: "fd01::1"},
+		{name: "overwrite", ann: map[string]string{p + "public-ip-overwrite": "10.0.0.9"}, want4: "10.0.0.9", want6: "fd01::1"},
+		{name: "node-public-ip", ann: map[string]string{p + "node-public-ip": "10.0.0.8", p + "node-public-ipv6": "fd02::8"}, want4: "10.0.0.8", want6: "fd02::8"},
+		{name: "overwrite beats node-public-ip", ann: map[string]string{p + "public-ip-overwrite": "10.0.0.9", p + "node-public-ip": "10.0.0.8"}, want4: "10.0.0.9", want6: "fd01::1"},
+		{name: "v6 overwrite", ann: map[string]string{p + "public-ipv6-overwrite": "fd03::3"}, want4: "192.168.1.1", want6: "fd03::3"},
+		{name: "wrong family", ann: map[string]string{p + "public-ip-overwrite": "fd03::3"}, wantErr: true},
+		{name: "garbage", ann: map[string]string{p + "node-public-ipv6": "x"}, wantErr: true},
+	}
+	ann, _ := newAnnotations(DefaultAnnotationPrefix + "/")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ann.effectiveAttrs(testNode(tt.ann), attrs)
+			if tt.wantErr {
+				if err == nil {
+					t.Fatalf("effectiveAttrs: got %+v, want an error", got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.PublicIP.String() != tt.want4 || got.PublicIPv6.String() != tt.want6 {
+				t.Fatalf("effectiveAttrs: got %s %s, want %s %s", got.PublicIP, got.PublicIPv6, tt.want4, tt.want6)
+			}
+		})
+	}
+}
+
+func TestNewAnnotationsRejectsBadPrefix(t *testing.T) {
+	for _, prefix := range []string{"Bad_Prefix", "a/b", "-x.io"} {
+		if _, err := newAnnotations(prefix); err == nil {
+			t.Errorf("newAnnotations(%q): no error", prefix)
+		}
+	}
+}
