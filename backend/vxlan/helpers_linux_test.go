@@ -41,9 +41,7 @@ func newNode(t *testing.T, u *nettest.Underlay, n int) *node {
 		Subnet:  netip.MustParsePrefix(fmt.Sprintf("10.244.%d.0/24", n)),
 		Subnet6: netip.MustParsePrefix(fmt.Sprintf("fd00:10:244:%d::/64", n)),
 	}
-	if err := nettest.AddAddr(h.NS, "eth0", netip.PrefixFrom(nd.Addr6, 64)); err != nil {
-		t.Fatal(err)
-	}
+	addAddr(t, h.NS, "eth0", netip.PrefixFrom(nd.Addr6, 64))
 	l, err := h.Handle.LinkByName("eth0")
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +73,19 @@ func (nd *node) entries(vni int) vtep.Table {
 		nd.Subnet:  {MAC: c.MAC, Addr: nd.Addr},
 		nd.Subnet6: {MAC: c.MACv6, Addr: nd.Addr6},
 	}
+}
+
+// addAddr adds addr to link, an IPv6 one without duplicate address
+// detection so that it is usable at once. (nettest.AddAddr's flag 0x80 is
+// IFA_F_PERMANENT, not IFA_F_NODAD, so its IPv6 addresses stay tentative
+// for a second.)
+func addAddr(t *testing.T, n *nettest.NS, link string, addr netip.Prefix) {
+	t.Helper()
+	argv := []string{"ip", "addr", "add", addr.String(), "dev", link}
+	if addr.Addr().Is6() {
+		argv = append(argv, "nodad")
+	}
+	n.MustRun(t, argv...)
 }
 
 func testLogger(t *testing.T) *slog.Logger {
