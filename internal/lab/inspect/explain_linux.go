@@ -1,0 +1,170 @@
+package inspect
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/subnet"
+)
+
+// Explain follows a packet from src to dst through the live state: the
+// leases say which node owns each address, and the kernel behind h (the
+// source node's namespace) says how the packet is routed, which neighbour
+// and FDB entry it meets, and which underlay link carries the VXLAN
+// datagram. cfg (may be nil) gives the VNI and port when the device is a
+// TAP. Every hop is checked against the leases.
+func Explain(h *netlink.Handle, leases []subnet.Lease, cfg *subnet.Config, src, dst netip.Addr) (*Path, error) {
+	p := &Path{Src: src, Dst: dst}
+	p.locate(leases)
+	if p.DstLease == nil {
+		return p, nil
+	}
+	if p.SrcLease != nil && p.SrcLease.Key() == p.DstLease.Key() {
+		p.add("local", "same node: the node bridge delivers it, no encapsulation")
+		return p, nil
+	}
+	k, err := ReadKernel(h, "")
+	if err != nil {
+		return nil, err
+	}
+	if self, ok := SelfLease(leases, k); ok && p.SrcLease != nil && self.Key() != p.SrcLease.Key() {
+		p.add("vantage", "read on the node of %s, not the source's node: the path below starts there", self.Subnet)
+	}
+	r, err := routeTo(h, dst)
+	if err != nil {
+		return nil, err
+	}
+	if r.LinkIndex != k.Device.Index {
+		hop := p.add("route", "%s leaves by link %d via %s, not the overlay device %s", dst, r.LinkIndex, gwString(r), k.Device.Name)
+		hop.Problem = fmt.Sprintf("no route to %s through %s: weftd has not programmed this peer", p.DstLease.Subnet, k.Device.Name)
+		return p, nil
+	}
+	p.explainOverlay(k, r)
+	if p.UnderlayDst.IsValid() {
+		p.explainUnderlay(h, k, cfg)
+	}
+	return p, nil
+}
+
+func (p *Path) explainOverlay(k *Kernel, r netlink.Route) {
+	p.OverlayDev = k.Device.Name
+	p.Gateway, _ = netip.AddrFromSlice(r.Gw)
+	p.Gateway = p.Gateway.Unmap()
+	want := p.DstLease
+	tr, _ := k.route(want.Subnet)
+	hop := p.add("route", "%s via %s dev %s onlink (proto %d)", want.Subnet, gwString(r), k.Device.Name, tr.Proto)
+	if p.Gateway != backend.Gateway(want.Subnet) {
+		hop.Problem = fmt.Sprintf("gateway should be %s, the destination subnet's first address", backend.Gateway(want.Subnet))
+	}
+	n, ok := k.neighbour(p.Gateway)
+	wantMAC := subnet.MAC{}
+	if want.Attrs.BackendData != nil {
+		wantMAC = want.Attrs.BackendData.VtepMAC
+	}
+	switch {
+	case !ok:
+		hop = p.add("neighbour", "no neighbour entry for %s on %s", p.Gateway, k.Device.Name)
+		hop.Problem = "the kernel would ARP on the overlay, which nobody answers"
+		return
+	default:
+		state := "PERMANENT"
+		if !n.Permanent {
+			state = "not permanent"
+		}
+		hop = p.add("neighbour", "%s lladdr %s %s: the inner frame goes to the destination node's VTEP", p.Gateway, n.MAC, state)
+		p.VTEPMAC = n.MAC
+		if n.MAC != wantMAC {
+			hop.Problem = fmt.Sprintf("the lease says VTEP MAC %s", wantMAC)
+		}
+	}
+	if k.Device.Kind != KindVXLAN {
+		p.UnderlayDst = want.Attrs.PublicIP
+		p.add("vtep table", "%s is a TAP: weftd looks up %s in its own table → %s (from the lease)", k.Device.Name, p.VTEPMAC, p.UnderlayDst)
+		return
+	}
+	dsts := k.fdb(p.VTEPMAC)
+	switch {
+	case len(dsts) == 0:
+		hop = p.add("fdb", "no FDB entry for %s on %s", p.VTEPMAC, k.Device.Name)
+		hop.Problem = "the kernel has nowhere to send the VXLAN datagram and drops the frame"
+	default:
+		p.UnderlayDst = dsts[0]
+		hop = p.add("fdb", "%s dst %s self permanent", p.VTEPMAC, joinAddrs(dsts))
+		if !slices.Contains(dsts, want.Attrs.PublicIP) {
+			hop.Problem = fmt.Sprintf("the lease says the node is at %s", want.Attrs.PublicIP)
+		}
+	}
+}
+
+func (p *Path) explainUnderlay(h *netlink.Handle, k *Kernel, cfg *subnet.Config) {
+	vni, port := k.Device.VNI, k.Device.Port
+	if k.Device.Kind != KindVXLAN {
+		vni, port = subnet.DefaultVNI, subnet.DefaultVXLANPort
+		if cfg != nil {
+			vni, port = cfg.Backend.VNI, cfg.Backend.Port
+		}
+	}
+	r, err := routeTo(h, p.UnderlayDst)
+	if err != nil {
+		hop := p.add("underlay", "no route to %s", p.UnderlayDst)
+		hop.Problem = err.Error()
+		return
+	}
+	link, err := h.LinkByIndex(r.LinkIndex)
+	if err != nil {
+		hop := p.add("underlay", "route to %s uses link %d", p.UnderlayDst, r.LinkIndex)
+		hop.Problem = err.Error()
+		return
+	}
+	p.UnderlayDev, p.UnderlayMTU = link.Attrs().Name, link.Attrs().MTU
+	p.UnderlaySrc, _ = netip.AddrFromSlice(r.Src)
+	p.UnderlaySrc = p.UnderlaySrc.Unmap()
+	if k.Device.Local.IsValid() {
+		p.UnderlaySrc = k.Device.Local
+	}
+	how := "on-link"
+	if r.Gw != nil {
+		how = "via " + gwString(r)
+	}
+	p.add("underlay", "%s → %s dev %s (%s)", addrOrDash(p.UnderlaySrc), p.UnderlayDst, p.UnderlayDev, how)
+	p.Encapsulated = true
+	who := "the kernel"
+	if k.Device.Kind != KindVXLAN {
+		who = "weftd"
+	}
+	overhead := backend.OverheadIPv4
+	if p.UnderlayDst.Is6() {
+		overhead = backend.OverheadIPv6
+	}
+	p.add("encapsulate", "%s wraps the frame: outer IP %s → %s, UDP → port %d, VXLAN VNI %d (+%d bytes)", who, addrOrDash(p.UnderlaySrc), p.UnderlayDst, port, vni, overhead)
+	p.InnerMTU = k.Device.MTU
+	hop := p.add("mtu", "overlay %s MTU %d + %d = %d ≤ underlay %s MTU %d", k.Device.Name, p.InnerMTU, overhead, p.InnerMTU+overhead, p.UnderlayDev, p.UnderlayMTU)
+	if p.InnerMTU+overhead > p.UnderlayMTU {
+		hop.Detail = fmt.Sprintf("overlay %s MTU %d + %d = %d > underlay %s MTU %d", k.Device.Name, p.InnerMTU, overhead, p.InnerMTU+overhead, p.UnderlayDev, p.UnderlayMTU)
+		hop.Problem = "full-size packets will not fit in one underlay frame"
+	}
+	p.add("deliver", "node %s decapsulates VNI %d and routes %s to its bridge and the pod", p.UnderlayDst, vni, p.Dst)
+}
+
+func routeTo(h *netlink.Handle, dst netip.Addr) (netlink.Route, error) {
+	rs, err := h.RouteGet(dst.AsSlice())
+	if err != nil {
+		return netlink.Route{}, fmt.Errorf("route get %s: %w", dst, err)
+	}
+	if len(rs) == 0 {
+		return netlink.Route{}, errors.New("route get " + dst.String() + ": no route")
+	}
+	return rs[0], nil
+}
+
+func gwString(r netlink.Route) string {
+	if r.Gw == nil {
+		return "-"
+	}
+	return r.Gw.String()
+}

@@ -1,0 +1,141 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/weft-net/weft/internal/lab/inspect"
+	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/vtep"
+)
+
+// Leases lists the leases in the lab's etcd.
+func Leases(ctx context.Context, cli *clientv3.Client, st *State) ([]subnet.Lease, error) {
+	ls, bad, err := inspect.EtcdLeases(ctx, cli, st.EtcdPfx)
+	if err == nil && len(bad) > 0 {
+		err = fmt.Errorf("unreadable leases: %v", bad)
+	}
+	return ls, err
+}
+
+// NodePeers reads node n's overlay device and compares it with the leases.
+func NodePeers(n *nettest.NS, leases []subnet.Lease) (*inspect.Kernel, []inspect.Peer, error) {
+	k, err := inspect.ReadKernel(n.Handle, "")
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", n.Name, err)
+	}
+	self, ok := inspect.SelfLease(leases, k)
+	if !ok {
+		return k, nil, fmt.Errorf("%s: no lease matches device %s", n.Name, k.Device.Name)
+	}
+	return k, inspect.Compare(k, vtep.FromLeases(leases, self)), nil
+}
+
+// waitConverged waits until etcd holds one lease per node and every node
+// has programmed every other node's subnet exactly as the leases say.
+func (l *Lab) waitConverged(ctx context.Context) error {
+	var last error
+	for {
+		if last = l.converged(ctx); last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", last, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (l *Lab) converged(ctx context.Context) error {
+	ls, err := Leases(ctx, l.cli, l.State)
+	if err != nil {
+		return err
+	}
+	if len(ls) != len(l.nodes) {
+		return fmt.Errorf("%w: %d leases for %d nodes", errNotConverged, len(ls), len(l.nodes))
+	}
+	for _, n := range l.nodes {
+		_, peers, err := NodePeers(n.ns, ls)
+		if err != nil {
+			return err
+		}
+		if len(peers) != len(l.nodes)-1 || inspect.Mismatches(peers) > 0 {
+			return fmt.Errorf("%w: %s has %d peers, %d not as leased", errNotConverged, n.state.Name, len(peers), inspect.Mismatches(peers))
+		}
+	}
+	return nil
+}
+
+// PingMatrix pings every pod from every other pod once (sources in
+// parallel, destinations in turn) from inside the pod namespaces.
+func PingMatrix(pods []PodState, nss map[string]*nettest.NS, timeout time.Duration) (*Matrix, error) {
+	names := make([]string, len(pods))
+	for i, p := range pods {
+		names[i] = p.Name
+	}
+	m := NewMatrix(names)
+	var wg sync.WaitGroup
+	errs := make([]error, len(pods))
+	for i, src := range pods {
+		wg.Go(func() {
+			pg, err := newPinger(nss[src.NS])
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer pg.close()
+			for j, dst := range pods {
+				if i != j {
+					m.OK[i][j] = pg.ping(dst.IP, timeout) == nil
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return m, err
+		}
+	}
+	return m, nil
+}
+
+// Matrix pings every pair of the lab's pods.
+func (l *Lab) Matrix() (*Matrix, error) {
+	return PingMatrix(l.State.Pods, l.ns, time.Second)
+}
+
+// Report prints the leases, each node's VTEP table and the pod matrix.
+func (l *Lab) Report(ctx context.Context, w io.Writer) (*Matrix, error) {
+	ls, err := Leases(ctx, l.cli, l.State)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(w, "Leases in etcd (%s/subnets/):\n", l.State.EtcdPfx)
+	inspect.RenderLeases(w, ls, time.Now())
+	for _, n := range l.nodes {
+		fmt.Fprintf(w, "\n%s (%s, %s, weftd pid %d):\n", n.state.Name, n.state.Addr, n.state.Backend, n.state.Weftd.PID)
+		k, peers, err := NodePeers(n.ns, ls)
+		if err != nil {
+			return nil, err
+		}
+		inspect.RenderPeers(w, k, peers)
+	}
+	fmt.Fprintln(w, "\nPods:")
+	for _, p := range l.State.Pods {
+		fmt.Fprintf(w, "  %-14s %-15s on %s\n", p.Name, p.IP, p.Node)
+	}
+	m, err := l.Matrix()
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintln(w, "\nPod-to-pod connectivity (one ping each):")
+	return m, m.Render(w)
+}
