@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 func cmdCheck(args *skel.CmdArgs) error {
@@ -32,7 +33,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 		return err
 	}
 	defer podNS.Close()
-	ch, err := netlink.NewHandleAt(netns.NsHandle(podNS.Fd()))
+	ch, err := netlink.NewHandleAt(netns.NsHandle(podNS.Fd()), unix.NETLINK_ROUTE)
 	if err != nil {
 		return fmt.Errorf("netlink in %s: %w", args.Netns, err)
 	}
@@ -109,7 +110,7 @@ func checkRoutes(ch *netlink.Handle, want []*types.Route) error {
 // checkHost verifies the host end is on the bridge and the store still
 // holds the pod's addresses.
 func checkHost(conf *Config, att Attachment, want []netip.Prefix) error {
-	h, err := netlink.NewHandle()
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return fmt.Errorf("netlink: %w", err)
 	}

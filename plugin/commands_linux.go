@@ -10,6 +10,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 func cmdAdd(args *skel.CmdArgs) error {
@@ -47,7 +48,7 @@ func openNetNS(path string, code uint) (ns.NetNS, error) {
 // add wires one pod; on failure it removes what it made (veth, addresses)
 // before returning. The bridge is node state and stays.
 func add(conf *Config, p plan, att Attachment, netns ns.NetNS) (_ *current.Result, err error) {
-	h, err := netlink.NewHandle()
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("netlink: %w", err)
 	}

@@ -114,7 +114,7 @@ func addVeth(h *netlink.Handle, br netlink.Link, att Attachment, mtu, nsFd int, 
 
 // configurePod sets the addresses and routes on the pod end and brings it up.
 func configurePod(podNS ns.NetNS, att Attachment, addrs []netip.Prefix, p plan) (ifaceInfo, error) {
-	ch, err := netlink.NewHandleAt(netns.NsHandle(podNS.Fd()))
+	ch, err := netlink.NewHandleAt(netns.NsHandle(podNS.Fd()), unix.NETLINK_ROUTE)
 	if err != nil {
 		return ifaceInfo{}, fmt.Errorf("netlink in %s: %w", podNS.Path(), err)
 	}
@@ -146,7 +146,7 @@ func configurePod(podNS ns.NetNS, att Attachment, addrs []netip.Prefix, p plan) 
 
 // deleteHostVeth removes the attachment's veth pair; a missing one is fine.
 func deleteHostVeth(att Attachment) error {
-	h, err := netlink.NewHandle()
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return fmt.Errorf("netlink: %w", err)
 	}
