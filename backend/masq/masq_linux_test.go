@@ -1,0 +1,255 @@
+package masq
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weft-net/weft/internal/nettest"
+)
+
+var (
+	network  = netip.MustParsePrefix("10.244.0.0/16")
+	network6 = netip.MustParsePrefix("fd00:10:244::/56")
+)
+
+// lab is one node with two pods and a host outside the cluster network, all
+// on an underlay switch:
+//
+//	podA 10.244.1.2/25  fd00:10:244:1::2/80      ┐
+//	podB 10.244.1.130/25 fd00:10:244:1:8000::2/80 ┴ node 192.168.77.1 fd77::1 ── switch ── ext 192.168.77.2 fd77::2
+//
+// ext has no route back to the pods: only masqueraded traffic gets answers.
+type lab struct {
+	node, ext, podA, podB *nettest.NS
+	a, a6, b, b6          netip.Addr
+	nodeAddr, nodeAddr6   netip.Addr
+	extAddr, extAddr6     netip.Addr
+}
+
+func newLab(t *testing.T) *lab {
+	t.Helper()
+	u := nettest.NewUnderlay(t, netip.MustParsePrefix("192.168.77.0/24"), 0)
+	node, ext := u.AddHost(t, "node", "eth0"), u.AddHost(t, "ext", "eth0")
+	addAddr(t, node.NS, "eth0", "fd77::1/64")
+	addAddr(t, ext.NS, "eth0", "fd77::2/64")
+	l := &lab{
+		node: node.NS, ext: ext.NS, nodeAddr: node.Addr, extAddr: ext.Addr,
+		nodeAddr6: netip.MustParseAddr("fd77::1"), extAddr6: netip.MustParseAddr("fd77::2"),
+	}
+	l.podA, l.a, l.a6 = wirePod(t, node.NS, "podA", "10.244.1.1/25", "fd00:10:244:1::1/80")
+	l.podB, l.b, l.b6 = wirePod(t, node.NS, "podB", "10.244.1.129/25", "fd00:10:244:1:8000::1/80")
+	node.MustRun(t, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
+	return l
+}
+
+func addAddr(t *testing.T, n *nettest.NS, link, cidr string) {
+	t.Helper()
+	argv := []string{"ip", "addr", "add", cidr, "dev", link}
+	if strings.Contains(cidr, ":") {
+		argv = append(argv, "nodad")
+	}
+	n.MustRun(t, argv...)
+}
+
+// wirePod makes a pod whose gateway (on the node) is gw/gw6; the pod gets
+// the next address.
+func wirePod(t *testing.T, node *nettest.NS, label, gw, gw6 string) (*nettest.NS, netip.Addr, netip.Addr) {
+	t.Helper()
+	p := nettest.NewNS(t, label)
+	nettest.Veth(t, p, "eth0", node, "v-"+label)
+	g, g6 := netip.MustParsePrefix(gw), netip.MustParsePrefix(gw6)
+	ip, ip6 := g.Addr().Next(), g6.Addr().Next()
+	addAddr(t, node, "v-"+label, gw)
+	addAddr(t, node, "v-"+label, gw6)
+	addAddr(t, p, "eth0", netip.PrefixFrom(ip, g.Bits()).String())
+	addAddr(t, p, "eth0", netip.PrefixFrom(ip6, g6.Bits()).String())
+	p.MustRun(t, "ip", "route", "add", "default", "via", g.Addr().String())
+	p.MustRun(t, "ip", "-6", "route", "add", "default", "via", g6.Addr().String())
+	return p, ip, ip6
+}
+
+func start(t *testing.T, m *Masq) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	stop = sync.OnceFunc(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	t.Cleanup(stop)
+	select {
+	case <-m.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("masq not ready within 10s")
+	}
+	return stop
+}
+
+func newMasq(t *testing.T, ns *nettest.NS) *Masq {
+	t.Helper()
+	m, err := New(Config{NetNS: ns.Path, Network: network, IPv6Network: network6, CheckInterval: 200 * time.Millisecond},
+		slog.New(slog.NewTextHandler(t.Output(), nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// seenSource connects from `from` to a TCP listener on to (inside `at`) and
+// returns the source address the listener saw.
+func seenSource(t *testing.T, from, at *nettest.NS, to netip.Addr) (netip.Addr, error) {
+	t.Helper()
+	ln, err := at.Listen("tcp", net.JoinHostPort(to.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	peer := make(chan netip.Addr, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			close(peer)
+			return
+		}
+		peer <- c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+		c.Close()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	c, err := from.DialContext(ctx, "tcp", ln.Addr().String())
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	c.Close()
+	return <-peer, nil
+}
+
+// TestMasquerade checks who sees which source address, with the rules in
+// place and after they were deleted behind weft's back.
+func TestMasquerade(t *testing.T) {
+	l := newLab(t)
+	// Without masquerading, ext cannot answer a pod at all.
+	if _, err := seenSource(t, l.podA, l.ext, l.extAddr); err == nil {
+		t.Fatal("pod reached ext without masquerade: the lab is wrong")
+	}
+	m := newMasq(t, l.node)
+	start(t, m)
+
+	cases := []struct {
+		name     string
+		from, at *nettest.NS
+		to, want netip.Addr
+	}{
+		{"pod to outside is masqueraded", l.podA, l.ext, l.extAddr, l.nodeAddr},
+		{"IPv6 pod to outside is masqueraded", l.podA, l.ext, l.extAddr6, l.nodeAddr6},
+		{"pod to pod keeps the pod address", l.podA, l.podB, l.b, l.a},
+		{"IPv6 pod to pod keeps the pod address", l.podA, l.podB, l.b6, l.a6},
+		{"node to pod is not translated", l.node, l.podA, l.a, netip.MustParseAddr("10.244.1.1")},
+		{"outside to node is not translated", l.ext, l.node, l.nodeAddr, l.extAddr},
+	}
+	run := func(t *testing.T) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				got, err := seenSource(t, tc.from, tc.at, tc.to)
+				if err != nil {
+					t.Fatalf("connect: %v", err)
+				}
+				if got != tc.want {
+					t.Errorf("listener saw %s, want %s", got, tc.want)
+				}
+			})
+		}
+	}
+	t.Run("programmed", run)
+
+	for _, breakIt := range []string{
+		"nft delete table ip weft-ipv4",
+		"nft delete table ip6 weft-ipv6",
+		"nft flush chain ip weft-ipv4 postrouting",
+		"nft insert rule ip weft-ipv4 postrouting ip saddr 10.244.0.0/16 return",
+		"nft delete chain ip weft-ipv4 forward",
+	} {
+		t.Run("repaired after "+breakIt, func(t *testing.T) {
+			before := m.Repairs()
+			l.node.MustRun(t, strings.Fields(breakIt)...)
+			deadline := time.Now().Add(5 * time.Second)
+			for m.Repairs() == before && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if m.Repairs() == before {
+				t.Fatalf("not repaired within 5s:\n%s", l.node.MustRun(t, "nft", "list", "ruleset"))
+			}
+			run(t)
+		})
+	}
+}
+
+// TestRulesText pins the tables as nft(8) shows them.
+func TestRulesText(t *testing.T) {
+	n := nettest.NewNS(t, "node")
+	start(t, newMasq(t, n))
+	want4 := `table ip weft-ipv4 {
+	chain postrouting {
+		type nat hook postrouting priority srcnat; policy accept;
+		ip saddr 10.244.0.0/16 ip daddr 10.244.0.0/16 return comment "weft: pod to pod, no nat"
+		ip saddr 10.244.0.0/16 ip daddr 224.0.0.0/4 return comment "weft: multicast, no nat"
+		ip saddr 10.244.0.0/16 masquerade fully-random comment "weft: pod leaving the cluster network"
+	}
+
+	chain forward {
+		type filter hook forward priority filter; policy accept;
+		ip saddr 10.244.0.0/16 accept comment "weft: from pods"
+		ip daddr 10.244.0.0/16 accept comment "weft: to pods"
+	}
+}
+`
+	if got := n.MustRun(t, "nft", "list", "table", "ip", TableIPv4); got != want4 {
+		t.Errorf("nft list table ip %s:\n%s\nwant:\n%s", TableIPv4, got, want4)
+	}
+	got6 := n.MustRun(t, "nft", "list", "table", "ip6", TableIPv6)
+	for _, s := range []string{
+		`ip6 saddr fd00:10:244::/56 ip6 daddr ff00::/8 return comment "weft: multicast, no nat"`,
+		`ip6 saddr fd00:10:244::/56 masquerade fully-random comment "weft: pod leaving the cluster network"`,
+	} {
+		if !strings.Contains(got6, s) {
+			t.Errorf("nft list table ip6 %s lacks %q:\n%s", TableIPv6, s, got6)
+		}
+	}
+}
+
+// TestRestartAndRemove: a second Run adopts the tables without rewriting
+// them (the table handle stays), and Remove deletes them, twice without error.
+func TestRestartAndRemove(t *testing.T) {
+	n := nettest.NewNS(t, "node")
+	handle := func() string {
+		out := n.MustRun(t, "nft", "-a", "list", "tables")
+		return out
+	}
+	stop := start(t, newMasq(t, n))
+	stop()
+	before := handle()
+	m2 := newMasq(t, n)
+	stop2 := start(t, m2)
+	time.Sleep(500 * time.Millisecond) // a few checks
+	stop2()
+	if after := handle(); after != before || m2.Repairs() != 0 {
+		t.Errorf("restart rewrote the tables: %q → %q, repairs %d", before, after, m2.Repairs())
+	}
+	for range 2 {
+		if err := Remove(n.Path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out := n.MustRun(t, "nft", "list", "tables"); strings.Contains(out, "weft") {
+		t.Errorf("tables left after Remove: %s", out)
+	}
+}
