@@ -1,0 +1,97 @@
+package plugin
+
+import (
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/weft-net/weft/subnet"
+)
+
+func TestParseConfig(t *testing.T) {
+	cases := []struct {
+		name string
+		json string
+		code uint // 0: valid
+		want func(*Config) bool
+	}{
+		{"defaults", `{"cniVersion":"1.0.0","name":"n","type":"weft"}`, 0, func(c *Config) bool {
+			return c.SubnetFile == subnet.DefaultSubnetFile && c.DataDir == DefaultDataDir && c.Bridge == "cni0" && c.MTU == 0 && !c.HairpinMode
+		}},
+		{"all keys", `{"name":"n","subnetFile":"/s","dataDir":"/d","bridge":"br1","mtu":1400,"hairpinMode":true,"dns":{"nameservers":["10.96.0.10"]}}`, 0, func(c *Config) bool {
+			return c.SubnetFile == "/s" && c.DataDir == "/d" && c.Bridge == "br1" && c.MTU == 1400 && c.HairpinMode && c.DNS.Nameservers[0] == "10.96.0.10"
+		}},
+		{"not JSON", `{"name":`, types.ErrDecodingFailure, nil},
+		{"mtu string", `{"name":"n","mtu":"x"}`, types.ErrInvalidNetworkConfig, nil},
+		{"mtu too big", `{"name":"n","mtu":70000}`, types.ErrInvalidNetworkConfig, nil},
+		{"relative dataDir", `{"name":"n","dataDir":"x"}`, types.ErrInvalidNetworkConfig, nil},
+		{"bridge with slash", `{"name":"n","bridge":"a/b"}`, types.ErrInvalidNetworkConfig, nil},
+		{"ipam section", `{"name":"n","ipam":{"type":"host-local"}}`, types.ErrUnsupportedField, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			conf, err := ParseConfig([]byte(c.json))
+			if c.code == 0 {
+				if err != nil || !c.want(conf) {
+					t.Fatalf("got %+v, %v", conf, err)
+				}
+				return
+			}
+			var ce *types.Error
+			if !errors.As(err, &ce) || ce.Code != c.code {
+				t.Fatalf("error %v, want code %d", err, c.code)
+			}
+		})
+	}
+}
+
+func TestNewPlan(t *testing.T) {
+	f := subnet.File{
+		Network: netip.MustParsePrefix("10.244.0.0/16"), Subnet: netip.MustParsePrefix("10.244.59.1/24"),
+		IPv6Network: netip.MustParsePrefix("fd00:10:244::/56"), IPv6Subnet: netip.MustParsePrefix("fd00:10:244:50::1/64"),
+		MTU: 1450,
+	}
+	cases := []struct {
+		name    string
+		file    subnet.File
+		mtu     int
+		ranges  int
+		routes  string
+		masq    int
+		wantMTU int
+	}{
+		{"dual-stack, plugin masquerades", f, 0, 2, "0.0.0.0/0>10.244.59.1 10.244.0.0/16>10.244.59.1 ::/0>fd00:10:244:50::1 fd00:10:244::/56>fd00:10:244:50::1", 2, 1450},
+		{"v4 only, daemon masquerades, mtu override", subnet.File{Network: f.Network, Subnet: f.Subnet, MTU: 1450, IPMasq: true}, 1400, 1,
+			"0.0.0.0/0>10.244.59.1 10.244.0.0/16>10.244.59.1", 0, 1400},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := newPlan(c.file, c.mtu)
+			var rs []string
+			for _, r := range p.routes {
+				rs = append(rs, r.dst.String()+">"+r.gw.String())
+			}
+			if len(p.ranges) != c.ranges || strings.Join(rs, " ") != c.routes || len(p.masq) != c.masq || p.mtu != c.wantMTU {
+				t.Fatalf("plan %+v, routes %v", p, rs)
+			}
+			if p.ranges[0].Subnet.String() != "10.244.59.0/24" || p.ranges[0].Gateway.String() != "10.244.59.1" {
+				t.Fatalf("range %+v", p.ranges[0])
+			}
+		})
+	}
+}
+
+func TestHostVethName(t *testing.T) {
+	a := hostVethName(Attachment{"c1", "eth0"})
+	if len(a) != 15 || !strings.HasPrefix(a, "veth") {
+		t.Fatalf("name %q", a)
+	}
+	if a == hostVethName(Attachment{"c1", "eth1"}) || a == hostVethName(Attachment{"c2", "eth0"}) {
+		t.Fatal("names collide across attachments")
+	}
+	if a != hostVethName(Attachment{"c1", "eth0"}) {
+		t.Fatal("name not stable")
+	}
+}

@@ -1,0 +1,129 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+func v4Range(s string) Range {
+	p := netip.MustParsePrefix(s)
+	return Range{Subnet: p.Masked(), Gateway: p.Addr(), ID: "0"}
+}
+
+func TestStoreAllocate(t *testing.T) {
+	cases := []struct {
+		name   string
+		rng    Range
+		pods   int
+		want   []string // addresses in order of allocation
+		errIdx int      // index of the first ADD that fails with ErrExhausted, -1 none
+	}{
+		{"skips gateway, network and broadcast", v4Range("10.0.0.1/29"), 6, []string{"10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6"}, 5},
+		{"/30 holds one pod", v4Range("10.0.0.1/30"), 2, []string{"10.0.0.2"}, 1},
+		{"gateway not first", v4Range("10.0.0.5/29"), 3, []string{"10.0.0.6", "10.0.0.1", "10.0.0.2"}, -1},
+		{"IPv6", Range{Subnet: netip.MustParsePrefix("fd00::/64"), Gateway: netip.MustParseAddr("fd00::1"), ID: "1"}, 2, []string{"fd00::2", "fd00::3"}, -1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := openTestStore(t)
+			if c.name == "gateway not first" { // round-robin resumes after the last reservation
+				os.WriteFile(filepath.Join(s.dir, "last_reserved_ip.0"), []byte("10.0.0.5"), 0o600)
+			}
+			var got []string
+			for i := range c.pods {
+				addrs, err := s.Allocate(Attachment{fmt.Sprint("c", i), "eth0"}, []Range{c.rng})
+				if i == c.errIdx {
+					if !errors.Is(err, ErrExhausted) {
+						t.Fatalf("ADD %d: %v, want ErrExhausted", i, err)
+					}
+					break
+				}
+				if err != nil {
+					t.Fatalf("ADD %d: %v", i, err)
+				}
+				got = append(got, addrs[0].Addr().String())
+			}
+			if !slices.Equal(got, c.want) {
+				t.Fatalf("allocated %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestStoreReleaseAndDuplicate(t *testing.T) {
+	s := openTestStore(t)
+	a := Attachment{"c1", "eth0"}
+	rs := []Range{v4Range("10.0.0.1/24"), {Subnet: netip.MustParsePrefix("fd00::/64"), Gateway: netip.MustParseAddr("fd00::1"), ID: "1"}}
+	got, err := s.Allocate(a, rs)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("allocate: %v %v", got, err)
+	}
+	if _, err := s.Allocate(a, rs); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("second allocate: %v, want ErrDuplicate", err)
+	}
+	if held, _ := s.Lookup(a); len(held) != 2 {
+		t.Fatalf("lookup %v", held)
+	}
+	freed, err := s.Release(a)
+	if err != nil || len(freed) != 2 {
+		t.Fatalf("release: %v %v", freed, err)
+	}
+	if freed, err := s.Release(a); err != nil || len(freed) != 0 {
+		t.Fatalf("second release: %v %v", freed, err)
+	}
+	// The next pod does not get the address just released (round-robin).
+	next, _ := s.Allocate(Attachment{"c2", "eth0"}, rs[:1])
+	if next[0] == got[0] {
+		t.Fatalf("released address %s handed out at once", next[0])
+	}
+}
+
+func TestStoreAllOrNothing(t *testing.T) {
+	s := openTestStore(t)
+	full := v4Range("10.0.0.1/30")
+	if _, err := s.Allocate(Attachment{"x", "eth0"}, []Range{full}); err != nil {
+		t.Fatal(err)
+	}
+	v6 := Range{Subnet: netip.MustParsePrefix("fd00::/64"), Gateway: netip.MustParseAddr("fd00::1"), ID: "1"}
+	if _, err := s.Allocate(Attachment{"y", "eth0"}, []Range{v6, full}); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("allocate: %v", err)
+	}
+	if held, _ := s.Lookup(Attachment{"y", "eth0"}); len(held) != 0 {
+		t.Fatalf("failed allocation kept %v", held)
+	}
+}
+
+func TestStoreGC(t *testing.T) {
+	s := openTestStore(t)
+	r := []Range{v4Range("10.0.0.1/24")}
+	for _, id := range []string{"a", "b", "c"} {
+		if _, err := s.Allocate(Attachment{id, "eth0"}, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A reservation from an old host-local holds only the container ID.
+	os.WriteFile(filepath.Join(s.dir, "10.0.0.200"), []byte("legacy"), 0o600)
+	gone, err := s.GC([]Attachment{{"a", "eth0"}, {"c", "eth0"}, {"legacy", "eth0"}})
+	if err != nil || len(gone) != 1 || gone[0] != (Attachment{"b", "eth0"}) {
+		t.Fatalf("GC released %v, %v; want only b/eth0", gone, err)
+	}
+	owners, _ := s.scan()
+	if len(owners) != 3 {
+		t.Fatalf("left %v", owners)
+	}
+}
+
+func openTestStore(t *testing.T) *Store {
+	t.Helper()
+	s, err := OpenStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
