@@ -1,0 +1,115 @@
+package backend
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/vtep"
+)
+
+// orderCheck is a PeerStep that checks in the kernel, when Ensure is called,
+// that each peer's neighbour is already there and its route not yet.
+type orderCheck struct {
+	t       *testing.T
+	ns      *nettest.NS
+	ensured []string
+	pruned  int
+}
+
+func (o *orderCheck) Ensure(peers []vtep.Entry) (int, error) {
+	neigh := o.ns.MustRun(o.t, "ip", "neigh", "show", "dev", "tap0")
+	for _, p := range peers {
+		if !strings.Contains(neigh, Gateway(p.Subnet).String()+" ") {
+			o.t.Errorf("step ran before the neighbour of %s:\n%s", p.Subnet, neigh)
+		}
+		if r := o.ns.MustRun(o.t, "ip", "route", "show", p.Subnet.String()); r != "" {
+			o.t.Errorf("step ran after the route of %s: %s", p.Subnet, r)
+		}
+		o.ensured = append(o.ensured, p.Subnet.String())
+	}
+	return 0, nil
+}
+
+func (o *orderCheck) Prune(peers []vtep.Entry) (int, error) {
+	o.pruned++
+	return 0, nil
+}
+
+// TestOverlayOnTAP programs a TAP link, as backend/uvxlan does, with both
+// families on one link, and checks the kernel state, the step order, an
+// adoption with nothing to do, and removal.
+func TestOverlayOnTAP(t *testing.T) {
+	ns := nettest.NewNS(t, "ovl")
+	ns.MustRun(t, "ip", "tuntap", "add", "dev", "tap0", "mode", "tap")
+	ns.MustRun(t, "ip", "link", "set", "tap0", "up")
+	l, err := ns.Handle.LinkByName("tap0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := &orderCheck{t: t, ns: ns}
+	o := NewOverlay(ns.Handle, l.Attrs().Index, OverlayOptions{Family: netlink.FAMILY_ALL, Step: step})
+	m, _ := subnet.ParseMAC("0a:00:00:00:00:02")
+	table := vtep.Table{
+		netip.MustParsePrefix("10.244.2.0/24"):      {MAC: m, Addr: netip.MustParseAddr("192.168.77.2")},
+		netip.MustParsePrefix("fd00:10:244:2::/64"): {MAC: m, Addr: netip.MustParseAddr("fd77::2")},
+	}
+	st, err := o.Sync(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.NeighSet != 2 || st.RouteSet != 2 || st.NeighDel+st.RouteDel != 0 {
+		t.Errorf("first sync stats %+v", st)
+	}
+	if step.pruned != 1 {
+		t.Errorf("step pruned %d times, want 1", step.pruned)
+	}
+	if want := []string{"10.244.2.0/24", "fd00:10:244:2::/64"}; !slices.Equal(step.ensured, want) {
+		t.Errorf("step saw %v, want %v", step.ensured, want)
+	}
+	show := func(argv ...string) string {
+		return strings.Join(strings.Fields(ns.MustRun(t, argv...)), " ")
+	}
+	for _, c := range []struct{ argv, want string }{
+		{"ip -4 neigh show dev tap0 nud permanent", "10.244.2.0 lladdr 0a:00:00:00:00:02 PERMANENT"},
+		{"ip -6 neigh show dev tap0 nud permanent", "fd00:10:244:2:: lladdr 0a:00:00:00:00:02 PERMANENT"},
+		{"ip -4 route show dev tap0", "10.244.2.0/24 via 10.244.2.0 proto 87 onlink linkdown"},
+		{"ip -6 route show dev tap0 proto 87", "fd00:10:244:2::/64 via fd00:10:244:2:: metric 1024 onlink linkdown pref medium"},
+	} {
+		if got := show(strings.Fields(c.argv)...); got != c.want {
+			t.Errorf("%s:\n got %q\nwant %q", c.argv, got, c.want)
+		}
+	}
+	p, err := o.Programmed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Neighbours) != 2 || len(p.Routes) != 2 {
+		t.Errorf("Programmed() = %+v", p)
+	}
+
+	// A second overlay on the same link (a restarted daemon) adopts it all.
+	o2 := NewOverlay(ns.Handle, l.Attrs().Index, OverlayOptions{Family: netlink.FAMILY_ALL})
+	if st, err := o2.Sync(table); err != nil || st.Changed() {
+		t.Errorf("adopting sync: %+v, %v", st, err)
+	}
+	// A family-restricted overlay leaves the other family alone.
+	o4 := NewOverlay(ns.Handle, l.Attrs().Index, OverlayOptions{Family: netlink.FAMILY_V4})
+	if st, err := o4.Sync(vtep.Table{}); err != nil || st.RouteDel != 1 || st.NeighDel != 1 {
+		t.Errorf("IPv4-only removal: %+v, %v", st, err)
+	}
+	if got := show("ip", "-6", "route", "show", "dev", "tap0", "proto", "87"); got == "" {
+		t.Error("IPv4 overlay removed the IPv6 route")
+	}
+	if st, err := o.Sync(vtep.Table{}); err != nil || st.RouteDel != 1 || st.NeighDel != 1 {
+		t.Errorf("removal: %+v, %v", st, err)
+	}
+	if got := show("ip", "neigh", "show", "dev", "tap0", "nud", "permanent"); got != "" {
+		t.Errorf("neighbours left: %q", got)
+	}
+}
