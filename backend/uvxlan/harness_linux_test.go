@@ -165,12 +165,19 @@ func ping(n *testNode, dst netip.Addr, args ...string) (string, error) {
 // pod of b and checks that the SHA-256 of what arrived matches.
 func transfer(t *testing.T, a, b *testNode, size int64) {
 	t.Helper()
+	if err := transferErr(a, b, size); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// transferErr is transfer for use outside the test goroutine.
+func transferErr(a, b *testNode, size int64) error {
 	var ln net.Listener
 	if err := b.pod.Do(func() (err error) {
 		ln, err = net.Listen("tcp", net.JoinHostPort(b.podIP.String(), "0"))
 		return err
 	}); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer ln.Close()
 	type result struct {
@@ -199,21 +206,22 @@ func transfer(t *testing.T, a, b *testNode, size int64) {
 		c, err = net.DialTimeout("tcp", ln.Addr().String(), 5*time.Second)
 		return err
 	}); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	c.SetDeadline(time.Now().Add(60 * time.Second))
 	h := sha256.New()
 	src := io.TeeReader(io.LimitReader(rand.NewChaCha8([32]byte{1, 2, 3}), size), h)
 	if _, err := io.Copy(c, src); err != nil {
 		c.Close()
-		t.Fatalf("send: %v", err)
+		return fmt.Errorf("send: %w", err)
 	}
 	c.Close()
 	r := <-got
 	if r.err != nil && !errors.Is(r.err, io.EOF) {
-		t.Fatalf("receive: %v", r.err)
+		return fmt.Errorf("receive: %w", r.err)
 	}
 	if r.n != size || r.sum != [32]byte(h.Sum(nil)) {
-		t.Fatalf("received %d bytes with sha256 %x, sent %d with %x", r.n, r.sum, size, h.Sum(nil))
+		return fmt.Errorf("received %d bytes with sha256 %x, sent %d with %x", r.n, r.sum, size, h.Sum(nil))
 	}
+	return nil
 }

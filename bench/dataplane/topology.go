@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/backend/uvxlan"
+	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/vtep"
+	"golang.org/x/sys/unix"
+)
+
+// node is one side of the benchmark: a host namespace on the underlay veth
+// and, for the overlay modes, a pod namespace behind a veth.
+type node struct {
+	host   *nettest.NS
+	pod    *nettest.NS // nil in underlay mode
+	addr   netip.Addr  // underlay address
+	subnet netip.Prefix
+	podIP  netip.Addr
+}
+
+// target is the address iperf3 and ping aim at, and the namespaces to run in.
+func (n *node) target() netip.Addr {
+	if n.pod == nil {
+		return n.addr
+	}
+	return n.podIP
+}
+
+func (n *node) runNS() *nettest.NS {
+	if n.pod == nil {
+		return n.host
+	}
+	return n.pod
+}
+
+// topology is two nodes on a veth "wire", plus everything to tear down.
+type topology struct {
+	a, b    *node
+	nss     []*nettest.NS
+	stop    []func()
+	backend []*uvxlan.Backend
+}
+
+const overlayMTU = 1450
+
+func (t *topology) close() {
+	for i := len(t.stop) - 1; i >= 0; i-- {
+		t.stop[i]()
+	}
+	for _, n := range t.nss {
+		n.Delete()
+	}
+}
+
+func (t *topology) newNS(label string) (*nettest.NS, error) {
+	n, err := nettest.Create(label)
+	if err != nil {
+		return nil, err
+	}
+	t.nss = append(t.nss, n)
+	return n, nil
+}
+
+// build creates the two hosts and, unless mode is "underlay", their pods and
+// the overlay of the given kind.
+func build(ctx context.Context, mode string, log *slog.Logger) (t *topology, err error) {
+	t = &topology{}
+	defer func() {
+		if err != nil {
+			t.close()
+		}
+	}()
+	t.a = &node{addr: netip.MustParseAddr("192.168.77.1"), subnet: netip.MustParsePrefix("10.244.1.0/24")}
+	t.b = &node{addr: netip.MustParseAddr("192.168.77.2"), subnet: netip.MustParsePrefix("10.244.2.0/24")}
+	for _, n := range []*node{t.a, t.b} {
+		if n.host, err = t.newNS("bench-host"); err != nil {
+			return t, err
+		}
+	}
+	if err := nettest.VethPair(t.a.host, "eth0", t.b.host, "eth0"); err != nil {
+		return t, err
+	}
+	for _, n := range []*node{t.a, t.b} {
+		if err := nettest.AddAddr(n.host, "eth0", netip.PrefixFrom(n.addr, 24)); err != nil {
+			return t, err
+		}
+	}
+	if mode == "underlay" {
+		return t, nil
+	}
+	for _, n := range []*node{t.a, t.b} {
+		if err := t.addPod(n); err != nil {
+			return t, err
+		}
+	}
+	switch mode {
+	case "kernel":
+		err = t.kernelVXLAN()
+	case "uvxlan", "uvxlan-plain":
+		err = t.userVXLAN(ctx, mode == "uvxlan-plain", log)
+	default:
+		err = fmt.Errorf("unknown mode %q", mode)
+	}
+	return t, err
+}
+
+// addPod puts a pod behind the host: pod eth0 <subnet>.2/24, MTU 1450, default
+// route via <subnet>.1 on the host end, forwarding on in the host.
+func (t *topology) addPod(n *node) (err error) {
+	if n.pod, err = t.newNS("bench-pod"); err != nil {
+		return err
+	}
+	if err := nettest.VethPair(n.host, "vpod", n.pod, "eth0"); err != nil {
+		return err
+	}
+	gw := n.subnet.Addr().Next()
+	n.podIP = gw.Next()
+	for _, c := range [][]string{
+		{"host", "ip", "link", "set", "vpod", "mtu", fmt.Sprint(overlayMTU)},
+		{"pod", "ip", "link", "set", "eth0", "mtu", fmt.Sprint(overlayMTU)},
+		{"host", "ip", "addr", "add", gw.String() + "/24", "dev", "vpod"},
+		{"pod", "ip", "addr", "add", n.podIP.String() + "/24", "dev", "eth0"},
+		{"pod", "ip", "route", "add", "default", "via", gw.String()},
+		{"host", "sysctl", "-qw", "net.ipv4.ip_forward=1"},
+	} {
+		ns := n.host
+		if c[0] == "pod" {
+			ns = n.pod
+		}
+		if _, err := ns.Run(c[1:]...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// kernelVXLAN builds Flannel's kernel VXLAN setup by hand on both hosts.
+func (t *topology) kernelVXLAN() error {
+	for _, p := range [][2]*node{{t.a, t.b}, {t.b, t.a}} {
+		n, peer := p[0], p[1]
+		mac := backend.VTEPMAC(n.addr, 1)
+		peerMAC := backend.VTEPMAC(peer.addr, 1)
+		gw := peer.subnet.Addr().String()
+		for _, c := range [][]string{
+			{"ip", "link", "add", "vx0", "address", mac.String(), "mtu", fmt.Sprint(overlayMTU), "type", "vxlan",
+				"id", "1", "dstport", "8472", "local", n.addr.String(), "dev", "eth0", "nolearning"},
+			{"ip", "addr", "add", n.subnet.Addr().String() + "/32", "dev", "vx0"},
+			{"ip", "link", "set", "vx0", "up"},
+			{"ip", "neigh", "replace", gw, "lladdr", peerMAC.String(), "dev", "vx0", "nud", "permanent"},
+		} {
+			if _, err := n.host.Run(c...); err != nil {
+				return err
+			}
+		}
+		l, err := n.host.Handle.LinkByName("vx0")
+		if err != nil {
+			return err
+		}
+		fdb := &netlink.Neigh{LinkIndex: l.Attrs().Index, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT,
+			Flags: netlink.NTF_SELF, IP: peer.addr.AsSlice(), HardwareAddr: peerMAC.HardwareAddr()}
+		if err := n.host.Handle.NeighSet(fdb); err != nil {
+			return fmt.Errorf("add fdb: %w", err)
+		}
+		if _, err := n.host.Run("ip", "route", "replace", peer.subnet.String(), "via", gw, "dev", "vx0", "onlink"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// userVXLAN runs weft's userspace backend in this process on both hosts.
+func (t *topology) userVXLAN(ctx context.Context, plain bool, log *slog.Logger) error {
+	for _, p := range [][2]*node{{t.a, t.b}, {t.b, t.a}} {
+		n, peer := p[0], p[1]
+		b, err := uvxlan.New(uvxlan.Config{
+			Handle: n.host.Handle, NetNS: n.host.Path, Local: n.addr, MAC: backend.VTEPMAC(n.addr, 1),
+			MTU: overlayMTU, Subnet: n.subnet, Plain: plain,
+		}, log)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithCancel(ctx)
+		exited := make(chan struct{})
+		var runErr error
+		go func() { runErr = b.Run(ctx); close(exited) }()
+		t.stop = append(t.stop, func() { cancel(); <-exited })
+		t.backend = append(t.backend, b)
+		b.Set(vtep.Table{peer.subnet: {MAC: backend.VTEPMAC(peer.addr, 1), Addr: peer.addr}})
+		select {
+		case <-b.Ready():
+		case <-exited:
+			return errors.Join(errors.New("uvxlan backend stopped"), runErr)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
