@@ -1,11 +1,26 @@
 #!/usr/bin/env bash
-# Benchmarks weft's CNI plugin against bridge+host-local (ADD+DEL cycles per
-# second, same run, test namespaces only). Needs root. Extra arguments go to
-# `go test`, e.g. -benchtime=500x.
+# Benchmarks weft's CNI plugin against bridge+host-local: ADD+DEL cycles per
+# second through libcni, interleaved in one run, test namespaces only. Needs
+# root. Runs twice: against the reference plugins test/setup.sh installs
+# (built with cgo, dynamically linked) and against static builds of the same
+# version (CGO_ENABLED=0, as the upstream release binaries are built).
+# Extra arguments go to `go test`, e.g. -benchtime=500x.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 test/setup.sh
 # shellcheck source=/dev/null
 . test/versions.env
-export WEFT_CNI_BIN="${WEFT_CNI_BIN:-$WEFT_CACHE/cni-plugins-$CNI_PLUGINS_VERSION}"
-go test -run '^$' -bench AddDel -benchtime=200x -count=1 "$@" ./bench/cni
+static="$WEFT_CACHE/cni-plugins-static-$CNI_PLUGINS_VERSION"
+if [ ! -x "$static/bridge" ] || [ ! -x "$static/host-local" ] || [ ! -x "$static/portmap" ] || [ ! -x "$static/loopback" ]; then
+	echo "bench: building static reference CNI plugins $CNI_PLUGINS_VERSION into $static"
+	mkdir -p "$static"
+	(cd / && CGO_ENABLED=0 GOBIN="$static" GOFLAGS=-mod=mod go install \
+		"github.com/containernetworking/plugins/plugins/main/bridge@$CNI_PLUGINS_VERSION" \
+		"github.com/containernetworking/plugins/plugins/ipam/host-local@$CNI_PLUGINS_VERSION" \
+		"github.com/containernetworking/plugins/plugins/meta/portmap@$CNI_PLUGINS_VERSION" \
+		"github.com/containernetworking/plugins/plugins/main/loopback@$CNI_PLUGINS_VERSION")
+fi
+for ref in "$WEFT_CACHE/cni-plugins-$CNI_PLUGINS_VERSION" "$static"; do
+	echo "== reference plugins: $ref"
+	WEFT_CNI_BIN="$ref" go test -run '^$' -bench AddDel -benchtime=200x -count=1 "$@" ./bench/cni
+done

@@ -12,6 +12,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/vishvananda/netlink"
 	"github.com/weft-net/weft/internal/nettest"
 	"github.com/weft-net/weft/plugin/plugintest"
 	"github.com/weft-net/weft/subnet"
@@ -99,6 +100,7 @@ func BenchmarkAddDel(b *testing.B) {
 		weft.cycle(b)
 		ref.cycle(b)
 	}
+	floor := vethFloor(b)
 	b.ReportMetric(weft.rate(), "weft-cycles/s")
 	b.ReportMetric(ref.rate(), "ref-cycles/s")
 	b.ReportMetric(weft.rate()/ref.rate(), "ratio")
@@ -107,4 +109,25 @@ func BenchmarkAddDel(b *testing.B) {
 	for _, s := range []*side{weft, ref} {
 		b.Logf("%s: mean ADD %v, mean DEL %v", s.list.Name, s.add/time.Duration(s.n), (s.busy-s.add)/time.Duration(s.n))
 	}
+	b.Logf("kernel floor shared by both: veth pair create+delete %v (the delete waits in rcu_barrier)", floor)
+}
+
+// vethFloor measures what the kernel alone takes to create and delete a
+// veth pair in a test namespace: a cost every ADD+DEL cycle pays.
+func vethFloor(b *testing.B) time.Duration {
+	n := nettest.NewNS(b, "bf")
+	const rounds = 10
+	start := time.Now()
+	for i := range rounds {
+		la := netlink.NewLinkAttrs()
+		la.Name = fmt.Sprintf("fl%d", i)
+		v := &netlink.Veth{LinkAttrs: la, PeerName: fmt.Sprintf("fp%d", i)}
+		if err := n.Handle.LinkAdd(v); err != nil {
+			b.Fatal(err)
+		}
+		if err := n.Handle.LinkDel(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return time.Since(start) / rounds
 }
