@@ -182,7 +182,11 @@ func (dp *datapath) ingress() error {
 		}
 		ps := dp.b.peers.Load()
 		for i := range n {
-			pkt, src, seg := r.datagram(i)
+			pkt, src, seg, trunc := r.datagram(i)
+			if trunc {
+				dp.b.ctr.drop(DropOversize)
+				continue
+			}
 			dp.receive(ps, pkt, src, seg, deliver)
 		}
 		if gro != nil {

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +33,7 @@ type testNode struct {
 	podIP  netip.Addr
 	mac    subnet.MAC
 	b      *Backend // nil for a kernel VXLAN node
+	stop   func()   // stops b's Run and waits for it; idempotent
 }
 
 const testMTU = 1450
@@ -74,22 +76,28 @@ func newUVNode(t *testing.T, u *nettest.Underlay, label string, sn netip.Prefix,
 	addPod(t, n, label)
 	b, err := New(Config{
 		Handle: n.host.Handle, NetNS: n.host.Path, Local: n.host.Addr, MAC: n.mac,
-		MTU: testMTU, Subnet: sn, Plain: plain,
+		MTU: testMTU, Subnet: sn, Plain: plain, Reconcile: 200 * time.Millisecond,
 	}, testLogger(t).With("node", label))
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.b = b
+	n.stop = start(t, b, label)
+	t.Cleanup(n.stop)
+	return n
+}
+
+// start runs b until the returned function is called.
+func start(t *testing.T, b *Backend, label string) func() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- b.Run(ctx) }()
-	t.Cleanup(func() {
+	return sync.OnceFunc(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("run %s: %v", label, err)
 		}
 	})
-	return n
 }
 
 // newKernelNode builds a node with a hand-made kernel VXLAN device, the way

@@ -145,17 +145,17 @@ func (s *udpSocket) recv(r *recvBatch) (int, error) {
 }
 
 // datagram returns the payload of message i, its source address and the
-// UDP GRO segment size (0 when the kernel did not coalesce).
-func (r *recvBatch) datagram(i int) ([]byte, netip.Addr, int) {
+// UDP GRO segment size (0 when the kernel did not coalesce). trunc reports
+// a datagram larger than the buffer.
+func (r *recvBatch) datagram(i int) (pkt []byte, src netip.Addr, seg int, trunc bool) {
 	m := &r.msgs[i]
-	var src netip.Addr
 	switch r.names[i].Family {
 	case unix.AF_INET:
 		src = netip.AddrFrom4((*unix.RawSockaddrInet4)(unsafe.Pointer(&r.names[i])).Addr)
 	case unix.AF_INET6:
 		src = netip.AddrFrom16(r.names[i].Addr).Unmap()
 	}
-	return r.bufs[i][:m.len], src, groSize(r.oob[i][:m.hdr.Controllen])
+	return r.bufs[i][:m.len], src, groSize(r.oob[i][:m.hdr.Controllen]), m.hdr.Flags&unix.MSG_TRUNC != 0
 }
 
 // groSize returns the UDP_GRO segment size from control messages, or 0.

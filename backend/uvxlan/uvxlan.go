@@ -188,7 +188,8 @@ func (b *Backend) Run(ctx context.Context) error {
 }
 
 // reconcileLoop programs neighbours and routes on every Set and every
-// b.cfg.Reconcile, repairing drift.
+// b.cfg.Reconcile, repairing drift; the timer also re-checks the device's
+// MAC, MTU, address and state.
 func (b *Backend) reconcileLoop(ctx context.Context, dp *datapath) error {
 	tick := time.NewTicker(b.cfg.Reconcile)
 	defer tick.Stop()
@@ -205,6 +206,9 @@ func (b *Backend) reconcileLoop(ctx context.Context, dp *datapath) error {
 			return nil
 		case <-b.kick:
 		case <-tick.C:
+			if err := dp.configureLink(); err != nil {
+				b.log.Error("repair device", "err", err)
+			}
 		}
 	}
 }
