@@ -16,11 +16,20 @@ import (
 func TestChainWithPortmap(t *testing.T) {
 	f := v4File(true)
 	e := newEnv(t, &f)
-	n := e.newNode(t, plugintest.Options{Portmap: nettest.ReferencePlugins(t)})
+	dns := map[string]any{"nameservers": []string{"10.96.0.10"}, "search": []string{"svc.cluster.local"}}
+	n := e.newNode(t, plugintest.Options{Portmap: nettest.ReferencePlugins(t), Extra: map[string]any{"dns": dns}})
 	a := n.AddPod(t, "a")
 	b := n.AddPod(t, "b", map[string]any{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"})
 
-	t.Run("result", func(t *testing.T) { checkResult(t, a.Result, a.NS.Path) })
+	t.Run("result", func(t *testing.T) {
+		checkResult(t, a.Result, a.NS.Path)
+		if d := a.Result.DNS; len(d.Nameservers) != 1 || d.Nameservers[0] != "10.96.0.10" || len(d.Search) != 1 {
+			t.Errorf("dns in result: %+v", d)
+		}
+		if out := e.node.MustRun(t, "ip", "-d", "link", "show", a.Result.Interfaces[1].Name); !strings.Contains(out, "hairpin on") {
+			t.Errorf("host veth without hairpin (the default):\n%s", out)
+		}
+	})
 	t.Run("distinct addresses", func(t *testing.T) {
 		if a.IP == b.IP || !f.Subnet.Masked().Contains(a.IP) || !f.Subnet.Masked().Contains(b.IP) {
 			t.Fatalf("pod addresses %s, %s not distinct in %s", a.IP, b.IP, f.Subnet.Masked())

@@ -74,7 +74,7 @@ func add(conf *Config, p plan, att Attachment, netns ns.NetNS) (_ *current.Resul
 			store.Release(att)
 		}
 	}()
-	host, err := addVeth(h, br, att, p.mtu, int(netns.Fd()), conf.HairpinMode)
+	host, err := addVeth(h, br, att, p.mtu, int(netns.Fd()), conf.hairpin())
 	if err != nil {
 		return nil, err
 	}

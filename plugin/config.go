@@ -25,8 +25,12 @@ type Config struct {
 	DataDir     string `json:"dataDir"`
 	Bridge      string `json:"bridge"`
 	MTU         int    `json:"mtu"`
-	HairpinMode bool   `json:"hairpinMode"`
+	HairpinMode *bool  `json:"hairpinMode"` // default true, as kube-flannel's conflist sets it
 }
+
+// hairpin reports whether a pod may reach itself through a service
+// address (the bridge port sends frames back out where they came from).
+func (c *Config) hairpin() bool { return c.HairpinMode == nil || *c.HairpinMode }
 
 // ParseConfig decodes and validates stdin data, filling defaults. Errors
 // are *types.Error with code 6 (not JSON), 2 (unsupported field) or 7.

@@ -18,10 +18,10 @@ func TestParseConfig(t *testing.T) {
 		want func(*Config) bool
 	}{
 		{"defaults", `{"cniVersion":"1.0.0","name":"n","type":"weft"}`, 0, func(c *Config) bool {
-			return c.SubnetFile == subnet.DefaultSubnetFile && c.DataDir == DefaultDataDir && c.Bridge == "cni0" && c.MTU == 0 && !c.HairpinMode
+			return c.SubnetFile == subnet.DefaultSubnetFile && c.DataDir == DefaultDataDir && c.Bridge == "cni0" && c.MTU == 0 && c.hairpin()
 		}},
-		{"all keys", `{"name":"n","subnetFile":"/s","dataDir":"/d","bridge":"br1","mtu":1400,"hairpinMode":true,"dns":{"nameservers":["10.96.0.10"]}}`, 0, func(c *Config) bool {
-			return c.SubnetFile == "/s" && c.DataDir == "/d" && c.Bridge == "br1" && c.MTU == 1400 && c.HairpinMode && c.DNS.Nameservers[0] == "10.96.0.10"
+		{"all keys", `{"name":"n","subnetFile":"/s","dataDir":"/d","bridge":"br1","mtu":1400,"hairpinMode":false,"dns":{"nameservers":["10.96.0.10"]}}`, 0, func(c *Config) bool {
+			return c.SubnetFile == "/s" && c.DataDir == "/d" && c.Bridge == "br1" && c.MTU == 1400 && !c.hairpin() && c.DNS.Nameservers[0] == "10.96.0.10"
 		}},
 		{"not JSON", `{"name":`, types.ErrDecodingFailure, nil},
 		{"mtu string", `{"name":"n","mtu":"x"}`, types.ErrInvalidNetworkConfig, nil},

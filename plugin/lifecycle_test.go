@@ -194,11 +194,15 @@ func TestFlannelInterop(t *testing.T) {
 	}
 }
 
-// TestMTUOverride: "mtu" in the config wins over FLANNEL_MTU.
+// TestMTUOverride: "mtu" in the config wins over FLANNEL_MTU; hairpin
+// mode can be turned off.
 func TestMTUOverride(t *testing.T) {
 	f := v4File(true)
 	e := newEnv(t, &f)
-	a := e.newNode(t, plugintest.Options{MTU: 1400}).AddPod(t, "a")
+	a := e.newNode(t, plugintest.Options{MTU: 1400, Extra: map[string]any{"hairpinMode": false}}).AddPod(t, "a")
+	if out := e.node.MustRun(t, "ip", "-d", "link", "show", a.Result.Interfaces[1].Name); !strings.Contains(out, "hairpin off") {
+		t.Errorf("host veth with hairpin though hairpinMode is false:\n%s", out)
+	}
 	if mtu := a.NS.MustRun(t, "cat", "/sys/class/net/eth0/mtu"); strings.TrimSpace(mtu) != "1400" {
 		t.Errorf("pod MTU %s, want 1400", mtu)
 	}

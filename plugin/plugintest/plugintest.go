@@ -55,7 +55,8 @@ type Options struct {
 	DataDir    string
 	Bridge     string
 	MTU        int
-	Portmap    string // directory holding the reference portmap plugin: chain it after weft
+	Portmap    string         // directory holding the reference portmap plugin: chain it after weft
+	Extra      map[string]any // more keys for weft's entry (e.g. "dns", "hairpinMode")
 }
 
 // NewNode prepares a conflist of weft (and portmap when opts.Portmap is
@@ -71,7 +72,10 @@ func NewNode(tb testing.TB, node *nettest.NS, weftBin, subnetFile string, opts O
 	if opts.DataDir == "" {
 		opts.DataDir = tb.TempDir()
 	}
-	weft := map[string]any{"type": "weft", "subnetFile": subnetFile, "dataDir": opts.DataDir, "hairpinMode": true}
+	weft := map[string]any{"type": "weft", "subnetFile": subnetFile, "dataDir": opts.DataDir}
+	for k, v := range opts.Extra {
+		weft[k] = v
+	}
 	if opts.Bridge != "" {
 		weft["bridge"] = opts.Bridge
 	}
