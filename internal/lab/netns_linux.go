@@ -46,7 +46,7 @@ func createNS(name string) (*nettest.NS, error) {
 		os.Remove(path)
 		return nil, fmt.Errorf("create netns %s: %w", name, err)
 	}
-	n, err := openNS(name)
+	n, err := OpenNS(name)
 	if err != nil {
 		deleteNS(name)
 		return nil, err
@@ -59,8 +59,9 @@ func createNS(name string) (*nettest.NS, error) {
 	return n, nil
 }
 
-// openNS opens an existing named namespace.
-func openNS(name string) (*nettest.NS, error) {
+// OpenNS opens an existing named namespace with a netlink handle bound to
+// it; the caller closes the handle.
+func OpenNS(name string) (*nettest.NS, error) {
 	path := filepath.Join(nettest.RunDir, name)
 	h, err := nettest.HandleAt(path)
 	if err != nil {

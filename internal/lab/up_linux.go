@@ -90,7 +90,7 @@ func nodeHealth(ctx context.Context, n NodeState) string {
 	if !n.Weftd.Alive() {
 		return "(not running)"
 	}
-	ns, err := openNS(n.NS)
+	ns, err := OpenNS(n.NS)
 	if err != nil {
 		return "(" + err.Error() + ")"
 	}
@@ -106,7 +106,13 @@ func nodeHealth(ctx context.Context, n NodeState) string {
 		health = "NOT ready: " + strings.TrimSpace(body)
 	}
 	if k, err := inspect.ReadKernel(ns.Handle, ""); err == nil {
-		health += fmt.Sprintf(", %s with %d routes", k.Device.Name, len(k.Routes))
+		peers := 0
+		for _, r := range k.Routes {
+			if r.Gw.IsValid() {
+				peers++
+			}
+		}
+		health += fmt.Sprintf(", %s with %d peer routes", k.Device.Name, peers)
 	}
 	return health
 }
