@@ -207,3 +207,16 @@ func TestMTUOverride(t *testing.T) {
 		t.Errorf("pod MTU %s, want 1400", mtu)
 	}
 }
+
+// TestPlugintestAddPod: the one-call helper gives pods on one node distinct
+// addresses from one store, and they reach each other.
+func TestPlugintestAddPod(t *testing.T) {
+	f := v4File(true)
+	e := newEnv(t, &f)
+	a, ipA := plugintest.AddPod(t, e.node, e.bin, e.subnetFile, "a")
+	_, ipB := plugintest.AddPod(t, e.node, e.bin, e.subnetFile, "b")
+	if ipA == ipB || !f.Subnet.Masked().Contains(ipA) {
+		t.Fatalf("addresses %s, %s", ipA, ipB)
+	}
+	ping(t, a, ipB)
+}

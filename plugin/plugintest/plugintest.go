@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
@@ -154,4 +155,33 @@ func (n *Node) Check(p *Pod) error {
 // Del runs DEL for p (libcni passes the stored result).
 func (n *Node) Del(p *Pod) error {
 	return n.CNI.DelNetworkList(context.Background(), n.List, p.RT)
+}
+
+var (
+	nodesMu sync.Mutex
+	nodes   = map[*nettest.NS]*Node{}
+)
+
+// AddPod is the one-call form for multi-node tests: it ADDs a new pod
+// namespace on node through weft (one Node per node namespace, made on
+// first use and shared by later calls so that they share the address
+// store) and returns the pod's namespace and first address. DEL runs when
+// the calling test ends; the shared Node lives until the test that made it
+// ends.
+func AddPod(tb testing.TB, node *nettest.NS, weftBin, subnetFile, label string) (*nettest.NS, netip.Addr) {
+	tb.Helper()
+	nodesMu.Lock()
+	n, ok := nodes[node]
+	if !ok {
+		n = NewNode(tb, node, weftBin, subnetFile, Options{})
+		nodes[node] = n
+		tb.Cleanup(func() {
+			nodesMu.Lock()
+			delete(nodes, node)
+			nodesMu.Unlock()
+		})
+	}
+	nodesMu.Unlock()
+	p := n.AddPod(tb, label)
+	return p.NS, p.IP
 }
