@@ -272,14 +272,15 @@ func (o *Overlay) listRoutes(fam int) ([]Route, error) {
 		return nil, err
 	}
 	var out []Route
-	seen := map[string]bool{}
+	seen := make(map[Route]bool, len(onLink)+len(direct))
 	for _, r := range append(onLink, direct...) {
 		if r.Protocol == unix.RTPROT_KERNEL || r.Dst == nil || r.Type != unix.RTN_UNICAST {
 			continue
 		}
-		if k := r.String(); !seen[k] {
+		// A direct route on the link shows up in both lists.
+		if k := fromNetlinkRoute(r); !seen[k] {
 			seen[k] = true
-			out = append(out, fromNetlinkRoute(r))
+			out = append(out, k)
 		}
 	}
 	return out, nil

@@ -1,7 +1,10 @@
 package vxlan
 
 import (
+	"fmt"
 	"net/netip"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -269,4 +272,57 @@ func TestDriftRepair(t *testing.T) {
 		})
 	}
 	t.Logf("repairs: %+v", b.Repairs())
+}
+
+// TestSubnetChange restarts with another node subnet: the device keeps its
+// index and MAC and swaps the old gateway address for the new one.
+func TestSubnetChange(t *testing.T) {
+	u := nettest.NewUnderlay(t, ul4, 0)
+	n1 := newNode(t, u, 1)
+	b := newBackend(t, n1.config())
+	b.Set(peerTable())
+	stop := start(t, b)
+	waitReady(t, b)
+	stop()
+	before, _ := n1.Handle.LinkByName("weft.1")
+
+	c := n1.config()
+	c.Subnet = netip.MustParsePrefix("10.244.42.0/24")
+	c.IPv6Subnet = netip.MustParsePrefix("fd00:10:244:42::/64")
+	b2 := newBackend(t, c)
+	b2.Set(peerTable())
+	start(t, b2)
+	waitReady(t, b2)
+	after, _ := n1.Handle.LinkByName("weft.1")
+	if before.Attrs().Index != after.Attrs().Index {
+		t.Errorf("device recreated for a subnet change")
+	}
+	for dev, want := range map[string]string{
+		"weft.1":    "10.244.42.0/32",
+		"weft-v6.1": "fd00:10:244:42::/128",
+	} {
+		got := lines(t, n1.NS, "ip", "-o", "addr", "show", "dev", dev, "scope", "global")
+		if len(got) != 1 || !strings.Contains(got[0], " "+want+" ") {
+			t.Errorf("%s addresses: %q, want only %s", dev, got, want)
+		}
+	}
+}
+
+// TestRunReturnsCleanly: Run's goroutines (its own and netlink's
+// subscriptions) are gone once it has returned.
+func TestRunReturnsCleanly(t *testing.T) {
+	u := nettest.NewUnderlay(t, ul4, 0)
+	n1 := newNode(t, u, 1)
+	base := runtime.NumGoroutine()
+	for range 3 {
+		b := newBackend(t, n1.config())
+		b.Set(peerTable())
+		stop := start(t, b)
+		waitReady(t, b)
+		stop()
+	}
+	eventually(t, 2*time.Second, "goroutines back to the baseline", func() (bool, string) {
+		n := runtime.NumGoroutine()
+		return n <= base, fmt.Sprintf("%d goroutines, baseline %d", n, base)
+	})
 }

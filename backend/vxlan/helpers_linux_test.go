@@ -88,8 +88,10 @@ func addAddr(t *testing.T, n *nettest.NS, link string, addr netip.Prefix) {
 	n.MustRun(t, argv...)
 }
 
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+func testLogger(t *testing.T) *slog.Logger { return testLoggerTB(t) }
+
+func testLoggerTB(tb testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tb.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
 // start runs b until the returned stop is called or the test ends.
