@@ -57,24 +57,28 @@ func TestChainWithPortmap(t *testing.T) {
 			}
 		}
 	})
-	t.Run("del", func(t *testing.T) {
-		for _, p := range []*plugintest.Pod{a, b} {
-			for i := range 2 { // the second DEL finds nothing and succeeds
-				if err := n.Del(p); err != nil {
-					t.Fatalf("DEL %d of %s: %v", i+1, p.ID, err)
-				}
+	t.Run("del", func(t *testing.T) { delTwice(t, e, n, a, b) })
+}
+
+// delTwice DELs every pod twice (the second finds nothing and succeeds) and
+// checks that no veth, allocation or portmap rule is left.
+func delTwice(t *testing.T, e *env, n *plugintest.Node, pods ...*plugintest.Pod) {
+	for _, p := range pods {
+		for i := range 2 {
+			if err := n.Del(p); err != nil {
+				t.Fatalf("DEL %d of %s: %v", i+1, p.ID, err)
 			}
 		}
-		if ports := e.bridgePorts(t); len(ports) != 0 {
-			t.Errorf("veths left on the node: %v", ports)
-		}
-		if left := storeFiles(t, e.dataDir, "weft"); len(left) != 0 {
-			t.Errorf("allocations left: %v", left)
-		}
-		if rules := e.node.MustRun(t, "nft", "list", "ruleset"); strings.Contains(rules, "8080") {
-			t.Errorf("portmap rules left after DEL:\n%s", rules)
-		}
-	})
+	}
+	if ports := e.bridgePorts(t); len(ports) != 0 {
+		t.Errorf("veths left on the node: %v", ports)
+	}
+	if left := storeFiles(t, e.dataDir, "weft"); len(left) != 0 {
+		t.Errorf("allocations left: %v", left)
+	}
+	if rules := e.node.MustRun(t, "nft", "list", "ruleset"); strings.Contains(rules, "8080") {
+		t.Errorf("portmap rules left after DEL:\n%s", rules)
+	}
 }
 
 func checkResult(t *testing.T, r *current.Result, sandbox string) {

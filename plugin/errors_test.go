@@ -19,6 +19,36 @@ func TestBadInput(t *testing.T) {
 	f := v4File(true)
 	e := newEnv(t, &f)
 	pod := nettest.NewNS(t, "pod")
+	cases := badInputs(t, e, pod)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, rc := e.run(t, c.env, c.stdin)
+			if rc == 0 {
+				t.Fatalf("exit 0, stdout %s", out)
+			}
+			ce := cniError(t, out)
+			if c.code != 0 && ce.Code != c.code {
+				t.Errorf("code %d, want %d: %s", ce.Code, c.code, out)
+			}
+			if !strings.Contains(strings.ToLower(ce.Msg+" "+ce.Details), strings.ToLower(c.msg)) {
+				t.Errorf("message %q lacks %q", ce.Msg+" "+ce.Details, c.msg)
+			}
+			noLeftovers(t, e, pod, "weft")
+		})
+	}
+}
+
+type badInput struct {
+	name  string
+	env   map[string]string
+	stdin string
+	code  uint
+	msg   string // a piece of the message
+}
+
+// badInputs prepares the fixtures (a file that is not a netns, a garbage
+// subnet file, a non-bridge device) and returns the cases.
+func badInputs(t *testing.T, e *env, pod *nettest.NS) []badInput {
 	notNS := filepath.Join(t.TempDir(), "not-a-netns")
 	os.WriteFile(notNS, nil, 0o644)
 	garbage := filepath.Join(t.TempDir(), "garbage.env")
@@ -55,13 +85,7 @@ func TestBadInput(t *testing.T) {
 		}
 		return env
 	}
-	cases := []struct {
-		name  string
-		env   map[string]string
-		stdin string
-		code  uint
-		msg   string // a piece of the message
-	}{
+	return []badInput{
 		{"malformed JSON", addEnv(nil), `{"cniVersion":"1.0.0","name":`, 6, "unmarshal"},
 		{"mtu of the wrong type", addEnv(nil), conf(map[string]any{"mtu": "big"}), 7, "mtu"},
 		{"hairpinMode of the wrong type", addEnv(nil), conf(map[string]any{"hairpinMode": "yes"}), 7, "hairpinMode"},
@@ -83,23 +107,7 @@ func TestBadInput(t *testing.T) {
 		{"CNI_NETNS does not exist", addEnv(map[string]string{"CNI_NETNS": "/run/netns/wefttest-nope"}), conf(nil), 4, "wefttest-nope"},
 		{"CNI_NETNS is not a netns", addEnv(map[string]string{"CNI_NETNS": notNS}), conf(nil), 4, "not-a-netns"},
 		{"CHECK without prevResult", addEnv(map[string]string{"CNI_COMMAND": "CHECK"}), conf(nil), 7, "prevResult"},
-		{"GC before 1.1.0", addEnv(map[string]string{"CNI_COMMAND": "GC"}), conf(nil), 0, ""},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			out, rc := e.run(t, c.env, c.stdin)
-			if rc == 0 {
-				t.Fatalf("exit 0, stdout %s", out)
-			}
-			ce := cniError(t, out)
-			if c.code != 0 && ce.Code != c.code {
-				t.Errorf("code %d, want %d: %s", ce.Code, c.code, out)
-			}
-			if !strings.Contains(strings.ToLower(ce.Msg+" "+ce.Details), strings.ToLower(c.msg)) {
-				t.Errorf("message %q lacks %q", ce.Msg+" "+ce.Details, c.msg)
-			}
-			noLeftovers(t, e, pod, "weft")
-		})
+		{"GC before 1.1.0", addEnv(map[string]string{"CNI_COMMAND": "GC"}), conf(nil), 1, "does not allow GC"},
 	}
 }
 
