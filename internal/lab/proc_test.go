@@ -3,8 +3,8 @@ package lab
 import (
 	"os"
 	"os/exec"
-	"time"
 	"testing"
+	"time"
 )
 
 func TestParseStat(t *testing.T) {
