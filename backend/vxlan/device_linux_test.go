@@ -326,3 +326,41 @@ func TestRunReturnsCleanly(t *testing.T) {
 		return n <= base, fmt.Sprintf("%d goroutines, baseline %d", n, base)
 	})
 }
+
+// TestDeviceOptions: GBP, Learning, port and VNI reach the device, and
+// turning GBP on recreates a device made without it.
+func TestDeviceOptions(t *testing.T) {
+	u := nettest.NewUnderlay(t, ul4, 0)
+	n1 := newNode(t, u, 1)
+	c := n1.config()
+	c.LocalIPv6, c.IPv6Subnet = netip.Addr{}, netip.Prefix{}
+	c.VNI, c.Port = 4096, 4789
+	b := newBackend(t, c)
+	b.Set(vtep.Table{})
+	stop := start(t, b)
+	waitReady(t, b)
+	stop()
+	first, err := n1.Handle.LinkByName("weft.4096")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.GBP, c.Learning = true, true
+	b = newBackend(t, c)
+	b.Set(vtep.Table{})
+	start(t, b)
+	waitReady(t, b)
+	l, err := n1.Handle.LinkByName("weft.4096")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := l.(*netlink.Vxlan)
+	if !v.GBP || !v.Learning || v.Port != 4789 || v.VxlanId != 4096 || v.VtepDevIndex != n1.underlay {
+		t.Errorf("device %+v", v)
+	}
+	if v.Index == first.Attrs().Index {
+		t.Error("device without GBP was adopted instead of recreated")
+	}
+	if v.HardwareAddr.String() != first.Attrs().HardwareAddr.String() {
+		t.Errorf("recreated device changed MAC: %s → %s", first.Attrs().HardwareAddr, v.HardwareAddr)
+	}
+}

@@ -135,3 +135,92 @@ func TestDirectRoutingMixed(t *testing.T) {
 		return len(got) == 0, strings.Join(got, "\n")
 	})
 }
+
+// TestRestartDropsNothing pings between pods at 50 pings a second while the
+// backend on one node is stopped and started again twice, as a restarting
+// weftd does, and then while its device is deleted behind its back: the
+// restarts must lose no ping at all; after the device repair pings flow again.
+func TestRestartDropsNothing(t *testing.T) {
+	u := nettest.NewUnderlay(t, ul4, 0)
+	n1, n2 := newNode(t, u, 1), newNode(t, u, 2)
+	p1, _, _ := pod(t, n1, "pod1")
+	_, ip2, _ := pod(t, n2, "pod2")
+	b2 := newBackend(t, n2.config())
+	b2.Set(n1.entries(1))
+	start(t, b2)
+	waitReady(t, b2)
+	run1 := func() func() {
+		b := newBackend(t, n1.config())
+		b.Set(n2.entries(1))
+		stop := start(t, b)
+		waitReady(t, b)
+		return stop
+	}
+	stop := run1()
+
+	done := make(chan string, 1)
+	go func() {
+		out, err := p1.Run("ping", "-q", "-c", "100", "-i", "0.02", "-W", "5", ip2.String())
+		if err != nil {
+			out += err.Error()
+		}
+		done <- out
+	}()
+	for range 2 {
+		time.Sleep(300 * time.Millisecond)
+		stop()
+		stop = run1()
+	}
+	out := <-done
+	if !strings.Contains(out, " 0% packet loss") {
+		t.Errorf("pings lost across restarts:\n%s", out)
+	}
+	t.Logf("across two restarts: %s", strings.TrimSpace(out[strings.Index(out, "100 packets"):]))
+
+	n1.MustRun(t, "ip", "link", "del", "weft.1")
+	eventually(t, 10*time.Second, "pings after the device was deleted", func() (bool, string) {
+		out, err := p1.Run("ping", "-c", "1", "-W", "1", ip2.String())
+		return err == nil, out
+	})
+	stop()
+}
+
+// TestFlannelPeer runs weft on n1 against a node n2 set up by hand exactly
+// as flanneld's vxlan backend sets itself up (flannel.1, random MAC, its
+// neighbour, FDB and route commands): pods on both ping each other.
+func TestFlannelPeer(t *testing.T) {
+	u := nettest.NewUnderlay(t, ul4, 0)
+	n1, n2 := newNode(t, u, 1), newNode(t, u, 2)
+	p1, ip1, _ := pod(t, n1, "pod1")
+	p2, ip2, _ := pod(t, n2, "pod2")
+	const flannelMAC = "4e:fb:7d:bf:6b:2d"
+	c1 := n1.config()
+	c1.LocalIPv6, c1.IPv6Subnet = netip.Addr{}, netip.Prefix{}
+	b := newBackend(t, c1)
+	weftMAC, _ := b.MAC()
+	for _, cmd := range []string{
+		"ip link add flannel.1 type vxlan id 1 local 192.168.77.2 dev eth0 dstport 8472 nolearning",
+		"ip link set flannel.1 address " + flannelMAC + " mtu 1450 up",
+		"ip addr add 10.244.2.0/32 dev flannel.1",
+		"ip neigh replace 10.244.1.0 lladdr " + weftMAC.String() + " dev flannel.1 nud permanent",
+		"bridge fdb replace " + weftMAC.String() + " dev flannel.1 dst 192.168.77.1 self permanent",
+		"ip route replace 10.244.1.0/24 via 10.244.1.0 dev flannel.1 onlink",
+	} {
+		argv := strings.Fields(cmd)
+		if argv[0] == "bridge" {
+			argv[0] = "/sbin/bridge"
+		}
+		n2.MustRun(t, argv...)
+	}
+	b.Set(vtep.Table{n2.Subnet: {MAC: mac(flannelMAC), Addr: n2.Addr}})
+	start(t, b)
+	waitReady(t, b)
+	for _, p := range []struct {
+		from *nettest.NS
+		to   netip.Addr
+	}{{p1, ip2}, {p2, ip1}} {
+		if out, err := p.from.Run("ping", "-c", "3", "-i", "0.2", "-W", "2", p.to.String()); err != nil {
+			t.Errorf("ping %s: %v\n%s", p.to, err, out)
+		}
+	}
+}

@@ -204,7 +204,7 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() (bo
 // waitState waits until dev in nd shows want.
 func waitState(t *testing.T, nd *nettest.NS, dev string, want kernelState) time.Duration {
 	t.Helper()
-	return eventually(t, 5*time.Second, "kernel state of "+dev, func() (bool, string) {
+	return eventually(t, 10*time.Second, "kernel state of "+dev, func() (bool, string) {
 		got := state(t, nd, dev)
 		return got.equal(want), "got:\n" + got.String() + "\nwant:\n" + want.String()
 	})
