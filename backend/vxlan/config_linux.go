@@ -57,9 +57,11 @@ type Config struct {
 	// zero means backend.VTEPMAC(Local, VNI) (and LocalIPv6). They must be
 	// stable across restarts: peers hold FDB entries for them.
 	MAC, MACv6 subnet.MAC
-	// MTU of the IPv4 device (the daemon's underlay MTU − 50); the IPv6
-	// device gets 20 bytes less, for the larger outer header. 0 means the
-	// underlay's MTU minus the encapsulation overhead (backend.OverlayMTU).
+	// MTU is the overlay MTU the node advertises (FLANNEL_MTU): the IPv4
+	// device's (underlay MTU − 50). With both devices, the IPv6 one gets 20
+	// bytes less for its larger outer header; an IPv6-only node's device
+	// gets MTU as it is. 0 means the underlay's MTU minus the encapsulation
+	// overhead of each device's family (backend.OverlayMTU).
 	MTU int
 
 	// DirectRouting routes peers whose public address is on-link straight
@@ -145,7 +147,7 @@ func (c Config) withDefaults() (Config, error) {
 func (c Config) specs() []deviceSpec {
 	var out []deviceSpec
 	mtu6 := c.MTU
-	if mtu6 != 0 {
+	if mtu6 != 0 && c.Local.IsValid() {
 		mtu6 -= backend.OverheadIPv6 - backend.OverheadIPv4
 	}
 	if c.Local.IsValid() {
