@@ -1,0 +1,145 @@
+package etcd
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// DefaultDialTimeout bounds the client's first contact with etcd.
+const DefaultDialTimeout = 5 * time.Second
+
+// ClientConfig says how to reach etcd.
+type ClientConfig struct {
+	// Endpoints are etcd client URLs: http://host:port, https://host:port,
+	// unix:///path or unixs:///path (TLS over a unix socket).
+	Endpoints []string
+	// CAFile verifies the server; CertFile and KeyFile are the client
+	// certificate. Any of them turns TLS on, and then every endpoint must be
+	// https:// or unix(s)://. An https:// endpoint without CAFile is verified
+	// against the system roots.
+	CAFile, CertFile, KeyFile string
+	// Username and Password enable etcd authentication.
+	Username, Password string
+	// DialTimeout defaults to DefaultDialTimeout.
+	DialTimeout time.Duration
+}
+
+// NewClient validates cfg and returns an etcd client. It does not wait for a
+// connection: the first request does. Every inconsistent setting is an
+// error naming what is wrong; TLS is never silently dropped.
+func NewClient(cfg ClientConfig) (*clientv3.Client, error) {
+	endpoints, useTLS, err := checkEndpoints(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("etcd client: %w", err)
+	}
+	if cfg.Password != "" && cfg.Username == "" {
+		return nil, errors.New("etcd client: a password is set but no user name")
+	}
+	if cfg.DialTimeout < 0 {
+		return nil, fmt.Errorf("etcd client: dial timeout %s: must not be negative", cfg.DialTimeout)
+	}
+	cc := clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: cfg.DialTimeout,
+		Username:    cfg.Username,
+		Password:    cfg.Password,
+		Logger:      zap.NewNop(),
+	}
+	if cc.DialTimeout == 0 {
+		cc.DialTimeout = DefaultDialTimeout
+	}
+	if useTLS {
+		if cc.TLS, err = tlsConfig(cfg); err != nil {
+			return nil, fmt.Errorf("etcd client: %w", err)
+		}
+	}
+	c, err := clientv3.New(cc)
+	if err != nil {
+		return nil, fmt.Errorf("etcd client: %w", err)
+	}
+	return c, nil
+}
+
+// checkEndpoints validates the endpoints against the TLS settings and says
+// whether the client needs a TLS config.
+func checkEndpoints(cfg ClientConfig) ([]string, bool, error) {
+	files := cfg.CAFile != "" || cfg.CertFile != "" || cfg.KeyFile != ""
+	if len(cfg.Endpoints) == 0 {
+		return nil, false, errors.New("no endpoints: give at least one http://, https:// or unix:// URL")
+	}
+	var out []string
+	var plain, secure string // one example of each kind, for errors
+	for _, ep := range cfg.Endpoints {
+		ep = strings.TrimSpace(ep)
+		if ep == "" {
+			return nil, false, fmt.Errorf("endpoints %q: an endpoint is empty", strings.Join(cfg.Endpoints, ","))
+		}
+		u, err := url.Parse(ep)
+		if err != nil {
+			return nil, false, fmt.Errorf("endpoint %q: %w", ep, err)
+		}
+		switch u.Scheme {
+		case "http":
+			plain = ep
+		case "https", "unixs":
+			secure = ep
+		case "unix":
+		case "":
+			return nil, false, fmt.Errorf("endpoint %q: no scheme: write http://%s, https://%s or unix:///path", ep, ep, ep)
+		default:
+			return nil, false, fmt.Errorf("endpoint %q: scheme %q not supported: use http, https, unix or unixs", ep, u.Scheme)
+		}
+		if (u.Scheme == "http" || u.Scheme == "https") && u.Host == "" {
+			return nil, false, fmt.Errorf("endpoint %q: no host", ep)
+		}
+		if (u.Scheme == "unix" || u.Scheme == "unixs") && u.Host == "" && u.Path == "" && u.Opaque == "" {
+			return nil, false, fmt.Errorf("endpoint %q: no socket path", ep)
+		}
+		out = append(out, ep)
+	}
+	switch {
+	case plain != "" && secure != "":
+		return nil, false, fmt.Errorf("endpoints mix plain %q and TLS %q: use one kind", plain, secure)
+	case plain != "" && files:
+		return nil, false, fmt.Errorf("endpoint %q is plain http but TLS files are given: use https://", plain)
+	}
+	return out, files || secure != "", nil
+}
+
+// tlsConfig builds the client TLS config from the files.
+func tlsConfig(cfg ClientConfig) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	switch {
+	case cfg.CertFile != "" && cfg.KeyFile == "":
+		return nil, fmt.Errorf("certificate file %s given without a key file", cfg.CertFile)
+	case cfg.KeyFile != "" && cfg.CertFile == "":
+		return nil, fmt.Errorf("key file %s given without a certificate file", cfg.KeyFile)
+	case cfg.CertFile != "":
+		cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("client certificate %s, key %s: %w", cfg.CertFile, cfg.KeyFile, err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	if cfg.CAFile != "" {
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("CA file %s: no PEM certificate in it", cfg.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	return tc, nil
+}

@@ -1,0 +1,166 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/weft-net/weft/subnet"
+)
+
+// Delays between attempts to list again after a watch broke. The first
+// retry is quick (a compaction needs no wait); repeated failures back off.
+const (
+	relistMinDelay = 50 * time.Millisecond
+	relistMaxDelay = 5 * time.Second
+)
+
+// Watch sends the current leases as one batch of EventAdded, then a batch
+// per etcd watch response; see subnet.Registry. The watch requires the etcd
+// member to have a leader, so a partitioned member breaks it. Whenever it
+// breaks (compaction, no leader, closed channel) Watch lists again and sends
+// only the difference from what it sent before. A value rewritten with the
+// same bytes (a renewal) is no event. Events carry Revision but no
+// Expiration (finding it would cost one request per lease). Keys that are
+// not lease keys and values that do not parse are logged and skipped; a
+// lease overwritten by a value that does not parse is reported removed.
+func (r *Registry) Watch(ctx context.Context, events chan<- []subnet.Event) error {
+	if r.err != nil {
+		return r.err
+	}
+	w := &watcher{r: r, events: events, known: map[string]entry{}}
+	delay := relistMinDelay
+	for {
+		rev, err := w.resync(ctx)
+		progressed := false
+		if err == nil {
+			progressed, err = w.follow(ctx, rev+1)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if progressed {
+			delay = relistMinDelay
+		}
+		r.log.Warn("watch of the subnet leases interrupted, listing them again", "err", err, "retryIn", delay)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, relistMaxDelay)
+	}
+}
+
+// watcher holds what one Watch call has sent so far.
+type watcher struct {
+	r      *Registry
+	events chan<- []subnet.Event
+	known  map[string]entry // by key name; only leases whose value parses
+}
+
+func (w *watcher) send(ctx context.Context, batch []subnet.Event) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	select {
+	case w.events <- batch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// resync lists the leases, sends the difference from what was sent before
+// and returns the listing's revision.
+func (w *watcher) resync(ctx context.Context) (int64, error) {
+	entries, rev, err := w.r.list(ctx, true)
+	if err != nil {
+		return 0, err
+	}
+	next := make(map[string]entry, len(entries))
+	var batch []subnet.Event
+	for _, e := range entries {
+		if e.bad != nil {
+			continue
+		}
+		next[e.name] = e
+		if old, ok := w.known[e.name]; !ok || !sameValue(old.value, e.value) {
+			batch = append(batch, subnet.Event{Type: subnet.EventAdded, Lease: e.lease})
+		}
+	}
+	var gone []string
+	for name := range w.known {
+		if _, ok := next[name]; !ok {
+			gone = append(gone, name)
+		}
+	}
+	sort.Strings(gone)
+	for _, name := range gone {
+		l := w.known[name].lease
+		l.Revision = rev
+		batch = append(batch, subnet.Event{Type: subnet.EventRemoved, Lease: l})
+	}
+	w.known = next
+	return rev, w.send(ctx, batch)
+}
+
+// follow watches from rev until the watch breaks; progressed says whether
+// any events arrived.
+func (w *watcher) follow(ctx context.Context, rev int64) (progressed bool, err error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := w.r.client.Watch(wctx, w.r.subnetsDir(), clientv3.WithPrefix(), clientv3.WithRev(rev))
+	for resp := range wch {
+		if err := resp.Err(); err != nil {
+			return progressed, fmt.Errorf("watch %s from revision %d: %w", w.r.subnetsDir(), rev, err)
+		}
+		if len(resp.Events) == 0 {
+			continue
+		}
+		progressed = true
+		rev = resp.Events[len(resp.Events)-1].Kv.ModRevision + 1
+		if err := w.send(ctx, w.apply(resp.Events)); err != nil {
+			return progressed, err
+		}
+	}
+	return progressed, errors.New("watch channel closed")
+}
+
+// apply folds watch events into known and returns the batch to send.
+func (w *watcher) apply(evs []*clientv3.Event) []subnet.Event {
+	var batch []subnet.Event
+	for _, ev := range evs {
+		e, err := w.r.decode(ev.Kv)
+		if err != nil {
+			if ev.Type == mvccpb.PUT {
+				w.r.log.Warn("skipping a key that is not a subnet lease", "key", string(ev.Kv.Key), "err", err)
+			}
+			continue
+		}
+		old, known := w.known[e.name]
+		switch {
+		case ev.Type == mvccpb.DELETE || e.bad != nil:
+			if ev.Type == mvccpb.PUT {
+				w.r.log.Warn("skipping a subnet lease whose value does not parse", "key", string(ev.Kv.Key), "err", e.bad)
+			}
+			if known {
+				delete(w.known, e.name)
+				l := old.lease
+				l.Revision = ev.Kv.ModRevision
+				batch = append(batch, subnet.Event{Type: subnet.EventRemoved, Lease: l})
+			}
+		case known && sameValue(old.value, e.value):
+			w.known[e.name] = e // a renewal: nothing to tell
+		default:
+			w.known[e.name] = e
+			batch = append(batch, subnet.Event{Type: subnet.EventAdded, Lease: e.lease})
+		}
+	}
+	return batch
+}
