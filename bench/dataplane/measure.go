@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -83,27 +84,31 @@ func iperf(ctx context.Context, t *topology, streams int, dur time.Duration) (fl
 		srv.Process.Kill() // ours, by PID; a no-op once it exited
 		srv.Wait()
 	}()
-	var out string
-	var err error
-	for i := range 50 {
-		out, err = t.a.runNS().Run("iperf3", "-c", dst, "-t", strconv.Itoa(int(dur.Seconds())), "-P", strconv.Itoa(streams), "-J")
-		if err == nil || !strings.Contains(out, "Connection refused") || i == 49 {
-			break
+	// The server needs a moment to listen; retry while it refuses.
+	for i := 0; ; i++ {
+		g, err := iperfClient(t, dst, streams, dur)
+		if err == nil || !strings.Contains(err.Error(), "Connection refused") || i == 50 {
+			return g, err
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if err != nil {
-		return 0, err
-	}
+}
+
+func iperfClient(t *topology, dst string, streams int, dur time.Duration) (float64, error) {
+	out, err := t.a.runNS().Run("iperf3", "-c", dst, "-t", strconv.Itoa(int(dur.Seconds())), "-P", strconv.Itoa(streams), "-J")
 	var rep struct {
-		End struct {
+		Error string `json:"error"`
+		End   struct {
 			SumReceived struct {
 				BitsPerSecond float64 `json:"bits_per_second"`
 			} `json:"sum_received"`
 		} `json:"end"`
 	}
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		return 0, fmt.Errorf("parse iperf3 output: %w", err)
+	if jerr := json.Unmarshal([]byte(out), &rep); jerr != nil {
+		return 0, errors.Join(err, fmt.Errorf("parse iperf3 output: %w", jerr))
+	}
+	if rep.Error != "" || rep.End.SumReceived.BitsPerSecond == 0 {
+		return 0, fmt.Errorf("iperf3 -P %d: no result: %s", streams, rep.Error)
 	}
 	return rep.End.SumReceived.BitsPerSecond / 1e9, nil
 }
@@ -182,7 +187,10 @@ func median(v []float64) float64 {
 }
 
 func report(w io.Writer, rs []result, o options) {
-	fmt.Fprintf(w, "iperf3 TCP %s per run, median of %d; ping p50/p99 of %d; %d CPUs\n\n", o.dur, o.reps, o.pings, runtime.NumCPU())
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Fprintf(w, "iperf3 TCP %s per run, median of %d; ping p50/p99 of %d; %d CPUs; load average %s\n",
+		o.dur, o.reps, o.pings, runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " "))
+	fmt.Fprintf(w, "(other load on the machine lowers and equalises every figure: compare runs made together)\n\n")
 	fmt.Fprintf(w, "%-13s %9s %9s %9s %9s %11s %11s %9s\n", "mode", "1 stream", "4 streams", "p50", "p99", "busy cores", "dataplane", "Gb/s/core")
 	var kernel *result
 	for i := range rs {
