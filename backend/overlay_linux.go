@@ -121,47 +121,72 @@ func (o *Overlay) Sync(t vtep.Table) (SyncStats, error) {
 	if err := o.delRoutes(sp.DelRoutes, &st); err != nil {
 		return st, err
 	}
-	for _, n := range sp.SetNeighbours {
-		if err := o.h.NeighSet(o.neigh(n)); err != nil {
-			return st, fmt.Errorf("set neighbour %s lladdr %s: %w", n.IP, n.MAC, err)
-		}
-		st.NeighSet++
+	if err := o.setNeighbours(sp.SetNeighbours, &st); err != nil {
+		return st, err
 	}
-	if o.opts.Step != nil {
-		n, err := o.opts.Step.Ensure(tunnelled)
-		st.StepSet += n
-		if err != nil {
-			return st, err
-		}
+	if err := o.step(tunnelled, true, &st); err != nil {
+		return st, err
 	}
-	for _, r := range sp.SetRoutes {
-		nr := o.route(r)
-		nr.Protocol = RouteProtocol
-		if err := o.h.RouteReplace(nr); err != nil {
-			return st, fmt.Errorf("replace route %s via %s: %w", r.Dst, r.Gw, err)
-		}
-		st.RouteSet++
+	if err := o.setRoutes(sp.SetRoutes, &st); err != nil {
+		return st, err
 	}
 	if err := o.delRoutes(sp.DelWrongRoutes, &st); err != nil {
 		return st, err
 	}
-	if o.opts.Step != nil {
-		n, err := o.opts.Step.Prune(tunnelled)
-		st.StepDel += n
-		if err != nil {
-			return st, err
-		}
+	if err := o.step(tunnelled, false, &st); err != nil {
+		return st, err
 	}
-	for _, n := range sp.DelNeighbours {
+	return st, o.delNeighbours(sp.DelNeighbours, &st)
+}
+
+func (o *Overlay) setNeighbours(ns []Neighbour, st *SyncStats) error {
+	for _, n := range ns {
+		if err := o.h.NeighSet(o.neigh(n)); err != nil {
+			return fmt.Errorf("set neighbour %s lladdr %s: %w", n.IP, n.MAC, err)
+		}
+		st.NeighSet++
+	}
+	return nil
+}
+
+func (o *Overlay) delNeighbours(ns []Neighbour, st *SyncStats) error {
+	for _, n := range ns {
 		err := o.h.NeighDel(o.neigh(n))
 		switch {
 		case err == nil:
 			st.NeighDel++
 		case !errors.Is(err, unix.ENOENT):
-			return st, fmt.Errorf("delete neighbour %s: %w", n.IP, err)
+			return fmt.Errorf("delete neighbour %s: %w", n.IP, err)
 		}
 	}
-	return st, nil
+	return nil
+}
+
+// step runs the PeerStep's Ensure (or Prune), if there is a step.
+func (o *Overlay) step(peers []vtep.Entry, ensure bool, st *SyncStats) error {
+	if o.opts.Step == nil {
+		return nil
+	}
+	if ensure {
+		n, err := o.opts.Step.Ensure(peers)
+		st.StepSet += n
+		return err
+	}
+	n, err := o.opts.Step.Prune(peers)
+	st.StepDel += n
+	return err
+}
+
+func (o *Overlay) setRoutes(rs []Route, st *SyncStats) error {
+	for _, r := range rs {
+		nr := o.route(r)
+		nr.Protocol = RouteProtocol
+		if err := o.h.RouteReplace(nr); err != nil {
+			return fmt.Errorf("replace route %s via %s: %w", r.Dst, r.Gw, err)
+		}
+		st.RouteSet++
+	}
+	return nil
 }
 
 func (o *Overlay) delRoutes(rs []Route, st *SyncStats) error {

@@ -364,3 +364,34 @@ func TestDeviceOptions(t *testing.T) {
 		t.Errorf("recreated device changed MAC: %s → %s", first.Attrs().HardwareAddr, v.HardwareAddr)
 	}
 }
+
+// TestLostSubscription: when a subscription ends on its own, the watch is
+// closed, an empty one takes its place (and closes without blocking), and a
+// resubscription is scheduled.
+func TestLostSubscription(t *testing.T) {
+	n := nettest.NewNS(t, "sub")
+	b := newBackend(t, Config{Handle: n.Handle, NetNS: n.Path, UnderlayIndex: 1,
+		Local: netip.MustParseAddr("192.168.77.1"), Subnet: netip.MustParsePrefix("10.244.1.0/24")})
+	w, err := subscribe(n.Path, b.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm := newTimers(time.Hour)
+	defer tm.stop()
+	done := make(chan struct{})
+	go func() {
+		empty := b.notified(w, tm, false, false)
+		empty.close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("closing a lost watch blocked")
+	}
+	select {
+	case <-tm.resub.C:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no resubscription scheduled")
+	}
+}

@@ -103,70 +103,91 @@ func (b *Backend) Run(ctx context.Context) error {
 		return fmt.Errorf("vxlan backend: %w", err)
 	}
 	defer func() { w.close() }()
-
-	resync := time.NewTicker(b.cfg.ResyncInterval)
-	defer resync.Stop()
-	soon := time.NewTimer(0) // the first sync, at once
-	defer soon.Stop()
-	pending := true
-	arm := func(d time.Duration) {
-		if !pending {
-			pending = true
-			soon.Reset(d)
-		}
-	}
-	resub := time.NewTimer(time.Hour)
-	resub.Stop()
-	defer resub.Stop()
+	tm := newTimers(b.cfg.ResyncInterval)
+	defer tm.stop()
 	rel := b.relevance()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-b.kick:
-			arm(0)
-		case <-resync.C:
-			arm(0)
-		case <-soon.C:
-			pending = false
+			tm.arm(0)
+		case <-tm.resync.C:
+			tm.arm(0)
+		case <-tm.soon.C:
+			tm.pending = false
 			if err := b.reconcile(); err != nil {
 				b.log.Warn("sync failed; retrying", "err", err)
-				arm(retryAfter)
+				tm.arm(retryAfter)
 			}
 			rel = b.relevance()
 		case u, ok := <-w.links:
-			if !ok {
-				w = b.lost(w, resub)
-			} else if rel.link(u) {
-				arm(debounce)
-			}
+			w = b.notified(w, tm, ok, ok && rel.link(u))
 		case u, ok := <-w.neighs:
-			if !ok {
-				w = b.lost(w, resub)
-			} else if rel.neigh(u) {
-				arm(debounce)
-			}
+			w = b.notified(w, tm, ok, ok && rel.neigh(u))
 		case u, ok := <-w.routes:
-			if !ok {
-				w = b.lost(w, resub)
-			} else if rel.route(u) {
-				arm(debounce)
-			}
-		case <-resub.C:
+			w = b.notified(w, tm, ok, ok && rel.route(u))
+		case <-tm.resub.C:
 			nw, err := subscribe(b.cfg.NetNS, b.log)
 			if err != nil {
 				b.log.Warn("resubscribe failed; retrying", "err", err)
-				resub.Reset(retryAfter)
+				tm.resub.Reset(retryAfter)
 				continue
 			}
 			w = nw
-			arm(0) // notifications were missed meanwhile
+			tm.arm(0) // notifications were missed meanwhile
 		}
 	}
 }
 
+// timers drive Run's loop: soon fires the next sync (armed at most once),
+// resync the periodic one, resub a new subscription after a lost one.
+type timers struct {
+	soon, resub *time.Timer
+	resync      *time.Ticker
+	pending     bool
+}
+
+func newTimers(resync time.Duration) *timers {
+	tm := &timers{
+		soon:    time.NewTimer(0), // the first sync, at once
+		resub:   time.NewTimer(time.Hour),
+		resync:  time.NewTicker(resync),
+		pending: true,
+	}
+	tm.resub.Stop()
+	return tm
+}
+
+// arm schedules a sync in d unless one is already scheduled.
+func (tm *timers) arm(d time.Duration) {
+	if !tm.pending {
+		tm.pending = true
+		tm.soon.Reset(d)
+	}
+}
+
+func (tm *timers) stop() {
+	tm.soon.Stop()
+	tm.resub.Stop()
+	tm.resync.Stop()
+}
+
+// notified handles one notification: a relevant one schedules a sync soon;
+// a closed channel means the subscription ended, so it is replaced.
+func (b *Backend) notified(w *watch, tm *timers, open, relevant bool) *watch {
+	switch {
+	case !open:
+		return b.lost(w, tm.resub)
+	case relevant:
+		tm.arm(debounce)
+	}
+	return w
+}
+
 // lost handles a subscription that ended on its own: it closes the rest and
-// schedules a new one, leaving an empty watch whose nil channels never fire.
+// schedules a new one, leaving an empty watch whose nil channels never fire
+// in a select (and that close skips).
 func (b *Backend) lost(w *watch, resub *time.Timer) *watch {
 	b.log.Warn("netlink subscription ended; resubscribing")
 	w.close()

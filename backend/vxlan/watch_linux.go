@@ -70,18 +70,24 @@ func subscribe(path string, log *slog.Logger) (*watch, error) {
 }
 
 // close ends the subscriptions and returns once their goroutines have
-// delivered their last update.
+// delivered their last update. A nil channel (an empty watch) is skipped.
 func (w *watch) close() {
 	select {
 	case <-w.done:
 	default:
 		close(w.done)
 	}
-	for range w.links {
+	if w.links != nil {
+		for range w.links {
+		}
 	}
-	for range w.neighs {
+	if w.neighs != nil {
+		for range w.neighs {
+		}
 	}
-	for range w.routes {
+	if w.routes != nil {
+		for range w.routes {
+		}
 	}
 }
 
