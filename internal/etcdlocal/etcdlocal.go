@@ -1,57 +1,130 @@
-// Package etcdlocal runs an embedded etcd server for tests, benchmarks and
-// the lab. It serves clients on a unix socket, which processes in any network
-// namespace reach through the file system, so no test traffic needs a route;
-// optionally also on loopback TCP.
+// Package etcdlocal runs embedded etcd servers for tests, benchmarks and the
+// lab: a single member serving clients on a unix socket (processes in any
+// network namespace reach it through the file system, so no test traffic
+// needs a route), a single member serving TLS on loopback, a cluster of
+// members on loopback that can be stopped and restarted one by one, and a
+// proxy that can cut a client off from a server.
 package etcdlocal
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
+
+// readyTimeout bounds how long a start waits for etcd to serve.
+const readyTimeout = 30 * time.Second
 
 // Server is a running embedded etcd member.
 type Server struct {
 	etcd *embed.Etcd
 	// Endpoint is the client URL to hand to clientv3 and weftd
-	// ("unix:///…/etcd.sock").
+	// ("unix:///…/etcd.sock", or "https://127.0.0.1:port" for StartTLS).
 	Endpoint string
 	Dir      string
 }
 
 // Start starts a single-member etcd with its data and socket under dir.
 func Start(dir string) (*Server, error) {
-	cfg := embed.NewConfig()
-	cfg.Name = "weft"
-	cfg.Dir = filepath.Join(dir, "data")
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	cfg.LogLevel = "error"
 	sock := filepath.Join(dir, "etcd.sock")
 	os.Remove(sock)
+	cfg := baseConfig("weft", dir)
 	cu := url.URL{Scheme: "unix", Path: sock}
-	pu, _ := url.Parse("http://127.0.0.1:0")
 	cfg.ListenClientUrls = []url.URL{cu}
 	cfg.AdvertiseClientUrls = []url.URL{cu}
-	cfg.ListenPeerUrls = []url.URL{*pu}
-	cfg.AdvertisePeerUrls = []url.URL{*pu}
-	cfg.InitialCluster = cfg.Name + "=" + pu.String()
-	e, err := embed.StartEtcd(cfg)
+	e, err := startSingle(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("start etcd: %w", err)
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		e.Close()
-		return nil, fmt.Errorf("start etcd: not ready after 30s")
+		return nil, err
 	}
 	return &Server{etcd: e, Endpoint: "unix://" + sock, Dir: dir}, nil
 }
 
+// TLSFiles are PEM files for a TLS server.
+type TLSFiles struct {
+	CertFile, KeyFile string // the server's certificate and key
+	// ClientCAFile, when set, makes the server require client certificates
+	// signed by it.
+	ClientCAFile string
+}
+
+// StartTLS starts a single-member etcd that serves clients over TLS on
+// 127.0.0.1 (an https:// endpoint on a free port).
+func StartTLS(dir string, files TLSFiles) (*Server, error) {
+	if files.CertFile == "" || files.KeyFile == "" {
+		return nil, errors.New("start etcd with TLS: CertFile and KeyFile are required")
+	}
+	cfg := baseConfig("weft", dir)
+	cu := url.URL{Scheme: "https", Host: "127.0.0.1:0"}
+	cfg.ListenClientUrls = []url.URL{cu}
+	cfg.AdvertiseClientUrls = []url.URL{cu}
+	cfg.ClientTLSInfo = transport.TLSInfo{
+		CertFile:       files.CertFile,
+		KeyFile:        files.KeyFile,
+		TrustedCAFile:  files.ClientCAFile,
+		ClientCertAuth: files.ClientCAFile != "",
+	}
+	e, err := startSingle(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{etcd: e, Endpoint: "https://" + e.Clients[0].Addr().String(), Dir: dir}, nil
+}
+
+// baseConfig is a quiet member config with its data under dir and a
+// loopback peer URL on a port the kernel picks (fine for one member).
+func baseConfig(name, dir string) *embed.Config {
+	cfg := embed.NewConfig()
+	cfg.Name = name
+	cfg.Dir = filepath.Join(dir, "data")
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cfg.LogLevel = "error"
+	pu := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
+	cfg.ListenPeerUrls = []url.URL{pu}
+	cfg.AdvertisePeerUrls = []url.URL{pu}
+	cfg.InitialCluster = cfg.Name + "=" + pu.String()
+	return cfg
+}
+
+func startSingle(cfg *embed.Config) (*embed.Etcd, error) {
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("start etcd: %w", err)
+	}
+	if err := waitReady(e); err != nil {
+		e.Close()
+		return nil, fmt.Errorf("start etcd: %w", err)
+	}
+	return e, nil
+}
+
+func waitReady(e *embed.Etcd) error {
+	select {
+	case <-e.Server.ReadyNotify():
+		return nil
+	case err := <-e.Err():
+		return err
+	case <-time.After(readyTimeout):
+		return fmt.Errorf("not ready after %s", readyTimeout)
+	}
+}
+
 // Close stops the server.
 func (s *Server) Close() { s.etcd.Close() }
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -30,3 +30,101 @@ func TestStartPutGet(t *testing.T) {
 		t.Fatal(r, err)
 	}
 }
+
+func put(ctx context.Context, t *testing.T, c *clientv3.Client, k, v string) {
+	t.Helper()
+	if _, err := c.Put(ctx, k, v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestClusterLeaderStopRestart(t *testing.T) {
+	cl, err := StartCluster(t.TempDir(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	c, err := clientv3.New(clientv3.Config{Endpoints: cl.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	put(ctx, t, c, "/k", "1")
+	leader, err := cl.Leader(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader.Stop()
+	if leader.Running() {
+		t.Fatal("stopped member still running")
+	}
+	next, err := cl.Leader(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next == leader {
+		t.Fatal("the stopped member is still the leader")
+	}
+	// Writes go through once the new leader is elected (the client may
+	// first hit the stopped member).
+	for {
+		if _, err := c.Put(ctx, "/k", "2"); err == nil {
+			break
+		} else if ctx.Err() != nil {
+			t.Fatalf("no write after the leader stopped: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := leader.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The restarted member catches up.
+	only, err := clientv3.New(clientv3.Config{Endpoints: []string{leader.Endpoint}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer only.Close()
+	r, err := only.Get(ctx, "/k")
+	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "2" {
+		t.Fatalf("restarted member reads %v, %v", r, err)
+	}
+	if _, err := StartCluster(t.TempDir(), 0); err == nil {
+		t.Error("StartCluster with 0 members succeeded")
+	}
+}
+
+func TestProxyPauseResume(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	p, err := NewProxy(dir, s.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{p.Endpoint}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	put(ctx, t, c, "/k", "1")
+	p.Pause()
+	short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err = c.Put(short, "/k", "2")
+	cancelShort()
+	if err == nil {
+		t.Fatal("a write through a paused proxy succeeded")
+	}
+	p.Resume()
+	put(ctx, t, c, "/k", "3")
+	if _, err := NewProxy(dir, "http://127.0.0.1:2379"); err == nil {
+		t.Error("NewProxy to a TCP endpoint succeeded")
+	}
+}
