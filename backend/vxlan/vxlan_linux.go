@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -209,6 +210,10 @@ func (b *Backend) relevance() relevance {
 // reconcile makes every device and its peers match the latest table.
 func (b *Backend) reconcile() error {
 	tp := b.table.Load()
+	if tp != nil {
+		t := b.withoutSelf(*tp)
+		tp = &t
+	}
 	var errs []error
 	for _, d := range b.devs {
 		if err := b.reconcileDevice(d, tp); err != nil {
@@ -256,6 +261,24 @@ func (b *Backend) reconcileDevice(d *devState, tp *vtep.Table) error {
 		return fmt.Errorf("sync peers on %s: %w", d.spec.name, err)
 	}
 	return nil
+}
+
+// withoutSelf drops rows that describe this node (its own subnets or
+// underlay addresses): a route for our own subnet into the tunnel would cut
+// off our pods. The daemon's table never has them; this is a safety net.
+func (b *Backend) withoutSelf(t vtep.Table) vtep.Table {
+	self := func(p netip.Prefix, v vtep.VTEP) bool {
+		return p == b.cfg.Subnet.Masked() || p == b.cfg.IPv6Subnet.Masked() ||
+			v.Addr == b.cfg.Local || v.Addr == b.cfg.LocalIPv6
+	}
+	for p, v := range t {
+		if self(p, v) {
+			out := maps.Clone(t)
+			maps.DeleteFunc(out, self)
+			return out
+		}
+	}
+	return t
 }
 
 // Repairs counts the kernel entries the backend rewrote because they had

@@ -19,6 +19,7 @@ func TestPeers(t *testing.T) {
 	pA := netip.MustParsePrefix("10.244.2.0/24")
 	pA6 := netip.MustParsePrefix("fd00:10:244:2::/64")
 	pB := netip.MustParsePrefix("10.244.3.0/24")
+	pSelf := netip.MustParsePrefix("10.244.99.0/24")
 	macA, macA2, macB := mac("0a:00:00:00:00:02"), mac("0a:00:00:00:00:22"), mac("0a:00:00:00:00:03")
 	ipA, ipA6, ipB := netip.MustParseAddr("192.168.77.2"), netip.MustParseAddr("fd77::2"), netip.MustParseAddr("192.168.77.3")
 
@@ -35,6 +36,9 @@ func TestPeers(t *testing.T) {
 				pA:  {MAC: macA, Addr: ipA},
 				pA6: {MAC: macA, Addr: ipA6},
 				pB:  {MAC: macB, Addr: ipB},
+				// Rows for this node itself are ignored.
+				n1.Subnet: {MAC: macB, Addr: ipB},
+				pSelf:     {MAC: macB, Addr: n1.Addr},
 			},
 			want4: kernelState{
 				Neigh: []string{"10.244.2.0 lladdr 0a:00:00:00:00:02 PERMANENT", "10.244.3.0 lladdr 0a:00:00:00:00:03 PERMANENT"},
