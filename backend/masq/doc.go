@@ -40,9 +40,9 @@
 //
 // Run programs the tables at once and then checks them every CheckInterval
 // (5 s, like Flannel's resync): a table that is missing, a chain with the
-// wrong hook, or rules that are not exactly weft's (each rule carries its
-// comment, so a deleted, added or replaced rule is noticed) makes Run write
-// the whole table again. Run leaves the tables in place when it returns, so a
+// wrong hook, or rules that are not exactly weft's (compared in order,
+// comment and expressions, so a deleted, added or edited rule is noticed)
+// makes Run write the whole table again. Run leaves the tables in place when it returns, so a
 // restarting weftd never interrupts traffic; Remove deletes them, for a node
 // that turns masquerading off.
 package masq

@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"slices"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/userdata"
 	"golang.org/x/sys/unix"
 )
 
@@ -188,7 +189,7 @@ func check(conn *nftables.Conn, want tableSpec) (bool, string, error) {
 		if err != nil {
 			return false, "", fmt.Errorf("list rules of %s %s: %w", want.name, c.Name, err)
 		}
-		if !slices.Equal(comments(rules), wc.comments()) {
+		if !sameRules(rules, wc.rules) {
 			return false, "rules of chain " + c.Name + " changed", nil
 		}
 	}
@@ -196,6 +197,21 @@ func check(conn *nftables.Conn, want tableSpec) (bool, string, error) {
 		return false, "chain missing", nil
 	}
 	return true, "", nil
+}
+
+// sameRules reports whether the kernel's rules are exactly the wanted ones:
+// same comments and same expressions, in order.
+func sameRules(have []*nftables.Rule, want []ruleSpec) bool {
+	if len(have) != len(want) {
+		return false
+	}
+	for i, r := range have {
+		c, _ := userdata.GetString(r.UserData, userdata.TypeComment)
+		if c != want[i].comment || !reflect.DeepEqual(r.Exprs, want[i].exprs) {
+			return false
+		}
+	}
+	return true
 }
 
 func sameHook(c *nftables.Chain, w *chainSpec) bool {

@@ -171,26 +171,49 @@ func TestMasquerade(t *testing.T) {
 	}
 	t.Run("programmed", run)
 
-	for _, breakIt := range []string{
-		"nft delete table ip weft-ipv4",
-		"nft delete table ip6 weft-ipv6",
-		"nft flush chain ip weft-ipv4 postrouting",
-		"nft insert rule ip weft-ipv4 postrouting ip saddr 10.244.0.0/16 return",
-		"nft delete chain ip weft-ipv4 forward",
+	static := func(cmd string) func() []string { return func() []string { return strings.Fields(cmd) } }
+	for _, br := range []struct {
+		name string
+		argv func() []string
+	}{
+		{"nft delete table ip weft-ipv4", static("nft delete table ip weft-ipv4")},
+		{"nft delete table ip6 weft-ipv6", static("nft delete table ip6 weft-ipv6")},
+		{"nft flush chain", static("nft flush chain ip weft-ipv4 postrouting")},
+		{"nft insert rule", static("nft insert rule ip weft-ipv4 postrouting ip saddr 10.244.0.0/16 return")},
+		{"nft delete chain", static("nft delete chain ip weft-ipv4 forward")},
+		{"masquerade replaced by return under weft's comment", func() []string {
+			h := ruleHandle(t, l.node, "masquerade")
+			return []string{"nft", "replace", "rule", "ip", "weft-ipv4", "postrouting", "handle", h,
+				"ip", "saddr", "10.244.0.0/16", "return", "comment", `"weft: pod leaving the cluster network"`}
+		}},
 	} {
-		t.Run("repaired after "+breakIt, func(t *testing.T) {
+		t.Run("repaired after "+br.name, func(t *testing.T) {
 			before := m.Repairs()
-			l.node.MustRun(t, strings.Fields(breakIt)...)
-			deadline := time.Now().Add(5 * time.Second)
+			l.node.MustRun(t, br.argv()...)
+			deadline := time.Now().Add(10 * time.Second)
 			for m.Repairs() == before && time.Now().Before(deadline) {
 				time.Sleep(50 * time.Millisecond)
 			}
 			if m.Repairs() == before {
-				t.Fatalf("not repaired within 5s:\n%s", l.node.MustRun(t, "nft", "list", "ruleset"))
+				t.Fatalf("not repaired within 10s:\n%s", l.node.MustRun(t, "nft", "list", "ruleset"))
 			}
 			run(t)
 		})
 	}
+}
+
+// ruleHandle returns the handle of the rule of weft-ipv4 postrouting whose
+// text contains s.
+func ruleHandle(t *testing.T, n *nettest.NS, s string) string {
+	t.Helper()
+	out := n.MustRun(t, "nft", "-a", "list", "chain", "ip", TableIPv4, "postrouting")
+	for line := range strings.SplitSeq(out, "\n") {
+		if i := strings.Index(line, "# handle "); i >= 0 && strings.Contains(line, s) {
+			return strings.TrimSpace(line[i+len("# handle "):])
+		}
+	}
+	t.Fatalf("no rule with %q in:\n%s", s, out)
+	return ""
 }
 
 // TestRulesText pins the tables as nft(8) shows them.

@@ -38,25 +38,9 @@ func (t tableSpec) chain(name string) *chainSpec {
 	return nil
 }
 
-func (c chainSpec) comments() []string {
-	out := make([]string, len(c.rules))
-	for i, r := range c.rules {
-		out[i] = r.comment
-	}
-	return out
-}
-
 // comment is the rule's user data as nft(8) writes a comment, so that
 // `nft list table` shows it.
 func comment(s string) []byte { return userdata.AppendString(nil, userdata.TypeComment, s) }
-
-func comments(rules []*nftables.Rule) []string {
-	out := make([]string, len(rules))
-	for i, r := range rules {
-		out[i], _ = userdata.GetString(r.UserData, userdata.TypeComment)
-	}
-	return out
-}
 
 // specFor is the table for the cluster network n (see the package doc).
 func specFor(n netip.Prefix) tableSpec {
