@@ -142,3 +142,14 @@ func TestChecksum(t *testing.T) {
 		}
 	}
 }
+
+func BenchmarkChecksum(b *testing.B) {
+	buf := make([]byte, 1448)
+	for i := range buf {
+		buf[i] = byte(i)
+	}
+	b.SetBytes(int64(len(buf)))
+	for b.Loop() {
+		checksumFold(checksumAdd(buf, 0))
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -53,6 +54,7 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&o.reps, "reps", 3, "repetitions per figure (the median is reported)")
 	fs.IntVar(&o.pings, "pings", 200, "pings for the latency percentiles")
 	fs.BoolVar(&o.verbose, "v", false, "log the backend")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of this process (the uvxlan dataplanes) to `file`")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -66,6 +68,17 @@ func run(ctx context.Context, args []string) error {
 	log := slog.New(slog.DiscardHandler)
 	if o.verbose {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	var results []result
 	for _, m := range o.modes {
