@@ -8,6 +8,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 func nsHandle(fd int) netns.NsHandle { return netns.NsHandle(fd) }
@@ -61,7 +62,7 @@ func AddAddr(n *NS, name string, cidr netip.Prefix) error {
 	}
 	addr := &netlink.Addr{IPNet: &net.IPNet{IP: cidr.Addr().AsSlice(), Mask: net.CIDRMask(cidr.Bits(), cidr.Addr().BitLen())}}
 	if cidr.Addr().Is6() {
-		addr.Flags = 0x80 // IFA_F_NODAD: usable at once
+		addr.Flags = unix.IFA_F_NODAD // usable at once, no duplicate address detection
 	}
 	if err := n.Handle.AddrAdd(l, addr); err != nil {
 		return fmt.Errorf("add %s to %s in %s: %w", cidr, name, n.Name, err)
