@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -120,7 +121,9 @@ func (e *env) bridgePorts(t *testing.T) []string {
 	out := e.node.MustRun(t, "ip", "-o", "link", "show", "master", "cni0")
 	var ports []string
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		if f := strings.SplitN(l, ": ", 3); len(f) > 1 {
+		// "7: vethX@if2: <...>"; other lines are ip's warnings on stderr.
+		f := strings.SplitN(l, ": ", 3)
+		if _, err := strconv.Atoi(f[0]); err == nil && len(f) > 1 {
 			ports = append(ports, strings.SplitN(f[1], "@", 2)[0])
 		}
 	}

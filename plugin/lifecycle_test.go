@@ -17,11 +17,12 @@ import (
 	"github.com/weft-net/weft/subnet"
 )
 
-// TestParallel: 50 concurrent ADDs on one node get 50 distinct addresses;
-// 50 concurrent DELs free them all and leave only the persistent files.
+// TestParallel: 50 concurrent ADDs on one node get 50 distinct addresses
+// (and one masquerade rule between them); 50 concurrent DELs free them all
+// and leave only the persistent files.
 func TestParallel(t *testing.T) {
 	const pods = 50
-	f := v4File(true)
+	f := v4File(false)
 	e := newEnv(t, &f)
 	n := e.newNode(t, plugintest.Options{})
 	nss := make([]*nettest.NS, pods)
@@ -44,9 +45,12 @@ func TestParallel(t *testing.T) {
 		seen[p.IP] = p.ID
 	}
 	if len(storeFiles(t, e.dataDir, "weft")) != pods || len(e.bridgePorts(t)) != pods {
-		t.Errorf("store %d entries, %d bridge ports; want %d", len(storeFiles(t, e.dataDir, "weft")), len(e.bridgePorts(t)), pods)
+		t.Errorf("store %d entries, %d bridge ports; want %d: %v", len(storeFiles(t, e.dataDir, "weft")), len(e.bridgePorts(t)), pods, e.bridgePorts(t))
 	}
 	ping(t, got[0].NS, got[pods-1].IP)
+	if rules := e.node.MustRun(t, "nft", "list", "table", "ip", "weft-cni"); strings.Count(rules, "masquerade") != 1 {
+		t.Errorf("want one masquerade rule after parallel ADDs:\n%s", rules)
+	}
 	parallel(t, pods, func(i int) error { return n.Del(got[i]) })
 	if left := storeFiles(t, e.dataDir, "weft"); len(left) != 0 {
 		t.Errorf("allocations left: %v", left)
