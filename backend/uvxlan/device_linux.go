@@ -38,8 +38,8 @@ func inNS(path string, f func() error) error {
 }
 
 // open creates the TAP, configures the link and opens the sockets.
-func (b *Backend) open() (dp *datapath, err error) {
-	dp = &datapath{b: b, h: b.cfg.Handle}
+func (b *Backend) open() (_ *datapath, err error) {
+	dp := &datapath{b: b, h: b.cfg.Handle}
 	defer func() {
 		if err != nil {
 			dp.close()

@@ -1,6 +1,7 @@
 package uvxlan
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -14,17 +15,19 @@ var (
 
 func TestEndToEnd(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		kernel bool // node b uses kernel VXLAN
-		plain  bool
+		name     string
+		kernel   bool // node b uses kernel VXLAN
+		plain    bool
+		underlay string
+		size     int64 // bytes of the TCP transfer
 	}{
-		{"uvxlan-uvxlan", false, false},
-		{"uvxlan-uvxlan-plain", false, true},
-		{"uvxlan-kernel", true, false},
-		{"uvxlan-kernel-plain", true, true},
+		{"uvxlan-uvxlan", false, false, "192.168.77.0/24", 100 << 20},
+		{"uvxlan-uvxlan-plain", false, true, "192.168.77.0/24", 20 << 20},
+		{"uvxlan-kernel", true, false, "192.168.77.0/24", 100 << 20},
+		{"uvxlan-kernel-plain", true, true, "192.168.77.0/24", 20 << 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			u := nettest.NewUnderlay(t, netip.MustParsePrefix("192.168.77.0/24"), 1500)
+			u := nettest.NewUnderlay(t, netip.MustParsePrefix(tc.underlay), 1500)
 			a := newUVNode(t, u, "a", subnetA, tc.plain)
 			var b *testNode
 			if tc.kernel {
@@ -41,13 +44,16 @@ func TestEndToEnd(t *testing.T) {
 					if out, err := ping(d.from, d.to.podIP); err != nil {
 						t.Fatalf("ping: %v\n%s", err, out)
 					}
-					if out, err := ping(d.from, d.to.podIP, "-M", "do", "-s", "1422"); err != nil {
-						t.Fatalf("DF ping of 1422 bytes: %v\n%s", err, out)
+					// The largest ICMP payload that fits the overlay MTU: 1422 on a
+					// 1500-byte IPv4 underlay, 1402 on IPv6.
+					fit := d.from.mtu - 28
+					if out, err := ping(d.from, d.to.podIP, "-M", "do", "-s", fmt.Sprint(fit)); err != nil {
+						t.Fatalf("DF ping of %d bytes: %v\n%s", fit, err, out)
 					}
-					if out, err := ping(d.from, d.to.podIP, "-M", "do", "-s", "1423"); err == nil {
-						t.Fatalf("DF ping of 1423 bytes passed a 1450 overlay\n%s", out)
+					if out, err := ping(d.from, d.to.podIP, "-M", "do", "-s", fmt.Sprint(fit+1)); err == nil {
+						t.Fatalf("DF ping of %d bytes passed a %d overlay\n%s", fit+1, d.from.mtu, out)
 					}
-					transfer(t, d.from, d.to, 100<<20)
+					transfer(t, d.from, d.to, tc.size)
 				})
 			}
 			t.Logf("a: %+v", a.b.Stats())

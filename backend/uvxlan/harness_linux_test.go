@@ -32,11 +32,10 @@ type testNode struct {
 	subnet netip.Prefix
 	podIP  netip.Addr
 	mac    subnet.MAC
+	mtu    int      // overlay MTU: underlay MTU − 50 (IPv4) or − 70 (IPv6)
 	b      *Backend // nil for a kernel VXLAN node
 	stop   func()   // stops b's Run and waits for it; idempotent
 }
-
-const testMTU = 1450
 
 func testLogger(t *testing.T) *slog.Logger {
 	if testing.Verbose() {
@@ -59,7 +58,7 @@ func addPod(t *testing.T, n *testNode, label string) {
 		addr netip.Addr
 	}{{n.host.NS, "vpod", gw}, {n.pod, "eth0", n.podIP}} {
 		n.pod.MustRun(t, "true")
-		l.ns.MustRun(t, "ip", "link", "set", l.name, "mtu", fmt.Sprint(testMTU))
+		l.ns.MustRun(t, "ip", "link", "set", l.name, "mtu", fmt.Sprint(n.mtu))
 		if err := nettest.AddAddr(l.ns, l.name, netip.PrefixFrom(l.addr, n.subnet.Bits())); err != nil {
 			t.Fatal(err)
 		}
@@ -71,12 +70,12 @@ func addPod(t *testing.T, n *testNode, label string) {
 // newUVNode starts a userspace VXLAN node; the backend stops at test end.
 func newUVNode(t *testing.T, u *nettest.Underlay, label string, sn netip.Prefix, plain bool) *testNode {
 	t.Helper()
-	n := &testNode{host: u.AddHost(t, label, "eth0"), subnet: sn}
+	n := &testNode{host: u.AddHost(t, label, "eth0"), subnet: sn, mtu: backend.OverlayMTU(u.MTU, u.Prefix.Addr().Is6())}
 	n.mac = backend.VTEPMAC(n.host.Addr, 1)
 	addPod(t, n, label)
 	b, err := New(Config{
 		Handle: n.host.Handle, NetNS: n.host.Path, Local: n.host.Addr, MAC: n.mac,
-		MTU: testMTU, Subnet: sn, Plain: plain, Reconcile: 200 * time.Millisecond,
+		MTU: n.mtu, Subnet: sn, Plain: plain, Reconcile: 200 * time.Millisecond,
 	}, testLogger(t).With("node", label))
 	if err != nil {
 		t.Fatal(err)
@@ -106,12 +105,12 @@ func start(t *testing.T, b *Backend, label string) func() {
 // would (see uvxlan-notes).
 func newKernelNode(t *testing.T, u *nettest.Underlay, label string, sn netip.Prefix) *testNode {
 	t.Helper()
-	n := &testNode{host: u.AddHost(t, label, "eth0"), subnet: sn}
+	n := &testNode{host: u.AddHost(t, label, "eth0"), subnet: sn, mtu: backend.OverlayMTU(u.MTU, u.Prefix.Addr().Is6())}
 	n.mac = backend.VTEPMAC(n.host.Addr, 1)
 	addPod(t, n, label)
 	h := n.host
 	h.MustRun(t, "ethtool", "-K", "eth0", "tx", "off")
-	h.MustRun(t, "ip", "link", "add", "vx0", "address", n.mac.String(), "mtu", fmt.Sprint(testMTU), "type", "vxlan",
+	h.MustRun(t, "ip", "link", "add", "vx0", "address", n.mac.String(), "mtu", fmt.Sprint(n.mtu), "type", "vxlan",
 		"id", "1", "dstport", "8472", "local", h.Addr.String(), "dev", "eth0", "nolearning")
 	h.MustRun(t, "ip", "addr", "add", subnetAddr(sn).String()+"/32", "dev", "vx0")
 	h.MustRun(t, "ip", "link", "set", "vx0", "up")
