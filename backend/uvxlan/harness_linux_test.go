@@ -179,6 +179,9 @@ func transfer(t *testing.T, a, b *testNode, size int64) {
 
 // transferErr is transfer for use outside the test goroutine.
 func transferErr(a, b *testNode, size int64) error {
+	if raceEnabled {
+		size /= 4
+	}
 	var ln net.Listener
 	if err := b.pod.Do(func() (err error) {
 		ln, err = net.Listen("tcp", net.JoinHostPort(b.podIP.String(), "0"))

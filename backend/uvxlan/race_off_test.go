@@ -1,0 +1,5 @@
+//go:build !race
+
+package uvxlan
+
+const raceEnabled = false
