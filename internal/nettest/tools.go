@@ -41,7 +41,6 @@ func Binary(tb testing.TB, name string) string {
 	out := filepath.Join(buildDir, name)
 	cmd := exec.Command("go", "build", "-o", out, "./cmd/"+name)
 	cmd.Dir = ModuleRoot(tb)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		tb.Fatalf("go build ./cmd/%s: %v\n%s", name, err, b)
 	}
