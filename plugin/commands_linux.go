@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	cnins "github.com/containernetworking/cni/pkg/ns"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -27,6 +28,13 @@ func cmdAdd(args *skel.CmdArgs) error {
 		return err
 	}
 	defer netns.Close()
+	// skel makes this check only after ADD has run; make it before.
+	if same, terr := cnins.CheckNetNS(args.Netns); terr != nil {
+		return terr
+	} else if same {
+		return types.NewError(types.ErrInvalidNetNS, fmt.Sprintf("CNI_NETNS %s is the plugin's own (node) namespace", args.Netns),
+			"CNI_NETNS must be the pod's namespace")
+	}
 	att := Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
 	res, err := add(conf, newPlan(file, conf.MTU), att, netns)
 	if err != nil {

@@ -105,6 +105,7 @@ func badInputs(t *testing.T, e *env, pod *nettest.NS) []badInput {
 		{"no CNI_CONTAINERID", addEnv(map[string]string{"CNI_CONTAINERID": ""}), conf(nil), 4, "CNI_CONTAINERID"},
 		{"bad CNI_CONTAINERID", addEnv(map[string]string{"CNI_CONTAINERID": "a/b"}), conf(nil), 4, "containerID"},
 		{"CNI_NETNS does not exist", addEnv(map[string]string{"CNI_NETNS": "/run/netns/wefttest-nope"}), conf(nil), 4, "wefttest-nope"},
+		{"CNI_NETNS is the node's own", addEnv(map[string]string{"CNI_NETNS": e.node.Path, "CNI_IFNAME": "podif0"}), conf(nil), 8, "own"},
 		{"CNI_NETNS is not a netns", addEnv(map[string]string{"CNI_NETNS": notNS}), conf(nil), 4, "not-a-netns"},
 		{"CHECK without prevResult", addEnv(map[string]string{"CNI_COMMAND": "CHECK"}), conf(nil), 7, "prevResult"},
 		{"GC before 1.1.0", addEnv(map[string]string{"CNI_COMMAND": "GC"}), conf(nil), 1, "does not allow GC"},
