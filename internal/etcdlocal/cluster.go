@@ -14,24 +14,27 @@ import (
 )
 
 // Cluster is a multi-member embedded etcd: peers talk over 127.0.0.1,
-// clients reach each member on its own unix socket.
+// clients reach each member on its own unix socket through a Proxy, so that
+// killing a member cuts its clients off at once, as a dead process would.
 type Cluster struct {
 	Members []*Member
 }
 
-// Member is one member of a Cluster. It can be stopped (as if killed) and
-// restarted on the same data and addresses.
+// Member is one member of a Cluster. It can be stopped gracefully or killed,
+// and started again on the same data and addresses.
 type Member struct {
 	Name string
-	// Endpoint is the member's client URL ("unix:///…/m0.sock").
+	// Endpoint is the member's client URL ("unix:///…/m0/proxy.sock").
 	Endpoint string
 
 	mu      sync.Mutex
 	dir     string
-	sock    string
+	sock    string // the member's own client socket, behind proxy
+	proxy   *Proxy
 	peerURL url.URL
 	initial string // the initial cluster, name=peerURL,…
 	etcd    *embed.Etcd
+	closing chan struct{} // closed when a killed member's cleanup is done
 }
 
 // StartCluster starts n members under dir and waits until they serve. Short
@@ -53,7 +56,14 @@ func StartCluster(dir string, n int) (*Cluster, error) {
 			peerURL: url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", port)},
 		}
 		m.sock = filepath.Join(dir, m.Name+".sock")
-		m.Endpoint = "unix://" + m.sock
+		if err := os.MkdirAll(m.dir, 0o700); err != nil {
+			return nil, fmt.Errorf("start etcd cluster: %w", err)
+		}
+		if m.proxy, err = NewProxy(m.dir, "unix://"+m.sock); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("start etcd cluster: %w", err)
+		}
+		m.Endpoint = m.proxy.Endpoint
 		initial = append(initial, m.Name+"="+m.peerURL.String())
 		c.Members = append(c.Members, m)
 	}
@@ -98,10 +108,14 @@ func (c *Cluster) Leader(timeout time.Duration) (*Member, error) {
 	}
 }
 
-// Close stops every member.
+// Close kills every member and waits until all are shut down.
 func (c *Cluster) Close() {
 	for _, m := range c.Members {
-		m.Stop()
+		m.Kill()
+	}
+	for _, m := range c.Members {
+		m.Stop() // waits for the background shutdown of the kill
+		m.proxy.Close()
 	}
 }
 
@@ -112,6 +126,10 @@ func (m *Member) Start() error {
 	defer m.mu.Unlock()
 	if m.etcd != nil {
 		return fmt.Errorf("etcd member %s: already running", m.Name)
+	}
+	if m.closing != nil {
+		<-m.closing
+		m.closing = nil
 	}
 	os.Remove(m.sock)
 	cfg := baseConfig(m.Name, m.dir)
@@ -133,10 +151,12 @@ func (m *Member) Start() error {
 		return fmt.Errorf("etcd member %s: %w", m.Name, err)
 	}
 	m.etcd = e
+	m.proxy.Resume()
 	return nil
 }
 
-// Stop stops the member; stopping a stopped member does nothing.
+// Stop stops the member gracefully (a leader hands its leadership over
+// first); stopping a stopped member does nothing.
 func (m *Member) Stop() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -144,6 +164,28 @@ func (m *Member) Stop() {
 		m.etcd.Close()
 		m.etcd = nil
 	}
+	m.proxy.Pause()
+	if m.closing != nil {
+		<-m.closing
+		m.closing = nil
+	}
+}
+
+// Kill stops the member abruptly: its clients' connections are cut, raft
+// stops without handing leadership over, and the rest of the shutdown runs
+// in the background. Killing a stopped member does nothing.
+func (m *Member) Kill() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.etcd == nil {
+		return
+	}
+	m.proxy.Pause()
+	e := m.etcd
+	e.Server.HardStop()
+	done := make(chan struct{})
+	go func() { e.Close(); close(done) }()
+	m.etcd, m.closing = nil, done
 }
 
 // Running reports whether the member is started.
