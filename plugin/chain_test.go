@@ -8,6 +8,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/weft-net/weft/internal/nettest"
 	"github.com/weft-net/weft/plugin/plugintest"
+	"github.com/weft-net/weft/subnet"
 )
 
 // TestChainWithPortmap drives weft followed by the reference portmap plugin
@@ -184,5 +185,27 @@ func TestDualStack(t *testing.T) {
 	}
 	if out := e.node.MustRun(t, "nft", "list", "table", "ip6", "weft-cni"); !strings.Contains(out, "fd00:10:244:50::/64") {
 		t.Errorf("ip6 masquerade rule:\n%s", out)
+	}
+}
+
+// TestIPv6Only: a subnet file with only the IPv6 lines gives IPv6 pods.
+func TestIPv6Only(t *testing.T) {
+	f := subnet.File{
+		IPv6Network: netip.MustParsePrefix("fd00:10:244::/56"),
+		IPv6Subnet:  netip.MustParsePrefix("fd00:10:244:50::1/64"),
+		MTU:         1450, IPMasq: true,
+	}
+	e := newEnv(t, &f)
+	n := e.newNode(t, plugintest.Options{})
+	a, b := n.AddPod(t, "a"), n.AddPod(t, "b")
+	if len(a.Result.IPs) != 1 || !a.IP.Is6() || !f.IPv6Subnet.Masked().Contains(b.IP) {
+		t.Fatalf("IPs %v / %v", a.Result.IPs, b.Result.IPs)
+	}
+	ping(t, a.NS, b.IP)
+	if out := a.NS.MustRun(t, "ip", "-6", "route", "show", "default"); !strings.Contains(out, "via fd00:10:244:50::1") {
+		t.Errorf("default route: %s", out)
+	}
+	if err := n.Check(a); err != nil {
+		t.Errorf("CHECK: %v", err)
 	}
 }

@@ -79,16 +79,17 @@ func parallel(t *testing.T, n int, f func(i int) error) {
 	}
 }
 
-// TestGC: pods whose runtime cache is lost leak their addresses; GC with
-// the list of valid attachments releases exactly the others (and their
-// veths), and the valid ones still pass CHECK.
+// TestGC: pods whose runtime cache is lost leak their addresses; GC of the
+// weft+portmap chain with the list of valid attachments releases exactly
+// the others (and their veths), and the valid ones still pass CHECK.
 func TestGC(t *testing.T) {
 	f := v4File(true)
 	e := newEnv(t, &f)
-	n := e.newNode(t, plugintest.Options{})
+	pm := nettest.ReferencePlugins(t)
+	n := e.newNode(t, plugintest.Options{Portmap: pm})
 	keep1, stale, keep2 := n.AddPod(t, "keep1"), n.AddPod(t, "stale"), n.AddPod(t, "keep2")
 	// A runtime that lost its cache knows nothing to DEL: only GC frees them.
-	fresh := plugintest.NewNode(t, e.node, e.bin, e.subnetFile, plugintest.Options{DataDir: e.dataDir})
+	fresh := plugintest.NewNode(t, e.node, e.bin, e.subnetFile, plugintest.Options{DataDir: e.dataDir, Portmap: pm})
 	valid := []types.GCAttachment{{ContainerID: keep1.ID, IfName: "eth0"}, {ContainerID: keep2.ID, IfName: "eth0"}}
 	if err := fresh.CNI.GCNetworkList(context.Background(), fresh.List, &libcni.GCArgs{ValidAttachments: valid}); err != nil {
 		t.Fatalf("GC: %v", err)
