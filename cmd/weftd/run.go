@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strings"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/weft-net/weft/internal/daemon"
+	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/subnet/etcd"
+)
+
+func run(ctx context.Context, args []string) error {
+	c, err := parseFlags(args, os.Stderr)
+	if err != nil {
+		return err
+	}
+	if c.version {
+		fmt.Println("weftd", version)
+		return nil
+	}
+	log, err := newLogger(c.logFormat, c.logLevel, os.Stderr)
+	if err != nil {
+		return err
+	}
+	log.Info("starting weftd", "version", version)
+
+	node, underlay, err := findNode(c)
+	if err != nil {
+		return err
+	}
+	log.Info("underlay", "device", underlay.name, "mtu", underlay.mtu, "publicIP", node.PublicIP, "publicIPv6", node.PublicIPv6)
+
+	reg, closeReg, err := newRegistry(ctx, c, log)
+	if err != nil {
+		return err
+	}
+	defer closeReg()
+
+	live := &liveBackend{}
+	metricsReg, metrics := newMetrics(live)
+	d, err := daemon.New(daemon.Config{
+		Registry:    reg,
+		Node:        node,
+		Metrics:     metrics,
+		Factories:   factories(c, underlay, live, log),
+		SubnetFile:  c.subnetFile,
+		IPMasq:      c.ipMasq,
+		BackendType: c.backend,
+		RenewMargin: c.renewMargin,
+	}, log)
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return d.Run(gctx) })
+	if c.healthAddr != "" {
+		hs := daemon.NewHealthServer(c.healthAddr, d.Ready, log)
+		mountMetrics(hs, metricsReg)
+		g.Go(func() error { return hs.Run(gctx) })
+	}
+	err = g.Wait()
+	log.Info("weftd stopped; lease and dataplane left in place")
+	return err
+}
+
+// findNode picks the underlay device and the addresses to advertise.
+func findNode(c *config) (daemon.Node, underlayInfo, error) {
+	u, err := findUnderlay(c.iface, c.ifaceRegex)
+	if err != nil {
+		return daemon.Node{}, u, err
+	}
+	n := daemon.Node{PublicIP: u.ipv4, PublicIPv6: u.ipv6, UnderlayMTU: u.mtu}
+	if c.publicIP != "" {
+		if n.PublicIP, err = parseAddr("--public-ip", c.publicIP, false); err != nil {
+			return n, u, err
+		}
+	}
+	if c.publicIPv6 != "" {
+		if n.PublicIPv6, err = parseAddr("--public-ipv6", c.publicIPv6, true); err != nil {
+			return n, u, err
+		}
+	}
+	if !n.PublicIP.IsValid() && !n.PublicIPv6.IsValid() {
+		return n, u, fmt.Errorf("underlay %s has no global address: set --public-ip or pick another --iface", u.name)
+	}
+	return n, u, nil
+}
+
+func parseAddr(flagName, s string, v6 bool) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("%s %q: %w", flagName, s, err)
+	}
+	if a.Is6() != v6 {
+		return netip.Addr{}, fmt.Errorf("%s %q: wrong address family", flagName, s)
+	}
+	return a, nil
+}
+
+// newRegistry builds the etcd or the Kubernetes registry.
+func newRegistry(ctx context.Context, c *config, log *slog.Logger) (subnet.Registry, func(), error) {
+	if c.kubeSubnetMgr {
+		return newKubeRegistry(ctx, c, log)
+	}
+	client, err := etcd.NewClient(etcd.ClientConfig{
+		Endpoints: strings.Split(c.etcdEndpoints, ","),
+		CAFile:    c.etcdCAFile, CertFile: c.etcdCertFile, KeyFile: c.etcdKeyFile,
+		Username: c.etcdUsername, Password: c.etcdPassword,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	reg := etcd.New(client, etcd.Options{Prefix: c.etcdPrefix, TTL: c.leaseTTL}, log)
+	return reg, func() { client.Close() }, nil
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vishvananda/netlink"
+
+	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/backend/masq"
+	"github.com/weft-net/weft/backend/vxlan"
+	"github.com/weft-net/weft/internal/daemon"
+	"github.com/weft-net/weft/subnet"
+)
+
+// underlayInfo is what weftd needs to know of the underlay device.
+type underlayInfo struct {
+	index      int
+	name       string
+	mtu        int
+	ipv4, ipv6 netip.Addr
+}
+
+func findUnderlay(iface, regex string) (underlayInfo, error) {
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return underlayInfo{}, fmt.Errorf("netlink: %w", err)
+	}
+	defer h.Close()
+	u, err := backend.FindUnderlay(h, backend.UnderlayQuery{Iface: iface, Regex: regex})
+	if err != nil {
+		return underlayInfo{}, err
+	}
+	return underlayInfo{index: u.Index, name: u.Name, mtu: u.MTU, ipv4: u.IPv4, ipv6: u.IPv6}, nil
+}
+
+// factories wires the dataplanes and the masquerade rules into the daemon.
+func factories(c *config, u underlayInfo, live *liveBackend, log *slog.Logger) daemon.Factories {
+	f := daemon.Factories{
+		Dataplane: func(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int) (daemon.Dataplane, error) {
+			dp, err := newDataplane(typ, cfg, lease, mtu, u, log)
+			if err == nil {
+				live.set(dp.Backend)
+			}
+			return dp, err
+		},
+	}
+	if c.ipMasq {
+		f.Masquerade = func(cfg *subnet.Config) (daemon.Runner, error) {
+			return masq.New(masq.Config{Network: cfg.Network, IPv6Network: cfg.IPv6Network}, log)
+		}
+	} else if err := masq.Remove(""); err != nil {
+		log.Warn("cannot remove masquerade rules left from an earlier run", "err", err)
+	}
+	return f
+}
+
+// registerBackendMetrics exports the live dataplane's counters.
+func registerBackendMetrics(reg prometheus.Registerer, live *liveBackend) {
+	repairs := func(pick func(vxlan.Repairs) uint64) func() float64 {
+		return func() float64 {
+			if b, ok := live.get().(*vxlan.Backend); ok {
+				return float64(pick(b.Repairs()))
+			}
+			return 0
+		}
+	}
+	for kind, pick := range map[string]func(vxlan.Repairs) uint64{
+		"device": func(r vxlan.Repairs) uint64 { return r.Device },
+		"neigh":  func(r vxlan.Repairs) uint64 { return r.Neigh },
+		"fdb":    func(r vxlan.Repairs) uint64 { return r.FDB },
+		"route":  func(r vxlan.Repairs) uint64 { return r.Route },
+	} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "weft_repairs_total", Help: "Kernel entries rewritten because they drifted from the programmed table, by kind.",
+			ConstLabels: prometheus.Labels{"kind": kind},
+		}, repairs(pick)))
+	}
+}
+
+func newDataplane(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, log *slog.Logger) (daemon.Dataplane, error) {
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return daemon.Dataplane{}, fmt.Errorf("netlink: %w", err)
+	}
+	vc := vxlan.Config{
+		Handle:        h,
+		VNI:           cfg.Backend.VNI,
+		Port:          cfg.Backend.Port,
+		UnderlayIndex: u.index,
+		MTU:           mtu,
+		DirectRouting: cfg.Backend.DirectRouting,
+		GBP:           cfg.Backend.GBP,
+		Learning:      cfg.Backend.Learning,
+	}
+	if lease.Subnet.IsValid() {
+		vc.Local, vc.Subnet = u.ipv4, lease.Subnet
+		vc.MAC = backend.VTEPMAC(lease.Attrs.PublicIP, cfg.Backend.VNI)
+	}
+	if lease.IPv6Subnet.IsValid() {
+		vc.LocalIPv6, vc.IPv6Subnet = u.ipv6, lease.IPv6Subnet
+		vc.MACv6 = backend.VTEPMAC(lease.Attrs.PublicIPv6, cfg.Backend.VNI)
+	}
+	switch typ {
+	case subnet.BackendTypeVXLAN:
+		b, err := vxlan.New(vc, log)
+		if err != nil {
+			return daemon.Dataplane{}, err
+		}
+		return daemon.Dataplane{Backend: b}, nil
+	}
+	return daemon.Dataplane{}, fmt.Errorf("backend %q is not available in this build", typ)
+}
