@@ -86,6 +86,7 @@ func baseConfig(name, dir string) *embed.Config {
 	cfg.Dir = filepath.Join(dir, "data")
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	cfg.LogLevel = "error"
+	cfg.BcryptCost = 4 // the minimum: tests that enable auth stay fast
 	pu := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
 	cfg.ListenPeerUrls = []url.URL{pu}
 	cfg.AdvertisePeerUrls = []url.URL{pu}

@@ -83,6 +83,9 @@ func checkEndpoints(cfg ClientConfig) ([]string, bool, error) {
 		if ep == "" {
 			return nil, false, fmt.Errorf("endpoints %q: an endpoint is empty", strings.Join(cfg.Endpoints, ","))
 		}
+		if !strings.Contains(ep, "://") {
+			return nil, false, fmt.Errorf("endpoint %q: no scheme: write http://%s, https://%s or unix:///path", ep, ep, ep)
+		}
 		u, err := url.Parse(ep)
 		if err != nil {
 			return nil, false, fmt.Errorf("endpoint %q: %w", ep, err)
@@ -93,8 +96,6 @@ func checkEndpoints(cfg ClientConfig) ([]string, bool, error) {
 		case "https", "unixs":
 			secure = ep
 		case "unix":
-		case "":
-			return nil, false, fmt.Errorf("endpoint %q: no scheme: write http://%s, https://%s or unix:///path", ep, ep, ep)
 		default:
 			return nil, false, fmt.Errorf("endpoint %q: scheme %q not supported: use http, https, unix or unixs", ep, u.Scheme)
 		}
