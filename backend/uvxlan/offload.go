@@ -73,6 +73,33 @@ func completeChecksum(frame []byte, start, offset int) error {
 	return nil
 }
 
+// tsoLayout checks the offload header of a TSO super-frame against the
+// frame and returns where its TCP header starts, the length of all its
+// headers (recomputed: the header's hdr_len is only a hint) and the MSS.
+func tsoLayout(frame []byte, h vnetHdr) (v6 bool, tcpOff, hdrLen, mss int, err error) {
+	if len(frame) < ethHeaderLen+ipv4HeaderLenMin {
+		return false, 0, 0, 0, errBadOffload
+	}
+	v6 = h.gsoType&^vnetGSOECN == vnetGSOTCPv6
+	et := binary.BigEndian.Uint16(frame[12:])
+	if v6 != (et == etherTypeIPv6) || (!v6 && et != etherTypeIPv4) {
+		return false, 0, 0, 0, errBadOffload
+	}
+	tcpOff = int(h.csumStart)
+	if !v6 && tcpOff != ethHeaderLen+int(frame[ethHeaderLen]&0x0f)*4 || v6 && tcpOff < ethHeaderLen+ipv6HeaderLen {
+		return false, 0, 0, 0, errBadOffload
+	}
+	if tcpOff+tcpHeaderLenMin > len(frame) || h.csumOffset != 16 {
+		return false, 0, 0, 0, errBadOffload
+	}
+	hdrLen = tcpOff + int(frame[tcpOff+12]>>4)*4
+	mss = int(h.gsoSize)
+	if hdrLen > len(frame) || hdrLen < tcpOff+tcpHeaderLenMin || mss == 0 {
+		return false, 0, 0, 0, errBadOffload
+	}
+	return v6, tcpOff, hdrLen, mss, nil
+}
+
 // segmentTCP cuts a TSO super-frame from the TAP into frames that fit the
 // overlay MTU, each written to out behind room for a VXLAN header. It
 // returns the stride of the segments in out (VXLAN header + full frame; the
@@ -81,25 +108,9 @@ func completeChecksum(frame []byte, start, offset int) error {
 // and a complete TCP checksum; FIN and PSH stay on the last segment only,
 // CWR on the first only.
 func segmentTCP(frame []byte, h vnetHdr, out []byte) (stride, used int, err error) {
-	if len(frame) < ethHeaderLen+ipv4HeaderLenMin {
-		return 0, 0, errBadOffload
-	}
-	v6 := h.gsoType&^vnetGSOECN == vnetGSOTCPv6
-	et := binary.BigEndian.Uint16(frame[12:])
-	if v6 != (et == etherTypeIPv6) || (!v6 && et != etherTypeIPv4) {
-		return 0, 0, errBadOffload
-	}
-	tcpOff := int(h.csumStart)
-	if !v6 && tcpOff != ethHeaderLen+int(frame[ethHeaderLen]&0x0f)*4 || v6 && tcpOff < ethHeaderLen+ipv6HeaderLen {
-		return 0, 0, errBadOffload
-	}
-	if tcpOff+tcpHeaderLenMin > len(frame) || h.csumOffset != 16 {
-		return 0, 0, errBadOffload
-	}
-	hdrLen := tcpOff + int(frame[tcpOff+12]>>4)*4 // recomputed: the header's hdr_len is a hint
-	mss := int(h.gsoSize)
-	if hdrLen > len(frame) || hdrLen < tcpOff+tcpHeaderLenMin || mss == 0 {
-		return 0, 0, errBadOffload
+	v6, tcpOff, hdrLen, mss, err := tsoLayout(frame, h)
+	if err != nil {
+		return 0, 0, err
 	}
 	payload := frame[hdrLen:]
 	stride = vxlanHeaderLen + hdrLen + mss
