@@ -65,28 +65,30 @@ func add(conf *Config, p plan, att Attachment, netns ns.NetNS) (_ *current.Resul
 	if err != nil {
 		return nil, err
 	}
-	// The address and the veth do not depend on each other: make both at once.
-	vc := make(chan vethOrErr, 1)
-	go func() {
-		l, err := addVeth(br, att, p.mtu, int(netns.Fd()), conf.hairpin())
-		vc <- vethOrErr{l, err}
-	}()
-	addrs, aerr := allocate(conf, att, p.ranges)
-	v := <-vc
-	if aerr != nil || v.err != nil { // undo whichever half succeeded
-		if aerr == nil {
-			releaseAddrs(conf, att)
-			return nil, v.err
-		}
-		if v.err == nil {
-			h.LinkDel(v.link)
-		}
-		return nil, aerr
+	store, err := OpenStore(conf.ipamDir())
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	addrs, err := store.Allocate(att, p.ranges)
+	if errors.Is(err, ErrExhausted) {
+		return nil, types.NewError(types.ErrTryAgainLater, err.Error(), "every address of the node subnet is taken: delete pods or give nodes larger subnets (SubnetLen)")
+	}
+	if err != nil {
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
-			h.LinkDel(v.link)
-			releaseAddrs(conf, att)
+			store.Release(att)
+		}
+	}()
+	host, err := addVeth(h, br, att, p.mtu, int(netns.Fd()), conf.hairpin())
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			h.LinkDel(host)
 		}
 	}()
 	pod, err := configurePod(netns, att, addrs, p)
@@ -102,27 +104,8 @@ func add(conf *Config, p plan, att Attachment, netns ns.NetNS) (_ *current.Resul
 	hostMAC, _ := vethMACs(att)
 	return buildResult(conf, p,
 		ifaceInfo{name: conf.Bridge, mac: br.Attrs().HardwareAddr},
-		ifaceInfo{name: v.link.Attrs().Name, mac: hostMAC},
+		ifaceInfo{name: host.Attrs().Name, mac: hostMAC},
 		pod, addrs), nil
-}
-
-type vethOrErr struct {
-	link netlink.Link
-	err  error
-}
-
-// allocate reserves the pod's addresses; a full subnet is "try again later".
-func allocate(conf *Config, att Attachment, ranges []Range) ([]netip.Prefix, error) {
-	store, err := OpenStore(conf.ipamDir())
-	if err != nil {
-		return nil, err
-	}
-	defer store.Close()
-	addrs, err := store.Allocate(att, ranges)
-	if errors.Is(err, ErrExhausted) {
-		return nil, types.NewError(types.ErrTryAgainLater, err.Error(), "every address of the node subnet is taken: delete pods or give nodes larger subnets (SubnetLen)")
-	}
-	return addrs, err
 }
 
 func cmdDel(args *skel.CmdArgs) error {
@@ -131,15 +114,9 @@ func cmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	att := Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
-	// The veth delete waits in the kernel (rcu_barrier) well after the
-	// pair is gone from both namespaces; release the address meanwhile.
-	vethErr := make(chan error, 1)
-	go func() { vethErr <- deleteHostVeth(att) }()
-	err = releaseAddrs(conf, att)
-	return errors.Join(<-vethErr, err)
-}
-
-func releaseAddrs(conf *Config, att Attachment) error {
+	if err := deleteHostVeth(att); err != nil {
+		return err
+	}
 	store, err := OpenStore(conf.ipamDir())
 	if err != nil {
 		return err

@@ -90,14 +90,8 @@ func nlAddr(p netip.Prefix) *netlink.Addr {
 }
 
 // addVeth creates the pair in one request: the host end on the bridge, up,
-// and the pod end named att.IfName directly inside the pod's namespace. It
-// has a netlink socket of its own so that it can run beside allocate.
-func addVeth(br netlink.Link, att Attachment, mtu, nsFd int, hairpin bool) (netlink.Link, error) {
-	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-	if err != nil {
-		return nil, fmt.Errorf("netlink: %w", err)
-	}
-	defer h.Close()
+// and the pod end named att.IfName directly inside the pod's namespace.
+func addVeth(h *netlink.Handle, br netlink.Link, att Attachment, mtu, nsFd int, hairpin bool) (netlink.Link, error) {
 	hostMAC, podMAC := vethMACs(att)
 	la := netlink.NewLinkAttrs()
 	la.Name, la.MTU, la.HardwareAddr, la.Flags = hostVethName(att), mtu, hostMAC, net.FlagUp
