@@ -1,0 +1,66 @@
+// Command weftctl inspects weft: the leases in the datastore, what a node
+// has programmed on its overlay device, the path between two pod addresses,
+// and it runs a complete multi-node lab on one machine (`weftctl lab up`).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		code := exitCode(err)
+		var exit *exec.ExitError // lab exec: the command's own status, already explained by it
+		if !errors.As(err, &exit) && !errors.Is(err, errUsage) {
+			fmt.Fprintln(os.Stderr, "weftctl:", err)
+		}
+		os.Exit(code)
+	}
+}
+
+const usage = `usage: weftctl <command> [flags]
+
+Commands for a cluster (etcd flags or WEFT_ETCD_* variables; --lab for the local lab):
+  leases                     the leases: subnet, node IP, VTEP MAC, backend, TTL left
+  peers                      what this node programmed on its overlay device, against the leases
+  explain <src-ip> <dst-ip>  the hops a packet takes, from live state
+
+The local lab (network namespaces on this machine, removed by "lab down"):
+  lab up [--nodes N] [--pods-per-node M] [--backend vxlan|uvxlan|mixed]
+  lab status | lab down | lab exec <node|pod> -- <command…>
+
+Run "weftctl <command> -h" for the flags of a command.
+`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errUsage
+	}
+	cmds := map[string]func(context.Context, []string, io.Writer, io.Writer) error{
+		"leases":  runLeases,
+		"peers":   runPeers,
+		"explain": runExplain,
+		"lab":     runLab,
+	}
+	switch args[0] {
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	f, ok := cmds[args[0]]
+	if !ok {
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q", args[0])
+	}
+	return f(ctx, args[1:], stdout, stderr)
+}

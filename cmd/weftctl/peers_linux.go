@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/weft-net/weft/internal/lab"
+	"github.com/weft-net/weft/internal/lab/inspect"
+	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/vtep"
+)
+
+func runPeers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("weftctl peers", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var s store
+	s.register(fs)
+	device := fs.String("device", "", "overlay device (default: weft.<VNI>, weft-u.<VNI> or flannel.<VNI>, found)")
+	node := fs.String("node", "", "with --lab: the lab node to read (default: every node)")
+	if err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	st, err := s.labState()
+	if err != nil {
+		return err
+	}
+	ls, _, from, err := s.leases(ctx, logger(stderr))
+	if err != nil {
+		return err
+	}
+	if st == nil {
+		h, err := netlink.NewHandle()
+		if err != nil {
+			return fmt.Errorf("netlink: %w", err)
+		}
+		defer h.Close()
+		return peers(stdout, h, *device, ls, from)
+	}
+	var bad int
+	for _, n := range st.Nodes {
+		if *node != "" && n.Name != *node {
+			continue
+		}
+		fmt.Fprintf(stdout, "== %s (%s, %s)\n", n.Name, n.Addr, n.Backend)
+		err := withLabNS(n.NS, func(h *netlink.Handle) error { return peers(stdout, h, *device, ls, from) })
+		if err != nil {
+			fmt.Fprintln(stdout, err)
+			bad++
+		}
+	}
+	if bad > 0 {
+		return fmt.Errorf("%d node(s): %w", bad, errMismatch)
+	}
+	return nil
+}
+
+// peers prints the overlay state in h's namespace against the leases and
+// fails with errMismatch when they differ.
+func peers(w io.Writer, h *netlink.Handle, device string, ls []subnet.Lease, from string) error {
+	k, err := inspect.ReadKernel(h, device)
+	if err != nil {
+		return err
+	}
+	self, ok := inspect.SelfLease(ls, k)
+	if !ok {
+		return fmt.Errorf("none of the %d leases in %s belongs to this node (device %s, addresses %v): %w", len(ls), from, k.Device.Name, k.Device.Addrs, errMismatch)
+	}
+	fmt.Fprintf(w, "this node: subnet %s, public IP %s; leases from %s\n", self.Subnet, self.Attrs.PublicIP, from)
+	ps := inspect.Compare(k, vtep.FromLeases(ls, self))
+	if err := inspect.RenderPeers(w, k, ps); err != nil {
+		return err
+	}
+	if n := inspect.Mismatches(ps); n > 0 {
+		return fmt.Errorf("%d of %d peers: %w", n, len(ps), errMismatch)
+	}
+	fmt.Fprintf(w, "all %d peers programmed as leased\n", len(ps))
+	return nil
+}
+
+// withLabNS runs f with a netlink handle bound to a lab namespace.
+func withLabNS(name string, f func(*netlink.Handle) error) error {
+	n, err := lab.OpenNS(name)
+	if err != nil {
+		return err
+	}
+	defer n.Handle.Close()
+	return f(n.Handle)
+}
