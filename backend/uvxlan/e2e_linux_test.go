@@ -11,6 +11,9 @@ import (
 var (
 	subnetA = netip.MustParsePrefix("10.244.1.0/24")
 	subnetB = netip.MustParsePrefix("10.244.2.0/24")
+	// IPv6 pod subnets travel over an IPv6 underlay.
+	subnet6A = netip.MustParsePrefix("fd00:10:244:1::/64")
+	subnet6B = netip.MustParsePrefix("fd00:10:244:2::/64")
 )
 
 func TestEndToEnd(t *testing.T) {
@@ -20,20 +23,22 @@ func TestEndToEnd(t *testing.T) {
 		plain    bool
 		underlay string
 		size     int64 // bytes of the TCP transfer
+		a, b     netip.Prefix
 	}{
-		{"uvxlan-uvxlan", false, false, "192.168.77.0/24", 100 << 20},
-		{"uvxlan-uvxlan-plain", false, true, "192.168.77.0/24", 20 << 20},
-		{"uvxlan-kernel", true, false, "192.168.77.0/24", 100 << 20},
-		{"uvxlan-kernel-plain", true, true, "192.168.77.0/24", 20 << 20},
+		{"uvxlan-uvxlan", false, false, "192.168.77.0/24", 100 << 20, subnetA, subnetB},
+		{"uvxlan-uvxlan-plain", false, true, "192.168.77.0/24", 20 << 20, subnetA, subnetB},
+		{"uvxlan-kernel", true, false, "192.168.77.0/24", 100 << 20, subnetA, subnetB},
+		{"uvxlan-kernel-plain", true, true, "192.168.77.0/24", 20 << 20, subnetA, subnetB},
+		{"uvxlan-uvxlan-ipv6", false, false, "fd77::/64", 50 << 20, subnet6A, subnet6B},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u := nettest.NewUnderlay(t, netip.MustParsePrefix(tc.underlay), 1500)
-			a := newUVNode(t, u, "a", subnetA, tc.plain)
+			a := newUVNode(t, u, "a", tc.a, tc.plain)
 			var b *testNode
 			if tc.kernel {
-				b = newKernelNode(t, u, "b", subnetB)
+				b = newKernelNode(t, u, "b", tc.b)
 			} else {
-				b = newUVNode(t, u, "b", subnetB, tc.plain)
+				b = newUVNode(t, u, "b", tc.b, tc.plain)
 			}
 			connect(t, a, b)
 			for _, d := range []struct {
@@ -45,8 +50,11 @@ func TestEndToEnd(t *testing.T) {
 						t.Fatalf("ping: %v\n%s", err, out)
 					}
 					// The largest ICMP payload that fits the overlay MTU: 1422 on a
-					// 1500-byte IPv4 underlay, 1402 on IPv6.
+					// 1500-byte IPv4 underlay, 1382 for IPv6 over IPv6.
 					fit := d.from.mtu - 28
+					if d.to.podIP.Is6() {
+						fit = d.from.mtu - 48
+					}
 					if out, err := ping(d.from, d.to.podIP, "-M", "do", "-s", fmt.Sprint(fit)); err != nil {
 						t.Fatalf("DF ping of %d bytes: %v\n%s", fit, err, out)
 					}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,8 +45,9 @@ func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-// addPod wires a pod namespace to the node: pod eth0 <subnet>.2 with MTU
-// 1450 and a default route via <subnet>.1 on the node's end of the veth.
+// addPod wires a pod namespace to the node: pod eth0 <subnet>.2 (or ::2)
+// with the overlay MTU and a default route via <subnet>.1 on the node's end
+// of the veth. IPv6 addresses skip duplicate address detection.
 func addPod(t *testing.T, n *testNode, label string) {
 	t.Helper()
 	n.pod = nettest.NewNS(t, label+"pod")
@@ -57,14 +59,24 @@ func addPod(t *testing.T, n *testNode, label string) {
 		name string
 		addr netip.Addr
 	}{{n.host.NS, "vpod", gw}, {n.pod, "eth0", n.podIP}} {
-		n.pod.MustRun(t, "true")
 		l.ns.MustRun(t, "ip", "link", "set", l.name, "mtu", fmt.Sprint(n.mtu))
-		if err := nettest.AddAddr(l.ns, l.name, netip.PrefixFrom(l.addr, n.subnet.Bits())); err != nil {
-			t.Fatal(err)
-		}
+		l.ns.MustRun(t, "ip", "addr", "add", netip.PrefixFrom(l.addr, n.subnet.Bits()).String(), "dev", l.name, "nodad")
 	}
 	n.pod.MustRun(t, "ip", "route", "add", "default", "via", gw.String())
-	n.host.MustRun(t, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	n.host.MustRun(t, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
+}
+
+// waitDAD waits until the host's IPv6 underlay address can be bound: the
+// address nettest gives it goes through duplicate address detection.
+func waitDAD(t *testing.T, h *nettest.Host) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for h.Addr.Is6() && strings.Contains(h.MustRun(t, "ip", "-6", "addr", "show", "dev", h.Link), "tentative") {
+		if time.Now().After(deadline) {
+			t.Fatalf("address of %s still tentative", h.Name)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // newUVNode starts a userspace VXLAN node; the backend stops at test end.
@@ -73,10 +85,17 @@ func newUVNode(t *testing.T, u *nettest.Underlay, label string, sn netip.Prefix,
 	n := &testNode{host: u.AddHost(t, label, "eth0"), subnet: sn, mtu: backend.OverlayMTU(u.MTU, u.Prefix.Addr().Is6())}
 	n.mac = backend.VTEPMAC(n.host.Addr, 1)
 	addPod(t, n, label)
-	b, err := New(Config{
+	waitDAD(t, n.host)
+	cfg := Config{
 		Handle: n.host.Handle, NetNS: n.host.Path, Local: n.host.Addr, MAC: n.mac,
-		MTU: n.mtu, Subnet: sn, Plain: plain, Reconcile: 200 * time.Millisecond,
-	}, testLogger(t).With("node", label))
+		MTU: n.mtu, Plain: plain, Reconcile: 200 * time.Millisecond,
+	}
+	if sn.Addr().Is6() {
+		cfg.Subnet6 = sn
+	} else {
+		cfg.Subnet = sn
+	}
+	b, err := New(cfg, testLogger(t).With("node", label))
 	if err != nil {
 		t.Fatal(err)
 	}
