@@ -187,6 +187,13 @@ func (dp *datapath) configureLink() error {
 			return fmt.Errorf("add %s to %s: %w", a, cfg.Name, err)
 		}
 	}
+	if l.Attrs().Flags&net.FlagUp == 0 {
+		// No IPv6 link-local address: it would only make the kernel send
+		// router solicitations and MLD reports that no peer can take.
+		if err := dp.h.LinkSetIP6AddrGenMode(l, 1 /* IN6_ADDR_GEN_MODE_NONE */); err != nil {
+			dp.b.log.Warn("disable ipv6 link-local address", "err", err)
+		}
+	}
 	if err := dp.h.LinkSetUp(l); err != nil {
 		return fmt.Errorf("set %s up: %w", cfg.Name, err)
 	}

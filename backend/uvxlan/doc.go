@@ -9,7 +9,11 @@
 // # What it programs
 //
 // A persistent TAP named weft-u.<VNI> with the node's VTEP MAC, the overlay
-// MTU and the address <subnet>.0/32 (and <subnet6>::/128). Per peer, the same
+// MTU, the address <subnet>.0/32 (or <subnet6>::/128) and no IPv6
+// link-local address (it would only emit solicitations nobody can answer).
+// As in Flannel, IPv4 subnets travel over an IPv4 underlay and IPv6 subnets
+// over an IPv6 one; a dual-stack node runs one Backend per family, each with
+// its own device name. Per peer, the same
 // kernel state as the kernel backend except the FDB: a permanent neighbour
 // <peer subnet>.0 lladdr <peer VtepMAC> and a route <peer subnet> via
 // <peer subnet>.0 dev weft-u.<VNI> onlink. The kernel therefore routes pod
@@ -51,7 +55,8 @@
 // 64 KB. The receive socket uses UDP GRO and recvmmsg; consecutive TCP
 // segments of a flow, once their checksums are verified, are merged into
 // one super-frame written to the TAP with NEEDS_CSUM (software GRO). Socket
-// buffers are 4 MB. Config.Plain turns all this off: the TAP is then opened
+// buffers are 4 MB. Each loop owns its buffers, allocated once: the hot
+// path does not allocate. Config.Plain turns all this off: the TAP is then opened
 // with songgao/water (which cannot set IFF_VNET_HDR) and each frame costs a
 // syscall.
 //
