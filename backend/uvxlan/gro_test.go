@@ -154,3 +154,29 @@ func TestParseTCPSegRejects(t *testing.T) {
 		})
 	}
 }
+
+// TestHotPathDoesNotAllocate covers the pure parts of both directions:
+// segmentation, decoding and coalescing.
+func TestHotPathDoesNotAllocate(t *testing.T) {
+	super := ipv4TCPFrame(testMAC, otherMAC, 1, 1, tcpFlagACK, 20*1386)
+	h := tsoHeader(super, 1386)
+	out := make([]byte, 2*65550)
+	segs := segmentsOf(t, ipv4TCPFrame(testMAC, otherMAC, 1, 1, tcpFlagACK, 20*1386), 1386)
+	pkts := make([][]byte, len(segs))
+	for i, s := range segs {
+		pkts[i] = encap(1, s)
+	}
+	d := decoder{vni: 1, mac: testMAC, maxFrame: ethHeaderLen + 1450}
+	c := newCoalescer(func([]byte) error { return nil })
+	allocs := testing.AllocsPerRun(20, func() {
+		segmentTCP(super, h, out)
+		for _, p := range pkts {
+			f, _ := d.decode(p)
+			c.add(f)
+		}
+		c.flush()
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per run", allocs)
+	}
+}

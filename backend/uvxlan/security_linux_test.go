@@ -75,13 +75,6 @@ func icmpFrame(dstMAC, srcMAC subnet.MAC, src, dst netip.Addr, size int) []byte 
 	return f
 }
 
-func encap(vni uint32, frame []byte) []byte {
-	b := make([]byte, vxlanHeaderLen+len(frame))
-	putVXLANHeader(b, vni)
-	copy(b[vxlanHeaderLen:], frame)
-	return b
-}
-
 // TestIngressFiltering sends hostile and broken datagrams to a uvxlan node
 // and checks that each is dropped under its reason while traffic goes on.
 func TestIngressFiltering(t *testing.T) {

@@ -153,3 +153,10 @@ func BenchmarkChecksum(b *testing.B) {
 		checksumFold(checksumAdd(buf, 0))
 	}
 }
+
+func encap(vni uint32, frame []byte) []byte {
+	b := make([]byte, vxlanHeaderLen+len(frame))
+	putVXLANHeader(b, vni)
+	copy(b[vxlanHeaderLen:], frame)
+	return b
+}
