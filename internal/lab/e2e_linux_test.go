@@ -24,7 +24,7 @@ import (
 // `weftctl lab down` leaves no namespace, link, process or file behind.
 func TestLabUpDown(t *testing.T) {
 	bin := weftctl(t)
-	linksBefore := rootLinks(t)
+	linksBefore, rootBefore := rootLinks(t), rootNetState(t)
 	dir := filepath.Join(t.TempDir(), "lab")
 	up := labUp(t, bin, dir, "--nodes", "3", "--pods-per-node", "2")
 	if !strings.Contains(up.out.String(), "30/30 pairs reachable") {
@@ -46,13 +46,21 @@ func TestLabUpDown(t *testing.T) {
 	})
 	t.Run("status", func(t *testing.T) {
 		out, code := run(t, bin, "lab", "status", "--state-dir", dir)
-		if code != 0 || !strings.Contains(out, ", running,") || strings.Count(out, " ready, weft.1 with 2 peer routes") != 3 {
+		ready := regexp.MustCompile(`ready, metrics: 3 leases, 2 peers, \d+ repairs, weft.1 with 2 peer routes`)
+		if code != 0 || !strings.Contains(out, ", running,") || len(ready.FindAllString(out, -1)) != 3 {
 			t.Fatalf("status: exit %d:\n%s", code, out)
 		}
 	})
 	t.Run("leases match etcd", func(t *testing.T) { checkLeases(t, bin, dir, st) })
 	t.Run("peers match the kernel and find drift", func(t *testing.T) { checkPeers(t, bin, dir, st) })
 	t.Run("explain matches the kernel", func(t *testing.T) { checkExplain(t, bin, dir, st) })
+	t.Run("status shows the repair", func(t *testing.T) {
+		out, _ := run(t, bin, "lab", "status", "--state-dir", dir)
+		m := regexp.MustCompile(`node1 .* (\d+) repairs`).FindStringSubmatch(out)
+		if m == nil || m[1] == "0" {
+			t.Fatalf("node1's weftd repaired a deleted route but its metrics do not show it:\n%s", out)
+		}
+	})
 
 	out, code := run(t, bin, "lab", "down", "--state-dir", dir)
 	if code != 0 || !strings.Contains(out, "lab removed") {
@@ -65,16 +73,19 @@ func TestLabUpDown(t *testing.T) {
 	if after := rootLinks(t); !slices.Equal(after, linksBefore) {
 		t.Errorf("root namespace links changed:\nbefore %v\nafter  %v", linksBefore, after)
 	}
+	if after := rootNetState(t); after != rootBefore {
+		t.Errorf("root namespace sysctls or nftables changed:\nbefore %s\nafter  %s", rootBefore, after)
+	}
 }
 
-// TestLabUpAfterKill kills a mixed-backend lab with SIGKILL, so that it
-// cannot clean up, and checks that the next lab up removes its debris
-// (processes, namespaces) and works; then stops that one with SIGINT, as
-// Ctrl-C does.
+// TestLabUpAfterKill kills a lab with SIGKILL, so that it cannot clean up,
+// and checks that the next lab up (mixed backends: vxlan and uvxlan nodes
+// alternate) removes its debris (processes, namespaces) and works; then
+// stops that one with SIGINT, as Ctrl-C does.
 func TestLabUpAfterKill(t *testing.T) {
 	bin := weftctl(t)
 	dir := filepath.Join(t.TempDir(), "lab")
-	first := labUp(t, bin, dir, "--nodes", "3", "--pods-per-node", "1", "--backend", "mixed")
+	first := labUp(t, bin, dir, "--nodes", "3", "--pods-per-node", "1")
 	st1, err := LoadState(dir)
 	if err != nil {
 		t.Fatal(err)

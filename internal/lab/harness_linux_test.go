@@ -176,3 +176,18 @@ func assertGone(t *testing.T, dir string, st *State) {
 		t.Errorf("state dir %s left (%v): %v", dir, err, entries)
 	}
 }
+
+// rootNetState is what the lab must never change in the root namespace
+// besides links: forwarding sysctls and the nftables ruleset.
+func rootNetState(t *testing.T) string {
+	t.Helper()
+	var b strings.Builder
+	for _, f := range []string{"/proc/sys/net/ipv4/ip_forward", "/proc/sys/net/ipv6/conf/all/forwarding", "/proc/sys/net/ipv4/conf/all/rp_filter"} {
+		v, _ := os.ReadFile(f)
+		b.WriteString(f + "=" + strings.TrimSpace(string(v)) + " ")
+	}
+	if out, err := exec.Command("nft", "list", "ruleset").CombinedOutput(); err == nil {
+		b.WriteString("nft:" + string(out))
+	}
+	return b.String()
+}

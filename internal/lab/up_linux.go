@@ -105,6 +105,10 @@ func nodeHealth(ctx context.Context, n NodeState) string {
 	if code != 200 {
 		health = "NOT ready: " + strings.TrimSpace(body)
 	}
+	if code, body, err := Get(ctx, ns, "http://"+HealthAddr+"/metrics"); err == nil && code == 200 {
+		m := Metrics(body)
+		health += fmt.Sprintf(", metrics: %g leases, %g peers, %g repairs", m["weft_leases"], m["weft_peers"], m["weft_repairs_total"])
+	}
 	if k, err := inspect.ReadKernel(ns.Handle, ""); err == nil {
 		peers := 0
 		for _, r := range k.Routes {
