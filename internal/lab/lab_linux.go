@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -38,6 +39,12 @@ func Start(ctx context.Context, opts Options) (*Lab, error) {
 	}
 	if opts.Weftd == "" || opts.CNIBin == "" {
 		return nil, errors.New("lab: Weftd and CNIBin must be set (see Options.FindBinaries)")
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("lab: needs root: it creates network namespaces")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return nil, errors.New("lab: needs iproute2's ip (to run weftd and commands in the namespaces): apt-get install iproute2")
 	}
 	lk, err := tryLock(opts.StateDir)
 	if err != nil {
