@@ -19,6 +19,7 @@ const tinyConf = `{"Network": "10.1.0.0/28", "SubnetLen": 30}` // 10.1.0.4, .8 a
 func subnetsKey(l subnet.Lease) string { return testPrefix + "/subnets/" + l.Key() }
 
 func TestAcquireReusesByPublicIP(t *testing.T) {
+	t.Parallel()
 	env := newEnv(t, netConf)
 	ctx := testCtx(t)
 	a := attrs(t, "192.168.77.1")
@@ -61,6 +62,7 @@ func TestAcquireReusesByPublicIP(t *testing.T) {
 }
 
 func TestAcquireHint(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		hint    string
@@ -97,6 +99,7 @@ func TestAcquireHint(t *testing.T) {
 }
 
 func TestAcquireExhausted(t *testing.T) {
+	t.Parallel()
 	env := newEnv(t, tinyConf)
 	ctx := testCtx(t)
 	got := map[netip.Prefix]bool{}
@@ -122,6 +125,7 @@ func TestAcquireExhausted(t *testing.T) {
 }
 
 func TestAcquireReservation(t *testing.T) {
+	t.Parallel()
 	env := newEnv(t, tinyConf)
 	ctx := testCtx(t)
 	owner := attrs(t, "10.0.0.50")
@@ -167,6 +171,7 @@ func TestAcquireReservation(t *testing.T) {
 }
 
 func TestAcquireConcurrent(t *testing.T) {
+	t.Parallel()
 	env := newEnv(t, netConf)
 	ctx := testCtx(t)
 	const n = 100
@@ -222,6 +227,7 @@ func TestAcquireConcurrent(t *testing.T) {
 }
 
 func TestAcquireDualStackAndIPv6Only(t *testing.T) {
+	t.Parallel()
 	v6mac := subnet.MAC{0xc6, 0, 0, 0, 0, 1}
 	tests := []struct {
 		name  string
@@ -287,6 +293,7 @@ func TestAcquireDualStackAndIPv6Only(t *testing.T) {
 }
 
 func TestAcquireDeletesOwnStaleLease(t *testing.T) {
+	t.Parallel()
 	env := newEnv(t, netConf)
 	ctx := testCtx(t)
 	a := attrs(t, "10.0.0.1")
@@ -316,6 +323,7 @@ func TestAcquireDeletesOwnStaleLease(t *testing.T) {
 }
 
 func TestAcquireErrors(t *testing.T) {
+	t.Parallel()
 	env := newEnv(t, netConf)
 	ctx := testCtx(t)
 	tests := []struct {

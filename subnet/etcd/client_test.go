@@ -92,6 +92,7 @@ func writePEM(t *testing.T, path, typ string, der []byte) {
 }
 
 func TestNewClientTLS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := newCA(t, dir, "ca")
 	serverCert, serverKey := ca.issue(t, dir, "server", x509.ExtKeyUsageServerAuth)
@@ -142,6 +143,7 @@ func TestNewClientTLS(t *testing.T) {
 }
 
 func TestNewClientErrors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := newCA(t, dir, "ca")
 	cert, key := ca.issue(t, dir, "client", x509.ExtKeyUsageClientAuth)
@@ -186,6 +188,7 @@ func TestNewClientErrors(t *testing.T) {
 }
 
 func TestNewClientEndpoints(t *testing.T) {
+	t.Parallel()
 	// Accepted forms; clientv3 does not connect until the first request.
 	for _, eps := range [][]string{
 		{"http://127.0.0.1:2379", "http://127.0.0.2:2379"},
@@ -204,6 +207,7 @@ func TestNewClientEndpoints(t *testing.T) {
 }
 
 func TestNewClientAuth(t *testing.T) {
+	t.Parallel()
 	srv, err := etcdlocal.Start(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

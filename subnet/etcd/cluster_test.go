@@ -69,6 +69,7 @@ func sameLeases(t *testing.T, watched leaseSet, inEtcd map[string]string) bool {
 // know all three members, kills the leader, and checks that renewals go
 // through after retries and that every watch sees every later change.
 func TestClusterLeaderKill(t *testing.T) {
+	t.Parallel()
 	cl, err := etcdlocal.StartCluster(t.TempDir(), 3)
 	if err != nil {
 		t.Fatal(err)
@@ -151,6 +152,7 @@ func TestClusterLeaderKill(t *testing.T) {
 // so that it has no leader, and checks that the watch notices (it requires
 // a leader), then recovers everything once the quorum is back.
 func TestClusterWatchNoLeader(t *testing.T) {
+	t.Parallel()
 	cl, err := etcdlocal.StartCluster(t.TempDir(), 3)
 	if err != nil {
 		t.Fatal(err)

@@ -8,11 +8,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weft-net/weft/subnet"
 )
 
 const netConf = `{"Network": "10.244.0.0/16", "Backend": {"Type": "vxlan"}}`
 
 func TestConfig(t *testing.T) {
+	t.Parallel()
 	env := newEnv(t, "")
 	ctx := testCtx(t)
 	_, err := env.reg.Config(ctx)
@@ -40,6 +43,7 @@ func TestConfig(t *testing.T) {
 }
 
 func TestAcquireRenewWatch(t *testing.T) {
+	t.Parallel()
 	env := newEnv(t, netConf)
 	ctx := testCtx(t)
 	ch, stop := watchRun(t, env.reg)
@@ -88,5 +92,38 @@ func TestAcquireRenewWatch(t *testing.T) {
 
 	if err := stop(); !errors.Is(err, context.Canceled) {
 		t.Errorf("Watch returned %v after cancel, want context.Canceled", err)
+	}
+}
+
+func TestMethodsReportBadOptions(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t, netConf)
+	ctx := testCtx(t)
+	tests := []struct {
+		name string
+		reg  *Registry
+		want string
+	}{
+		{"nil client", New(nil, Options{}, nil), "no client"},
+		{"negative TTL", env.registry(Options{TTL: -time.Second}), "TTL -1s"},
+		{"negative retries", env.registry(Options{RaceRetries: -1}), "RaceRetries -1"},
+		{"negative timeout", env.registry(Options{RequestTimeout: -time.Second}), "RequestTimeout -1s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			errs := map[string]error{}
+			_, errs["Config"] = tt.reg.Config(ctx)
+			_, errs["Acquire"] = tt.reg.Acquire(ctx, attrs(t, "10.0.0.1"), netip.Prefix{})
+			_, errs["Renew"] = tt.reg.Renew(ctx, subnet.Lease{Subnet: netip.MustParsePrefix("10.244.1.0/24"), Expiration: time.Now()})
+			errs["Watch"] = tt.reg.Watch(ctx, make(chan []subnet.Event))
+			for method, err := range errs {
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Errorf("%s: %v, want an error containing %q", method, err, tt.want)
+				}
+			}
+		})
+	}
+	if err := env.reg.Watch(ctx, nil); err == nil {
+		t.Error("Watch with a nil channel succeeded")
 	}
 }

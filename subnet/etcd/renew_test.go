@@ -26,6 +26,7 @@ func leaseCount(t *testing.T, c *clientv3.Client) int {
 }
 
 func TestRenewLost(t *testing.T) {
+	t.Parallel()
 	env := newEnv(t, netConf)
 	ctx := testCtx(t)
 	other, _ := json.Marshal(attrs(t, "10.0.0.99"))
@@ -79,6 +80,7 @@ func TestRenewLost(t *testing.T) {
 }
 
 func TestRenewUnavailable(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	srv, err := etcdlocal.Start(dir)
 	if err != nil {

@@ -33,6 +33,9 @@ func (r *Registry) Watch(ctx context.Context, events chan<- []subnet.Event) erro
 	if r.err != nil {
 		return r.err
 	}
+	if events == nil {
+		return errors.New("watch subnet leases: nil event channel")
+	}
 	w := &watcher{r: r, events: events, known: map[string]entry{}}
 	delay := relistMinDelay
 	for {

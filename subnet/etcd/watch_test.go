@@ -13,6 +13,7 @@ import (
 )
 
 func TestWatchEvents(t *testing.T) {
+	t.Parallel()
 	env := newEnv(t, netConf)
 	ctx := testCtx(t)
 	a, err := env.reg.Acquire(ctx, attrs(t, "10.0.0.1"), netip.MustParsePrefix("10.244.1.0/24"))
@@ -95,6 +96,7 @@ func TestWatchEvents(t *testing.T) {
 }
 
 func TestWatchExpiry(t *testing.T) {
+	t.Parallel()
 	env := newEnv(t, netConf)
 	ctx := testCtx(t)
 	ch, _ := watchRun(t, env.reg)
@@ -110,6 +112,7 @@ func TestWatchExpiry(t *testing.T) {
 }
 
 func TestWatchOwnKeyDeleted(t *testing.T) {
+	t.Parallel()
 	env := newEnv(t, netConf)
 	ctx := testCtx(t)
 	a := attrs(t, "10.0.0.1")
@@ -140,6 +143,7 @@ func TestWatchOwnKeyDeleted(t *testing.T) {
 }
 
 func TestWatchRelistAfterCompaction(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	srv, err := etcdlocal.Start(dir)
 	if err != nil {
