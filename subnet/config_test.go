@@ -106,6 +106,16 @@ func TestParseConfigDefaults(t *testing.T) {
 				Backend: BackendConfig{Type: BackendTypeUVXLAN, VNI: 0, Port: 8472}},
 		},
 		{
+			name: "explicit IPv6 subnet length and range",
+			json: `{"EnableIPv6": true, "Network": "10.42.0.0/16", "IPv6Network": "fd00:42::/48", "IPv6SubnetLen": 80, "IPv6SubnetMin": "fd00:42:0:5::", "IPv6SubnetMax": "fd00:42:0:9:ffff::/80"}`,
+			want: Config{EnableIPv4: true, EnableIPv6: true,
+				Network: mustPrefix(t, "10.42.0.0/16"), SubnetLen: 24,
+				SubnetMin: mustAddr(t, "10.42.1.0"), SubnetMax: mustAddr(t, "10.42.255.0"),
+				IPv6Network: mustPrefix(t, "fd00:42::/48"), IPv6SubnetLen: 80,
+				IPv6SubnetMin: mustAddr(t, "fd00:42:0:5::"), IPv6SubnetMax: mustAddr(t, "fd00:42:0:9:ffff::"),
+				Backend: vxlan},
+		},
+		{
 			name: "IPv6 /124 gets /126",
 			json: `{"EnableIPv4": false, "EnableIPv6": true, "IPv6Network": "fd00::/124"}`,
 			want: Config{EnableIPv6: true, IPv6Network: mustPrefix(t, "fd00::/124"), IPv6SubnetLen: 126,

@@ -193,13 +193,13 @@ func (r *Registry) create(ctx context.Context, l subnet.Lease, value []byte) (su
 	resp, err := r.client.Txn(rctx).
 		If(clientv3.Compare(clientv3.Version(key), "=", 0)).
 		Then(clientv3.OpPut(key, string(value), clientv3.WithLease(grant.ID))).Commit()
-	if err != nil || !resp.Succeeded {
-		r.revoke(ctx, grant.ID)
-	}
 	if err != nil {
+		// The put may have happened: keep the grant (it expires by itself)
+		// rather than risk deleting a key that is ours.
 		return subnet.Lease{}, fmt.Errorf("acquire lease: create %s: %w", key, err)
 	}
 	if !resp.Succeeded {
+		r.revoke(ctx, grant.ID)
 		return subnet.Lease{}, errRace
 	}
 	l.Expiration = start.Add(time.Duration(grant.TTL) * time.Second)

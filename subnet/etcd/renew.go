@@ -45,7 +45,8 @@ func (r *Registry) Renew(ctx context.Context, l subnet.Lease) (subnet.Lease, err
 		Then(clientv3.OpGet(key), clientv3.OpPut(key, string(value), clientv3.WithLease(grant.ID))).
 		Else(clientv3.OpGet(key)).Commit()
 	if err != nil {
-		r.revoke(ctx, grant.ID)
+		// The put may have happened: revoking the grant could delete our
+		// key, so leave it to expire by itself.
 		return l, fmt.Errorf("renew lease %s: %w", key, err)
 	}
 	kvs := resp.Responses[0].GetResponseRange().GetKvs()
