@@ -27,7 +27,7 @@ func bigTable(n int) vtep.Table {
 // them all from nothing (and removing them again), and a resync that finds
 // everything in place (the periodic one).
 func BenchmarkSync(b *testing.B) {
-	for _, n := range []int{100, 1000} {
+	for _, n := range []int{100, 1000, 5000} {
 		u := nettest.NewUnderlay(b, ul4, 0)
 		h := u.AddHost(b, "bench", "eth0")
 		l, err := h.Handle.LinkByName("eth0")
@@ -43,23 +43,23 @@ func BenchmarkSync(b *testing.B) {
 		b.Run(fmt.Sprintf("program+remove/peers=%d", n), func(b *testing.B) {
 			for b.Loop() {
 				be.table.Store(&table)
-				if err := be.reconcile(); err != nil {
+				if err := be.reconcile(true); err != nil {
 					b.Fatal(err)
 				}
 				empty := vtep.Table{}
 				be.table.Store(&empty)
-				if err := be.reconcile(); err != nil {
+				if err := be.reconcile(true); err != nil {
 					b.Fatal(err)
 				}
 			}
 		})
 		b.Run(fmt.Sprintf("resync/peers=%d", n), func(b *testing.B) {
 			be.table.Store(&table)
-			if err := be.reconcile(); err != nil {
+			if err := be.reconcile(true); err != nil {
 				b.Fatal(err)
 			}
 			for b.Loop() {
-				if err := be.reconcile(); err != nil {
+				if err := be.reconcile(true); err != nil {
 					b.Fatal(err)
 				}
 			}

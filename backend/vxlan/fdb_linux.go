@@ -107,3 +107,23 @@ func (f fdb) Prune(peers []vtep.Entry) (int, error) {
 	}
 	return n, nil
 }
+
+var _ backend.EntryStep = fdb{}
+
+// Add writes one peer's entry (replacing an entry of the same MAC).
+func (f fdb) Add(p vtep.Entry) error {
+	e := fdbEntry{MAC: p.VTEP.MAC, Dst: p.VTEP.Addr}
+	if err := f.h.NeighSet(f.neigh(e)); err != nil {
+		return fmt.Errorf("set fdb %s dst %s: %w", e.MAC, e.Dst, err)
+	}
+	return nil
+}
+
+// Remove deletes one peer's entry; a missing entry is no error.
+func (f fdb) Remove(p vtep.Entry) error {
+	e := fdbEntry{MAC: p.VTEP.MAC, Dst: p.VTEP.Addr}
+	if err := f.h.NeighDel(f.neigh(e)); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("delete fdb %s dst %s: %w", e.MAC, e.Dst, err)
+	}
+	return nil
+}

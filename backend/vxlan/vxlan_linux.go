@@ -114,11 +114,15 @@ func (b *Backend) Run(ctx context.Context) error {
 		case <-b.kick:
 			tm.arm(0)
 		case <-tm.resync.C:
+			tm.full = true
 			tm.arm(0)
 		case <-tm.soon.C:
 			tm.pending = false
-			if err := b.reconcile(); err != nil {
+			full := tm.full
+			tm.full = false
+			if err := b.reconcile(full); err != nil {
 				b.log.Warn("sync failed; retrying", "err", err)
+				tm.full = true
 				tm.arm(retryAfter)
 			}
 			rel = b.relevance()
@@ -136,17 +140,21 @@ func (b *Backend) Run(ctx context.Context) error {
 				continue
 			}
 			w = nw
+			tm.full = true
 			tm.arm(0) // notifications were missed meanwhile
 		}
 	}
 }
 
 // timers drive Run's loop: soon fires the next sync (armed at most once),
-// resync the periodic one, resub a new subscription after a lost one.
+// resync the periodic one, resub a new subscription after a lost one. full
+// asks the next sync to read the kernel and repair everything; without it a
+// new table is applied as a difference from the last one.
 type timers struct {
 	soon, resub *time.Timer
 	resync      *time.Ticker
 	pending     bool
+	full        bool
 }
 
 func newTimers(resync time.Duration) *timers {
@@ -181,6 +189,7 @@ func (b *Backend) notified(w *watch, tm *timers, open, relevant bool) *watch {
 	case !open:
 		return b.lost(w, tm.resub)
 	case relevant:
+		tm.full = true
 		tm.arm(debounce)
 	}
 	return w
@@ -197,7 +206,15 @@ func (b *Backend) lost(w *watch, resub *time.Timer) *watch {
 }
 
 func (b *Backend) relevance() relevance {
-	r := relevance{index: map[int]bool{}, name: map[string]bool{}}
+	r := relevance{index: map[int]bool{}, name: map[string]bool{},
+		neighs: make(map[netip.Addr]subnet.MAC, len(b.applied)),
+		fdb:    make(map[fdbEntry]bool, len(b.applied)),
+		routes: make(map[netip.Prefix]vtep.VTEP, len(b.applied))}
+	for p, v := range b.applied {
+		r.neighs[backend.Gateway(p)] = v.MAC
+		r.fdb[fdbEntry{MAC: v.MAC, Dst: v.Addr}] = true
+		r.routes[p] = v
+	}
 	for _, d := range b.devs {
 		r.name[d.spec.name] = true
 		if d.index != 0 {
@@ -207,8 +224,11 @@ func (b *Backend) relevance() relevance {
 	return r
 }
 
-// reconcile makes every device and its peers match the latest table.
-func (b *Backend) reconcile() error {
+// reconcile makes every device and its peers match the latest table. With
+// full unset, and a table programmed before on devices that still exist, it
+// writes only the difference between the two tables; a full reconcile reads
+// the kernel and repairs drift.
+func (b *Backend) reconcile(full bool) error {
 	tp := b.table.Load()
 	if tp != nil {
 		t := b.withoutSelf(*tp)
@@ -216,7 +236,7 @@ func (b *Backend) reconcile() error {
 	}
 	var errs []error
 	for _, d := range b.devs {
-		if err := b.reconcileDevice(d, tp); err != nil {
+		if err := b.reconcileDevice(d, tp, full); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -231,7 +251,7 @@ func (b *Backend) reconcile() error {
 	return nil
 }
 
-func (b *Backend) reconcileDevice(d *devState, tp *vtep.Table) error {
+func (b *Backend) reconcileDevice(d *devState, tp *vtep.Table, full bool) error {
 	idx, created, err := ensureDevice(b.cfg.Handle, d.spec, b.log)
 	if err != nil {
 		return err
@@ -251,7 +271,18 @@ func (b *Backend) reconcileDevice(d *devState, tp *vtep.Table) error {
 	if tp == nil {
 		return nil
 	}
+	start := time.Now()
+	if !full && !created && b.applied != nil {
+		st, err := d.overlay.Apply(b.applied, *tp)
+		if err != nil {
+			return fmt.Errorf("apply peer changes on %s: %w", d.spec.name, err)
+		}
+		b.log.Debug("applied peer changes", "device", d.spec.name, "neigh", st.NeighSet+st.NeighDel,
+			"fdb", st.StepSet+st.StepDel, "route", st.RouteSet+st.RouteDel, "took", time.Since(start))
+		return nil
+	}
 	st, err := d.overlay.Sync(*tp)
+	b.log.Debug("synced peers", "device", d.spec.name, "peers", len(*tp), "took", time.Since(start))
 	if st.Changed() && !created && b.applied != nil && maps.Equal(b.applied, *tp) {
 		b.repairs.add(st)
 		b.log.Warn("repaired drift", "device", d.spec.name,

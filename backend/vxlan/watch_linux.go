@@ -3,12 +3,15 @@ package vxlan
 import (
 	"fmt"
 	"log/slog"
+	"net/netip"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/vtep"
 )
 
 // watch holds the link, neighbour and route change subscriptions of one
@@ -20,13 +23,19 @@ type watch struct {
 	done   chan struct{}
 }
 
+// notifyBuffer is the receive buffer of the neighbour and route
+// subscriptions: programming thousands of peers at once makes a burst of
+// notifications that overflows the default buffer (ENOBUFS), which forces a
+// resubscription and a full resync.
+const notifyBuffer = 8 << 20
+
 // subscribe opens the three subscriptions in the namespace at path (""
 // means the current one).
 func subscribe(path string, log *slog.Logger) (*watch, error) {
 	w := &watch{
 		links:  make(chan netlink.LinkUpdate, 64),
-		neighs: make(chan netlink.NeighUpdate, 256),
-		routes: make(chan netlink.RouteUpdate, 256),
+		neighs: make(chan netlink.NeighUpdate, 4096),
+		routes: make(chan netlink.RouteUpdate, 4096),
 		done:   make(chan struct{}),
 	}
 	var nsh *netns.NsHandle
@@ -55,13 +64,15 @@ func subscribe(path string, log *slog.Logger) (*watch, error) {
 		w.close()
 		return nil, fmt.Errorf("subscribe to links: %w", err)
 	}
-	if err := netlink.NeighSubscribeWithOptions(w.neighs, w.done, netlink.NeighSubscribeOptions{Namespace: nsh, ErrorCallback: cberr}); err != nil {
+	if err := netlink.NeighSubscribeWithOptions(w.neighs, w.done, netlink.NeighSubscribeOptions{Namespace: nsh, ErrorCallback: cberr,
+		ReceiveBufferSize: notifyBuffer, ReceiveBufferForceSize: true}); err != nil {
 		close(w.neighs)
 		close(w.routes)
 		w.close()
 		return nil, fmt.Errorf("subscribe to neighbours: %w", err)
 	}
-	if err := netlink.RouteSubscribeWithOptions(w.routes, w.done, netlink.RouteSubscribeOptions{Namespace: nsh, ErrorCallback: cberr}); err != nil {
+	if err := netlink.RouteSubscribeWithOptions(w.routes, w.done, netlink.RouteSubscribeOptions{Namespace: nsh, ErrorCallback: cberr,
+		ReceiveBufferSize: notifyBuffer, ReceiveBufferForceSize: true}); err != nil {
 		close(w.routes)
 		w.close()
 		return nil, fmt.Errorf("subscribe to routes: %w", err)
@@ -91,12 +102,17 @@ func (w *watch) close() {
 	}
 }
 
-// relevance decides whether a change notification concerns the backend's
-// devices: their links, their permanent neighbours and FDB entries (any
-// deletion), and weft's routes.
+// relevance decides whether a change notification is drift that calls for a
+// full reconcile: anything on the backend's links, a deleted neighbour, FDB
+// entry or route that the programmed table wants, or a new one that differs
+// from it. The backend's own writes match the table it just programmed, so
+// they do not trigger a reconcile of thousands of peers.
 type relevance struct {
-	index map[int]bool
-	name  map[string]bool
+	index  map[int]bool
+	name   map[string]bool
+	neighs map[netip.Addr]subnet.MAC // gateway → VTEP MAC
+	fdb    map[fdbEntry]bool
+	routes map[netip.Prefix]vtep.VTEP
 }
 
 func (r relevance) link(u netlink.LinkUpdate) bool {
@@ -107,9 +123,39 @@ func (r relevance) neigh(u netlink.NeighUpdate) bool {
 	if !r.index[u.LinkIndex] {
 		return false
 	}
-	return u.Type == unix.RTM_DELNEIGH || u.State&netlink.NUD_PERMANENT != 0
+	ip, _ := netip.AddrFromSlice(u.IP)
+	ip = ip.Unmap()
+	var mac subnet.MAC
+	copy(mac[:], u.HardwareAddr)
+	if u.Family == unix.AF_BRIDGE {
+		want := r.fdb[fdbEntry{MAC: mac, Dst: ip}]
+		if u.Type == unix.RTM_DELNEIGH {
+			return want
+		}
+		return u.State&netlink.NUD_PERMANENT != 0 && !want
+	}
+	wantMAC, want := r.neighs[ip]
+	if u.Type == unix.RTM_DELNEIGH {
+		return want
+	}
+	return u.State&netlink.NUD_PERMANENT != 0 && (!want || wantMAC != mac)
 }
 
 func (r relevance) route(u netlink.RouteUpdate) bool {
-	return r.index[u.LinkIndex] || u.Protocol == backend.RouteProtocol
+	if !r.index[u.LinkIndex] && u.Protocol != backend.RouteProtocol {
+		return false
+	}
+	if u.Dst == nil {
+		return u.Type == unix.RTM_DELROUTE
+	}
+	ones, _ := u.Dst.Mask.Size()
+	dst, _ := netip.AddrFromSlice(u.Dst.IP)
+	p := netip.PrefixFrom(dst.Unmap(), ones)
+	v, want := r.routes[p]
+	if u.Type == unix.RTM_DELROUTE {
+		return want
+	}
+	gw, _ := netip.AddrFromSlice(u.Gw)
+	gw = gw.Unmap()
+	return !want || (gw != backend.Gateway(p) && gw != v.Addr)
 }

@@ -1,0 +1,86 @@
+package backend
+
+import "github.com/weft-net/weft/vtep"
+
+// EntryStep is a PeerStep that can also add and remove the entry of a
+// single peer without reading the kernel, which lets Apply program a change
+// in a table of thousands of peers with a handful of netlink calls. Add
+// replaces an entry of the same peer; Remove of a missing entry succeeds.
+type EntryStep interface {
+	PeerStep
+	Add(e vtep.Entry) error
+	Remove(e vtep.Entry) error
+}
+
+// Apply programs the change from old, a table that the last Sync or Apply
+// programmed in full, to next, writing only the rows that differ, in the
+// per-peer order of Sync, without reading the kernel. When it cannot work
+// incrementally (DirectRouting, whose routes depend on the underlay, or a
+// step that is not an EntryStep) it falls back to Sync(next). Drift is
+// Sync's job: Apply trusts that the kernel still holds old.
+func (o *Overlay) Apply(old, next vtep.Table) (SyncStats, error) {
+	step, stepOK := o.opts.Step.(EntryStep)
+	if o.opts.DirectRouting || (o.opts.Step != nil && !stepOK) {
+		return o.Sync(next)
+	}
+	var st SyncStats
+	d := vtep.Compute(o.own(old), o.own(next))
+	for _, e := range d.Remove {
+		if err := o.delRoutes([]Route{wantRoute(Peer{Entry: e}, o.link)}, &st); err != nil {
+			return st, err
+		}
+		if step != nil {
+			if err := step.Remove(e); err != nil {
+				return st, err
+			}
+			st.StepDel++
+		}
+		if err := o.delNeighbours([]Neighbour{{IP: Gateway(e.Subnet), MAC: e.VTEP.MAC}}, &st); err != nil {
+			return st, err
+		}
+	}
+	for _, c := range d.Change {
+		e := vtep.Entry{Subnet: c.Subnet, VTEP: c.New}
+		if err := o.addPeer(e, step, &st); err != nil {
+			return st, err
+		}
+		if step != nil { // the old entry goes after the new one is in place
+			if err := step.Remove(vtep.Entry{Subnet: c.Subnet, VTEP: c.Old}); err != nil {
+				return st, err
+			}
+			st.StepDel++
+		}
+	}
+	for _, e := range d.Add {
+		if err := o.addPeer(e, step, &st); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+// addPeer writes one tunnelled peer: neighbour, step, route.
+func (o *Overlay) addPeer(e vtep.Entry, step EntryStep, st *SyncStats) error {
+	if err := o.setNeighbours([]Neighbour{{IP: Gateway(e.Subnet), MAC: e.VTEP.MAC}}, st); err != nil {
+		return err
+	}
+	if step != nil {
+		if err := step.Add(e); err != nil {
+			return err
+		}
+		st.StepSet++
+	}
+	return o.setRoutes([]Route{wantRoute(Peer{Entry: e}, o.link)}, st)
+}
+
+// own returns the rows of t that this overlay handles (its family, with an
+// underlay address of the same family, as Sync selects them).
+func (o *Overlay) own(t vtep.Table) vtep.Table {
+	out := make(vtep.Table, len(t))
+	for p, v := range t {
+		if o.wants(p.Addr()) && p.Addr().Is4() == v.Addr.Is4() {
+			out[p] = v
+		}
+	}
+	return out
+}
