@@ -1,10 +1,8 @@
 package uvxlan
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 )
 
 // Receive batch shapes. With UDP GRO one buffer holds up to 64 KB of
@@ -37,89 +35,9 @@ func (dp *datapath) openSockets() error {
 	return nil
 }
 
-// closedErr reports whether err means that close() ran.
-func closedErr(err error) bool { return errors.Is(err, os.ErrClosed) }
-
 // txSocket picks the send socket (the outer source port) for a frame.
 func (dp *datapath) txSocket(frame []byte) *udpSocket {
 	return dp.tx[uint64(flowHash(frame))*uint64(len(dp.tx))>>32]
-}
-
-// egress moves frames from the TAP to the peers until the TAP is closed.
-func (dp *datapath) egress() error {
-	if dp.vnet {
-		return dp.egressOffload()
-	}
-	buf := make([]byte, vxlanHeaderLen+ethHeaderLen+maxIPPacket)
-	s := newSender()
-	for {
-		n, err := dp.tap.Read(buf[vxlanHeaderLen:])
-		if err != nil {
-			if closedErr(err) {
-				return nil
-			}
-			return fmt.Errorf("read tap: %w", err)
-		}
-		dp.sendFrame(s, buf[:vxlanHeaderLen+n])
-	}
-}
-
-// sendFrame encapsulates the frame in pkt[vxlanHeaderLen:] and sends it.
-func (dp *datapath) sendFrame(s *sender, pkt []byte) {
-	frame := pkt[vxlanHeaderLen:]
-	if len(frame) < ethHeaderLen {
-		dp.b.ctr.drop(DropMalformed)
-		return
-	}
-	p, ok := dp.b.peers.Load().byMAC[dstMAC(frame)]
-	if !ok {
-		dp.b.ctr.drop(DropUnknownMAC)
-		return
-	}
-	putVXLANHeader(pkt, dp.b.dec.vni)
-	s.buf, s.to = pkt, p.sa
-	s.setSegment(0)
-	if err := dp.txSocket(frame).send(s); err != nil {
-		dp.b.ctr.drop(DropSend)
-		return
-	}
-	dp.b.ctr.tx.Add(1)
-}
-
-// egressOffload reads frames with a virtio-net header: TSO super-frames are
-// cut into MTU-sized frames in userspace and sent with one UDP GSO send per
-// 64 KB; partial checksums are completed.
-func (dp *datapath) egressOffload() error {
-	in := make([]byte, virtioNetHdrLen+ethHeaderLen+maxIPPacket)
-	out := make([]byte, 2*(ethHeaderLen+maxIPPacket))
-	s := newSender()
-	for {
-		n, err := dp.tap.Read(in)
-		if err != nil {
-			if closedErr(err) {
-				return nil
-			}
-			return fmt.Errorf("read tap: %w", err)
-		}
-		if n < virtioNetHdrLen+ethHeaderLen {
-			dp.b.ctr.drop(DropMalformed)
-			continue
-		}
-		h := decodeVnetHdr(in)
-		frame := in[virtioNetHdrLen:n]
-		switch h.gsoType &^ vnetGSOECN {
-		case vnetGSONone:
-			if h.flags&vnetFlagNeedsCsum != 0 && completeChecksum(frame, int(h.csumStart), int(h.csumOffset)) != nil {
-				dp.b.ctr.drop(DropMalformed)
-				continue
-			}
-			dp.sendFrame(s, in[virtioNetHdrLen-vxlanHeaderLen:n])
-		case vnetGSOTCPv4, vnetGSOTCPv6:
-			dp.sendSegments(s, frame, h, out)
-		default:
-			dp.b.ctr.drop(DropMalformed)
-		}
-	}
 }
 
 // sendSegments segments a TSO super-frame and sends the segments to its
@@ -175,7 +93,7 @@ func (dp *datapath) ingress() error {
 	for {
 		n, err := dp.rx.recv(r)
 		if err != nil {
-			if closedErr(err) {
+			if dp.closing.Load() {
 				return nil
 			}
 			return fmt.Errorf("receive: %w", err)

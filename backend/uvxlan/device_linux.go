@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -27,6 +28,7 @@ type datapath struct {
 	rx        *udpSocket   // bound to the VXLAN port
 	tx        []*udpSocket // one per source port
 	overlay   *backend.Overlay
+	closing   atomic.Bool // set by close: the loops' errors are expected
 }
 
 // inNS runs f with the calling thread in the namespace at path ("" = here).
@@ -100,7 +102,8 @@ func (dp *datapath) openTAP() error {
 		if err != nil {
 			return fmt.Errorf("open tap %s: %w", cfg.Name, err)
 		}
-		dp.tap = ifce
+		// water's Interface is not a syscall.Conn; the file inside it is.
+		dp.tap = ifce.ReadWriteCloser
 		return nil
 	}
 	f, err := openVnetTAP(cfg.Name)
@@ -204,6 +207,7 @@ func equalMAC(a net.HardwareAddr, b []byte) bool { return string(a) == string(b)
 
 // close releases what open acquired. The device itself stays (persistent).
 func (dp *datapath) close() {
+	dp.closing.Store(true)
 	if dp.tap != nil {
 		dp.tap.Close()
 	}

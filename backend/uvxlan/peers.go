@@ -8,16 +8,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// peer is where frames for one VTEP MAC go.
+// peer is where frames for one VTEP MAC go. The socket addresses are
+// built once, so that sends do not allocate.
 type peer struct {
-	addr netip.Addr
-	sa   unix.Sockaddr // addr and the VXLAN port, built once so sends do not allocate
+	addr   netip.Addr
+	sa     unix.Sockaddr         // for sendmsg
+	raw    unix.RawSockaddrInet6 // for sendmmsg; holds a RawSockaddrInet4 for IPv4
+	rawLen uint32
 }
 
 // peers is an immutable snapshot of the peer table, built on Set and read by
 // the packet loops through an atomic pointer: the hot path takes no lock.
 type peers struct {
-	byMAC  map[subnet.MAC]peer     // egress: inner destination MAC → underlay
+	byMAC  map[subnet.MAC]*peer    // egress: inner destination MAC → underlay
 	byAddr map[netip.Addr]struct{} // ingress: underlay addresses allowed to send to us
 }
 
@@ -25,13 +28,16 @@ type peers struct {
 // family differs from the local one are left out: one socket family carries
 // all of this backend's traffic.
 func newPeers(t vtep.Table, port int, ipv6 bool) *peers {
-	p := &peers{byMAC: make(map[subnet.MAC]peer, len(t)), byAddr: make(map[netip.Addr]struct{}, len(t))}
+	p := &peers{byMAC: make(map[subnet.MAC]*peer, len(t)), byAddr: make(map[netip.Addr]struct{}, len(t))}
 	for _, v := range t {
 		a := v.Addr.Unmap()
 		if !a.IsValid() || a.Is6() != ipv6 || v.MAC.IsZero() {
 			continue
 		}
-		p.byMAC[v.MAC] = peer{addr: a, sa: sockaddr(netip.AddrPortFrom(a, uint16(port)))}
+		ap := netip.AddrPortFrom(a, uint16(port))
+		pe := &peer{addr: a, sa: sockaddr(ap)}
+		pe.raw, pe.rawLen = rawSockaddr(ap)
+		p.byMAC[v.MAC] = pe
 		p.byAddr[a] = struct{}{}
 	}
 	return p

@@ -219,3 +219,88 @@ func (u *udpSocket) send(s *sender) error {
 	}
 	return s.err
 }
+
+// rawSockaddr returns ap as the raw socket address sendmmsg takes, and its length.
+func rawSockaddr(ap netip.AddrPort) (unix.RawSockaddrInet6, uint32) {
+	var raw unix.RawSockaddrInet6
+	port := (*[2]byte)(unsafe.Pointer(&raw.Port)) // network byte order
+	port[0], port[1] = byte(ap.Port()>>8), byte(ap.Port())
+	if ap.Addr().Is4() {
+		r4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(&raw))
+		r4.Family = unix.AF_INET
+		r4.Addr = ap.Addr().As4()
+		return raw, unix.SizeofSockaddrInet4
+	}
+	raw.Family = unix.AF_INET6
+	raw.Addr = ap.Addr().As16()
+	return raw, unix.SizeofSockaddrInet6
+}
+
+// sendBatch is a reusable sendmmsg(2) call: up to len(msgs) datagrams, all
+// through one socket, each to its own peer.
+type sendBatch struct {
+	msgs []mmsghdr
+	iovs []unix.Iovec
+	n    int        // datagrams queued
+	sock *udpSocket // the socket they leave from
+	off  int        // datagrams done (sent or failed) by the call in progress
+	fail int        // datagrams the kernel refused
+	err  error      // the last refusal
+	fn   func(fd uintptr) bool
+}
+
+func newSendBatch(count int) *sendBatch {
+	b := &sendBatch{msgs: make([]mmsghdr, count), iovs: make([]unix.Iovec, count)}
+	for i := range b.msgs {
+		b.msgs[i].hdr.Iov = &b.iovs[i]
+		b.msgs[i].hdr.SetIovlen(1)
+	}
+	b.fn = b.write
+	return b
+}
+
+// add queues pkt for p; the caller flushes first when the batch is full.
+func (b *sendBatch) add(pkt []byte, p *peer) {
+	b.iovs[b.n].Base = &pkt[0]
+	b.iovs[b.n].SetLen(len(pkt))
+	h := &b.msgs[b.n].hdr
+	h.Name = (*byte)(unsafe.Pointer(&p.raw))
+	h.Namelen = p.rawLen
+	b.n++
+}
+
+func (b *sendBatch) full() bool { return b.n == len(b.msgs) }
+
+func (b *sendBatch) write(fd uintptr) bool {
+	for b.off < b.n {
+		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&b.msgs[b.off])), uintptr(b.n-b.off), 0, 0, 0)
+		switch e {
+		case 0:
+			b.off += int(n)
+		case unix.EAGAIN:
+			return false
+		case unix.EINTR:
+		default: // the datagram at off was refused; go on with the next
+			b.err = e
+			b.fail++
+			b.off++
+		}
+	}
+	return true
+}
+
+// flush sends the queued datagrams and empties the batch. It returns how
+// many were sent and the last error.
+func (b *sendBatch) flush() (int, error) {
+	if b.n == 0 {
+		return 0, nil
+	}
+	b.off, b.fail, b.err = 0, 0, nil
+	err := b.sock.rc.Write(b.fn)
+	sent := b.off - b.fail
+	b.n, b.sock = 0, nil
+	if err != nil {
+		return sent, err
+	}
+	return sent, b.err
+}

@@ -1,0 +1,154 @@
+package uvxlan
+
+import (
+	"fmt"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Egress batch shapes: how many frames one wake-up may read from the TAP.
+// With offloads a frame may be a 64 KB super-frame.
+const (
+	egressPlainBatch   = 64
+	egressOffloadBatch = 16
+)
+
+// tapBatch reads, per wake-up, every frame the TAP holds (up to its size),
+// so that the frames can leave in one sendmmsg.
+type tapBatch struct {
+	bufs [][]byte
+	lens []int
+	at   int // where in each buffer the read lands
+	n    int
+	err  error
+	fn   func(fd uintptr) bool
+}
+
+func newTAPBatch(count, size, at int) *tapBatch {
+	b := &tapBatch{bufs: make([][]byte, count), lens: make([]int, count), at: at}
+	for i := range b.bufs {
+		b.bufs[i] = make([]byte, size)
+	}
+	b.fn = b.read
+	return b
+}
+
+func (b *tapBatch) read(fd uintptr) bool {
+	b.n, b.err = 0, nil
+	for b.n < len(b.bufs) {
+		n, err := unix.Read(int(fd), b.bufs[b.n][b.at:])
+		switch err {
+		case nil:
+			b.lens[b.n] = n
+			b.n++
+			continue
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+		default:
+			b.err = err
+		}
+		break
+	}
+	return b.n > 0 || b.err != nil
+}
+
+// frame returns read i with the room in front of it.
+func (b *tapBatch) frame(i int) []byte { return b.bufs[i][:b.at+b.lens[i]] }
+
+// egress moves frames from the TAP to the peers until the TAP is closed.
+// Plain frames are queued and leave in one sendmmsg per socket run; TSO
+// super-frames are segmented and leave with UDP GSO (sendSegments).
+func (dp *datapath) egress() error {
+	rc, err := dp.tap.(syscall.Conn).SyscallConn()
+	if err != nil {
+		return fmt.Errorf("tap: %w", err)
+	}
+	at, count := vxlanHeaderLen, egressPlainBatch
+	if dp.vnet {
+		at, count = 0, egressOffloadBatch
+	}
+	tb := newTAPBatch(count, vxlanHeaderLen+virtioNetHdrLen+ethHeaderLen+maxIPPacket, at)
+	sb := newSendBatch(count)
+	s := newSender()
+	var out []byte
+	if dp.vnet {
+		out = make([]byte, 2*(ethHeaderLen+maxIPPacket))
+	}
+	for {
+		err := rc.Read(tb.fn)
+		if err == nil {
+			err = tb.err
+		}
+		if err != nil {
+			if dp.closing.Load() {
+				return nil
+			}
+			return fmt.Errorf("read tap: %w", err)
+		}
+		for i := range tb.n {
+			if dp.vnet {
+				dp.egressOffloaded(sb, s, tb.frame(i), out)
+			} else {
+				dp.queue(sb, tb.frame(i))
+			}
+		}
+		dp.flush(sb)
+	}
+}
+
+// egressOffloaded handles one read of a TAP with a virtio-net header.
+func (dp *datapath) egressOffloaded(sb *sendBatch, s *sender, in, out []byte) {
+	if len(in) < virtioNetHdrLen+ethHeaderLen {
+		dp.b.ctr.drop(DropMalformed)
+		return
+	}
+	h := decodeVnetHdr(in)
+	frame := in[virtioNetHdrLen:]
+	switch h.gsoType &^ vnetGSOECN {
+	case vnetGSONone:
+		if h.flags&vnetFlagNeedsCsum != 0 && completeChecksum(frame, int(h.csumStart), int(h.csumOffset)) != nil {
+			dp.b.ctr.drop(DropMalformed)
+			return
+		}
+		// The VXLAN header goes over the end of the decoded virtio-net header.
+		dp.queue(sb, in[virtioNetHdrLen-vxlanHeaderLen:])
+	case vnetGSOTCPv4, vnetGSOTCPv6:
+		dp.flush(sb) // keep the order of the frames
+		dp.sendSegments(s, frame, h, out)
+	default:
+		dp.b.ctr.drop(DropMalformed)
+	}
+}
+
+// queue encapsulates the frame in pkt[vxlanHeaderLen:] and queues it.
+func (dp *datapath) queue(sb *sendBatch, pkt []byte) {
+	frame := pkt[vxlanHeaderLen:]
+	if len(frame) < ethHeaderLen {
+		dp.b.ctr.drop(DropMalformed)
+		return
+	}
+	p, ok := dp.b.peers.Load().byMAC[dstMAC(frame)]
+	if !ok {
+		dp.b.ctr.drop(DropUnknownMAC)
+		return
+	}
+	putVXLANHeader(pkt, dp.b.dec.vni)
+	sock := dp.txSocket(frame)
+	if sb.n > 0 && (sb.sock != sock || sb.full()) {
+		dp.flush(sb)
+	}
+	sb.sock = sock
+	sb.add(pkt, p)
+}
+
+// flush sends what queue queued.
+func (dp *datapath) flush(sb *sendBatch) {
+	n := sb.n
+	sent, _ := sb.flush()
+	dp.b.ctr.tx.Add(uint64(sent))
+	if sent < n {
+		dp.b.ctr.drops[DropSend].Add(uint64(n - sent))
+	}
+}
