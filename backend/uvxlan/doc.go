@@ -52,13 +52,22 @@
 // TSO/checksum offloads, so the kernel hands over TCP super-frames of up to
 // 64 KB. These are segmented in userspace into MTU-sized frames with
 // complete checksums and sent with UDP GSO (UDP_SEGMENT), one send per
-// 64 KB. The receive socket uses UDP GRO and recvmmsg; consecutive TCP
+// 64 KB. Each wake-up of the egress loop reads every frame queued on the
+// TAP; the small ones (ACKs, UDP, ICMP) leave together in one sendmmsg per
+// source socket. The receive socket uses UDP GRO and recvmmsg; consecutive TCP
 // segments of a flow, once their checksums are verified, are merged into
 // one super-frame written to the TAP with NEEDS_CSUM (software GRO). Socket
 // buffers are 4 MB. Each loop owns its buffers, allocated once: the hot
 // path does not allocate. Config.Plain turns all this off: the TAP is then opened
 // with songgao/water (which cannot set IFF_VNET_HDR) and each frame costs a
-// syscall.
+// syscall on the TAP side (the sockets still batch).
+//
+// # Latency
+//
+// A round trip crosses four goroutine wake-ups (egress and ingress on both
+// nodes), which the kernel's softirq path does not pay: expect about twice
+// the kernel's round-trip time. Busy-polling before sleeping would trade
+// CPU for it and is not done.
 //
 // GBP is not supported: it lives in the skb mark, which a TAP cannot see.
 package uvxlan
