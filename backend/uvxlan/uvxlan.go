@@ -37,9 +37,10 @@ type Config struct {
 	// Subnet6 is this node's IPv6 subnet (optional): <subnet>::/128 goes on the TAP.
 	Subnet6 netip.Prefix
 
-	// Plain turns the offloads off: the TAP is opened with water and every
-	// frame costs a read and a send. It exists for comparison and as a
-	// fallback for kernels without TAP offloads.
+	// Plain turns the offloads off: the TAP is opened with water (which
+	// cannot set IFF_VNET_HDR), every frame costs a TAP read or write, and
+	// UDP GSO/GRO are not used. It exists for comparison and as a fallback
+	// for kernels without TAP offloads.
 	Plain bool
 	// SourcePorts is how many UDP sockets, each on its own ephemeral port of
 	// the local port range, encapsulated frames leave from; the inner flow
