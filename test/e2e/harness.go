@@ -29,15 +29,17 @@ const Prefix = "/coreos.com/network"
 
 // Cluster is a set of test nodes sharing an underlay and an etcd.
 type Cluster struct {
-	T        testing.TB
-	Underlay *nettest.Underlay
-	Etcd     *etcdlocal.Server
-	Client   *clientv3.Client
-	Dir      string
-	Nodes    []*Node
-	weftd    string
-	weft     string
-	v6       netip.Prefix // underlay IPv6 prefix for dual-stack; invalid if none
+	T         testing.TB
+	Underlay  *nettest.Underlay
+	Etcd      *etcdlocal.Server  // the single member, unless EtcdMembers > 1
+	EtcdHA    *etcdlocal.Cluster // the members, when EtcdMembers > 1
+	Client    *clientv3.Client
+	endpoints string
+	Dir       string
+	Nodes     []*Node
+	weftd     string
+	weft      string
+	v6        netip.Prefix // underlay IPv6 prefix for dual-stack; invalid if none
 }
 
 // Options shape a cluster.
@@ -46,6 +48,9 @@ type Options struct {
 	Config     string       // network config JSON; default 10.244.0.0/16 vxlan
 	UnderlayV6 netip.Prefix // also give every host an IPv6 underlay address from here
 	Args       []string     // extra weftd arguments for every node
+	// EtcdMembers > 1 runs an etcd cluster of that many members instead of
+	// a single one; weftd and the test client get every member's endpoint.
+	EtcdMembers int
 }
 
 // NewCluster builds the underlay, etcd and the nodes, and starts weftd on
@@ -62,11 +67,22 @@ func NewCluster(tb testing.TB, opts Options) *Cluster {
 		tb.Fatal(err)
 	}
 	var err error
-	if c.Etcd, err = etcdlocal.Start(filepath.Join(c.Dir, "etcd")); err != nil {
-		tb.Fatal(err)
+	var endpoints []string
+	if opts.EtcdMembers > 1 {
+		if c.EtcdHA, err = etcdlocal.StartCluster(filepath.Join(c.Dir, "etcd"), opts.EtcdMembers); err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(c.EtcdHA.Close)
+		endpoints = c.EtcdHA.Endpoints()
+	} else {
+		if c.Etcd, err = etcdlocal.Start(filepath.Join(c.Dir, "etcd")); err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(c.Etcd.Close)
+		endpoints = []string{c.Etcd.Endpoint}
 	}
-	tb.Cleanup(c.Etcd.Close)
-	c.Client, err = clientv3.New(clientv3.Config{Endpoints: []string{c.Etcd.Endpoint}, DialTimeout: 5 * time.Second})
+	c.endpoints = strings.Join(endpoints, ",")
+	c.Client, err = clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -152,7 +168,7 @@ func (n *Node) Start() {
 		n.c.T.Fatalf("weftd on %s already running", n.Label)
 	}
 	args := append([]string{n.c.weftd,
-		"--etcd-endpoints", n.c.Etcd.Endpoint,
+		"--etcd-endpoints", n.c.endpoints,
 		"--subnet-file", n.SubnetFile,
 		"--iface", "eth0",
 		"--health-addr", "127.0.0.1:9470",

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"os"
 	"strings"
@@ -122,5 +123,51 @@ func TestWeftdRejectsBadFlags(t *testing.T) {
 				t.Fatalf("weftd %v: %q does not mention %q", tt.args, out, tt.want)
 			}
 		})
+	}
+}
+
+// TestWeftdSurvivesEtcdLeaderKill kills the etcd leader while weftd renews
+// its lease every couple of seconds and watches: renewals go on against the
+// new leader, a lease written after the kill reaches every node, and no node
+// loses its lease or exits.
+func TestWeftdSurvivesEtcdLeaderKill(t *testing.T) {
+	c := NewCluster(t, Options{Nodes: 2, EtcdMembers: 3,
+		Args: []string{"--subnet-lease-ttl", "4s", "--subnet-lease-renew-margin", "3s"}})
+	n1 := c.Nodes[0]
+	subnets := []netip.Prefix{c.Nodes[0].Subnet(), c.Nodes[1].Subnet()}
+	leader, err := c.EtcdHA.Leader(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader.Kill()
+	t.Logf("killed etcd leader %s", leader.Name)
+
+	n3 := c.AddNode("n3")
+	n3.WaitReady()
+	fresh := n3.Subnet()
+	Eventually(t, 10*time.Second, "route to a node that joined after the kill, on n1", func() error {
+		if !strings.Contains(n1.MustRun(t, "ip", "route", "show", "dev", device), fresh.String()) {
+			return fmt.Errorf("no route to %s", fresh)
+		}
+		return nil
+	})
+	time.Sleep(8 * time.Second) // several renewals of a 4 s lease
+	for i, sn := range subnets {
+		if _, id := c.lease(t, sn); id == 0 {
+			t.Errorf("n%d's lease lost its TTL", i+1)
+		}
+		log, _ := os.ReadFile(c.Nodes[i].LogFile)
+		if strings.Contains(string(log), "acquiring again") {
+			t.Errorf("n%d lost its lease across the leader kill:\n%s", i+1, tail(string(log), 30))
+		}
+		if !strings.Contains(string(log), "renewed lease") {
+			t.Errorf("n%d never renewed its lease:\n%s", i+1, tail(string(log), 30))
+		}
+		if c.Nodes[i].PID() == 0 {
+			t.Errorf("weftd on n%d is gone", i+1)
+		}
+		if code, _, err := c.Nodes[i].HTTPGet("http://127.0.0.1:9470/readyz"); err != nil || code != 200 {
+			t.Errorf("n%d not ready after the kill: %d %v", i+1, code, err)
+		}
 	}
 }
