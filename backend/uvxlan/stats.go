@@ -21,25 +21,32 @@ const (
 	numDropReasons
 )
 
-var dropNames = [numDropReasons]string{
-	DropNone:       "none",
-	DropNotPeer:    "not_peer",
-	DropTruncated:  "truncated",
-	DropBadFlags:   "bad_flags",
-	DropWrongVNI:   "wrong_vni",
-	DropOversize:   "oversize",
-	DropNotForUs:   "not_for_us",
-	DropUnknownMAC: "unknown_mac",
-	DropMalformed:  "malformed",
-	DropTAPWrite:   "tap_write",
-	DropSend:       "send",
-}
-
 func (r DropReason) String() string {
-	if r < 0 || r >= numDropReasons {
-		return "unknown"
+	switch r {
+	case DropNone:
+		return "none"
+	case DropNotPeer:
+		return "not_peer"
+	case DropTruncated:
+		return "truncated"
+	case DropBadFlags:
+		return "bad_flags"
+	case DropWrongVNI:
+		return "wrong_vni"
+	case DropOversize:
+		return "oversize"
+	case DropNotForUs:
+		return "not_for_us"
+	case DropUnknownMAC:
+		return "unknown_mac"
+	case DropMalformed:
+		return "malformed"
+	case DropTAPWrite:
+		return "tap_write"
+	case DropSend:
+		return "send"
 	}
-	return dropNames[r]
+	return "unknown"
 }
 
 // Stats is a snapshot of the dataplane counters.

@@ -160,3 +160,14 @@ func encap(vni uint32, frame []byte) []byte {
 	copy(b[vxlanHeaderLen:], frame)
 	return b
 }
+
+func TestDropReasonNames(t *testing.T) {
+	seen := map[string]bool{}
+	for r := DropNone; r < numDropReasons; r++ {
+		n := r.String()
+		if n == "unknown" || seen[n] {
+			t.Fatalf("reason %d has name %q", r, n)
+		}
+		seen[n] = true
+	}
+}
