@@ -86,20 +86,7 @@ func TestClusterLeaderKill(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Watches through clients whose endpoint lists start at different
-	// members, so that some stream is likely on the leader.
-	type watch struct {
-		ch  <-chan []subnet.Event
-		set leaseSet
-	}
-	var watches []watch
-	for i := range 2 * len(eps) {
-		rot := append(append([]string{}, eps[i%len(eps):]...), eps[:i%len(eps)]...)
-		w := watch{set: leaseSet{}}
-		w.ch, _ = watchRun(t, (&testEnv{client: newTestClient(t, rot...), logs: admin.logs}).registry(opts))
-		waitFor(t, w.ch, w.set, "our lease", hasKey(self.Key()))
-		watches = append(watches, w)
-	}
+	watches := startWatches(t, eps, opts, admin.logs, self.Key())
 
 	leader, err := cl.Leader(10 * time.Second)
 	if err != nil {
@@ -122,13 +109,7 @@ func TestClusterLeaderKill(t *testing.T) {
 		after, err = reg.Acquire(ctx, attrs(t, "10.0.0.2"), netip.Prefix{})
 		return err
 	})
-	want := etcdLeases(t, admin.client)
-	for i, w := range watches {
-		waitFor(t, w.ch, w.set, fmt.Sprintf("watch %d: the lease written after the kill", i), hasKey(after.Key()))
-		if !sameLeases(t, w.set, want) {
-			t.Errorf("watch %d holds %v, etcd %v", i, keys(w.set), want)
-		}
-	}
+	checkWatches(t, watches, "the lease written after the kill", after.Key(), etcdLeases(t, admin.client))
 
 	// Bring the old leader back: its watches and the rest go on.
 	if err := leader.Start(); err != nil {
@@ -139,13 +120,7 @@ func TestClusterLeaderKill(t *testing.T) {
 		third, err = reg.Acquire(ctx, attrs(t, "10.0.0.3"), netip.Prefix{})
 		return err
 	})
-	want = etcdLeases(t, admin.client)
-	for i, w := range watches {
-		waitFor(t, w.ch, w.set, fmt.Sprintf("watch %d: the lease written after the restart", i), hasKey(third.Key()))
-		if !sameLeases(t, w.set, want) {
-			t.Errorf("watch %d holds %v, etcd %v", i, keys(w.set), want)
-		}
-	}
+	checkWatches(t, watches, "the lease written after the restart", third.Key(), etcdLeases(t, admin.client))
 }
 
 // TestClusterWatchNoLeader watches through one member, stops the other two
@@ -193,5 +168,39 @@ func TestClusterWatchNoLeader(t *testing.T) {
 	waitFor(t, ch, s, "the lease written after the quorum came back", hasKey(second.Key()))
 	if want := etcdLeases(t, admin.client); !sameLeases(t, s, want) {
 		t.Errorf("watch holds %v, etcd %v", keys(s), want)
+	}
+}
+
+// clusterWatch is one Watch running through its own client.
+type clusterWatch struct {
+	ch  <-chan []subnet.Event
+	set leaseSet
+}
+
+// startWatches runs Watches through clients that know every endpoint, their
+// lists starting at different members so that some stream is likely on the
+// leader, and waits until each has seen key.
+func startWatches(t *testing.T, eps []string, opts Options, logs *logBuffer, key string) []clusterWatch {
+	t.Helper()
+	var out []clusterWatch
+	for i := range 2 * len(eps) {
+		rot := append(append([]string{}, eps[i%len(eps):]...), eps[:i%len(eps)]...)
+		w := clusterWatch{set: leaseSet{}}
+		w.ch, _ = watchRun(t, (&testEnv{client: newTestClient(t, rot...), logs: logs}).registry(opts))
+		waitFor(t, w.ch, w.set, "our lease", hasKey(key))
+		out = append(out, w)
+	}
+	return out
+}
+
+// checkWatches waits until every watch has seen key and then checks that
+// each holds exactly what etcd holds.
+func checkWatches(t *testing.T, watches []clusterWatch, what, key string, inEtcd map[string]string) {
+	t.Helper()
+	for i, w := range watches {
+		waitFor(t, w.ch, w.set, fmt.Sprintf("watch %d: %s", i, what), hasKey(key))
+		if !sameLeases(t, w.set, inEtcd) {
+			t.Errorf("watch %d holds %v, etcd %v", i, keys(w.set), inEtcd)
+		}
 	}
 }

@@ -61,6 +61,29 @@ func newEnv(t *testing.T, config string) *testEnv {
 	return env
 }
 
+// newProxiedEnv starts etcd with the network config and returns an admin
+// env talking to etcd directly and a node env talking through a proxy that
+// the test can pause to cut the node off.
+func newProxiedEnv(t *testing.T, config string) (admin, node *testEnv, proxy *etcdlocal.Proxy) {
+	t.Helper()
+	dir := t.TempDir()
+	srv, err := etcdlocal.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	proxy, err = etcdlocal.NewProxy(dir, srv.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	admin = &testEnv{srv: srv, client: newTestClient(t, srv.Endpoint), logs: &logBuffer{}}
+	admin.put(t, testPrefix+"/config", config)
+	admin.reg = admin.registry(Options{TTL: 60 * time.Second})
+	node = &testEnv{srv: srv, client: newTestClient(t, proxy.Endpoint), logs: &logBuffer{}}
+	return admin, node, proxy
+}
+
 func newTestClient(t *testing.T, endpoints ...string) *clientv3.Client {
 	t.Helper()
 	c, err := NewClient(ClientConfig{Endpoints: endpoints})

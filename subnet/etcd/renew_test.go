@@ -12,7 +12,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/weft-net/weft/internal/etcdlocal"
 	"github.com/weft-net/weft/subnet"
 )
 
@@ -81,19 +80,7 @@ func TestRenewLost(t *testing.T) {
 
 func TestRenewUnavailable(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	srv, err := etcdlocal.Start(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	proxy, err := etcdlocal.NewProxy(dir, srv.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
-	env := &testEnv{srv: srv, client: newTestClient(t, proxy.Endpoint), logs: &logBuffer{}}
-	env.put(t, testPrefix+"/config", netConf)
+	_, env, proxy := newProxiedEnv(t, netConf)
 	reg := env.registry(Options{TTL: 5 * time.Second, RequestTimeout: 500 * time.Millisecond})
 	ctx := testCtx(t)
 	l, err := reg.Acquire(ctx, attrs(t, "10.0.0.1"), netip.Prefix{})

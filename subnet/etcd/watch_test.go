@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weft-net/weft/internal/etcdlocal"
 	"github.com/weft-net/weft/subnet"
 )
 
@@ -16,32 +15,7 @@ func TestWatchEvents(t *testing.T) {
 	t.Parallel()
 	env := newEnv(t, netConf)
 	ctx := testCtx(t)
-	a, err := env.reg.Acquire(ctx, attrs(t, "10.0.0.1"), netip.MustParsePrefix("10.244.1.0/24"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := env.reg.Acquire(ctx, attrs(t, "10.0.0.2"), netip.MustParsePrefix("10.244.2.0/24"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	env.put(t, testPrefix+"/subnets/garbage-key", "{}")
-	env.put(t, testPrefix+"/subnets/10.244.3.0-24", "not json")
-
-	ch, _ := watchRun(t, env.reg)
-	first := nextBatch(t, ch)
-	if len(first) != 2 || first[0].Lease.Key() != a.Key() || first[1].Lease.Key() != b.Key() ||
-		first[0].Type != subnet.EventAdded || first[1].Type != subnet.EventAdded {
-		t.Fatalf("first batch %v, want %s and %s added", first, a.Key(), b.Key())
-	}
-	if first[0].Lease.Attrs.PublicIP != a.Attrs.PublicIP || first[0].Lease.Revision != a.Revision {
-		t.Errorf("first lease %+v, want %+v", first[0].Lease, a)
-	}
-	logs := env.logs.String()
-	for _, key := range []string{"garbage-key", "10.244.3.0-24"} {
-		if countLines(logs, "level=WARN") == 0 || !strings.Contains(logs, testPrefix+"/subnets/"+key) {
-			t.Errorf("no warning naming %s in:\n%s", key, logs)
-		}
-	}
+	ch, a, b := watchWithGarbage(t, env)
 
 	steps := []struct {
 		name string
@@ -144,26 +118,14 @@ func TestWatchOwnKeyDeleted(t *testing.T) {
 
 func TestWatchRelistAfterCompaction(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	srv, err := etcdlocal.Start(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	proxy, err := etcdlocal.NewProxy(dir, srv.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
-	admin := &testEnv{srv: srv, client: newTestClient(t, srv.Endpoint), logs: &logBuffer{}}
-	admin.put(t, testPrefix+"/config", netConf)
+	admin, node, proxy := newProxiedEnv(t, netConf)
 	ctx := testCtx(t)
-	node := &testEnv{srv: srv, client: newTestClient(t, proxy.Endpoint), logs: &logBuffer{}}
 	reg := node.registry(Options{TTL: 60 * time.Second, RequestTimeout: 2 * time.Second})
 
 	var keep, drop, change subnet.Lease
 	for i, l := range []*subnet.Lease{&keep, &drop, &change} {
-		if *l, err = admin.registry(Options{}).Acquire(ctx, attrs(t, fmt.Sprintf("10.0.0.%d", i+1)), netip.Prefix{}); err != nil {
+		var err error
+		if *l, err = admin.reg.Acquire(ctx, attrs(t, fmt.Sprintf("10.0.0.%d", i+1)), netip.Prefix{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -182,7 +144,7 @@ func TestWatchRelistAfterCompaction(t *testing.T) {
 	if _, err := admin.client.Delete(ctx, subnetsKey(drop)); err != nil {
 		t.Fatal(err)
 	}
-	added, err := admin.registry(Options{}).Acquire(ctx, attrs(t, "10.0.0.9"), netip.Prefix{})
+	added, err := admin.reg.Acquire(ctx, attrs(t, "10.0.0.9"), netip.Prefix{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,24 +157,8 @@ func TestWatchRelistAfterCompaction(t *testing.T) {
 	}
 	proxy.Resume()
 
-	var batch []subnet.Event
-	for len(batch) < 3 { // the difference, possibly in more than one batch
-		batch = append(batch, nextBatch(t, ch)...)
-	}
-	got := map[string]subnet.EventType{}
-	for _, ev := range batch {
-		got[ev.Lease.Key()] = ev.Type
-		s.apply(t, []subnet.Event{ev})
-	}
-	want := map[string]subnet.EventType{drop.Key(): subnet.EventRemoved, change.Key(): subnet.EventAdded, added.Key(): subnet.EventAdded}
-	if len(got) != len(want) || len(batch) != 3 {
-		t.Fatalf("after relist got %v, want exactly %v", batch, want)
-	}
-	for k, typ := range want {
-		if got[k] != typ {
-			t.Errorf("%s: %v, want %v", k, got[k], typ)
-		}
-	}
+	expectEvents(t, ch, s, map[string]subnet.EventType{
+		drop.Key(): subnet.EventRemoved, change.Key(): subnet.EventAdded, added.Key(): subnet.EventAdded})
 	if s[change.Key()].Attrs.BackendData.VtepMAC != changed.BackendData.VtepMAC {
 		t.Errorf("changed lease has MAC %v", s[change.Key()].Attrs.BackendData.VtepMAC)
 	}
@@ -220,4 +166,61 @@ func TestWatchRelistAfterCompaction(t *testing.T) {
 		t.Errorf("the watch did not report the compaction; logs:\n%s", node.logs.String())
 	}
 	noBatch(t, ch, 200*time.Millisecond)
+}
+
+// expectEvents reads batches until len(want) events arrived, applies them to
+// s and checks that they are exactly want (one event per key).
+func expectEvents(t *testing.T, ch <-chan []subnet.Event, s leaseSet, want map[string]subnet.EventType) {
+	t.Helper()
+	var batch []subnet.Event
+	for len(batch) < len(want) { // possibly in more than one batch
+		batch = append(batch, nextBatch(t, ch)...)
+	}
+	got := map[string]subnet.EventType{}
+	for _, ev := range batch {
+		got[ev.Lease.Key()] = ev.Type
+		s.apply(t, []subnet.Event{ev})
+	}
+	if len(got) != len(want) || len(batch) != len(want) {
+		t.Fatalf("got %v, want exactly %v", batch, want)
+	}
+	for k, typ := range want {
+		if got[k] != typ {
+			t.Errorf("%s: %v, want %v", k, got[k], typ)
+		}
+	}
+}
+
+// watchWithGarbage writes two leases, a key that is not a lease key and a
+// lease key with a bad value, starts a watch and checks its first batch and
+// the warnings.
+func watchWithGarbage(t *testing.T, env *testEnv) (ch <-chan []subnet.Event, a, b subnet.Lease) {
+	t.Helper()
+	ctx := testCtx(t)
+	var err error
+	if a, err = env.reg.Acquire(ctx, attrs(t, "10.0.0.1"), netip.MustParsePrefix("10.244.1.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = env.reg.Acquire(ctx, attrs(t, "10.0.0.2"), netip.MustParsePrefix("10.244.2.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	env.put(t, testPrefix+"/subnets/garbage-key", "{}")
+	env.put(t, testPrefix+"/subnets/10.244.3.0-24", "not json")
+
+	ch, _ = watchRun(t, env.reg)
+	first := nextBatch(t, ch)
+	if len(first) != 2 || first[0].Lease.Key() != a.Key() || first[1].Lease.Key() != b.Key() ||
+		first[0].Type != subnet.EventAdded || first[1].Type != subnet.EventAdded {
+		t.Fatalf("first batch %v, want %s and %s added", first, a.Key(), b.Key())
+	}
+	if first[0].Lease.Attrs.PublicIP != a.Attrs.PublicIP || first[0].Lease.Revision != a.Revision {
+		t.Errorf("first lease %+v, want %+v", first[0].Lease, a)
+	}
+	logs := env.logs.String()
+	for _, key := range []string{"garbage-key", "10.244.3.0-24"} {
+		if !strings.Contains(logs, "level=WARN") || !strings.Contains(logs, testPrefix+"/subnets/"+key) {
+			t.Errorf("no warning naming %s in:\n%s", key, logs)
+		}
+	}
+	return ch, a, b
 }
