@@ -197,6 +197,11 @@ func TestSubnetCountAtFits(t *testing.T) {
 	if n := cfg.SubnetCount(true); n != 65535 {
 		t.Errorf("SubnetCount(v6) = %d, want 65535", n)
 	}
+	testSubnetAt(t, cfg)
+	testFits(t, cfg)
+}
+
+func testSubnetAt(t *testing.T, cfg *Config) {
 	at := []struct {
 		v6   bool
 		i    uint64
@@ -212,6 +217,9 @@ func TestSubnetCountAtFits(t *testing.T) {
 			t.Errorf("SubnetAt(%t, %d) = %s, want %s", tt.v6, tt.i, got, tt.want)
 		}
 	}
+}
+
+func testFits(t *testing.T, cfg *Config) {
 	fits := []struct {
 		prefix string
 		want   bool
@@ -235,6 +243,9 @@ func TestSubnetCountAtFits(t *testing.T) {
 	if cfg.Fits(netip.Prefix{}) {
 		t.Error("Fits(invalid prefix) = true")
 	}
+}
+
+func TestSubnetCountSmallAndHuge(t *testing.T) {
 
 	v4only, err := ParseConfig([]byte(`{"Network": "10.1.0.0/28", "SubnetLen": 30}`))
 	if err != nil {
