@@ -123,12 +123,12 @@ func checkHost(conf *Config, att Attachment, want []netip.Prefix) error {
 	if err != nil || hl.Attrs().MasterIndex != br.Attrs().Index {
 		return drift("host veth %s is not attached to bridge %s", hl.Attrs().Name, conf.Bridge)
 	}
-	store, err := OpenStore(conf.ipamDir())
+	store, err := openStore(conf)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	held, err := store.Lookup(att)
+	held, err := lookup(store, att)
 	if err != nil {
 		return err
 	}

@@ -65,12 +65,12 @@ func add(conf *Config, p plan, att Attachment, netns ns.NetNS) (_ *current.Resul
 	if err != nil {
 		return nil, err
 	}
-	store, err := OpenStore(conf.ipamDir())
+	store, err := openStore(conf)
 	if err != nil {
 		return nil, err
 	}
 	defer store.Close()
-	addrs, err := store.Allocate(att, p.ranges)
+	addrs, err := allocate(store, att, p.ranges)
 	if errors.Is(err, ErrExhausted) {
 		return nil, types.NewError(types.ErrTryAgainLater, err.Error(), "every address of the node subnet is taken: delete pods or give nodes larger subnets (SubnetLen)")
 	}
@@ -79,7 +79,7 @@ func add(conf *Config, p plan, att Attachment, netns ns.NetNS) (_ *current.Resul
 	}
 	defer func() {
 		if err != nil {
-			store.Release(att)
+			release(store, att)
 		}
 	}()
 	host, err := addVeth(h, br, att, p.mtu, int(netns.Fd()), conf.hairpin())
@@ -117,13 +117,12 @@ func cmdDel(args *skel.CmdArgs) error {
 	if err := deleteHostVeth(att); err != nil {
 		return err
 	}
-	store, err := OpenStore(conf.ipamDir())
+	store, err := openStore(conf)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	_, err = store.Release(att)
-	return err
+	return release(store, att)
 }
 
 func cmdGC(args *skel.CmdArgs) error {
@@ -131,16 +130,12 @@ func cmdGC(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	valid := make([]Attachment, 0, len(conf.ValidAttachments))
-	for _, a := range conf.ValidAttachments {
-		valid = append(valid, Attachment{ContainerID: a.ContainerID, IfName: a.IfName})
-	}
-	store, err := OpenStore(conf.ipamDir())
+	store, err := openStore(conf)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	gone, err := store.GC(valid)
+	gone, err := gc(store, conf.ipamDir(), conf.ValidAttachments)
 	var errs []error
 	for _, a := range gone {
 		errs = append(errs, deleteHostVeth(a))

@@ -2,8 +2,10 @@
 // (written by weftd or by flanneld, same format) and wires a pod in one
 // process, with no delegate plugins: the node bridge with the gateway
 // address, a veth pair into the pod, an address from the node subnet
-// (host-local's on-disk format, file-locked), the pod's routes, hairpin mode
-// and, when the daemon does not masquerade, an nftables masquerade rule.
+// (host-local's allocator and file-locked store from
+// containernetworking/plugins, linked in as a library), the pod's routes,
+// hairpin mode and, when the daemon does not masquerade, an nftables
+// masquerade rule.
 //
 // Commands: ADD, DEL (idempotent), CHECK, GC and STATUS (CNI 1.1), VERSION;
 // cniVersion 0.3.0 to 1.1.0.

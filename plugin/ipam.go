@@ -8,8 +8,16 @@ import (
 	"path/filepath"
 	"strings"
 
-	"golang.org/x/sys/unix"
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/plugins/plugins/ipam/host-local/backend/allocator"
+	"github.com/containernetworking/plugins/plugins/ipam/host-local/backend/disk"
 )
+
+// Address allocation is host-local's (containernetworking/plugins
+// v1.10.0): allocator.IPAllocator per family over one disk.Store, whose
+// flock on dir/lock serialises concurrent plugin processes. What weft adds:
+// all-or-nothing across families, and the list of released attachments
+// that GC needs to delete their veths.
 
 // ErrExhausted is returned when a node subnet has no free address left.
 var ErrExhausted = errors.New("no free address")
@@ -24,237 +32,159 @@ type Attachment struct {
 	IfName      string
 }
 
-func (a Attachment) key() string { return strings.TrimSpace(a.ContainerID) + "\r\n" + a.IfName }
+// key is the content of the attachment's reservation files.
+func (a Attachment) key() string {
+	return strings.TrimSpace(a.ContainerID) + disk.LineBreak + a.IfName
+}
 
 // Range is one family's pool: every host address of Subnet except the
-// network, the last address and Gateway. ID names its round-robin marker.
+// network address, the IPv4 broadcast and Gateway. ID numbers the
+// round-robin marker last_reserved_ip.<ID>.
 type Range struct {
 	Subnet  netip.Prefix
 	Gateway netip.Addr
-	ID      string
+	ID      int
 }
 
-const (
-	lockName   = "lock"
-	lastPrefix = "last_reserved_ip."
-)
-
-// Store is a directory of address reservations in host-local's format, one
-// file per address named by it, guarded by an flock on dir/lock so that
-// concurrent plugin processes serialise. Methods lock for their duration.
-type Store struct {
-	dir  string
-	lock *os.File
-}
-
-// OpenStore creates dir if needed and opens its lock file.
-func OpenStore(dir string) (*Store, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+// openStore opens the address store of conf's network in host-local's
+// layout: dataDir/ipam/<network>/, created if needed.
+func openStore(conf *Config) (*disk.Store, error) {
+	s, err := disk.New(conf.Name, filepath.Join(conf.DataDir, "ipam"))
+	if err != nil {
 		return nil, fmt.Errorf("open address store: %w", err)
 	}
-	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("open address store lock: %w", err)
-	}
-	return &Store{dir: dir, lock: f}, nil
+	return s, nil
 }
 
-// Close releases the lock file.
-func (s *Store) Close() error { return s.lock.Close() }
-
-func (s *Store) locked(f func() error) error {
-	if err := unix.Flock(int(s.lock.Fd()), unix.LOCK_EX); err != nil {
-		return fmt.Errorf("lock address store %s: %w", s.dir, err)
-	}
-	defer unix.Flock(int(s.lock.Fd()), unix.LOCK_UN)
-	return f()
-}
-
-// Allocate reserves one address per range for a, all or none. An
-// attachment that already holds an address is ErrDuplicate.
-func (s *Store) Allocate(a Attachment, ranges []Range) ([]netip.Prefix, error) {
-	var got []netip.Prefix
-	err := s.locked(func() error {
-		owners, err := s.scan()
-		if err != nil {
-			return err
-		}
-		for addr, o := range owners {
-			if o == a.key() {
-				return fmt.Errorf("allocate for %s/%s: %w (%s); DEL it first", a.ContainerID, a.IfName, ErrDuplicate, addr)
-			}
-		}
-		for _, r := range ranges {
-			addr, err := s.reserve(a, r, owners)
-			if err != nil {
-				s.release(a)
-				return err
-			}
-			got = append(got, netip.PrefixFrom(addr, r.Subnet.Bits()))
-		}
-		return nil
-	})
-	return got, err
-}
-
-// reserve takes the first free address after the range's last reserved one.
-func (s *Store) reserve(a Attachment, r Range, used map[netip.Addr]string) (netip.Addr, error) {
-	first, last := hostBounds(r.Subnet)
-	start := first
-	if b, err := os.ReadFile(filepath.Join(s.dir, lastPrefix+r.ID)); err == nil {
-		if prev, err := netip.ParseAddr(strings.TrimSpace(string(b))); err == nil && prev.Compare(first) >= 0 && prev.Compare(last) < 0 {
-			start = prev.Next()
-		}
-	}
-	addr := start
-	for {
-		if _, taken := used[addr]; !taken && addr != r.Gateway {
-			ok, err := s.create(addr, a)
-			if err != nil {
-				return netip.Addr{}, err
-			}
-			if ok {
-				os.WriteFile(filepath.Join(s.dir, lastPrefix+r.ID), []byte(addr.String()), 0o600)
-				return addr, nil
-			}
-		}
-		if addr == last {
-			addr = first
-		} else {
-			addr = addr.Next()
-		}
-		if addr == start {
-			return netip.Addr{}, fmt.Errorf("allocate in %s: %w (%d in use)", r.Subnet.Masked(), ErrExhausted, len(used))
-		}
-	}
-}
-
-func (s *Store) create(addr netip.Addr, a Attachment) (bool, error) {
-	f, err := os.OpenFile(filepath.Join(s.dir, addr.String()), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("reserve %s: %w", addr, err)
-	}
-	_, err = f.WriteString(a.key())
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return false, fmt.Errorf("reserve %s: %w", addr, err)
-	}
-	return true, nil
-}
-
-// hostBounds returns the first and last assignable addresses of p: the
-// network address and the last address (broadcast) are excluded.
-func hostBounds(p netip.Prefix) (netip.Addr, netip.Addr) {
-	p = p.Masked()
-	b := p.Addr().AsSlice()
-	host := p.Addr().BitLen() - p.Bits()
-	for i := len(b) - 1; i >= 0 && host > 0; i-- {
-		n := min(host, 8)
-		b[i] |= byte(1<<n - 1)
-		host -= n
-	}
-	end, _ := netip.AddrFromSlice(b)
-	return p.Addr().Next(), end.Prev()
-}
-
-// Release frees every address of a; an unknown attachment is not an error.
-func (s *Store) Release(a Attachment) ([]netip.Addr, error) {
-	var freed []netip.Addr
-	err := s.locked(func() error {
-		var err error
-		freed, err = s.release(a)
-		return err
-	})
-	return freed, err
-}
-
-func (s *Store) release(a Attachment) ([]netip.Addr, error) {
-	owners, err := s.scan()
+// allocate reserves one address per range for a, all or none. An
+// attachment that already holds an address is ErrDuplicate, a full range
+// ErrExhausted.
+func allocate(s *disk.Store, a Attachment, ranges []Range) ([]netip.Prefix, error) {
+	held, err := lookup(s, a)
 	if err != nil {
 		return nil, err
 	}
-	var freed []netip.Addr
-	for addr, o := range owners {
-		// Files from old host-local versions hold only the container ID.
-		if o == a.key() || o == strings.TrimSpace(a.ContainerID) {
-			if err := os.Remove(filepath.Join(s.dir, addr.String())); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return freed, fmt.Errorf("release %s: %w", addr, err)
-			}
-			freed = append(freed, addr)
-		}
+	if len(held) > 0 {
+		return nil, fmt.Errorf("allocate for %s/%s: %w (%v); DEL it first", a.ContainerID, a.IfName, ErrDuplicate, held)
 	}
-	return freed, nil
+	got := make([]netip.Prefix, 0, len(ranges))
+	for _, r := range ranges {
+		p, err := allocateIn(s, a, r)
+		if err != nil {
+			if len(got) > 0 { // a held nothing before: release frees only ours
+				err = errors.Join(err, release(s, a))
+			}
+			return nil, err
+		}
+		got = append(got, p)
+	}
+	return got, nil
 }
 
-// Lookup returns the addresses held by a.
-func (s *Store) Lookup(a Attachment) ([]netip.Addr, error) {
+// allocateIn reserves one address of r for a, round-robin after the last
+// one reserved in r.
+func allocateIn(s *disk.Store, a Attachment, r Range) (netip.Prefix, error) {
+	set := allocator.RangeSet{{Subnet: types.IPNet(prefixNet(r.Subnet.Masked())), Gateway: r.Gateway.AsSlice()}}
+	if err := set.Canonicalize(); err != nil {
+		return netip.Prefix{}, fmt.Errorf("address range %s: %w", r.Subnet, err)
+	}
+	ipc, err := allocator.NewIPAllocator(&set, s, r.ID).Get(a.ContainerID, a.IfName, nil)
+	if err != nil && exhausted(err) {
+		return netip.Prefix{}, fmt.Errorf("%w in %s", ErrExhausted, r.Subnet.Masked())
+	}
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("allocate in %s: %w", r.Subnet.Masked(), err)
+	}
+	p, ok := netPrefix(ipc.Address)
+	if !ok {
+		return netip.Prefix{}, fmt.Errorf("allocate in %s: bad address %v", r.Subnet.Masked(), ipc.Address)
+	}
+	return p, nil
+}
+
+// exhausted recognises the allocator's error for a range without a free
+// address; it is an unexported fmt error in host-local.
+func exhausted(err error) bool {
+	return strings.HasPrefix(err.Error(), "no IP addresses available")
+}
+
+// locked runs f holding the store's lock.
+func locked(s *disk.Store, f func() error) error {
+	if err := s.Lock(); err != nil {
+		return fmt.Errorf("lock address store: %w", err)
+	}
+	defer s.Unlock()
+	return f()
+}
+
+// release frees every address of a (also from host-local versions that
+// stored only the container ID); an unknown attachment is not an error.
+func release(s *disk.Store, a Attachment) error {
+	return locked(s, func() error {
+		if err := s.ReleaseByID(a.ContainerID, a.IfName); err != nil {
+			return fmt.Errorf("release %s/%s: %w", a.ContainerID, a.IfName, err)
+		}
+		return nil
+	})
+}
+
+// lookup returns the addresses held by a.
+func lookup(s *disk.Store, a Attachment) ([]netip.Addr, error) {
 	var addrs []netip.Addr
-	err := s.locked(func() error {
-		owners, err := s.scan()
-		for addr, o := range owners {
-			if o == a.key() {
-				addrs = append(addrs, addr)
+	err := locked(s, func() error {
+		for _, ip := range s.GetByID(a.ContainerID, a.IfName) {
+			if addr, ok := netip.AddrFromSlice(ip); ok {
+				addrs = append(addrs, addr.Unmap())
 			}
 		}
-		return err
+		return nil
 	})
 	return addrs, err
 }
 
-// GC releases every reservation whose attachment is not in valid and
-// returns the attachments it released.
-func (s *Store) GC(valid []Attachment) ([]Attachment, error) {
-	keep := make(map[string]bool, 2*len(valid))
-	for _, a := range valid {
-		keep[a.key()] = true
-		keep[strings.TrimSpace(a.ContainerID)] = true
+// gc releases, by host-local's rules, every reservation in dir (the
+// store's directory) whose attachment is not in valid, and returns the
+// attachments that no longer hold an address.
+func gc(s *disk.Store, dir string, valid []types.GCAttachment) ([]Attachment, error) {
+	before, err := holders(s, dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.GC(valid); err != nil {
+		return nil, fmt.Errorf("release stale addresses: %w", err)
+	}
+	after, err := holders(s, dir)
+	if err != nil {
+		return nil, err
 	}
 	var gone []Attachment
-	err := s.locked(func() error {
-		owners, err := s.scan()
-		if err != nil {
-			return err
-		}
-		var errs []error
-		for addr, o := range owners {
-			if keep[o] {
-				continue
-			}
-			if err := os.Remove(filepath.Join(s.dir, addr.String())); err != nil && !errors.Is(err, os.ErrNotExist) {
-				errs = append(errs, fmt.Errorf("release %s: %w", addr, err))
-				continue
-			}
-			id, ifname, _ := strings.Cut(o, "\r\n")
+	for k := range before {
+		if !after[k] {
+			id, ifname, _ := strings.Cut(k, disk.LineBreak)
 			gone = append(gone, Attachment{ContainerID: id, IfName: ifname})
 		}
-		return errors.Join(errs...)
-	})
-	return gone, err
+	}
+	return gone, nil
 }
 
-// scan maps every reserved address to the key stored in its file.
-func (s *Store) scan() (map[netip.Addr]string, error) {
-	entries, err := os.ReadDir(s.dir)
-	if err != nil {
-		return nil, fmt.Errorf("scan address store: %w", err)
-	}
-	owners := make(map[netip.Addr]string, len(entries))
-	for _, e := range entries {
-		addr, err := netip.ParseAddr(e.Name())
-		if err != nil || !e.Type().IsRegular() {
-			continue // lock, last_reserved_ip.*, temporary files
-		}
-		b, err := os.ReadFile(filepath.Join(s.dir, e.Name()))
+// holders returns the content (attachment key) of every reservation file
+// in dir.
+func holders(s *disk.Store, dir string) (map[string]bool, error) {
+	keys := map[string]bool{}
+	err := locked(s, func() error {
+		entries, err := os.ReadDir(dir)
 		if err != nil {
-			continue // released meanwhile
+			return fmt.Errorf("list address store: %w", err)
 		}
-		owners[addr] = strings.TrimSpace(string(b))
-	}
-	return owners, nil
+		for _, e := range entries {
+			if _, err := netip.ParseAddr(e.Name()); err != nil || !e.Type().IsRegular() {
+				continue // lock, last_reserved_ip.*
+			}
+			if b, err := os.ReadFile(filepath.Join(dir, e.Name())); err == nil {
+				keys[strings.TrimSpace(string(b))] = true
+			}
+		}
+		return nil
+	})
+	return keys, err
 }

@@ -8,11 +8,14 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/plugins/plugins/ipam/host-local/backend/disk"
 )
 
 func v4Range(s string) Range {
 	p := netip.MustParsePrefix(s)
-	return Range{Subnet: p.Masked(), Gateway: p.Addr(), ID: "0"}
+	return Range{Subnet: p.Masked(), Gateway: p.Addr(), ID: 0}
 }
 
 func TestStoreAllocate(t *testing.T) {
@@ -26,17 +29,17 @@ func TestStoreAllocate(t *testing.T) {
 		{"skips gateway, network and broadcast", v4Range("10.0.0.1/29"), 6, []string{"10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6"}, 5},
 		{"/30 holds one pod", v4Range("10.0.0.1/30"), 2, []string{"10.0.0.2"}, 1},
 		{"gateway not first", v4Range("10.0.0.5/29"), 3, []string{"10.0.0.6", "10.0.0.1", "10.0.0.2"}, -1},
-		{"IPv6", Range{Subnet: netip.MustParsePrefix("fd00::/64"), Gateway: netip.MustParseAddr("fd00::1"), ID: "1"}, 2, []string{"fd00::2", "fd00::3"}, -1},
+		{"IPv6", Range{Subnet: netip.MustParsePrefix("fd00::/64"), Gateway: netip.MustParseAddr("fd00::1"), ID: 1}, 2, []string{"fd00::2", "fd00::3"}, -1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s := openTestStore(t)
+			s, dir := openTestStore(t)
 			if c.name == "gateway not first" { // round-robin resumes after the last reservation
-				os.WriteFile(filepath.Join(s.dir, "last_reserved_ip.0"), []byte("10.0.0.5"), 0o600)
+				os.WriteFile(filepath.Join(dir, "last_reserved_ip.0"), []byte("10.0.0.5"), 0o600)
 			}
 			var got []string
 			for i := range c.pods {
-				addrs, err := s.Allocate(Attachment{fmt.Sprint("c", i), "eth0"}, []Range{c.rng})
+				addrs, err := allocate(s, Attachment{fmt.Sprint("c", i), "eth0"}, []Range{c.rng})
 				if i == c.errIdx {
 					if !errors.Is(err, ErrExhausted) {
 						t.Fatalf("ADD %d: %v, want ErrExhausted", i, err)
@@ -56,74 +59,106 @@ func TestStoreAllocate(t *testing.T) {
 }
 
 func TestStoreReleaseAndDuplicate(t *testing.T) {
-	s := openTestStore(t)
+	s, _ := openTestStore(t)
 	a := Attachment{"c1", "eth0"}
-	rs := []Range{v4Range("10.0.0.1/24"), {Subnet: netip.MustParsePrefix("fd00::/64"), Gateway: netip.MustParseAddr("fd00::1"), ID: "1"}}
-	got, err := s.Allocate(a, rs)
+	rs := []Range{v4Range("10.0.0.1/24"), {Subnet: netip.MustParsePrefix("fd00::/64"), Gateway: netip.MustParseAddr("fd00::1"), ID: 1}}
+	got, err := allocate(s, a, rs)
 	if err != nil || len(got) != 2 {
 		t.Fatalf("allocate: %v %v", got, err)
 	}
-	if _, err := s.Allocate(a, rs); !errors.Is(err, ErrDuplicate) {
+	if _, err := allocate(s, a, rs); !errors.Is(err, ErrDuplicate) {
 		t.Fatalf("second allocate: %v, want ErrDuplicate", err)
 	}
-	if held, _ := s.Lookup(a); len(held) != 2 {
-		t.Fatalf("lookup %v", held)
+	if held, _ := lookup(s, a); len(held) != 2 || !slices.Contains(held, got[1].Addr()) {
+		t.Fatalf("lookup %v, want %v", held, got)
 	}
-	freed, err := s.Release(a)
-	if err != nil || len(freed) != 2 {
-		t.Fatalf("release: %v %v", freed, err)
+	if err := release(s, a); err != nil {
+		t.Fatalf("release: %v", err)
 	}
-	if freed, err := s.Release(a); err != nil || len(freed) != 0 {
-		t.Fatalf("second release: %v %v", freed, err)
+	if held, _ := lookup(s, a); len(held) != 0 {
+		t.Fatalf("held after release: %v", held)
+	}
+	if err := release(s, a); err != nil {
+		t.Fatalf("second release: %v", err)
 	}
 	// The next pod does not get the address just released (round-robin).
-	next, _ := s.Allocate(Attachment{"c2", "eth0"}, rs[:1])
+	next, _ := allocate(s, Attachment{"c2", "eth0"}, rs[:1])
 	if next[0] == got[0] {
 		t.Fatalf("released address %s handed out at once", next[0])
 	}
 }
 
 func TestStoreAllOrNothing(t *testing.T) {
-	s := openTestStore(t)
+	s, _ := openTestStore(t)
 	full := v4Range("10.0.0.1/30")
-	if _, err := s.Allocate(Attachment{"x", "eth0"}, []Range{full}); err != nil {
+	if _, err := allocate(s, Attachment{"x", "eth0"}, []Range{full}); err != nil {
 		t.Fatal(err)
 	}
-	v6 := Range{Subnet: netip.MustParsePrefix("fd00::/64"), Gateway: netip.MustParseAddr("fd00::1"), ID: "1"}
-	if _, err := s.Allocate(Attachment{"y", "eth0"}, []Range{v6, full}); !errors.Is(err, ErrExhausted) {
+	v6 := Range{Subnet: netip.MustParsePrefix("fd00::/64"), Gateway: netip.MustParseAddr("fd00::1"), ID: 1}
+	if _, err := allocate(s, Attachment{"y", "eth0"}, []Range{v6, full}); !errors.Is(err, ErrExhausted) {
 		t.Fatalf("allocate: %v", err)
 	}
-	if held, _ := s.Lookup(Attachment{"y", "eth0"}); len(held) != 0 {
+	if held, _ := lookup(s, Attachment{"y", "eth0"}); len(held) != 0 {
 		t.Fatalf("failed allocation kept %v", held)
+	}
+	if held, _ := lookup(s, Attachment{"x", "eth0"}); len(held) != 1 {
+		t.Fatalf("rollback touched another attachment: %v", held)
 	}
 }
 
 func TestStoreGC(t *testing.T) {
-	s := openTestStore(t)
+	s, dir := openTestStore(t)
 	r := []Range{v4Range("10.0.0.1/24")}
 	for _, id := range []string{"a", "b", "c"} {
-		if _, err := s.Allocate(Attachment{id, "eth0"}, r); err != nil {
+		if _, err := allocate(s, Attachment{id, "eth0"}, r); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A reservation from an old host-local holds only the container ID.
-	os.WriteFile(filepath.Join(s.dir, "10.0.0.200"), []byte("legacy"), 0o600)
-	gone, err := s.GC([]Attachment{{"a", "eth0"}, {"c", "eth0"}, {"legacy", "eth0"}})
+	os.WriteFile(filepath.Join(dir, "10.0.0.200"), []byte("legacy"), 0o600)
+	valid := []types.GCAttachment{{ContainerID: "a", IfName: "eth0"}, {ContainerID: "c", IfName: "eth0"}, {ContainerID: "legacy", IfName: "eth0"}}
+	gone, err := gc(s, dir, valid)
 	if err != nil || len(gone) != 1 || gone[0] != (Attachment{"b", "eth0"}) {
 		t.Fatalf("GC released %v, %v; want only b/eth0", gone, err)
 	}
-	owners, _ := s.scan()
-	if len(owners) != 3 {
-		t.Fatalf("left %v", owners)
+	left, _ := holders(s, dir)
+	if len(left) != 3 || left[Attachment{"b", "eth0"}.key()] {
+		t.Fatalf("left %v", left)
+	}
+	for _, f := range []string{"lock", "last_reserved_ip.0"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("GC removed %s: %v", f, err)
+		}
 	}
 }
 
-func openTestStore(t *testing.T) *Store {
+// TestStoreLayout: reservations land where the hand-written store kept
+// them, dataDir/ipam/<network>/<address>, in host-local's file format.
+func TestStoreLayout(t *testing.T) {
+	conf := &Config{DataDir: t.TempDir()}
+	conf.Name = "weft"
+	s, err := openStore(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	got, err := allocate(s, Attachment{"c1", "eth0"}, []Range{v4Range("10.0.0.1/24")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(conf.DataDir, "ipam", "weft", got[0].Addr().String()))
+	if err != nil || string(b) != "c1\r\neth0" {
+		t.Fatalf("reservation file: %q, %v", b, err)
+	}
+}
+
+func openTestStore(t *testing.T) (*disk.Store, string) {
 	t.Helper()
-	s, err := OpenStore(t.TempDir())
+	dir := t.TempDir()
+	s, err := disk.New("net", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	return s
+	return s, filepath.Join(dir, "net")
 }

@@ -54,7 +54,7 @@ func newPlan(f subnet.File, mtuOverride int) plan {
 	if mtuOverride != 0 {
 		p.mtu = mtuOverride
 	}
-	add := func(network, sub netip.Prefix, id string, any netip.Prefix) {
+	add := func(network, sub netip.Prefix, id int, any netip.Prefix) {
 		if !network.IsValid() || !sub.IsValid() {
 			return
 		}
@@ -66,8 +66,8 @@ func newPlan(f subnet.File, mtuOverride int) plan {
 			p.masq = append(p.masq, masqRule{src: sub.Masked(), cluster: network.Masked()})
 		}
 	}
-	add(f.Network, f.Subnet, "0", netip.MustParsePrefix("0.0.0.0/0"))
-	add(f.IPv6Network, f.IPv6Subnet, "1", netip.MustParsePrefix("::/0"))
+	add(f.Network, f.Subnet, 0, netip.MustParsePrefix("0.0.0.0/0"))
+	add(f.IPv6Network, f.IPv6Subnet, 1, netip.MustParsePrefix("::/0"))
 	return p
 }
 
