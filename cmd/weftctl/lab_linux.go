@@ -75,7 +75,12 @@ func runLabDown(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
-	if err := lab.Down(*dir, *timeout, logger(stderr)); err != nil {
+	err := lab.Down(*dir, *timeout, logger(stderr))
+	if errors.Is(err, lab.ErrNoLab) {
+		fmt.Fprintln(stdout, "no lab to remove:", err)
+		return nil
+	}
+	if err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, "lab removed")

@@ -26,6 +26,9 @@ func Down(dir string, timeout time.Duration, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("lab down: %w", err)
 	}
+	if !Exists(dir) {
+		return fmt.Errorf("lab down: %w in %s (no lab.json, lock or %s* namespace)", ErrNoLab, dir, Prefix(dir))
+	}
 	if Running(dir) {
 		st, err := LoadState(dir)
 		if err != nil {
@@ -46,6 +49,18 @@ func Down(dir string, timeout time.Duration, log *slog.Logger) error {
 	os.Remove(filepath.Join(dir, "lock"))
 	os.Remove(dir) // only when empty
 	return err
+}
+
+// Exists reports whether anything of a lab with state directory dir is
+// left: its state file, its lock file or one of its namespaces.
+func Exists(dir string) bool {
+	for _, f := range []string{stateFile, "lock"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			return true
+		}
+	}
+	names, _ := ownedNamespaces(Prefix(dir))
+	return len(names) > 0
 }
 
 // Sweep removes the debris of a dead lab in dir, refusing with ErrRunning
@@ -97,18 +112,6 @@ func sweepState(dir, prefix string, log *slog.Logger) error {
 	for _, name := range names {
 		log.Info("deleting namespace", "netns", name)
 		errs = append(errs, deleteNS(name))
-	}
-	return errors.Join(errs...)
-}
-
-// removeFiles removes what a lab writes in its state directory, and only
-// that, so a --state-dir pointing at a directory with other files is safe.
-func removeFiles(dir string) error {
-	var errs []error
-	for _, name := range []string{stateFile, "." + stateFile + ".tmp", "etcd.sock", "data", "nodes"} {
-		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
-			errs = append(errs, fmt.Errorf("remove %s: %w", name, err))
-		}
 	}
 	return errors.Join(errs...)
 }

@@ -123,6 +123,16 @@ func TestLabUpAfterKill(t *testing.T) {
 		t.Fatalf("node2 should carry the userspace VTEP's TAP:\n%s", out)
 	}
 	pingAll(t, st2)
+	out, code := run(t, bin, "peers", "--lab", "--state-dir", dir)
+	if code != 0 || strings.Count(out, "all 2 peers programmed as leased") != 3 || !strings.Contains(out, "device weft-u.1: TAP") {
+		t.Fatalf("peers on mixed nodes: exit %d\n%s", code, out)
+	}
+	src, dst := st2.Pods[2], st2.Pods[0] // node2-pod1 (uvxlan) → node1-pod1 (vxlan)
+	out, code = run(t, bin, "explain", "--lab", "--state-dir", dir, src.IP.String(), dst.IP.String())
+	want := fmt.Sprintf("weft-u.1 is a TAP: weftd looks up %s in its own table → %s", vtepMAC(t, st2, 0), st2.Nodes[0].Addr)
+	if code != 0 || !strings.Contains(out, want) || !strings.Contains(out, "weftd wraps the frame") {
+		t.Fatalf("explain from a uvxlan node: exit %d, want %q:\n%s", code, want, out)
+	}
 	second.cmd.Process.Signal(syscall.SIGINT)
 	if err := second.wait(t, 40*time.Second); err != nil {
 		t.Errorf("lab up after SIGINT: %v:\n%s", err, second.out.String())
@@ -291,4 +301,14 @@ func iproute2Bridge(t *testing.T) string {
 	}
 	t.Fatalf("iproute2's bridge tool not found in %v", cands)
 	return ""
+}
+
+// vtepMAC returns node i's VTEP MAC as the kernel of node i shows it.
+func vtepMAC(t *testing.T, st *State, i int) string {
+	t.Helper()
+	dev := "weft.1"
+	if st.Nodes[i].Backend == "uvxlan" {
+		dev = "weft-u.1"
+	}
+	return after(strings.Fields(ipIn(t, st.Nodes[i].NS, "ip", "link", "show", dev)), "link/ether")
 }

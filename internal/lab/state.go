@@ -134,3 +134,15 @@ func (s *State) Save(dir string) error {
 	}
 	return nil
 }
+
+// removeFiles removes what a lab writes in its state directory, and only
+// that, so a --state-dir pointing at a directory with other files is safe.
+func removeFiles(dir string) error {
+	var errs []error
+	for _, name := range []string{stateFile, "." + stateFile + ".tmp", "etcd.sock", "data", "nodes"} {
+		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
