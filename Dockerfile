@@ -1,0 +1,35 @@
+# weft's image: weftd (the node daemon, the entrypoint) and weft (the CNI
+# plugin, copied onto the host by the DaemonSet's init containers), built as
+# static binaries and shipped on an empty base with a static busybox, which
+# the init containers use to copy files atomically (cp + mv).
+#
+#   docker build -t ghcr.io/weft-net/weft:latest --build-arg VERSION=$(git describe --always) .
+#
+# GO_IMAGE and BUSYBOX_IMAGE may name local images (test/image/build.sh does,
+# on machines that cannot pull). A vendor/ directory in the context, if any,
+# is used instead of downloading modules.
+ARG GO_IMAGE=golang:1.26-bookworm
+ARG BUSYBOX_IMAGE=busybox:1.37-musl
+
+FROM ${GO_IMAGE} AS build
+ARG VERSION=dev
+WORKDIR /src
+COPY . .
+RUN set -e; \
+    pkgs="./cmd/weftd ./cmd/weft"; \
+    if ls cmd/weftctl/*.go >/dev/null 2>&1; then pkgs="$pkgs ./cmd/weftctl"; fi; \
+    mkdir -p /out; \
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ $pkgs
+
+FROM ${BUSYBOX_IMAGE} AS busybox
+
+FROM scratch
+ARG VERSION=dev
+LABEL org.opencontainers.image.title="weft" \
+      org.opencontainers.image.description="Flannel-compatible VXLAN overlay network: weftd node daemon and weft CNI plugin" \
+      org.opencontainers.image.source="https://github.com/weft-net/weft" \
+      org.opencontainers.image.version="${VERSION}"
+COPY --from=busybox /bin/busybox /bin/busybox
+COPY --from=build /out/ /usr/local/bin/
+ENV PATH=/usr/local/bin:/bin
+ENTRYPOINT ["/usr/local/bin/weftd"]
