@@ -20,13 +20,17 @@ const (
 // socket; this keeps UDP GSO usable (a raw socket would not be).
 func (dp *datapath) openSockets() error {
 	cfg := dp.b.cfg
-	rx, err := listenUDP(netip.AddrPortFrom(cfg.Local, uint16(cfg.Port)), dp.vnet)
+	role := roleRecv
+	if dp.vnet {
+		role = roleRecvGRO
+	}
+	rx, err := listenUDP(netip.AddrPortFrom(cfg.Local, uint16(cfg.Port)), role)
 	if err != nil {
 		return err
 	}
 	dp.rx = rx
 	for range cfg.SourcePorts {
-		tx, err := listenUDP(netip.AddrPortFrom(cfg.Local, 0), false)
+		tx, err := listenUDP(netip.AddrPortFrom(cfg.Local, 0), roleSend)
 		if err != nil {
 			return err
 		}

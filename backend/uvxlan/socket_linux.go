@@ -22,10 +22,19 @@ type udpSocket struct {
 	rc   syscall.RawConn
 }
 
+// Socket roles: the receive socket on the VXLAN port, or a send socket
+// that never reads (what reaches its ephemeral port just fills its small
+// default receive buffer and is dropped).
+const (
+	roleSend = iota
+	roleRecv
+	roleRecvGRO
+)
+
 // listenUDP opens a UDP socket on local in the current namespace: without
-// DF (IP_PMTUDISC_DONT, as kernel VXLAN sends), with 4 MB buffers, and with
-// UDP GRO when gro is set.
-func listenUDP(local netip.AddrPort, gro bool) (*udpSocket, error) {
+// DF (IP_PMTUDISC_DONT, as kernel VXLAN sends), with a 4 MB send buffer
+// and, for receiving, a 4 MB receive buffer and UDP GRO if asked.
+func listenUDP(local netip.AddrPort, role int) (*udpSocket, error) {
 	network := "udp4"
 	if local.Addr().Is6() {
 		network = "udp6"
@@ -40,7 +49,7 @@ func listenUDP(local netip.AddrPort, gro bool) (*udpSocket, error) {
 		return nil, fmt.Errorf("listen udp %s: %w", local, err)
 	}
 	var serr error
-	err = s.rc.Control(func(fd uintptr) { serr = setSockOpts(int(fd), local.Addr().Is6(), gro) })
+	err = s.rc.Control(func(fd uintptr) { serr = setSockOpts(int(fd), local.Addr().Is6(), role) })
 	if err = errors.Join(err, serr); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("set options of udp %s: %w", local, err)
@@ -48,7 +57,7 @@ func listenUDP(local netip.AddrPort, gro bool) (*udpSocket, error) {
 	return s, nil
 }
 
-func setSockOpts(fd int, ipv6, gro bool) error {
+func setSockOpts(fd int, ipv6 bool, role int) error {
 	var err error
 	if ipv6 {
 		err = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DONT)
@@ -59,13 +68,13 @@ func setSockOpts(fd int, ipv6, gro bool) error {
 		return fmt.Errorf("clear df: %w", err)
 	}
 	// The FORCE variants pass net.core.[rw]mem_max; they need CAP_NET_ADMIN.
-	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, socketBuffer) != nil {
+	if role != roleSend && unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, socketBuffer) != nil {
 		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, socketBuffer)
 	}
 	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, socketBuffer) != nil {
 		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, socketBuffer)
 	}
-	if gro {
+	if role == roleRecvGRO {
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1); err != nil {
 			return fmt.Errorf("enable udp gro: %w", err)
 		}
