@@ -13,6 +13,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/weft-net/weft/internal/lab"
 	"github.com/weft-net/weft/internal/lab/inspect"
@@ -84,7 +85,12 @@ func (s *store) leases(ctx context.Context, log *slog.Logger) ([]subnet.Lease, *
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	if s.kubeconfig != "" {
-		ls, cfg, err := s.kubeLeases(ctx, log)
+		c, err := kube.NewClient(s.kubeconfig)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		opts := kube.Options{NodeName: "weftctl", AnnotationPrefix: s.annot, ConfigFile: s.netConf}
+		ls, cfg, err := kubeLeases(ctx, c, opts, log)
 		return ls, cfg, "Kubernetes API (" + s.kubeconfig + ")", err
 	}
 	c, err := s.etcdClient()
@@ -108,12 +114,9 @@ func (s *store) leases(ctx context.Context, log *slog.Logger) ([]subnet.Lease, *
 
 // kubeLeases reads the leases from the node objects through the
 // Kubernetes registry's watch (its first batch is the current leases).
-func (s *store) kubeLeases(ctx context.Context, log *slog.Logger) ([]subnet.Lease, *subnet.Config, error) {
-	c, err := kube.NewClient(s.kubeconfig)
-	if err != nil {
-		return nil, nil, err
-	}
-	r, err := kube.New(c, kube.Options{NodeName: "weftctl", AnnotationPrefix: s.annot, ConfigFile: s.netConf}, log)
+// opts.NodeName only names the reader: weftctl acquires nothing.
+func kubeLeases(ctx context.Context, c kubernetes.Interface, opts kube.Options, log *slog.Logger) ([]subnet.Lease, *subnet.Config, error) {
+	r, err := kube.New(c, opts, log)
 	if err != nil {
 		return nil, nil, err
 	}
