@@ -5,8 +5,13 @@ import (
 	"encoding/binary"
 )
 
-// coalescer merges consecutive in-order TCP segments of one flow, received
-// from the underlay, into one large frame that is written to the TAP with a
+// groFlows is how many TCP flows the coalescer keeps open runs for.
+// Flows that share an outer source port arrive interleaved in one UDP GRO
+// batch; a few runs keep merging them.
+const groFlows = 4
+
+// coalescer merges in-order TCP segments of a flow, received from the
+// underlay, into one large frame that is written to the TAP with a
 // virtio-net GSO header: the kernel then handles one super-frame instead of
 // dozens of small ones (software GRO). Frames that cannot be merged are
 // written as they are. Every merged segment's TCP checksum is verified
@@ -14,11 +19,19 @@ import (
 // kernel drops it, and the merged frame carries NEEDS_CSUM with the
 // pseudo-header sum, as GRO does.
 //
-// The UDP socket's own GRO already groups the datagrams of one outer flow,
-// and one inner flow always uses one outer source port, so a single open
-// run (no flow table) catches almost every merge.
+// It keeps an open run for each of up to groFlows flows; when another flow
+// comes, the oldest run is written. Frames of one flow never overtake each
+// other; frames of different flows may.
 type coalescer struct {
-	buf   []byte // virtio-net header + frame under construction
+	runs  [groFlows]groRun
+	clock uint64 // orders the runs by age
+	one   []byte // virtio-net header + a frame written on its own
+	write func([]byte) error
+}
+
+// groRun is one flow's frame under construction.
+type groRun struct {
+	buf   []byte // virtio-net header + frame
 	n     int    // bytes of frame in buf[virtioNetHdrLen:]; 0 = no run
 	count int    // segments merged into the run
 	mss   int    // payload size of the run's segments
@@ -27,11 +40,15 @@ type coalescer struct {
 	v6    bool
 	next  uint32 // sequence number the next segment must carry
 	full  bool   // the run took a short or PSH segment: nothing may follow
-	write func([]byte) error
+	born  uint64 // clock when the run started
 }
 
 func newCoalescer(write func([]byte) error) *coalescer {
-	return &coalescer{buf: make([]byte, virtioNetHdrLen+ethHeaderLen+maxIPPacket), write: write}
+	c := &coalescer{one: make([]byte, virtioNetHdrLen+ethHeaderLen+maxIPPacket), write: write}
+	for i := range c.runs {
+		c.runs[i].buf = make([]byte, virtioNetHdrLen+ethHeaderLen+maxIPPacket)
+	}
+	return c
 }
 
 // tcpSeg describes an inner TCP segment that may be merged.
@@ -96,89 +113,149 @@ func tcpChecksumOK(frame []byte, s tcpSeg) bool {
 // add takes one decapsulated frame. It returns the first write error.
 func (c *coalescer) add(frame []byte) error {
 	s, ok := parseTCPSeg(frame)
-	if ok && c.n > 0 && c.fits(frame, s) {
-		if !tcpChecksumOK(frame, s) {
-			return c.single(frame)
-		}
-		copy(c.buf[virtioNetHdrLen+c.n:], frame[s.hdr:])
-		c.n += s.payload
-		c.count++
-		c.next += uint32(s.payload)
-		// The newest window and PSH win, as in the kernel's GRO.
-		head := c.buf[virtioNetHdrLen:]
-		copy(head[c.tcp+14:c.tcp+16], frame[s.tcp+14:s.tcp+16])
-		head[c.tcp+13] |= s.flags & tcpFlagPSH
-		c.full = s.payload < c.mss || s.flags&tcpFlagPSH != 0 || c.count == maxGSOSegments
-		return nil
-	}
-	if err := c.flush(); err != nil {
-		return err
-	}
-	if !ok || s.flags&tcpFlagPSH != 0 || !tcpChecksumOK(frame, s) {
+	if !ok {
 		return c.single(frame)
 	}
-	copy(c.buf[virtioNetHdrLen:], frame)
-	c.n, c.count, c.mss, c.hdr, c.tcp, c.v6 = len(frame), 1, s.payload, s.hdr, s.tcp, s.v6
-	c.next = s.seq + uint32(s.payload)
-	c.full = false
+	r := c.runFor(frame, s)
+	if r.n > 0 && r.fits(frame, s) {
+		if !tcpChecksumOK(frame, s) {
+			if err := c.flushRun(r); err != nil {
+				return err
+			}
+			return c.single(frame)
+		}
+		r.append(frame, s)
+		return nil
+	}
+	if err := c.flushRun(r); err != nil {
+		return err
+	}
+	if s.flags&tcpFlagPSH != 0 || !tcpChecksumOK(frame, s) {
+		return c.single(frame)
+	}
+	copy(r.buf[virtioNetHdrLen:], frame)
+	r.n, r.count, r.mss, r.hdr, r.tcp, r.v6 = len(frame), 1, s.payload, s.hdr, s.tcp, s.v6
+	r.next = s.seq + uint32(s.payload)
+	r.full = false
+	c.clock++
+	r.born = c.clock
 	return nil
 }
 
-// fits reports whether segment s (frame) continues the open run.
-func (c *coalescer) fits(frame []byte, s tcpSeg) bool {
-	if c.full || s.v6 != c.v6 || s.hdr != c.hdr || s.seq != c.next || s.payload > c.mss ||
-		c.n+s.payload > ethHeaderLen+maxIPPacket {
+// runFor returns the run of frame's flow, else an empty run, else the
+// oldest run (which the caller writes out before reusing it).
+func (c *coalescer) runFor(frame []byte, s tcpSeg) *groRun {
+	var empty, oldest *groRun
+	for i := range c.runs {
+		r := &c.runs[i]
+		switch {
+		case r.n == 0:
+			if empty == nil {
+				empty = r
+			}
+		case r.sameFlow(frame, s):
+			return r
+		case oldest == nil || r.born < oldest.born:
+			oldest = r
+		}
+	}
+	if empty != nil {
+		return empty
+	}
+	return oldest
+}
+
+// sameFlow reports whether frame belongs to the run's flow: same MACs,
+// addresses and ports.
+func (r *groRun) sameFlow(frame []byte, s tcpSeg) bool {
+	if s.v6 != r.v6 || s.tcp != r.tcp {
 		return false
 	}
-	head := c.buf[virtioNetHdrLen : virtioNetHdrLen+c.hdr]
+	head := r.buf[virtioNetHdrLen:]
+	addr, n := ethHeaderLen+12, 8
+	if r.v6 {
+		addr, n = ethHeaderLen+8, 32
+	}
+	return bytes.Equal(head[:12], frame[:12]) && bytes.Equal(head[addr:addr+n], frame[addr:addr+n]) &&
+		bytes.Equal(head[r.tcp:r.tcp+4], frame[s.tcp:s.tcp+4])
+}
+
+// append adds the payload of segment s (frame) to the run.
+func (r *groRun) append(frame []byte, s tcpSeg) {
+	copy(r.buf[virtioNetHdrLen+r.n:], frame[s.hdr:])
+	r.n += s.payload
+	r.count++
+	r.next += uint32(s.payload)
+	// The newest window and PSH win, as in the kernel's GRO.
+	head := r.buf[virtioNetHdrLen:]
+	copy(head[r.tcp+14:r.tcp+16], frame[s.tcp+14:s.tcp+16])
+	head[r.tcp+13] |= s.flags & tcpFlagPSH
+	r.full = s.payload < r.mss || s.flags&tcpFlagPSH != 0 || r.count == maxGSOSegments
+}
+
+// fits reports whether segment s (frame) of the run's flow continues it.
+func (r *groRun) fits(frame []byte, s tcpSeg) bool {
+	if r.full || s.hdr != r.hdr || s.seq != r.next || s.payload > r.mss ||
+		r.n+s.payload > ethHeaderLen+maxIPPacket {
+		return false
+	}
+	head := r.buf[virtioNetHdrLen : virtioNetHdrLen+r.hdr]
 	// Ethernet header; the IP header but for length, ID and checksum
 	// (IPv4) or payload length (IPv6); ports, ack, data offset, flags and
 	// options of TCP. Window, sequence number and checksum may differ.
 	if !bytes.Equal(head[:ethHeaderLen], frame[:ethHeaderLen]) {
 		return false
 	}
-	ip, hip := frame[ethHeaderLen:s.tcp], head[ethHeaderLen:c.tcp]
-	if c.v6 {
+	ip, hip := frame[ethHeaderLen:s.tcp], head[ethHeaderLen:r.tcp]
+	if r.v6 {
 		if !bytes.Equal(ip[:4], hip[:4]) || !bytes.Equal(ip[6:], hip[6:]) {
 			return false
 		}
 	} else if ip[1] != hip[1] || !bytes.Equal(ip[6:10], hip[6:10]) || !bytes.Equal(ip[12:], hip[12:]) {
 		return false
 	}
-	th, hth := frame[s.tcp:s.hdr], head[c.tcp:c.hdr]
+	th, hth := frame[s.tcp:s.hdr], head[r.tcp:r.hdr]
 	return bytes.Equal(th[:4], hth[:4]) && bytes.Equal(th[8:13], hth[8:13]) &&
 		th[13]&^tcpFlagPSH == hth[13] && bytes.Equal(th[20:], hth[20:])
 }
 
 // single writes frame to the TAP on its own, with an empty virtio-net header.
 func (c *coalescer) single(frame []byte) error {
-	if err := c.flush(); err != nil {
-		return err
-	}
-	clear(c.buf[:virtioNetHdrLen])
-	copy(c.buf[virtioNetHdrLen:], frame)
-	return c.write(c.buf[:virtioNetHdrLen+len(frame)])
+	clear(c.one[:virtioNetHdrLen])
+	copy(c.one[virtioNetHdrLen:], frame)
+	return c.write(c.one[:virtioNetHdrLen+len(frame)])
 }
 
-// flush writes the open run, if any.
+// flush writes every open run.
 func (c *coalescer) flush() error {
-	if c.n == 0 {
+	var first error
+	for i := range c.runs {
+		if err := c.flushRun(&c.runs[i]); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// flushRun writes the run, if open, and empties it.
+func (c *coalescer) flushRun(r *groRun) error {
+	if r.n == 0 {
 		return nil
 	}
-	n := c.n
-	c.n = 0
-	frame := c.buf[virtioNetHdrLen : virtioNetHdrLen+n]
-	if c.count == 1 {
-		clear(c.buf[:virtioNetHdrLen])
-		return c.write(c.buf[:virtioNetHdrLen+n])
+	n := r.n
+	r.n = 0
+	frame := r.buf[virtioNetHdrLen : virtioNetHdrLen+n]
+	if r.count == 1 {
+		clear(r.buf[:virtioNetHdrLen])
+		return c.write(r.buf[:virtioNetHdrLen+n])
 	}
 	ip := frame[ethHeaderLen:]
 	h := vnetHdr{
-		flags: vnetFlagNeedsCsum, gsoType: vnetGSOTCPv4, hdrLen: uint16(c.hdr), gsoSize: uint16(c.mss),
-		csumStart: uint16(c.tcp), csumOffset: 16,
+		flags: vnetFlagNeedsCsum, gsoType: vnetGSOTCPv4, hdrLen: uint16(r.hdr), gsoSize: uint16(r.mss),
+		csumStart: uint16(r.tcp), csumOffset: 16,
 	}
 	addrOff, addrLen := ethHeaderLen+12, 4
-	if c.v6 {
+	if r.v6 {
 		h.gsoType = vnetGSOTCPv6
 		addrOff, addrLen = ethHeaderLen+8, 16
 		binary.BigEndian.PutUint16(ip[4:], uint16(n-ethHeaderLen-ipv6HeaderLen))
@@ -188,8 +265,8 @@ func (c *coalescer) flush() error {
 		binary.BigEndian.PutUint16(ip[10:], ^checksumFold(checksumAdd(ip[:ipv4HeaderLenMin], 0)))
 	}
 	// NEEDS_CSUM: the checksum field holds the pseudo-header sum, not complemented.
-	pseudo := checksumAdd(frame[addrOff:addrOff+2*addrLen], 6+uint64(n-c.tcp))
-	binary.BigEndian.PutUint16(frame[c.tcp+16:], checksumFold(pseudo))
-	h.encode(c.buf[:virtioNetHdrLen])
-	return c.write(c.buf[:virtioNetHdrLen+n])
+	pseudo := checksumAdd(frame[addrOff:addrOff+2*addrLen], 6+uint64(n-r.tcp))
+	binary.BigEndian.PutUint16(frame[r.tcp+16:], checksumFold(pseudo))
+	h.encode(r.buf[:virtioNetHdrLen])
+	return c.write(r.buf[:virtioNetHdrLen+n])
 }

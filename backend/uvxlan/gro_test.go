@@ -221,3 +221,68 @@ func BenchmarkIngressDecodeCoalesce(b *testing.B) {
 		c.flush()
 	}
 }
+
+// TestCoalescerInterleaved interleaves the segments of several flows: each
+// flow's data must come out whole and in order, merged as long as there are
+// no more flows than runs.
+func TestCoalescerInterleaved(t *testing.T) {
+	const mss, perFlow = 1386, 6
+	for _, tc := range []struct {
+		name   string
+		flows  int
+		writes int // TAP writes expected; 0: do not check
+	}{
+		{"two flows", 2, 2},
+		{"as many flows as runs", groFlows, groFlows},
+		{"more flows than runs", groFlows + 1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			segs := make([][][]byte, tc.flows)
+			for f := range segs {
+				super := ipv4TCPFrame(testMAC, otherMAC, uint32(f)<<20, 1, tcpFlagACK, perFlow*mss)
+				binary.BigEndian.PutUint16(super[34:], uint16(30000+f))
+				segs[f] = segmentsOf(t, super, mss)
+			}
+			var in [][]byte
+			for i := range perFlow {
+				for f := range segs {
+					in = append(in, segs[f][i])
+				}
+			}
+			got := runCoalescer(t, in)
+			if tc.writes != 0 && len(got) != tc.writes {
+				t.Fatalf("%d writes, want %d", len(got), tc.writes)
+			}
+			out := make([][][]byte, tc.flows)
+			for _, w := range got {
+				frames := [][]byte{w.frame}
+				if w.h.gsoType != vnetGSONone {
+					buf := make([]byte, 2*65550)
+					stride, used, err := segmentTCP(w.frame, w.h, buf)
+					if err != nil {
+						t.Fatal(err)
+					}
+					frames = nil
+					for off := 0; off < used; off += stride {
+						frames = append(frames, buf[off+vxlanHeaderLen:min(off+stride, used)])
+					}
+				}
+				for _, fr := range frames {
+					f := int(binary.BigEndian.Uint16(fr[34:])) - 30000
+					out[f] = append(out[f], fr)
+				}
+			}
+			for f := range segs {
+				if len(out[f]) != perFlow {
+					t.Fatalf("flow %d: %d segments out, want %d", f, len(out[f]), perFlow)
+				}
+				for i := range segs[f] {
+					a, b := out[f][i], segs[f][i]
+					if !bytes.Equal(a[:18], b[:18]) || !bytes.Equal(a[20:], b[20:]) {
+						t.Fatalf("flow %d segment %d differs or is out of order", f, i)
+					}
+				}
+			}
+		})
+	}
+}
