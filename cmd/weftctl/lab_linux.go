@@ -120,6 +120,9 @@ func runLabExec(ctx context.Context, args []string, _, stderr io.Writer) error {
 		fs.Usage()
 		return errUsage
 	}
+	if rest[1] == "weftctl" {
+		rest[1] = selfPath() // this weftctl, whether or not it is in PATH
+	}
 	cmd, err := lab.Command(ctx, *dir, rest[0], rest[1:])
 	if err != nil {
 		return err
