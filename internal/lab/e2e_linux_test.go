@@ -277,6 +277,24 @@ func checkExplain(t *testing.T, bin, dir string, st *State) {
 	if fdbDst != n3.Addr.String() || dev != "weft.1" {
 		t.Errorf("kernel: fdb dst %q dev %q; the lab's node3 is %s", fdbDst, dev, n3.Addr)
 	}
+	// Remove the FDB entry behind a frozen weftd: explain must point at it.
+	if err := syscall.Kill(n1.Weftd.PID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(n1.Weftd.PID, syscall.SIGCONT)
+	ipIn(t, n1.NS, iproute2Bridge(t), "fdb", "del", mac, "dev", dev, "dst", fdbDst)
+	out, code = run(t, bin, "explain", "--lab", "--state-dir", dir, src.IP.String(), dst.IP.String())
+	if code != 2 || !strings.Contains(out, "no FDB entry for "+mac) || !strings.Contains(out, "!! the kernel has nowhere to send") {
+		t.Fatalf("explain without the FDB entry: exit %d\n%s", code, out)
+	}
+	syscall.Kill(n1.Weftd.PID, syscall.SIGCONT)
+	for end := time.Now().Add(15 * time.Second); code != 0; {
+		if time.Now().After(end) {
+			t.Fatalf("weftd did not restore the FDB entry within 15s:\n%s", out)
+		}
+		time.Sleep(200 * time.Millisecond)
+		out, code = run(t, bin, "explain", "--lab", "--state-dir", dir, src.IP.String(), dst.IP.String())
+	}
 }
 
 // after returns the field after key in fs ("" when absent).
