@@ -154,8 +154,12 @@ func (d *Daemon) awaitReady(ctx context.Context, b backend.Backend) error {
 	return nil
 }
 
-// renew keeps the lease alive: RenewMargin before it expires, and every
-// RetryInterval after a failure. A lease without expiry needs nothing.
+// renew keeps the lease alive: RenewMargin before it expires, and after a
+// failure again every RetryInterval, or sooner as the expiry nears, so that a
+// datastore outage shorter than the margin never costs the lease. Each
+// attempt is bounded by a third of the time left, so one call that hangs on a
+// dead etcd member cannot use up the margin. A lease without expiry needs
+// nothing.
 func (d *Daemon) renew(ctx context.Context, lease subnet.Lease) error {
 	for !lease.Expiration.IsZero() {
 		wait := time.Until(lease.Expiration.Add(-d.cfg.RenewMargin))
@@ -165,28 +169,43 @@ func (d *Daemon) renew(ctx context.Context, lease subnet.Lease) error {
 		if err := sleep(ctx, wait); err != nil {
 			return nil
 		}
-		for {
-			next, err := d.cfg.Registry.Renew(ctx, lease)
-			d.cfg.Metrics.renewed(err)
-			if err == nil {
-				lease = next
-				d.log.Info("renewed lease", "subnet", lease.Subnet, "expires", lease.Expiration)
-				break
-			}
-			if errors.Is(err, subnet.ErrLeaseLost) {
-				return errLeaseLost
-			}
-			if ctx.Err() != nil {
-				return nil
-			}
-			d.log.Warn("cannot renew the lease, retrying", "err", err, "retryIn", d.cfg.RetryInterval)
-			if err := sleep(ctx, d.cfg.RetryInterval); err != nil {
-				return nil
-			}
+		next, err := d.renewOnce(ctx, lease)
+		if err != nil {
+			return err
 		}
+		if next.Expiration.IsZero() && ctx.Err() != nil {
+			return nil
+		}
+		lease = next
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// renewOnce renews the lease, retrying until it succeeds, the lease is lost
+// (errLeaseLost) or ctx ends (a zero lease).
+func (d *Daemon) renewOnce(ctx context.Context, lease subnet.Lease) (subnet.Lease, error) {
+	for {
+		left := time.Until(lease.Expiration)
+		actx, cancel := context.WithTimeout(ctx, min(max(left/3, time.Second), 30*time.Second))
+		next, err := d.cfg.Registry.Renew(actx, lease)
+		cancel()
+		d.cfg.Metrics.renewed(err)
+		switch {
+		case err == nil:
+			d.log.Info("renewed lease", "subnet", next.Subnet, "expires", next.Expiration)
+			return next, nil
+		case errors.Is(err, subnet.ErrLeaseLost):
+			return subnet.Lease{}, errLeaseLost
+		case ctx.Err() != nil:
+			return subnet.Lease{}, nil
+		}
+		retry := min(d.cfg.RetryInterval, max(time.Until(lease.Expiration)/4, 100*time.Millisecond))
+		d.log.Warn("cannot renew the lease, retrying", "err", err, "retryIn", retry, "expires", lease.Expiration)
+		if sleep(ctx, retry) != nil {
+			return subnet.Lease{}, nil
+		}
+	}
 }
 
 // watch follows the registry and hands every new peer table to the backend.

@@ -127,12 +127,12 @@ func TestWeftdRejectsBadFlags(t *testing.T) {
 }
 
 // TestWeftdSurvivesEtcdLeaderKill kills the etcd leader while weftd renews
-// its lease every couple of seconds and watches: renewals go on against the
+// its lease every few seconds and watches: renewals go on against the
 // new leader, a lease written after the kill reaches every node, and no node
 // loses its lease or exits.
 func TestWeftdSurvivesEtcdLeaderKill(t *testing.T) {
 	c := NewCluster(t, Options{Nodes: 2, EtcdMembers: 3,
-		Args: []string{"--subnet-lease-ttl", "4s", "--subnet-lease-renew-margin", "3s"}})
+		Args: []string{"--subnet-lease-ttl", "12s", "--subnet-lease-renew-margin", "9s"}})
 	n1 := c.Nodes[0]
 	subnets := []netip.Prefix{c.Nodes[0].Subnet(), c.Nodes[1].Subnet()}
 	leader, err := c.EtcdHA.Leader(5 * time.Second)
@@ -151,7 +151,7 @@ func TestWeftdSurvivesEtcdLeaderKill(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(8 * time.Second) // several renewals of a 4 s lease
+	time.Sleep(10 * time.Second) // several renewals of a 12 s lease, every ~3 s
 	for i, sn := range subnets {
 		if _, id := c.lease(t, sn); id == 0 {
 			t.Errorf("n%d's lease lost its TTL", i+1)
@@ -159,6 +159,9 @@ func TestWeftdSurvivesEtcdLeaderKill(t *testing.T) {
 		log, _ := os.ReadFile(c.Nodes[i].LogFile)
 		if strings.Contains(string(log), "acquiring again") {
 			t.Errorf("n%d lost its lease across the leader kill:\n%s", i+1, tail(string(log), 30))
+		}
+		if strings.Contains(string(log), "level=ERROR") {
+			t.Errorf("n%d logged an error, not just a retry:\n%s", i+1, tail(string(log), 30))
 		}
 		if !strings.Contains(string(log), "renewed lease") {
 			t.Errorf("n%d never renewed its lease:\n%s", i+1, tail(string(log), 30))
