@@ -10,6 +10,7 @@ import (
 
 	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/backend/masq"
+	"github.com/weft-net/weft/backend/uvxlan"
 	"github.com/weft-net/weft/backend/vxlan"
 	"github.com/weft-net/weft/internal/daemon"
 	"github.com/weft-net/weft/subnet"
@@ -78,6 +79,32 @@ func registerBackendMetrics(reg prometheus.Registerer, live *liveBackend) {
 			ConstLabels: prometheus.Labels{"kind": kind},
 		}, repairs(pick)))
 	}
+	reg.MustRegister(uvxlanCollector{live})
+}
+
+// uvxlanCollector exports the userspace dataplane's counters while it runs.
+type uvxlanCollector struct{ live *liveBackend }
+
+var (
+	uvxlanFrames = prometheus.NewDesc("weft_uvxlan_frames_total",
+		"Inner frames the userspace dataplane encapsulated (tx) or decapsulated (rx).", []string{"direction"}, nil)
+	uvxlanDrops = prometheus.NewDesc("weft_uvxlan_drops_total",
+		"Packets and frames the userspace dataplane dropped, by reason.", []string{"reason"}, nil)
+)
+
+func (uvxlanCollector) Describe(ch chan<- *prometheus.Desc) { ch <- uvxlanFrames; ch <- uvxlanDrops }
+
+func (c uvxlanCollector) Collect(ch chan<- prometheus.Metric) {
+	b, ok := c.live.get().(*uvxlan.Backend)
+	if !ok {
+		return
+	}
+	st := b.Stats()
+	ch <- prometheus.MustNewConstMetric(uvxlanFrames, prometheus.CounterValue, float64(st.TxFrames), "tx")
+	ch <- prometheus.MustNewConstMetric(uvxlanFrames, prometheus.CounterValue, float64(st.RxFrames), "rx")
+	for r := uvxlan.DropNone + 1; r.String() != "unknown"; r++ {
+		ch <- prometheus.MustNewConstMetric(uvxlanDrops, prometheus.CounterValue, float64(st.Drops[r]), r.String())
+	}
 }
 
 func newDataplane(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, log *slog.Logger) (daemon.Dataplane, error) {
@@ -109,7 +136,19 @@ func newDataplane(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u
 		if err != nil {
 			return daemon.Dataplane{}, err
 		}
-		return daemon.Dataplane{Backend: b}, nil
+		return daemon.Dataplane{Backend: b, Cleanup: func() error { return uvxlan.RemoveDevice(h, vc.VNI) }}, nil
+	case subnet.BackendTypeUVXLAN:
+		uc := uvxlan.Config{Handle: h, VNI: vc.VNI, Port: vc.Port, MTU: mtu, Subnet: lease.Subnet, Subnet6: lease.IPv6Subnet}
+		if lease.Subnet.IsValid() {
+			uc.Local, uc.MAC = vc.Local, vc.MAC
+		} else {
+			uc.Local, uc.MAC = vc.LocalIPv6, vc.MACv6
+		}
+		b, err := uvxlan.New(uc, log)
+		if err != nil {
+			return daemon.Dataplane{}, err
+		}
+		return daemon.Dataplane{Backend: b, Cleanup: func() error { return vxlan.RemoveDevices(h, vc.VNI) }}, nil
 	}
-	return daemon.Dataplane{}, fmt.Errorf("backend %q is not available in this build", typ)
+	return daemon.Dataplane{}, fmt.Errorf("backend %q: unsupported", typ)
 }

@@ -1,0 +1,92 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weft-net/weft/plugin/plugintest"
+)
+
+// TestMixedBackends runs a kernel VXLAN node and a userspace (uvxlan) node
+// in one cluster through the real weftd: pods reach each other both ways and
+// a transfer arrives intact; the uvxlan node's counters move.
+func TestMixedBackends(t *testing.T) {
+	c := NewCluster(t, Options{Nodes: 0})
+	k := c.AddNode("kern")
+	u := c.AddNode("user", "--backend", "uvxlan")
+	k.WaitReady()
+	u.WaitReady()
+	// A kernel VXLAN node on a veth leaves inner TCP checksums to an offload
+	// that never happens on veth; a real NIC would finish them. Turn the
+	// offload off, as on a real network (see uvxlan-notes).
+	k.MustRun(t, "ethtool", "-K", "eth0", "tx", "off")
+	if out := u.MustRun(t, "ip", "-d", "link", "show", "weft-u.1"); !strings.Contains(out, "tun") {
+		t.Fatalf("uvxlan node has no TAP device:\n%s", out)
+	}
+	a, b := k.CNI.AddPod(t, "a"), u.CNI.AddPod(t, "b")
+	if err := Ping(a.NS, b.IP); err != nil {
+		t.Errorf("kernel → userspace: %v", err)
+	}
+	if err := Ping(b.NS, a.IP); err != nil {
+		t.Errorf("userspace → kernel: %v", err)
+	}
+	for _, dir := range []struct {
+		name     string
+		src, dst *plugintest.Pod
+	}{{"kernel → userspace", a, b}, {"userspace → kernel", b, a}} {
+		rate, err := Transfer(dir.src.NS, dir.dst.NS, dir.dst.IP, 50<<20)
+		if err != nil {
+			t.Fatalf("%s: %v", dir.name, err)
+		}
+		t.Logf("50 MiB %s at %.2f Gb/s", dir.name, rate*8/1e9)
+	}
+	if err := Ping(a.NS, b.IP, "-M", "do", "-s", "1422"); err != nil {
+		t.Errorf("DF ping at the MTU: %v", err)
+	}
+	if err := Ping(a.NS, b.IP, "-M", "do", "-s", "1423"); err == nil {
+		t.Error("DF ping above the MTU crossed")
+	}
+	for _, dir := range []string{"tx", "rx"} {
+		v, err := u.Metric("weft_uvxlan_frames_total", "direction", dir)
+		if err != nil || v < 1000 {
+			t.Errorf("weft_uvxlan_frames_total{direction=%q} = %v (%v), want it to count the transfer", dir, v, err)
+		}
+	}
+	if _, err := k.Metric("weft_uvxlan_frames_total"); err == nil {
+		t.Error("a kernel VXLAN node exports uvxlan counters")
+	}
+}
+
+// TestSwitchBackend restarts a node on the other dataplane: the old device
+// goes, the new one carries the traffic.
+func TestSwitchBackend(t *testing.T) {
+	c := NewCluster(t, Options{Nodes: 2})
+	n1, n2 := c.Nodes[0], c.Nodes[1]
+	n2.MustRun(t, "ethtool", "-K", "eth0", "tx", "off")
+	a, b := n1.CNI.AddPod(t, "a"), n2.CNI.AddPod(t, "b")
+	if err := Ping(a.NS, b.IP); err != nil {
+		t.Fatal(err)
+	}
+	n1.Stop()
+	n1.Args = append(n1.Args, "--backend", "uvxlan")
+	n1.Start()
+	n1.WaitReady()
+	links := n1.MustRun(t, "ip", "-o", "link", "show")
+	if strings.Contains(links, device+":") || !strings.Contains(links, "weft-u.1") {
+		t.Fatalf("after switching to uvxlan the links are:\n%s", links)
+	}
+	Eventually(t, 5*time.Second, "ping over uvxlan", func() error { return Ping(a.NS, b.IP) })
+	if _, err := Transfer(a.NS, b.NS, b.IP, 10<<20); err != nil {
+		t.Fatal(err)
+	}
+	n1.Stop()
+	n1.Args = n1.Args[:len(n1.Args)-2]
+	n1.Start()
+	n1.WaitReady()
+	links = n1.MustRun(t, "ip", "-o", "link", "show")
+	if strings.Contains(links, "weft-u.1") || !strings.Contains(links, device+":") {
+		t.Fatalf("after switching back to vxlan the links are:\n%s", links)
+	}
+	Eventually(t, 5*time.Second, "ping over kernel vxlan again", func() error { return Ping(a.NS, b.IP) })
+}
