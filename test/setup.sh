@@ -27,3 +27,7 @@ if [ ! -x "$cni_dir/portmap" ] || [ ! -x "$cni_dir/bridge" ] || [ ! -x "$cni_dir
 		"github.com/containernetworking/plugins/plugins/meta/portmap@$CNI_PLUGINS_VERSION" \
 		"github.com/containernetworking/plugins/plugins/main/loopback@$CNI_PLUGINS_VERSION")
 fi
+
+# The real Kubernetes control plane for the Kubernetes-mode tests, built once
+# from source and cached by version (a cold build takes 10-20 min).
+test/kube/build.sh
