@@ -9,50 +9,43 @@ import (
 // sum acc (not folded) and returns the new running sum.
 //
 // The one's-complement sum does not depend on byte order as long as the
-// result is swapped back at the end, so b is read as little-endian 64-bit
-// words with the carries chained through bits.Add64, 32 bytes per step;
-// this is several times faster than summing big-endian 16- or 32-bit words.
+// result is swapped back at the end, and a sum of 32-bit words folds to the
+// same 16 bits as the sum of their halves. So b is read as little-endian
+// 32-bit words added into four independent 64-bit accumulators, 64 bytes per
+// step: no carries to chain, and the adds run in parallel. (Each accumulator
+// would need 2^30 steps to overflow.)
 func checksumAdd(b []byte, acc uint64) uint64 {
-	var s, c uint64
-	for len(b) >= 32 {
-		s, c = bits.Add64(s, binary.LittleEndian.Uint64(b[0:]), c)
-		s, c = bits.Add64(s, binary.LittleEndian.Uint64(b[8:]), c)
-		s, c = bits.Add64(s, binary.LittleEndian.Uint64(b[16:]), c)
-		s, c = bits.Add64(s, binary.LittleEndian.Uint64(b[24:]), c)
-		b = b[32:]
+	var a0, a1, a2, a3 uint64
+	for len(b) >= 64 {
+		w := b[:64:64]
+		a0 += uint64(binary.LittleEndian.Uint32(w[0:])) + uint64(binary.LittleEndian.Uint32(w[4:])) +
+			uint64(binary.LittleEndian.Uint32(w[32:])) + uint64(binary.LittleEndian.Uint32(w[36:]))
+		a1 += uint64(binary.LittleEndian.Uint32(w[8:])) + uint64(binary.LittleEndian.Uint32(w[12:])) +
+			uint64(binary.LittleEndian.Uint32(w[40:])) + uint64(binary.LittleEndian.Uint32(w[44:]))
+		a2 += uint64(binary.LittleEndian.Uint32(w[16:])) + uint64(binary.LittleEndian.Uint32(w[20:])) +
+			uint64(binary.LittleEndian.Uint32(w[48:])) + uint64(binary.LittleEndian.Uint32(w[52:]))
+		a3 += uint64(binary.LittleEndian.Uint32(w[24:])) + uint64(binary.LittleEndian.Uint32(w[28:])) +
+			uint64(binary.LittleEndian.Uint32(w[56:])) + uint64(binary.LittleEndian.Uint32(w[60:]))
+		b = b[64:]
 	}
-	for len(b) >= 8 {
-		s, c = bits.Add64(s, binary.LittleEndian.Uint64(b), c)
-		b = b[8:]
+	for len(b) >= 4 {
+		a0 += uint64(binary.LittleEndian.Uint32(b))
+		b = b[4:]
 	}
-	var tail uint64
-	switch n := len(b); {
-	case n >= 4:
-		tail = uint64(binary.LittleEndian.Uint32(b))
-		if n >= 6 {
-			tail += uint64(binary.LittleEndian.Uint16(b[4:])) << 32
-			if n == 7 {
-				tail += uint64(b[6]) << 48
-			}
-		} else if n == 5 {
-			tail += uint64(b[4]) << 32
-		}
-	case n >= 2:
-		tail = uint64(binary.LittleEndian.Uint16(b))
-		if n == 3 {
-			tail += uint64(b[2]) << 16
-		}
-	case n == 1:
-		tail = uint64(b[0])
+	if len(b) >= 2 {
+		a1 += uint64(binary.LittleEndian.Uint16(b))
+		b = b[2:]
 	}
-	s, c = bits.Add64(s, tail, c)
-	s, c = bits.Add64(s, 0, c) // c is now 0: s was at most 2^64-2 before
+	if len(b) == 1 {
+		a2 += uint64(b[0])
+	}
 	// Fold to 16 bits in little-endian order, then swap into network order.
-	s32 := uint64(uint32(s>>32)) + uint64(uint32(s))
-	s32 = s32>>32 + s32&0xffffffff
-	s32 = s32>>16 + s32&0xffff
-	s32 = s32>>16 + s32&0xffff
-	return acc + uint64(bits.ReverseBytes16(uint16(s32)))
+	s := a0>>32 + a0&0xffffffff + a1>>32 + a1&0xffffffff + a2>>32 + a2&0xffffffff + a3>>32 + a3&0xffffffff
+	s = s>>32 + s&0xffffffff
+	s = s>>16 + s&0xffff
+	s = s>>16 + s&0xffff
+	s = s>>16 + s&0xffff
+	return acc + uint64(bits.ReverseBytes16(uint16(s)))
 }
 
 // checksumFold folds a running sum into 16 bits (not complemented).
