@@ -51,6 +51,9 @@ type Options struct {
 	// EtcdMembers > 1 runs an etcd cluster of that many members instead of
 	// a single one; weftd and the test client get every member's endpoint.
 	EtcdMembers int
+	// NoConfig leaves the network config out of etcd, for tests of a
+	// daemon that starts before it is written.
+	NoConfig bool
 }
 
 // NewCluster builds the underlay, etcd and the nodes, and starts weftd on
@@ -87,7 +90,9 @@ func NewCluster(tb testing.TB, opts Options) *Cluster {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { c.Client.Close() })
-	c.Put(Prefix+"/config", opts.Config)
+	if !opts.NoConfig {
+		c.Put(Prefix+"/config", opts.Config)
+	}
 	c.Underlay = nettest.NewUnderlay(tb, netip.MustParsePrefix("192.168.77.0/24"), 1500)
 	for i := range opts.Nodes {
 		c.AddNode(fmt.Sprintf("n%d", i+1), opts.Args...)

@@ -174,3 +174,39 @@ func TestWeftdSurvivesEtcdLeaderKill(t *testing.T) {
 		}
 	}
 }
+
+// TestReadiness: /healthz answers as soon as weftd runs; /readyz only once
+// the subnet file is written and the dataplane programmed, which cannot
+// happen before the network config exists.
+func TestReadiness(t *testing.T) {
+	c := NewCluster(t, Options{Nodes: 0, NoConfig: true})
+	n := c.AddNode("n1")
+	Eventually(t, 10*time.Second, "/healthz", func() error {
+		code, _, err := n.HTTPGet("http://127.0.0.1:9470/healthz")
+		if err == nil && code != 200 {
+			err = fmt.Errorf("/healthz answered %d", code)
+		}
+		return err
+	})
+	time.Sleep(time.Second)
+	if code, body, err := n.HTTPGet("http://127.0.0.1:9470/readyz"); err != nil || code != 503 {
+		t.Fatalf("/readyz without a network config: %d %q %v, want 503", code, body, err)
+	}
+	if _, err := os.Stat(n.SubnetFile); err == nil {
+		t.Fatal("subnet file written before there is a network config")
+	}
+	if v, err := n.Metric("weft_ready"); err != nil || v != 0 {
+		t.Fatalf("weft_ready = %v (%v), want 0", v, err)
+	}
+	c.Put(Prefix+"/config", `{"Network":"10.244.0.0/16"}`)
+	n.WaitReady()
+	if _, err := os.Stat(n.SubnetFile); err != nil {
+		t.Fatalf("ready without a subnet file: %v", err)
+	}
+	if out := n.MustRun(t, "ip", "link", "show", device); !strings.Contains(out, "UP") {
+		t.Fatalf("ready without the device up:\n%s", out)
+	}
+	if v, err := n.Metric("weft_ready"); err != nil || v != 1 {
+		t.Fatalf("weft_ready = %v (%v), want 1", v, err)
+	}
+}
