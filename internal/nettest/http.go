@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"testing"
 	"time"
 )
 
@@ -47,4 +48,41 @@ func (n *NS) HTTPGet(url string) (int, string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b), err
+}
+
+// ForwardLoopback makes target (an address on the host's loopback, for
+// example a kube-apiserver on 127.0.0.1:6443) reachable from inside the
+// namespace at the same address: it listens on that address in the
+// namespace and relays each connection to target, dialled from the test
+// process. Traffic stays on the loopback of either side. It stops when the
+// test ends.
+func (n *NS) ForwardLoopback(tb testing.TB, target string) {
+	tb.Helper()
+	ln, err := n.Listen("tcp", target)
+	if err != nil {
+		tb.Fatalf("forward %s into %s: %v", target, n.Name, err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go relay(c, target)
+		}
+	}()
+}
+
+func relay(c net.Conn, target string) {
+	defer c.Close()
+	up, err := net.DialTimeout("tcp", target, 5*time.Second)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	done := make(chan struct{}, 2)
+	go func() { io.Copy(up, c); done <- struct{}{} }()
+	go func() { io.Copy(c, up); done <- struct{}{} }()
+	<-done
 }

@@ -40,6 +40,8 @@ type Cluster struct {
 	weftd     string
 	weft      string
 	v6        netip.Prefix // underlay IPv6 prefix for dual-stack; invalid if none
+	// OnNode, if set, runs on every new node before weftd starts there.
+	OnNode func(*Node)
 }
 
 // Options shape a cluster.
@@ -147,6 +149,9 @@ func (c *Cluster) AddNode(label string, args ...string) *Node {
 		LogFile: filepath.Join(dir, "weftd.log"), Args: args}
 	n.CNI = plugintest.NewNode(c.T, h.NS, c.weft, n.SubnetFile, plugintest.Options{DataDir: filepath.Join(dir, "cni")})
 	c.Nodes = append(c.Nodes, n)
+	if c.OnNode != nil {
+		c.OnNode(n)
+	}
 	n.Start()
 	c.T.Cleanup(func() {
 		n.Stop()
@@ -296,3 +301,6 @@ func runOutput(bin string, args ...string) (string, error) {
 	b, err := cmd.CombinedOutput()
 	return string(b), err
 }
+
+// ModuleRootDir is the repository root.
+func ModuleRootDir(tb testing.TB) string { return nettest.ModuleRoot(tb) }

@@ -1,0 +1,191 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/weft-net/weft/internal/kubetest"
+)
+
+// TestKubernetesMode runs weftd --kube-subnet-mgr on node namespaces against
+// a real kube-apiserver, as the ServiceAccount of kube-manifests/ under its
+// RBAC, with podCIDRs assigned by kube-controller-manager.
+func TestKubernetesMode(t *testing.T) {
+	k := kubetest.Start(t)
+	k.StartControllerManager(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	netConf := applyManifests(ctx, t, k)
+	kubeconfig := serviceAccountKubeconfig(ctx, t, k)
+
+	c := NewCluster(t, Options{Nodes: 0})
+	apiserver := strings.TrimPrefix(k.Admin.Host, "https://")
+	c.OnNode = func(n *Node) { n.ForwardLoopback(t, apiserver) }
+	kubeArgs := func(name string) []string {
+		return []string{"--kube-subnet-mgr", "--kubeconfig", kubeconfig, "--node-name", name, "--net-config-path", netConf}
+	}
+	// n3's weftd starts before its Node exists: it waits, then comes up.
+	n3 := c.AddNode("n3", kubeArgs("n3")...)
+	for _, name := range []string{"n1", "n2"} {
+		createNode(ctx, t, k, name)
+	}
+	n1, n2 := c.AddNode("n1", kubeArgs("n1")...), c.AddNode("n2", kubeArgs("n2")...)
+	n1.WaitReady()
+	n2.WaitReady()
+	time.Sleep(time.Second)
+	createNode(ctx, t, k, "n3")
+	n3.WaitReady()
+
+	a, b := n1.CNI.AddPod(t, "a"), n3.CNI.AddPod(t, "b")
+	Eventually(t, 5*time.Second, "pod on n1 → pod on n3", func() error { return Ping(a.NS, b.IP) })
+	if err := Ping(b.NS, a.IP); err != nil {
+		t.Errorf("pod on n3 → pod on n1: %v", err)
+	}
+
+	for _, n := range []*Node{n1, n2, n3} {
+		node, err := k.Client.CoreV1().Nodes().Get(ctx, n.Label, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := n.Subnet().String(); got != node.Spec.PodCIDR {
+			t.Errorf("%s: subnet file says %s, podCIDR is %s", n.Label, got, node.Spec.PodCIDR)
+		}
+		checkAnnotations(t, n, node)
+	}
+
+	gone := n2.Subnet()
+	if err := k.Client.CoreV1().Nodes().Delete(ctx, "n2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	took := Eventually(t, 2*time.Second, "n2's subnet gone from n1's kernel", func() error {
+		if strings.Contains(n1.MustRun(t, "ip", "route", "show", "dev", device), gone.String()) {
+			return fmt.Errorf("route to %s still there", gone)
+		}
+		return nil
+	})
+	t.Logf("Node deleted → peer state gone on n1 in %s", took.Round(time.Millisecond))
+	if log, _ := os.ReadFile(n3.LogFile); !strings.Contains(string(log), "retrying") {
+		t.Errorf("n3's weftd did not say it was waiting for its Node:\n%s", tail(string(log), 20))
+	}
+}
+
+func checkAnnotations(t *testing.T, n *Node, node *corev1.Node) {
+	t.Helper()
+	const p = "flannel.alpha.coreos.com/"
+	ann := node.Annotations
+	var data struct {
+		VNI     int
+		VtepMAC string
+	}
+	if err := json.Unmarshal([]byte(ann[p+"backend-data"]), &data); err != nil {
+		t.Errorf("%s: backend-data %q: %v", n.Label, ann[p+"backend-data"], err)
+	}
+	if ann[p+"backend-type"] != "vxlan" || ann[p+"public-ip"] != n.Addr.String() ||
+		ann[p+"kube-subnet-manager"] != "true" || data.VNI != 1 || data.VtepMAC != linkMAC(t, n) {
+		t.Errorf("%s: annotations %v", n.Label, ann)
+	}
+	ok := false
+	for _, c := range node.Status.Conditions {
+		ok = ok || c.Type == corev1.NodeNetworkUnavailable && c.Status == corev1.ConditionFalse
+	}
+	if !ok {
+		t.Errorf("%s: no NetworkUnavailable=False condition: %+v", n.Label, node.Status.Conditions)
+	}
+}
+
+func createNode(ctx context.Context, t *testing.T, k *kubetest.Cluster, name string) {
+	t.Helper()
+	if _, err := k.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// applyManifests creates every object of kube-manifests/kube-weft.yml and
+// returns a file with the net-conf.json of its ConfigMap.
+func applyManifests(ctx context.Context, t *testing.T, k *kubetest.Cluster) string {
+	t.Helper()
+	f, err := os.Open(filepath.Join(ModuleRootDir(t), "kube-manifests", "kube-weft.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dyn, err := dynamic.NewForConfig(k.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, err := restmapper.GetAPIGroupResources(k.Client.Discovery())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDiscoveryRESTMapper(groups)
+	netConf := filepath.Join(t.TempDir(), "net-conf.json")
+	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if len(m) == 0 {
+			continue
+		}
+		o := &unstructured.Unstructured{Object: m}
+		gvk := o.GroupVersionKind()
+		rm, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ri dynamic.ResourceInterface = dyn.Resource(rm.Resource)
+		if o.GetNamespace() != "" {
+			ri = dyn.Resource(rm.Resource).Namespace(o.GetNamespace())
+		}
+		if _, err := ri.Create(ctx, o, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %s %s: %v", gvk.Kind, o.GetName(), err)
+		}
+		if gvk.Kind == "ConfigMap" {
+			conf, _, _ := unstructured.NestedString(o.Object, "data", "net-conf.json")
+			if err := os.WriteFile(netConf, []byte(conf), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return netConf
+}
+
+// serviceAccountKubeconfig writes a kubeconfig that authenticates as the
+// manifests' ServiceAccount.
+func serviceAccountKubeconfig(ctx context.Context, t *testing.T, k *kubetest.Cluster) string {
+	t.Helper()
+	cfg, err := k.ServiceAccountConfig(ctx, "kube-weft", "weft")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["k"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData, CertificateAuthority: cfg.CAFile}
+	kc.AuthInfos["weft"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
+	kc.Contexts["weft"] = &clientcmdapi.Context{Cluster: "k", AuthInfo: "weft"}
+	kc.CurrentContext = "weft"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
