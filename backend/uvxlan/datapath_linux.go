@@ -2,6 +2,7 @@ package uvxlan
 
 import (
 	"fmt"
+	"io"
 	"net/netip"
 )
 
@@ -24,13 +25,15 @@ func (dp *datapath) openSockets() error {
 	if dp.vnet {
 		role = roleRecvGRO
 	}
-	rx, err := listenUDP(netip.AddrPortFrom(cfg.Local, uint16(cfg.Port)), role)
-	if err != nil {
-		return err
+	for range cfg.Queues {
+		rx, err := listenUDP(netip.AddrPortFrom(cfg.Local, uint16(cfg.Port)), role, cfg.Queues > 1)
+		if err != nil {
+			return err
+		}
+		dp.rxs = append(dp.rxs, rx)
 	}
-	dp.rx = rx
 	for range cfg.SourcePorts {
-		tx, err := listenUDP(netip.AddrPortFrom(cfg.Local, 0), roleSend)
+		tx, err := listenUDP(netip.AddrPortFrom(cfg.Local, 0), roleSend, false)
 		if err != nil {
 			return err
 		}
@@ -80,22 +83,23 @@ func (dp *datapath) sendSegments(s *sender, frame []byte, h vnetHdr, out []byte)
 	}
 }
 
-// ingress moves datagrams from the VXLAN socket to the TAP until the socket
-// is closed.
-func (dp *datapath) ingress() error {
+// ingress moves datagrams from receive socket q to TAP queue q until the
+// socket is closed.
+func (dp *datapath) ingress(q int) error {
 	count, size := plainBatch, plainBuf
 	if dp.vnet {
 		count, size = offloadBatch, offloadBuf
 	}
 	r := newRecvBatch(count, size)
-	deliver := dp.writeTAP
+	tap := dp.taps[q]
+	deliver := func(b []byte) error { return dp.writeTAP(tap, b) }
 	var gro *coalescer
 	if dp.vnet {
-		gro = newCoalescer(func(b []byte) error { return dp.writeTAP(b) })
+		gro = newCoalescer(deliver)
 		deliver = gro.add
 	}
 	for {
-		n, err := dp.rx.recv(r)
+		n, err := dp.rxs[q].recv(r)
 		if err != nil {
 			if dp.closing.Load() {
 				return nil
@@ -146,8 +150,8 @@ func (dp *datapath) receive(ps *peers, pkt []byte, src netip.Addr, seg int, deli
 }
 
 // writeTAP writes one frame (with its virtio-net header when offloads are on).
-func (dp *datapath) writeTAP(b []byte) error {
-	if _, err := dp.tap.Write(b); err != nil {
+func (dp *datapath) writeTAP(tap io.Writer, b []byte) error {
+	if _, err := tap.Write(b); err != nil {
 		dp.b.ctr.drop(DropTAPWrite)
 		return err
 	}

@@ -23,10 +23,10 @@ type datapath struct {
 	h         *netlink.Handle
 	ownHandle bool
 	linkIndex int
-	tap       io.ReadWriteCloser
-	vnet      bool         // the TAP carries a virtio-net header (offloads on)
-	rx        *udpSocket   // bound to the VXLAN port
-	tx        []*udpSocket // one per source port
+	taps      []io.ReadWriteCloser // one per queue
+	vnet      bool                 // the TAP carries a virtio-net header (offloads on)
+	rxs       []*udpSocket         // bound to the VXLAN port, one per queue
+	tx        []*udpSocket         // one per source port
 	overlay   *backend.Overlay
 	closing   atomic.Bool // set by close: the loops' errors are expected
 }
@@ -94,23 +94,27 @@ func handleIn(path string) (*netlink.Handle, error) {
 // /dev/net/tun itself (openVnetTAP).
 func (dp *datapath) openTAP() error {
 	cfg := dp.b.cfg
-	if cfg.Plain {
-		wc := water.Config{DeviceType: water.TAP}
-		wc.Name = cfg.Name
-		wc.Persist = true
-		ifce, err := water.New(wc)
-		if err != nil {
-			return fmt.Errorf("open tap %s: %w", cfg.Name, err)
+	multi := cfg.Queues > 1
+	for range cfg.Queues {
+		if cfg.Plain {
+			wc := water.Config{DeviceType: water.TAP}
+			wc.Name = cfg.Name
+			wc.Persist = true
+			wc.MultiQueue = multi
+			ifce, err := water.New(wc)
+			if err != nil {
+				return fmt.Errorf("open tap %s: %w", cfg.Name, err)
+			}
+			// water's Interface is not a syscall.Conn; the file inside it is.
+			dp.taps = append(dp.taps, ifce.ReadWriteCloser)
+			continue
 		}
-		// water's Interface is not a syscall.Conn; the file inside it is.
-		dp.tap = ifce.ReadWriteCloser
-		return nil
+		f, err := openVnetTAP(cfg.Name, multi)
+		if err != nil {
+			return err
+		}
+		dp.taps, dp.vnet = append(dp.taps, f), true
 	}
-	f, err := openVnetTAP(cfg.Name)
-	if err != nil {
-		return err
-	}
-	dp.tap, dp.vnet = f, true
 	return nil
 }
 
@@ -124,7 +128,7 @@ type ifreq struct {
 // openVnetTAP opens a persistent TAP with a 10-byte virtio-net header in
 // front of every frame and TSO/checksum offloads, non-blocking so that the
 // Go poller can wake a blocked Read on Close.
-func openVnetTAP(name string) (*os.File, error) {
+func openVnetTAP(name string, multi bool) (*os.File, error) {
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open /dev/net/tun: %w", err)
@@ -136,6 +140,9 @@ func openVnetTAP(name string) (*os.File, error) {
 	var req ifreq
 	copy(req.name[:], name)
 	req.flags = unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_VNET_HDR
+	if multi {
+		req.flags |= unix.IFF_MULTI_QUEUE
+	}
 	if err := ioctlPtr(fd, unix.TUNSETIFF, unsafe.Pointer(&req)); err != nil {
 		return fail("TUNSETIFF", err)
 	}
@@ -208,11 +215,11 @@ func equalMAC(a net.HardwareAddr, b []byte) bool { return string(a) == string(b)
 // close releases what open acquired. The device itself stays (persistent).
 func (dp *datapath) close() {
 	dp.closing.Store(true)
-	if dp.tap != nil {
-		dp.tap.Close()
+	for _, t := range dp.taps {
+		t.Close()
 	}
-	if dp.rx != nil {
-		dp.rx.close()
+	for _, s := range dp.rxs {
+		s.close()
 	}
 	for _, s := range dp.tx {
 		s.close()

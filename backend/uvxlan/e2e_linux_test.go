@@ -3,6 +3,7 @@ package uvxlan
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/weft-net/weft/internal/nettest"
@@ -30,15 +31,21 @@ func TestEndToEnd(t *testing.T) {
 		{"uvxlan-kernel", true, false, "192.168.77.0/24", 100 << 20, subnetA, subnetB},
 		{"uvxlan-kernel-plain", true, true, "192.168.77.0/24", 20 << 20, subnetA, subnetB},
 		{"uvxlan-uvxlan-ipv6", false, false, "fd77::/64", 50 << 20, subnet6A, subnet6B},
+		{"uvxlan-kernel-2-queues", true, false, "192.168.77.0/24", 50 << 20, subnetA, subnetB},
+		{"uvxlan-uvxlan-plain-2-queues", false, true, "192.168.77.0/24", 20 << 20, subnetA, subnetB},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u := nettest.NewUnderlay(t, netip.MustParsePrefix(tc.underlay), 1500)
-			a := newUVNode(t, u, "a", tc.a, tc.plain)
+			queues := 1
+			if strings.HasSuffix(tc.name, "2-queues") {
+				queues = 2
+			}
+			a := newUVNode(t, u, "a", tc.a, tc.plain, queues)
 			var b *testNode
 			if tc.kernel {
 				b = newKernelNode(t, u, "b", tc.b)
 			} else {
-				b = newUVNode(t, u, "b", tc.b, tc.plain)
+				b = newUVNode(t, u, "b", tc.b, tc.plain, queues)
 			}
 			connect(t, a, b)
 			for _, d := range []struct {

@@ -57,11 +57,11 @@ func (b *tapBatch) read(fd uintptr) bool {
 // frame returns read i with the room in front of it.
 func (b *tapBatch) frame(i int) []byte { return b.bufs[i][:b.at+b.lens[i]] }
 
-// egress moves frames from the TAP to the peers until the TAP is closed.
+// egress moves frames from TAP queue q to the peers until the TAP is closed.
 // Plain frames are queued and leave in one sendmmsg per socket run; TSO
 // super-frames are segmented and leave with UDP GSO (sendSegments).
-func (dp *datapath) egress() error {
-	rc, err := dp.tap.(syscall.Conn).SyscallConn()
+func (dp *datapath) egress(q int) error {
+	rc, err := dp.taps[q].(syscall.Conn).SyscallConn()
 	if err != nil {
 		return fmt.Errorf("tap: %w", err)
 	}

@@ -80,7 +80,7 @@ func waitDAD(t *testing.T, h *nettest.Host) {
 }
 
 // newUVNode starts a userspace VXLAN node; the backend stops at test end.
-func newUVNode(t *testing.T, u *nettest.Underlay, label string, sn netip.Prefix, plain bool) *testNode {
+func newUVNode(t *testing.T, u *nettest.Underlay, label string, sn netip.Prefix, plain bool, queues ...int) *testNode {
 	t.Helper()
 	n := &testNode{host: u.AddHost(t, label, "eth0"), subnet: sn, mtu: backend.OverlayMTU(u.MTU, u.Prefix.Addr().Is6())}
 	n.mac = backend.VTEPMAC(n.host.Addr, 1)
@@ -89,6 +89,9 @@ func newUVNode(t *testing.T, u *nettest.Underlay, label string, sn netip.Prefix,
 	cfg := Config{
 		Handle: n.host.Handle, NetNS: n.host.Path, Local: n.host.Addr, MAC: n.mac,
 		MTU: n.mtu, Plain: plain, Reconcile: 200 * time.Millisecond,
+	}
+	if len(queues) > 0 {
+		cfg.Queues = queues[0]
 	}
 	if sn.Addr().Is6() {
 		cfg.Subnet6 = sn

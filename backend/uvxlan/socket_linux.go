@@ -1,6 +1,7 @@
 package uvxlan
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -34,15 +35,25 @@ const (
 // listenUDP opens a UDP socket on local in the current namespace: without
 // DF (IP_PMTUDISC_DONT, as kernel VXLAN sends), with a 4 MB send buffer
 // and, for receiving, a 4 MB receive buffer and UDP GRO if asked.
-func listenUDP(local netip.AddrPort, role int) (*udpSocket, error) {
+// With reusePort, several sockets share local (SO_REUSEPORT).
+func listenUDP(local netip.AddrPort, role int, reusePort bool) (*udpSocket, error) {
 	network := "udp4"
 	if local.Addr().Is6() {
 		network = "udp6"
 	}
-	conn, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(local))
+	lc := net.ListenConfig{}
+	if reusePort {
+		lc.Control = func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			err := c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1) })
+			return errors.Join(err, serr)
+		}
+	}
+	pc, err := lc.ListenPacket(context.Background(), network, netip.AddrPort.String(local))
 	if err != nil {
 		return nil, fmt.Errorf("listen udp %s: %w", local, err)
 	}
+	conn := pc.(*net.UDPConn)
 	s := &udpSocket{conn: conn}
 	if s.rc, err = conn.SyscallConn(); err != nil {
 		conn.Close()

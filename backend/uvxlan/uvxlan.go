@@ -42,6 +42,13 @@ type Config struct {
 	// UDP GSO/GRO are not used. It exists for comparison and as a fallback
 	// for kernels without TAP offloads.
 	Plain bool
+	// Queues is how many TAP queues and receive sockets there are, each with
+	// its own egress and ingress goroutine; default 1. With more, the TAP is
+	// multi-queue (the kernel spreads flows over the queues) and the receive
+	// sockets share the port with SO_REUSEPORT (the kernel spreads peers'
+	// source ports over them). A persistent TAP keeps its queue mode: change
+	// Queues between 1 and more only after RemoveDevice.
+	Queues int
 	// SourcePorts is how many UDP sockets, each on its own ephemeral port of
 	// the local port range, encapsulated frames leave from; the inner flow
 	// hash picks one. Default 16.
@@ -67,6 +74,9 @@ func (c *Config) setDefaults() error {
 	if c.MTU == 0 {
 		c.MTU = backend.OverlayMTU(1500, c.Local.Is6())
 	}
+	if c.Queues == 0 {
+		c.Queues = 1
+	}
 	if c.SourcePorts == 0 {
 		c.SourcePorts = 16
 	}
@@ -90,6 +100,8 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("subnet %s is not IPv4", c.Subnet)
 	case c.Subnet6.IsValid() && !c.Subnet6.Addr().Is6():
 		return fmt.Errorf("subnet6 %s is not IPv6", c.Subnet6)
+	case c.Queues < 1 || c.Queues > 16:
+		return fmt.Errorf("queues %d out of range", c.Queues)
 	case c.SourcePorts < 1 || c.SourcePorts > 256:
 		return fmt.Errorf("source ports %d out of range", c.SourcePorts)
 	}
@@ -176,8 +188,10 @@ func (b *Backend) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	loop("egress", dp.egress)
-	loop("ingress", dp.ingress)
+	for q := range b.cfg.Queues {
+		loop(fmt.Sprintf("egress %d", q), func() error { return dp.egress(q) })
+		loop(fmt.Sprintf("ingress %d", q), func() error { return dp.ingress(q) })
+	}
 	loop("reconcile", func() error { return b.reconcileLoop(ctx, dp) })
 	<-ctx.Done()
 	dp.close()

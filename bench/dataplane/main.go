@@ -33,6 +33,7 @@ type options struct {
 	dur     time.Duration
 	reps    int
 	pings   int
+	queues  int
 	verbose bool
 }
 
@@ -53,6 +54,7 @@ func run(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.dur, "time", 10*time.Second, "duration of one iperf3 run")
 	fs.IntVar(&o.reps, "reps", 3, "repetitions per figure (the median is reported)")
 	fs.IntVar(&o.pings, "pings", 200, "pings for the latency percentiles")
+	fs.IntVar(&o.queues, "queues", 1, "uvxlan TAP queues / receive sockets per node (Config.Queues)")
 	fs.BoolVar(&o.verbose, "v", false, "log the backend")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of this process (the uvxlan dataplanes) to `file`")
 	if err := fs.Parse(args); err != nil {

@@ -29,7 +29,7 @@ type result struct {
 
 func measure(ctx context.Context, mode string, o options, log *slog.Logger) (result, error) {
 	r := result{mode: mode}
-	t, err := build(ctx, mode, log)
+	t, err := build(ctx, mode, o.queues, log)
 	if err != nil {
 		return r, err
 	}

@@ -70,7 +70,7 @@ func (t *topology) newNS(label string) (*nettest.NS, error) {
 
 // build creates the two hosts and, unless mode is "underlay", their pods and
 // the overlay of the given kind.
-func build(ctx context.Context, mode string, log *slog.Logger) (t *topology, err error) {
+func build(ctx context.Context, mode string, queues int, log *slog.Logger) (t *topology, err error) {
 	t = &topology{}
 	defer func() {
 		if err != nil {
@@ -104,7 +104,7 @@ func build(ctx context.Context, mode string, log *slog.Logger) (t *topology, err
 	case "kernel":
 		err = t.kernelVXLAN()
 	case "uvxlan", "uvxlan-plain":
-		err = t.userVXLAN(ctx, mode == "uvxlan-plain", log)
+		err = t.userVXLAN(ctx, mode == "uvxlan-plain", queues, log)
 	default:
 		err = fmt.Errorf("unknown mode %q", mode)
 	}
@@ -176,12 +176,12 @@ func (t *topology) kernelVXLAN() error {
 }
 
 // userVXLAN runs weft's userspace backend in this process on both hosts.
-func (t *topology) userVXLAN(ctx context.Context, plain bool, log *slog.Logger) error {
+func (t *topology) userVXLAN(ctx context.Context, plain bool, queues int, log *slog.Logger) error {
 	for _, p := range [][2]*node{{t.a, t.b}, {t.b, t.a}} {
 		n, peer := p[0], p[1]
 		b, err := uvxlan.New(uvxlan.Config{
 			Handle: n.host.Handle, NetNS: n.host.Path, Local: n.addr, MAC: backend.VTEPMAC(n.addr, 1),
-			MTU: overlayMTU, Subnet: n.subnet, Plain: plain,
+			MTU: overlayMTU, Subnet: n.subnet, Plain: plain, Queues: queues,
 		}, log)
 		if err != nil {
 			return err
