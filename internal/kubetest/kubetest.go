@@ -72,9 +72,9 @@ type Cluster struct {
 	// Dir holds the state, certificates, keys and logs of the processes.
 	Dir string
 
+	owner      testing.TB // the test that started the cluster; its end stops everything
 	bin        string
 	kubeconfig string
-	log        func(format string, args ...any)
 	cm         *process
 }
 
@@ -87,7 +87,7 @@ func Start(t testing.TB) *Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Cluster{Dir: t.TempDir(), bin: bin, log: t.Logf}
+	c := &Cluster{Dir: t.TempDir(), bin: bin, owner: t}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	if err := c.start(ctx, t); err != nil {
@@ -131,7 +131,8 @@ func (c *Cluster) startEtcd(ctx context.Context, t testing.TB) (string, error) {
 
 // StartControllerManager runs kube-controller-manager with only the node
 // IPAM controller, allocating ClusterCIDR in /NodeMaskSize blocks. Call it
-// once; it is stopped when t ends.
+// once, from the test that started the cluster or one of its subtests (t
+// is only failed on error); it runs until the cluster stops.
 func (c *Cluster) StartControllerManager(t testing.TB) {
 	t.Helper()
 	if c.cm != nil {
@@ -141,7 +142,7 @@ func (c *Cluster) StartControllerManager(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := startProcess(t, c.Dir, "kube-controller-manager", filepath.Join(c.bin, "kube-controller-manager"),
+	p, err := startProcess(c.owner, c.Dir, "kube-controller-manager", filepath.Join(c.bin, "kube-controller-manager"),
 		"--kubeconfig="+c.kubeconfig,
 		"--authentication-kubeconfig="+c.kubeconfig,
 		"--authorization-kubeconfig="+c.kubeconfig,
