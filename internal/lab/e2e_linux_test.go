@@ -97,6 +97,9 @@ func TestLabUpAfterKill(t *testing.T) {
 			t.Fatalf("weftd of %s died with lab up: nothing left to clean, the test proves nothing", n.Name)
 		}
 	}
+	if names, _ := ownedNamespaces(st1.Prefix); len(names) != len(st1.Names()) {
+		t.Fatalf("after SIGKILL: namespaces %v, lab.json lists %v", names, st1.Names())
+	}
 	out, _ := run(t, bin, "lab", "status", "--state-dir", dir)
 	if !strings.Contains(out, "NOT running") {
 		t.Fatalf("status of a killed lab:\n%s", out)
