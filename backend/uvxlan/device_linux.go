@@ -184,7 +184,7 @@ func (dp *datapath) configureLink() error {
 			return fmt.Errorf("set mtu of %s: %w", cfg.Name, err)
 		}
 	}
-	for _, p := range []netip.Prefix{cfg.Subnet, cfg.Subnet6} {
+	for _, p := range []netip.Prefix{cfg.Subnet, cfg.IPv6Subnet} {
 		if !p.IsValid() {
 			continue
 		}

@@ -94,7 +94,7 @@ func newUVNode(t *testing.T, u *nettest.Underlay, label string, sn netip.Prefix,
 		cfg.Queues = queues[0]
 	}
 	if sn.Addr().Is6() {
-		cfg.Subnet6 = sn
+		cfg.IPv6Subnet = sn
 	} else {
 		cfg.Subnet = sn
 	}

@@ -26,16 +26,25 @@ type Config struct {
 	// Empty means the namespace of the calling process.
 	NetNS string
 
+	// One Backend carries one address family, as in Flannel: IPv4 subnets
+	// over an IPv4 underlay (Local and Subnet), or IPv6 subnets over an IPv6
+	// underlay (Local and IPv6Subnet). A dual-stack node runs two, the
+	// second with its own Name (for example "weft-u6.1").
+
 	Name  string     // TAP device name; default DeviceName(VNI)
 	VNI   int        // VXLAN network identifier; default 1
 	Port  int        // UDP port, ours and the peers'; default 8472
-	Local netip.Addr // this node's underlay address (IPv4, or IPv6)
-	MAC   subnet.MAC // VTEP MAC, from backend.VTEPMAC
-	MTU   int        // overlay MTU (underlay MTU − 50 on IPv4); default 1450
-	// Subnet is this node's IPv4 subnet: <subnet>.0/32 goes on the TAP.
+	Local netip.Addr // this node's underlay address, IPv4 or IPv6
+	// MAC is the VTEP MAC the node advertises in its lease; zero means
+	// backend.VTEPMAC(Local, VNI). It must be stable across restarts.
+	MAC subnet.MAC
+	MTU int // overlay MTU (underlay MTU − 50 on IPv4, − 70 on IPv6); default for 1500
+	// Subnet is this node's IPv4 subnet when Local is IPv4: <Subnet>.0/32
+	// goes on the TAP.
 	Subnet netip.Prefix
-	// Subnet6 is this node's IPv6 subnet (optional): <subnet>::/128 goes on the TAP.
-	Subnet6 netip.Prefix
+	// IPv6Subnet is this node's IPv6 subnet when Local is IPv6:
+	// <IPv6Subnet>::/128 goes on the TAP.
+	IPv6Subnet netip.Prefix
 
 	// Plain turns the offloads off: the TAP is opened with water (which
 	// cannot set IFF_VNET_HDR), every frame costs a TAP read or write, and
@@ -71,6 +80,9 @@ func (c *Config) setDefaults() error {
 	if c.Name == "" {
 		c.Name = DeviceName(c.VNI)
 	}
+	if c.MAC.IsZero() && c.Local.IsValid() {
+		c.MAC = backend.VTEPMAC(c.Local.Unmap(), c.VNI)
+	}
 	if c.MTU == 0 {
 		c.MTU = backend.OverlayMTU(1500, c.Local.Is6())
 	}
@@ -92,14 +104,14 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("device name %q longer than 15 bytes", c.Name)
 	case !c.Local.IsValid():
 		return errors.New("no local underlay address")
-	case c.MAC.IsZero() || c.MAC[0]&1 != 0:
+	case c.MAC[0]&1 != 0:
 		return fmt.Errorf("vtep mac %s is not a unicast address", c.MAC)
 	case c.MTU < 576 || c.MTU > 65000:
 		return fmt.Errorf("mtu %d out of range", c.MTU)
-	case c.Subnet.IsValid() && !c.Subnet.Addr().Is4():
-		return fmt.Errorf("subnet %s is not IPv4", c.Subnet)
-	case c.Subnet6.IsValid() && !c.Subnet6.Addr().Is6():
-		return fmt.Errorf("subnet6 %s is not IPv6", c.Subnet6)
+	case c.Subnet.IsValid() && (!c.Subnet.Addr().Is4() || c.Local.Unmap().Is6()):
+		return fmt.Errorf("subnet %s needs an IPv4 subnet and local address", c.Subnet)
+	case c.IPv6Subnet.IsValid() && (!c.IPv6Subnet.Addr().Is6() || !c.Local.Unmap().Is6()):
+		return fmt.Errorf("ipv6 subnet %s needs an IPv6 subnet and local address", c.IPv6Subnet)
 	case c.Queues < 1 || c.Queues > 16:
 		return fmt.Errorf("queues %d out of range", c.Queues)
 	case c.SourcePorts < 1 || c.SourcePorts > 256:
