@@ -38,6 +38,7 @@ docker=/usr/bin/docker # the engine's own client, whatever else is on PATH
 d="$(mktemp -d /tmp/weft-image.XXXXXX)"
 dockerd_pid=""
 cleanup() {
+	set +e
 	if [ -n "$dockerd_pid" ] && kill -0 "$dockerd_pid" 2>/dev/null; then
 		kill -TERM "$dockerd_pid" 2>/dev/null || true
 		for _ in $(seq 1 100); do
@@ -47,8 +48,8 @@ cleanup() {
 		kill -KILL "$dockerd_pid" 2>/dev/null || true
 	fi
 	# dockerd may leave its overlay mounts behind if it was killed
-	grep -o " $d/[^ ]*" /proc/self/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
-	rm -rf "$d"
+	grep -o " $d/[^ ]*" /proc/self/mounts | sort -r | while read -r m; do umount -l "$m"; done
+	rm -rf "$d" || log "cannot remove $d"
 }
 trap cleanup EXIT
 
