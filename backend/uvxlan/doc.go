@@ -9,7 +9,7 @@
 // # What it programs
 //
 // A persistent TAP named weft-u.<VNI> with the node's VTEP MAC, the overlay
-// MTU, the address <subnet>.0/32 (or <subnet6>::/128) and no IPv6
+// MTU, the address <Subnet>.0/32 (or <IPv6Subnet>::/128) and no IPv6
 // link-local address (it would only emit solicitations nobody can answer).
 // As in Flannel, IPv4 subnets travel over an IPv4 underlay and IPv6 subnets
 // over an IPv6 one; a dual-stack node runs one Backend per family, each with
