@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -138,11 +139,14 @@ func newDataplane(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u
 		}
 		return daemon.Dataplane{Backend: b, Cleanup: func() error { return uvxlan.RemoveDevice(h, vc.VNI) }}, nil
 	case subnet.BackendTypeUVXLAN:
-		uc := uvxlan.Config{Handle: h, VNI: vc.VNI, Port: vc.Port, MTU: mtu, Subnet: lease.Subnet, Subnet6: lease.IPv6Subnet}
-		if lease.Subnet.IsValid() {
-			uc.Local, uc.MAC = vc.Local, vc.MAC
-		} else {
-			uc.Local, uc.MAC = vc.LocalIPv6, vc.MACv6
+		// One uvxlan backend carries one address family.
+		if lease.Subnet.IsValid() && lease.IPv6Subnet.IsValid() {
+			return daemon.Dataplane{}, errors.New("uvxlan does not carry dual-stack yet: use the vxlan backend for dual-stack nodes")
+		}
+		uc := uvxlan.Config{Handle: h, VNI: vc.VNI, Port: vc.Port, MTU: mtu,
+			Local: vc.Local, MAC: vc.MAC, Subnet: lease.Subnet}
+		if lease.IPv6Subnet.IsValid() {
+			uc.Local, uc.MAC, uc.IPv6Subnet = vc.LocalIPv6, vc.MACv6, lease.IPv6Subnet
 		}
 		b, err := uvxlan.New(uc, log)
 		if err != nil {
