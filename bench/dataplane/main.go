@@ -48,7 +48,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("dataplane", flag.ContinueOnError)
-	modes := fs.String("modes", "underlay,kernel,uvxlan", "comma-separated modes: underlay, kernel, uvxlan, uvxlan-plain")
+	modes := fs.String("modes", "underlay,kernel,weft-vxlan,uvxlan", "comma-separated modes: underlay, kernel (hand-made kernel VXLAN), weft-vxlan (weft's kernel backend), uvxlan, uvxlan-plain")
 	quick := fs.Bool("quick", false, "3 s runs, one repetition")
 	var o options
 	fs.DurationVar(&o.dur, "time", 10*time.Second, "duration of one iperf3 run")

@@ -10,6 +10,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/backend/uvxlan"
+	"github.com/weft-net/weft/backend/vxlan"
 	"github.com/weft-net/weft/internal/nettest"
 	"github.com/weft-net/weft/vtep"
 	"golang.org/x/sys/unix"
@@ -103,6 +104,8 @@ func build(ctx context.Context, mode string, queues int, log *slog.Logger) (t *t
 	switch mode {
 	case "kernel":
 		err = t.kernelVXLAN()
+	case "weft-vxlan":
+		err = t.weftVXLAN(ctx, log)
 	case "uvxlan", "uvxlan-plain":
 		err = t.userVXLAN(ctx, mode == "uvxlan-plain", queues, log)
 	default:
@@ -175,6 +178,47 @@ func (t *topology) kernelVXLAN() error {
 	return nil
 }
 
+// weftVXLAN runs weft's kernel VXLAN backend (backend/vxlan) in this
+// process on both hosts: the same kernel data path as "kernel", programmed
+// by weft.
+func (t *topology) weftVXLAN(ctx context.Context, log *slog.Logger) error {
+	for _, p := range [][2]*node{{t.a, t.b}, {t.b, t.a}} {
+		n, peer := p[0], p[1]
+		l, err := n.host.Handle.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		b, err := vxlan.New(vxlan.Config{Handle: n.host.Handle, NetNS: n.host.Path, UnderlayIndex: l.Attrs().Index,
+			Local: n.addr, Subnet: n.subnet, MTU: overlayMTU}, log)
+		if err != nil {
+			return err
+		}
+		if err := t.start(ctx, b, vtep.Table{peer.subnet: {MAC: backend.VTEPMAC(peer.addr, 1), Addr: peer.addr}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// start runs a backend until the topology closes and waits until it has
+// programmed table.
+func (t *topology) start(ctx context.Context, b backend.Backend, table vtep.Table) error {
+	ctx, cancel := context.WithCancel(ctx)
+	exited := make(chan struct{})
+	var runErr error
+	go func() { runErr = b.Run(ctx); close(exited) }()
+	t.stop = append(t.stop, func() { cancel(); <-exited })
+	b.Set(table)
+	select {
+	case <-b.Ready():
+		return nil
+	case <-exited:
+		return errors.Join(errors.New("backend stopped"), runErr)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // userVXLAN runs weft's userspace backend in this process on both hosts.
 func (t *topology) userVXLAN(ctx context.Context, plain bool, queues int, log *slog.Logger) error {
 	for _, p := range [][2]*node{{t.a, t.b}, {t.b, t.a}} {
@@ -186,19 +230,9 @@ func (t *topology) userVXLAN(ctx context.Context, plain bool, queues int, log *s
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithCancel(ctx)
-		exited := make(chan struct{})
-		var runErr error
-		go func() { runErr = b.Run(ctx); close(exited) }()
-		t.stop = append(t.stop, func() { cancel(); <-exited })
 		t.backend = append(t.backend, b)
-		b.Set(vtep.Table{peer.subnet: {MAC: backend.VTEPMAC(peer.addr, 1), Addr: peer.addr}})
-		select {
-		case <-b.Ready():
-		case <-exited:
-			return errors.Join(errors.New("uvxlan backend stopped"), runErr)
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := t.start(ctx, b, vtep.Table{peer.subnet: {MAC: backend.VTEPMAC(peer.addr, 1), Addr: peer.addr}}); err != nil {
+			return err
 		}
 	}
 	return nil
