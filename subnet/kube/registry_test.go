@@ -225,6 +225,37 @@ func TestRegistry(t *testing.T) {
 		}
 	})
 
+	t.Run("dual stack writes the IPv6 annotations too", func(t *testing.T) {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-d"}}
+		n.Spec.PodCIDR, n.Spec.PodCIDRs = "10.244.200.0/24", []string{"10.244.200.0/24", "fd00:10:244:c8::/64"}
+		if _, err := e.client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		conf := writeNetConf(t, `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}`)
+		r, _ := e.registry(t, "node-d", conf)
+		attrs := vxlanAttrs("192.168.77.4", 0x04)
+		attrs.PublicIPv6 = netip.MustParseAddr("fd77::4")
+		attrs.BackendV6Data = &subnet.VXLANData{VNI: 1, VtepMAC: subnet.MAC{0x4e, 0xfb, 0x7d, 0xbf, 0x6b, 0x64}}
+		l, err := r.Acquire(ctx, attrs, netip.Prefix{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Subnet.String() != "10.244.200.0/24" || l.IPv6Subnet.String() != "fd00:10:244:c8::/64" {
+			t.Errorf("lease subnets %s %s", l.Subnet, l.IPv6Subnet)
+		}
+		got := e.node(t, "node-d").Annotations
+		for k, v := range map[string]string{
+			prefix + "backend-data":    `{"VNI":1,"VtepMAC":"4e:fb:7d:bf:6b:04"}`,
+			prefix + "backend-v6-data": `{"VNI":1,"VtepMAC":"4e:fb:7d:bf:6b:64"}`,
+			prefix + "public-ip":       "192.168.77.4",
+			prefix + "public-ipv6":     "fd77::4",
+		} {
+			if got[k] != v {
+				t.Errorf("annotation %s = %q, want %q", k, got[k], v)
+			}
+		}
+	})
+
 	t.Run("network available condition", func(t *testing.T) {
 		r, _ := e.registry(t, "node-a", e.netConf)
 		if err := r.SetNetworkAvailable(ctx); err != nil {
