@@ -123,13 +123,14 @@ func newDataplane(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u
 		GBP:           cfg.Backend.GBP,
 		Learning:      cfg.Backend.Learning,
 	}
-	if lease.Subnet.IsValid() {
-		vc.Local, vc.Subnet = u.ipv4, lease.Subnet
-		vc.MAC = backend.VTEPMAC(lease.Attrs.PublicIP, cfg.Backend.VNI)
+	// The device MACs are the ones the lease advertises; the local
+	// addresses stay the underlay's even when the advertised public address
+	// is overwritten (a node behind NAT).
+	if lease.Subnet.IsValid() && lease.Attrs.BackendData != nil {
+		vc.Local, vc.Subnet, vc.MAC = u.ipv4, lease.Subnet, lease.Attrs.BackendData.VtepMAC
 	}
-	if lease.IPv6Subnet.IsValid() {
-		vc.LocalIPv6, vc.IPv6Subnet = u.ipv6, lease.IPv6Subnet
-		vc.MACv6 = backend.VTEPMAC(lease.Attrs.PublicIPv6, cfg.Backend.VNI)
+	if lease.IPv6Subnet.IsValid() && lease.Attrs.BackendV6Data != nil {
+		vc.LocalIPv6, vc.IPv6Subnet, vc.MACv6 = u.ipv6, lease.IPv6Subnet, lease.Attrs.BackendV6Data.VtepMAC
 	}
 	switch typ {
 	case subnet.BackendTypeVXLAN:

@@ -74,7 +74,8 @@ func (d *Daemon) acquire(ctx context.Context, attrs subnet.LeaseAttrs, hint neti
 		lease, err := d.cfg.Registry.Acquire(ctx, attrs, hint)
 		if err == nil {
 			d.cfg.Metrics.acquired()
-			d.log.Info("acquired lease", "subnet", lease.Subnet, "ipv6Subnet", lease.IPv6Subnet, "publicIP", attrs.PublicIP, "expires", lease.Expiration)
+			d.log.Info("acquired lease", "subnet", lease.Subnet, "ipv6Subnet", lease.IPv6Subnet,
+				"publicIP", lease.Attrs.PublicIP, "publicIPv6", lease.Attrs.PublicIPv6, "expires", lease.Expiration)
 			return lease, nil
 		}
 		if ctx.Err() != nil {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -33,16 +34,27 @@ func startProcess(t testing.TB, dir, name, path string, args ...string) (*proces
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = dir
 	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("kubetest: start %s: %w", name, err)
-	}
 	p := &process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	started := make(chan error, 1)
 	go func() {
+		// The child's death signal follows the thread that forked it, and
+		// Go ends a thread when a goroutine locked to it exits (namespace
+		// code does that on purpose). Fork from a thread locked here until
+		// the child is gone, so no other goroutine can take it over.
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		p.err = cmd.Wait()
 		logf.Close()
 		close(p.done)
 	}()
+	if err := <-started; err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("kubetest: start %s: %w", name, err)
+	}
 	t.Cleanup(func() {
 		p.stop()
 		if t.Failed() {
