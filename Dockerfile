@@ -32,4 +32,7 @@ LABEL org.opencontainers.image.title="weft" \
 COPY --from=busybox /bin/busybox /bin/busybox
 COPY --from=build /out/ /usr/local/bin/
 ENV PATH=/usr/local/bin:/bin
-ENTRYPOINT ["/usr/local/bin/weftd"]
+# No entrypoint: the binaries are on PATH, so `docker run weft weftd --version`,
+# `docker run weft weftctl leases` and the DaemonSet's commands all work; a
+# bare `docker run weft` runs weftd.
+CMD ["weftd"]
