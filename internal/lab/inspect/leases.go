@@ -109,7 +109,7 @@ func RenderLeases(w io.Writer, ls []subnet.Lease, now time.Time) error {
 
 func ttlLeft(exp, now time.Time) string {
 	if exp.IsZero() {
-		return "none (reservation)"
+		return "no TTL"
 	}
 	d := exp.Sub(now).Round(time.Second)
 	if d <= 0 {

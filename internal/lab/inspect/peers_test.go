@@ -118,7 +118,7 @@ func TestRenderLeases(t *testing.T) {
 	if err := RenderLeases(&b, ls, now); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"1h30m0s", "none (reservation)", "expired", macB.String(), "192.168.77.2"} {
+	for _, want := range []string{"1h30m0s", "no TTL", "expired", macB.String(), "192.168.77.2"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("missing %q in\n%s", want, b.String())
 		}
