@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testlog"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
 	"golang.org/x/sys/unix"
@@ -127,7 +128,7 @@ func TestWireFormat(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cmd := u.NS.Command(ctx, "tcpdump", "-i", nettest.UnderlayBridge, "-U", "-n", "-c", "6", "-w", pcap, "udp")
-	stderr := &syncBuffer{}
+	stderr := &testlog.Buffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -178,23 +179,6 @@ func TestWireFormat(t *testing.T) {
 	if fromA == 0 {
 		t.Fatalf("no datagram from %s among %d captured", a.host.Addr, len(pkts))
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func localPortRange(t *testing.T, n *nettest.NS) (uint16, uint16) {

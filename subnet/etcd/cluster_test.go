@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/weft-net/weft/internal/etcdlocal"
+	"github.com/weft-net/weft/internal/testlog"
 	"github.com/weft-net/weft/subnet"
 )
 
@@ -76,7 +77,7 @@ func TestClusterLeaderKill(t *testing.T) {
 	}
 	t.Cleanup(cl.Close)
 	eps := cl.Endpoints()
-	admin := &testEnv{client: newTestClient(t, eps...), logs: &logBuffer{}}
+	admin := &testEnv{client: newTestClient(t, eps...), logs: &testlog.Buffer{}}
 	admin.put(t, testPrefix+"/config", netConf)
 	opts := Options{TTL: 30 * time.Second, RequestTimeout: 2 * time.Second}
 	reg := admin.registry(opts)
@@ -133,7 +134,7 @@ func TestClusterWatchNoLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	admin := &testEnv{client: newTestClient(t, cl.Endpoints()...), logs: &logBuffer{}}
+	admin := &testEnv{client: newTestClient(t, cl.Endpoints()...), logs: &testlog.Buffer{}}
 	admin.put(t, testPrefix+"/config", netConf)
 	opts := Options{TTL: 30 * time.Second, RequestTimeout: time.Second}
 	ctx := testCtx(t)
@@ -142,7 +143,7 @@ func TestClusterWatchNoLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	lone := cl.Members[0]
-	node := &testEnv{client: newTestClient(t, lone.Endpoint), logs: &logBuffer{}}
+	node := &testEnv{client: newTestClient(t, lone.Endpoint), logs: &testlog.Buffer{}}
 	ch, _ := watchRun(t, node.registry(opts))
 	s := leaseSet{}
 	waitFor(t, ch, s, "the first lease", hasKey(first.Key()))
@@ -180,7 +181,7 @@ type clusterWatch struct {
 // startWatches runs Watches through clients that know every endpoint, their
 // lists starting at different members so that some stream is likely on the
 // leader, and waits until each has seen key.
-func startWatches(t *testing.T, eps []string, opts Options, logs *logBuffer, key string) []clusterWatch {
+func startWatches(t *testing.T, eps []string, opts Options, logs *testlog.Buffer, key string) []clusterWatch {
 	t.Helper()
 	var out []clusterWatch
 	for i := range 2 * len(eps) {

@@ -1,7 +1,6 @@
 package etcd
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/netip"
@@ -13,35 +12,20 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/weft-net/weft/internal/etcdlocal"
+	"github.com/weft-net/weft/internal/testlog"
 	"github.com/weft-net/weft/subnet"
 )
 
 const testPrefix = "/coreos.com/network"
 
-// logBuffer collects log output safely from many goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// testlog.Buffer collects log output safely from many goroutines.
 
 // testEnv is one embedded etcd with a client and a registry on it.
 type testEnv struct {
 	srv    *etcdlocal.Server
 	client *clientv3.Client
 	reg    *Registry
-	logs   *logBuffer
+	logs   *testlog.Buffer
 }
 
 // newEnv starts etcd, writes config (unless empty) and returns a registry
@@ -53,7 +37,7 @@ func newEnv(t *testing.T, config string) *testEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	env := &testEnv{srv: srv, client: newTestClient(t, srv.Endpoint), logs: &logBuffer{}}
+	env := &testEnv{srv: srv, client: newTestClient(t, srv.Endpoint), logs: &testlog.Buffer{}}
 	if config != "" {
 		env.put(t, testPrefix+"/config", config)
 	}
@@ -77,10 +61,10 @@ func newProxiedEnv(t *testing.T, config string) (admin, node *testEnv, proxy *et
 		t.Fatal(err)
 	}
 	t.Cleanup(proxy.Close)
-	admin = &testEnv{srv: srv, client: newTestClient(t, srv.Endpoint), logs: &logBuffer{}}
+	admin = &testEnv{srv: srv, client: newTestClient(t, srv.Endpoint), logs: &testlog.Buffer{}}
 	admin.put(t, testPrefix+"/config", config)
 	admin.reg = admin.registry(Options{TTL: 60 * time.Second})
-	node = &testEnv{srv: srv, client: newTestClient(t, proxy.Endpoint), logs: &logBuffer{}}
+	node = &testEnv{srv: srv, client: newTestClient(t, proxy.Endpoint), logs: &testlog.Buffer{}}
 	return admin, node, proxy
 }
 

@@ -1,7 +1,6 @@
 package kube_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,29 +17,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/weft-net/weft/internal/kubetest"
+	"github.com/weft-net/weft/internal/testlog"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/subnet/kube"
 )
 
 const prefix = kube.DefaultAnnotationPrefix + "/"
 
-// logBuffer collects a registry's log lines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// testlog.Buffer collects a registry's log lines.
 
 // env is one control plane shared by the subtests of a test.
 type env struct {
@@ -64,9 +47,9 @@ func writeNetConf(t *testing.T, js string) string {
 	return p
 }
 
-func (e *env) registry(t *testing.T, node, netConf string) (*kube.Registry, *logBuffer) {
+func (e *env) registry(t *testing.T, node, netConf string) (*kube.Registry, *testlog.Buffer) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	r, err := kube.New(e.client, kube.Options{NodeName: node, ConfigFile: netConf, PodCIDRPoll: 50 * time.Millisecond},
 		slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
