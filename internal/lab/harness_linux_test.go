@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -9,12 +8,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testlog"
 )
 
 // weftctl builds weftctl, weftd and the weft plugin into one directory, so
@@ -34,28 +33,10 @@ func weftctl(t *testing.T) string {
 	return bin
 }
 
-// syncBuffer is a bytes.Buffer safe for a writing child and a reading test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // upProc is a `weftctl lab up` running in the background.
 type upProc struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testlog.Buffer
 	done chan struct{}
 	err  error
 }
@@ -65,7 +46,7 @@ type upProc struct {
 // happened, so a failing test leaves nothing behind either.
 func labUp(t *testing.T, bin, dir string, args ...string) *upProc {
 	t.Helper()
-	p := &upProc{out: &syncBuffer{}, done: make(chan struct{})}
+	p := &upProc{out: &testlog.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, append([]string{"lab", "up", "--state-dir", dir}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {

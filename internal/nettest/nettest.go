@@ -65,13 +65,19 @@ func NewNS(tb testing.TB, label string) *NS {
 	return n
 }
 
-// Create makes a named namespace with lo up. The caller must Delete it.
+// Create makes a namespace named NamePrefix+label+random suffix, with lo
+// up. The caller must Delete it.
 func Create(label string) (*NS, error) {
 	var sfx [3]byte
 	rand.Read(sfx[:])
-	name := NamePrefix + label + "-" + hex.EncodeToString(sfx[:])
-	if len(name) > 200 {
-		return nil, fmt.Errorf("namespace label %q too long", label)
+	return CreateNamed(NamePrefix + label + "-" + hex.EncodeToString(sfx[:]))
+}
+
+// CreateNamed makes the namespace /run/netns/<name> (where iproute2 finds
+// it) with lo up; it fails if the name exists. The caller must Delete it.
+func CreateNamed(name string) (*NS, error) {
+	if len(name) > 200 || strings.ContainsRune(name, '/') {
+		return nil, fmt.Errorf("create netns %q: bad name", name)
 	}
 	if err := os.MkdirAll(RunDir, 0o755); err != nil {
 		return nil, err
@@ -79,7 +85,7 @@ func Create(label string) (*NS, error) {
 	path := filepath.Join(RunDir, name)
 	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
 	if err != nil {
-		return nil, fmt.Errorf("create %s: %w", path, err)
+		return nil, fmt.Errorf("create netns %s: %w", name, err)
 	}
 	f.Close()
 	// Unshare on a dedicated OS thread that is never given back to the Go
@@ -100,24 +106,38 @@ func Create(label string) (*NS, error) {
 	}()
 	if err := <-errc; err != nil {
 		os.Remove(path)
+		return nil, fmt.Errorf("create netns %s: %w", name, err)
+	}
+	n, err := OpenNamed(name)
+	if err != nil {
+		deleteNamed(path)
 		return nil, err
 	}
-	n := &NS{Name: name, Path: path}
-	h, err := HandleAt(path)
-	if err != nil {
+	if err := SetUp(n, "lo"); err != nil {
 		n.Delete()
 		return nil, err
-	}
-	n.Handle = h
-	lo, err := h.LinkByName("lo")
-	if err == nil {
-		err = h.LinkSetUp(lo)
-	}
-	if err != nil {
-		n.Delete()
-		return nil, fmt.Errorf("set lo up in %s: %w", name, err)
 	}
 	return n, nil
+}
+
+// OpenNamed opens the existing namespace /run/netns/<name> with a netlink
+// handle bound to it; Delete or closing the Handle releases it.
+func OpenNamed(name string) (*NS, error) {
+	path := filepath.Join(RunDir, name)
+	h, err := HandleAt(path)
+	if err != nil {
+		return nil, err
+	}
+	return &NS{Name: name, Path: path, Handle: h}, nil
+}
+
+// DeleteNamed unmounts and removes /run/netns/<name>. The namespace itself
+// goes away once no process and no socket is left in it.
+func DeleteNamed(name string) error {
+	if err := deleteNamed(filepath.Join(RunDir, name)); err != nil {
+		return fmt.Errorf("delete netns %s: %w", name, err)
+	}
+	return nil
 }
 
 // HandleAt returns a netlink handle bound to the namespace at path.
