@@ -15,5 +15,12 @@ fi
 . "$here/test/versions.env"
 export WEFT_CNI_BIN="${WEFT_CNI_BIN:-$WEFT_CACHE/cni-plugins-$CNI_PLUGINS_VERSION}"
 
+# Namespaces of an earlier run that was killed before its cleanups ran.
+for ns in /run/netns/wefttest-*; do
+	if [ -e "$ns" ]; then
+		ip netns delete "$(basename "$ns")"
+	fi
+done
+
 go vet ./...
 go test -count=1 -timeout 20m "$@" ./...
