@@ -9,12 +9,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/weft-net/weft/internal/flagenv"
 	"github.com/weft-net/weft/internal/lab"
 	"github.com/weft-net/weft/internal/lab/inspect"
 	"github.com/weft-net/weft/subnet"
@@ -25,33 +25,25 @@ import (
 // store says where the leases are: etcd (weftd's flags and WEFT_*
 // variables), the Kubernetes API (--kubeconfig), or the local lab (--lab).
 type store struct {
-	endpoints, prefix          string
-	caFile, certFile, keyFile  string
-	username, password         string
+	etcd                       flagenv.Etcd
 	kubeconfig, netConf, annot string
 	lab                        bool
 	stateDir                   string
 }
 
 func (s *store) register(fs *flag.FlagSet) {
-	str := func(p *string, name, def, usage string) { fs.StringVar(p, name, env(name, def), usage) }
-	str(&s.endpoints, "etcd-endpoints", "http://127.0.0.1:2379", "comma-separated etcd endpoints (http://, https:// or unix://)")
-	str(&s.prefix, "etcd-prefix", "/coreos.com/network", "etcd prefix holding config and subnets/")
-	str(&s.caFile, "etcd-cafile", "", "CA certificate for etcd TLS")
-	str(&s.certFile, "etcd-certfile", "", "client certificate for etcd TLS")
-	str(&s.keyFile, "etcd-keyfile", "", "client key for etcd TLS")
-	str(&s.username, "etcd-username", "", "etcd user name")
-	str(&s.password, "etcd-password", "", "etcd password")
-	str(&s.kubeconfig, "kubeconfig", "", "read leases from the Kubernetes API with this kubeconfig instead of etcd")
-	str(&s.netConf, "net-config-path", kube.DefaultConfigFile, "network config file (Kubernetes mode)")
-	str(&s.annot, "kube-annotation-prefix", "flannel.alpha.coreos.com", "prefix of the node annotations (Kubernetes mode)")
+	set := &flagenv.Set{FS: fs}
+	s.etcd.Register(set)
+	set.String(&s.kubeconfig, "kubeconfig", "", "read leases from the Kubernetes API with this kubeconfig instead of etcd")
+	set.String(&s.netConf, "net-config-path", kube.DefaultConfigFile, "network config file (Kubernetes mode)")
+	set.String(&s.annot, "kube-annotation-prefix", "flannel.alpha.coreos.com", "prefix of the node annotations (Kubernetes mode)")
 	fs.BoolVar(&s.lab, "lab", false, "use the local lab (see `weftctl lab up`)")
 	fs.StringVar(&s.stateDir, "state-dir", env("lab-state-dir", lab.DefaultStateDir), "state directory of the lab (with --lab)")
 }
 
 // env returns WEFT_<NAME> (upper case, dashes as underscores) or def.
 func env(name, def string) string {
-	if v, ok := os.LookupEnv("WEFT_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))); ok {
+	if v, ok := os.LookupEnv(flagenv.Name(name)); ok {
 		return v
 	}
 	return def
@@ -67,16 +59,12 @@ func (s *store) labState() (*lab.State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--lab: %w (is `weftctl lab up` running?)", err)
 	}
-	s.endpoints, s.prefix, s.kubeconfig = st.Etcd, st.EtcdPfx, ""
+	s.etcd.Endpoints, s.etcd.Prefix, s.kubeconfig = st.Etcd, st.EtcdPfx, ""
 	return st, nil
 }
 
 func (s *store) etcdClient() (*clientv3.Client, error) {
-	return etcd.NewClient(etcd.ClientConfig{
-		Endpoints: strings.Split(s.endpoints, ","),
-		CAFile:    s.caFile, CertFile: s.certFile, KeyFile: s.keyFile,
-		Username: s.username, Password: s.password,
-	})
+	return etcd.NewClient(s.etcd.ClientConfig())
 }
 
 // leases returns every lease and the network config, and a description of
@@ -98,18 +86,18 @@ func (s *store) leases(ctx context.Context, log *slog.Logger) ([]subnet.Lease, *
 		return nil, nil, "", err
 	}
 	defer c.Close()
-	cfg, err := inspect.EtcdConfig(ctx, c, s.prefix)
+	cfg, err := inspect.EtcdConfig(ctx, c, s.etcd.Prefix)
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("etcd %s: %w", s.endpoints, err)
+		return nil, nil, "", fmt.Errorf("etcd %s: %w", s.etcd.Endpoints, err)
 	}
-	ls, bad, err := inspect.EtcdLeases(ctx, c, s.prefix)
+	ls, bad, err := inspect.EtcdLeases(ctx, c, s.etcd.Prefix)
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("etcd %s: %w", s.endpoints, err)
+		return nil, nil, "", fmt.Errorf("etcd %s: %w", s.etcd.Endpoints, err)
 	}
 	for _, b := range bad {
 		log.Warn("skipping an unreadable lease", "err", b)
 	}
-	return ls, cfg, "etcd " + s.endpoints + " " + s.prefix + "/subnets/", nil
+	return ls, cfg, "etcd " + s.etcd.Endpoints + " " + s.etcd.Prefix + "/subnets/", nil
 }
 
 // kubeLeases reads the leases from the node objects through the

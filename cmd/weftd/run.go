@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"strings"
 
 	"golang.org/x/sync/errgroup"
 
@@ -108,14 +107,10 @@ func newRegistry(ctx context.Context, c *config, log *slog.Logger) (subnet.Regis
 	if c.kubeSubnetMgr {
 		return newKubeRegistry(ctx, c, log)
 	}
-	client, err := etcd.NewClient(etcd.ClientConfig{
-		Endpoints: strings.Split(c.etcdEndpoints, ","),
-		CAFile:    c.etcdCAFile, CertFile: c.etcdCertFile, KeyFile: c.etcdKeyFile,
-		Username: c.etcdUsername, Password: c.etcdPassword,
-	})
+	client, err := etcd.NewClient(c.etcd.ClientConfig())
 	if err != nil {
 		return nil, nil, err
 	}
-	reg := etcd.New(client, etcd.Options{Prefix: c.etcdPrefix, TTL: c.leaseTTL}, log)
+	reg := etcd.New(client, etcd.Options{Prefix: c.etcd.Prefix, TTL: c.leaseTTL}, log)
 	return reg, func() { client.Close() }, nil
 }

@@ -1,0 +1,56 @@
+package flagenv
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestEnvironmentDefaults(t *testing.T) {
+	t.Setenv("WEFT_ETCD_ENDPOINTS", "unix:///run/etcd.sock,https://10.0.0.1:2379")
+	t.Setenv("WEFT_IP_MASQ", "false")
+	t.Setenv("WEFT_RENEW", "90s")
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	s := &Set{FS: fs}
+	var e Etcd
+	e.Register(s)
+	var masq bool
+	var renew time.Duration
+	s.Bool(&masq, "ip-masq", true, "")
+	s.Duration(&renew, "renew", time.Hour, "")
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Parse([]string{"--etcd-prefix", "/x"}); err != nil {
+		t.Fatal(err)
+	}
+	cc := e.ClientConfig()
+	if len(cc.Endpoints) != 2 || cc.Endpoints[0] != "unix:///run/etcd.sock" || e.Prefix != "/x" || masq || renew != 90*time.Second {
+		t.Fatalf("endpoints %v prefix %q masq %v renew %v", cc.Endpoints, e.Prefix, masq, renew)
+	}
+}
+
+func TestBadEnvironmentValues(t *testing.T) {
+	t.Setenv("WEFT_IP_MASQ", "maybe")
+	t.Setenv("WEFT_RENEW", "soon")
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	s := &Set{FS: fs}
+	var masq bool
+	var renew time.Duration
+	s.Bool(&masq, "ip-masq", true, "")
+	s.Duration(&renew, "renew", time.Hour, "")
+	err := s.Err()
+	if err == nil {
+		t.Fatal("bad environment values accepted")
+	}
+	for _, want := range []string{`WEFT_IP_MASQ="maybe": not a boolean`, `WEFT_RENEW="soon": not a duration`} {
+		if !contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
