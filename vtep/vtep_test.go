@@ -16,7 +16,7 @@ var (
 )
 
 func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
-func ip(s string) netip.Addr     { return netip.MustParseAddr(s) }
+func ip(s string) netip.Addr    { return netip.MustParseAddr(s) }
 
 func lease(v4, v6, pub, pub6 string, mac, mac6 subnet.MAC) subnet.Lease {
 	l := subnet.Lease{Attrs: subnet.LeaseAttrs{BackendType: "vxlan"}}
