@@ -13,7 +13,13 @@ import (
 // backend's socket cannot reach them.
 func (dp *datapath) program(t vtep.Table) error {
 	if dp.overlay == nil {
-		dp.overlay = backend.NewOverlay(dp.h, dp.linkIndex, backend.OverlayOptions{Family: netlink.FAMILY_ALL})
+		// One backend carries one family; a dual-stack node runs a second
+		// backend whose routes this one must leave alone.
+		fam := netlink.FAMILY_V4
+		if dp.b.cfg.Local.Unmap().Is6() {
+			fam = netlink.FAMILY_V6
+		}
+		dp.overlay = backend.NewOverlay(dp.h, dp.linkIndex, backend.OverlayOptions{Family: fam})
 	}
 	reachable := make(vtep.Table, len(t))
 	for p, v := range t {

@@ -59,6 +59,45 @@ func factories(c *config, u underlayInfo, live *liveBackend, log *slog.Logger) d
 	return f
 }
 
+// uvxlanV6Name names the TAP of a dual-stack node's IPv6 uvxlan half.
+func uvxlanV6Name(vni int) string { return fmt.Sprintf("weft-u6.%d", vni) }
+
+// newUVXLAN builds the userspace dataplane: one backend per address family
+// (a TAP each), joined when the node is dual-stack.
+func newUVXLAN(h *netlink.Handle, vc vxlan.Config, lease subnet.Lease, mtu int, log *slog.Logger) (backend.Backend, error) {
+	var parts []backend.Backend
+	if lease.Subnet.IsValid() {
+		b, err := uvxlan.New(uvxlan.Config{Handle: h, VNI: vc.VNI, Port: vc.Port, MTU: mtu,
+			Local: vc.Local, MAC: vc.MAC, Subnet: lease.Subnet}, log)
+		if err != nil {
+			return nil, err
+		}
+		parts = append(parts, b)
+	}
+	if lease.IPv6Subnet.IsValid() {
+		cfg := uvxlan.Config{Handle: h, VNI: vc.VNI, Port: vc.Port, MTU: mtu,
+			Local: vc.LocalIPv6, MAC: vc.MACv6, IPv6Subnet: lease.IPv6Subnet}
+		if lease.Subnet.IsValid() {
+			cfg.Name = uvxlanV6Name(vc.VNI)
+			cfg.MTU = mtu - (backend.OverheadIPv6 - backend.OverheadIPv4)
+		}
+		b, err := uvxlan.New(cfg, log)
+		if err != nil {
+			return nil, err
+		}
+		parts = append(parts, b)
+	}
+	if len(parts) == 1 {
+		return parts[0], nil
+	}
+	return backend.Join(parts...), nil
+}
+
+// removeUVXLAN removes the userspace dataplane's TAPs.
+func removeUVXLAN(h *netlink.Handle, vni int) error {
+	return errors.Join(uvxlan.RemoveDevice(h, vni), uvxlan.RemoveDeviceNamed(h, uvxlanV6Name(vni)))
+}
+
 // registerBackendMetrics exports the live dataplane's counters.
 func registerBackendMetrics(reg prometheus.Registerer, live *liveBackend) {
 	repairs := func(pick func(vxlan.Repairs) uint64) func() float64 {
@@ -96,15 +135,33 @@ var (
 func (uvxlanCollector) Describe(ch chan<- *prometheus.Desc) { ch <- uvxlanFrames; ch <- uvxlanDrops }
 
 func (c uvxlanCollector) Collect(ch chan<- prometheus.Metric) {
-	b, ok := c.live.get().(*uvxlan.Backend)
-	if !ok {
+	var parts []*uvxlan.Backend
+	switch b := c.live.get().(type) {
+	case *uvxlan.Backend:
+		parts = append(parts, b)
+	case *backend.Joined:
+		for _, p := range b.Parts {
+			if u, ok := p.(*uvxlan.Backend); ok {
+				parts = append(parts, u)
+			}
+		}
+	}
+	if len(parts) == 0 {
 		return
 	}
-	st := b.Stats()
-	ch <- prometheus.MustNewConstMetric(uvxlanFrames, prometheus.CounterValue, float64(st.TxFrames), "tx")
-	ch <- prometheus.MustNewConstMetric(uvxlanFrames, prometheus.CounterValue, float64(st.RxFrames), "rx")
+	var tx, rx uint64
+	drops := map[uvxlan.DropReason]uint64{}
+	for _, b := range parts {
+		st := b.Stats()
+		tx, rx = tx+st.TxFrames, rx+st.RxFrames
+		for r, n := range st.Drops {
+			drops[r] += n
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(uvxlanFrames, prometheus.CounterValue, float64(tx), "tx")
+	ch <- prometheus.MustNewConstMetric(uvxlanFrames, prometheus.CounterValue, float64(rx), "rx")
 	for r := uvxlan.DropNone + 1; r.String() != "unknown"; r++ {
-		ch <- prometheus.MustNewConstMetric(uvxlanDrops, prometheus.CounterValue, float64(st.Drops[r]), r.String())
+		ch <- prometheus.MustNewConstMetric(uvxlanDrops, prometheus.CounterValue, float64(drops[r]), r.String())
 	}
 }
 
@@ -138,18 +195,9 @@ func newDataplane(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u
 		if err != nil {
 			return daemon.Dataplane{}, err
 		}
-		return daemon.Dataplane{Backend: b, Cleanup: func() error { return uvxlan.RemoveDevice(h, vc.VNI) }}, nil
+		return daemon.Dataplane{Backend: b, Cleanup: func() error { return removeUVXLAN(h, vc.VNI) }}, nil
 	case subnet.BackendTypeUVXLAN:
-		// One uvxlan backend carries one address family.
-		if lease.Subnet.IsValid() && lease.IPv6Subnet.IsValid() {
-			return daemon.Dataplane{}, errors.New("uvxlan does not carry dual-stack yet: use the vxlan backend for dual-stack nodes")
-		}
-		uc := uvxlan.Config{Handle: h, VNI: vc.VNI, Port: vc.Port, MTU: mtu,
-			Local: vc.Local, MAC: vc.MAC, Subnet: lease.Subnet}
-		if lease.IPv6Subnet.IsValid() {
-			uc.Local, uc.MAC, uc.IPv6Subnet = vc.LocalIPv6, vc.MACv6, lease.IPv6Subnet
-		}
-		b, err := uvxlan.New(uc, log)
+		b, err := newUVXLAN(h, vc, lease, mtu, log)
 		if err != nil {
 			return daemon.Dataplane{}, err
 		}

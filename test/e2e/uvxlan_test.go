@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -89,4 +90,47 @@ func TestSwitchBackend(t *testing.T) {
 		t.Fatalf("after switching back to vxlan the links are:\n%s", links)
 	}
 	Eventually(t, 5*time.Second, "ping over kernel vxlan again", func() error { return Ping(a.NS, b.IP) })
+}
+
+// TestDualStackUserspace runs a dual-stack uvxlan node (a TAP per family)
+// beside a dual-stack kernel VXLAN node: both families cross both ways.
+func TestDualStackUserspace(t *testing.T) {
+	c := NewCluster(t, Options{Nodes: 0, UnderlayV6: netip.MustParsePrefix("fd77::/64"),
+		Config: `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}`})
+	u := c.AddNode("user", "--backend", "uvxlan")
+	k := c.AddNode("kern")
+	u.WaitReady()
+	k.WaitReady()
+	k.MustRun(t, "ethtool", "-K", "eth0", "tx", "off")
+	links := u.MustRun(t, "ip", "-o", "link", "show")
+	if !strings.Contains(links, "weft-u.1") || !strings.Contains(links, "weft-u6.1") {
+		t.Fatalf("dual-stack uvxlan node needs a TAP per family:\n%s", links)
+	}
+	a, b := u.CNI.AddPod(t, "a"), k.CNI.AddPod(t, "b")
+	a6, b6 := podIPv6(t, a), podIPv6(t, b)
+	for _, c := range []struct {
+		name     string
+		src, dst *plugintest.Pod
+		ip       netip.Addr
+	}{
+		{"IPv4 userspace → kernel", a, b, b.IP}, {"IPv4 kernel → userspace", b, a, a.IP},
+		{"IPv6 userspace → kernel", a, b, b6}, {"IPv6 kernel → userspace", b, a, a6},
+	} {
+		Eventually(t, 10*time.Second, c.name, func() error { return Ping(c.src.NS, c.ip) })
+		if _, err := Transfer(c.src.NS, c.dst.NS, c.ip, 10<<20); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+}
+
+func podIPv6(t *testing.T, p *plugintest.Pod) netip.Addr {
+	t.Helper()
+	for _, ip := range p.Result.IPs {
+		if ip.Address.IP.To4() == nil {
+			a, _ := netip.AddrFromSlice(ip.Address.IP)
+			return a
+		}
+	}
+	t.Fatalf("pod %s has no IPv6 address: %v", p.ID, p.Result.IPs)
+	return netip.Addr{}
 }
