@@ -78,7 +78,7 @@ func (o *Overlay) addPeer(e vtep.Entry, step EntryStep, st *SyncStats) error {
 func (o *Overlay) own(t vtep.Table) vtep.Table {
 	out := make(vtep.Table, len(t))
 	for p, v := range t {
-		if o.wants(p.Addr()) && p.Addr().Is4() == v.Addr.Is4() {
+		if o.carries(p, v) {
 			out[p] = v
 		}
 	}

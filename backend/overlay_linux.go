@@ -209,7 +209,7 @@ func (o *Overlay) delRoutes(rs []Route, st *SyncStats) error {
 func (o *Overlay) peers(t vtep.Table) ([]Peer, error) {
 	var out []Peer
 	for _, e := range t.Entries() {
-		if !o.wants(e.Subnet.Addr()) || e.Subnet.Addr().Is4() != e.VTEP.Addr.Is4() {
+		if !o.carries(e.Subnet, e.VTEP) {
 			continue
 		}
 		p := Peer{Entry: e}
@@ -223,6 +223,12 @@ func (o *Overlay) peers(t vtep.Table) ([]Peer, error) {
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// carries reports whether a table row is this overlay's: a subnet of its
+// family behind an underlay address of the same family.
+func (o *Overlay) carries(p netip.Prefix, v vtep.VTEP) bool {
+	return o.wants(p.Addr()) && p.Addr().Is4() == v.Addr.Is4()
 }
 
 func (o *Overlay) wants(a netip.Addr) bool {

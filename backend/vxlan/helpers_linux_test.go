@@ -25,10 +25,7 @@ type node struct {
 	underlay int
 }
 
-var (
-	ul4 = netip.MustParsePrefix("192.168.77.0/24")
-	ul6 = netip.MustParsePrefix("fd77::/64")
-)
+var ul4 = netip.MustParsePrefix("192.168.77.0/24")
 
 // newNode adds a host to u with node subnet 10.244.<n>.0/24 and
 // fd00:10:244:<n>::/64, and an underlay IPv6 address fd77::<n>.

@@ -18,7 +18,6 @@ import (
 
 	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/subnet"
-	"github.com/weft-net/weft/vtep"
 )
 
 // Runner is a long-lived part that runs until ctx is done.
@@ -69,14 +68,7 @@ type Daemon struct {
 	cfg   Config
 	log   *slog.Logger
 	ready atomic.Bool
-	state atomic.Pointer[State]
-}
-
-// State is a snapshot of what the daemon holds, for health and inspection.
-type State struct {
-	Lease  subnet.Lease
-	Config *subnet.Config
-	Peers  vtep.Table
+	lease atomic.Pointer[subnet.Lease]
 }
 
 // New returns a daemon; Run starts it.
@@ -106,8 +98,8 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 // programmed its first table.
 func (d *Daemon) Ready() bool { return d.ready.Load() }
 
-// State returns the latest snapshot, or nil before the first lease.
-func (d *Daemon) State() *State { return d.state.Load() }
+// Lease returns the lease the daemon runs on, or nil before the first.
+func (d *Daemon) Lease() *subnet.Lease { return d.lease.Load() }
 
 // Run runs until ctx is done. It returns nil on cancellation and leaves the
 // lease and the dataplane in place, so that a restart drops no traffic.

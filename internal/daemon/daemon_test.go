@@ -249,8 +249,8 @@ func TestDaemonReacquiresLostLease(t *testing.T) {
 			reg := &fakeRegistry{cfg: testConfig(t)}
 			d, _ := startDaemon(t, reg, filepath.Join(t.TempDir(), "subnet.env"))
 			var self subnet.Lease
-			waitFor(t, func() bool { s := d.State(); return s != nil && s.Lease.Subnet.IsValid() })
-			self = d.State().Lease
+			waitFor(t, func() bool { l := d.Lease(); return l != nil && l.Subnet.IsValid() })
+			self = *d.Lease()
 			reg.send(t, tt.ev(self))
 			waitFor(t, func() bool { reg.mu.Lock(); defer reg.mu.Unlock(); return len(reg.acquired) == 2 })
 			reg.mu.Lock()
@@ -270,8 +270,8 @@ func TestDaemonReusesSubnetFromFile(t *testing.T) {
 	}
 	reg := &fakeRegistry{cfg: testConfig(t)}
 	d, _ := startDaemon(t, reg, file)
-	waitFor(t, func() bool { s := d.State(); return s != nil })
-	if got := d.State().Lease.Subnet.String(); got != "10.244.42.0/24" {
+	waitFor(t, func() bool { return d.Lease() != nil })
+	if got := d.Lease().Subnet.String(); got != "10.244.42.0/24" {
 		t.Fatalf("lease %s, want the subnet from the file", got)
 	}
 }

@@ -14,11 +14,10 @@ import (
 // file is written and the dataplane programmed) and whatever else is mounted
 // on Mux (for example /metrics).
 type HealthServer struct {
-	Addr   string
-	Ready  func() bool
-	Mux    *http.ServeMux
-	Log    *slog.Logger
-	server *http.Server
+	Addr  string
+	Ready func() bool
+	Mux   *http.ServeMux
+	Log   *slog.Logger
 }
 
 // NewHealthServer returns a server for addr whose readiness is ready().

@@ -121,11 +121,11 @@ func (d *Daemon) session(ctx context.Context, cfg *subnet.Config, typ string, le
 		return fmt.Errorf("daemon: %w", err)
 	}
 	d.log.Info("wrote subnet file", "path", d.cfg.SubnetFile, "subnet", file.Subnet, "mtu", mtu)
-	d.state.Store(&State{Lease: lease, Config: cfg, Peers: vtep.Table{}})
+	d.lease.Store(&lease)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return dp.Backend.Run(gctx) })
-	g.Go(func() error { return d.watch(gctx, cfg, lease, dp.Backend) })
+	g.Go(func() error { return d.watch(gctx, lease, dp.Backend) })
 	g.Go(func() error { return d.renew(gctx, lease) })
 	g.Go(func() error { return d.awaitReady(gctx, dp.Backend) })
 	return g.Wait()
@@ -210,7 +210,7 @@ func (d *Daemon) renewOnce(ctx context.Context, lease subnet.Lease) (subnet.Leas
 }
 
 // watch follows the registry and hands every new peer table to the backend.
-func (d *Daemon) watch(ctx context.Context, cfg *subnet.Config, self subnet.Lease, b backend.Backend) error {
+func (d *Daemon) watch(ctx context.Context, self subnet.Lease, b backend.Backend) error {
 	events := make(chan []subnet.Event, 64)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return d.cfg.Registry.Watch(gctx, events) })
@@ -245,7 +245,6 @@ func (d *Daemon) watch(ctx context.Context, cfg *subnet.Config, self subnet.Leas
 			}
 			t := vtep.FromLeases(all, self)
 			b.Set(t)
-			d.state.Store(&State{Lease: self, Config: cfg, Peers: t})
 			v4 := 0
 			for p := range t {
 				if p.Addr().Is4() {
