@@ -25,11 +25,13 @@ import (
 // exited. Run leaves the programmed state in place on return, so that a
 // restarting daemon drops no traffic. Ready is closed once the device is up
 // and the first table handed to Set has been programmed (the daemon reports
-// ready, and in Kubernetes mode clears NetworkUnavailable, only then).
+// ready, and in Kubernetes mode clears NetworkUnavailable, only then). Stats
+// reports repairs, frames and drops (see Reporter).
 type Backend interface {
 	Run(ctx context.Context) error
 	Set(t vtep.Table)
 	Ready() <-chan struct{}
+	Reporter
 }
 
 // VTEPMAC derives the VTEP device MAC of a node from its public address and

@@ -57,3 +57,12 @@ func (j *Joined) Set(t vtep.Table) {
 
 // Ready is closed once every part is ready.
 func (j *Joined) Ready() <-chan struct{} { return j.ready }
+
+// Stats sums the parts' counters.
+func (j *Joined) Stats() Stats {
+	var s Stats
+	for _, p := range j.Parts {
+		s = s.Add(p.Stats())
+	}
+	return s
+}

@@ -24,6 +24,7 @@ func (p *part) Run(ctx context.Context) error {
 }
 func (p *part) Set(t vtep.Table)       { p.tables <- t }
 func (p *part) Ready() <-chan struct{} { return p.ready }
+func (p *part) Stats() Stats           { return Stats{TxFrames: 1, Drops: map[string]uint64{"x": 2}} }
 
 func newPart() *part { return &part{tables: make(chan vtep.Table, 1), ready: make(chan struct{})} }
 
@@ -59,5 +60,13 @@ func TestJoin(t *testing.T) {
 	bad.fail = boom
 	if err := Join(newPart(), bad).Run(context.Background()); !errors.Is(err, boom) {
 		t.Fatalf("a failing part: Run returned %v", err)
+	}
+}
+
+func TestJoinedStatsSumsParts(t *testing.T) {
+	j := Join(newPart(), newPart(), newPart())
+	st := j.Stats()
+	if st.TxFrames != 3 || st.RxFrames != 0 || st.Drops["x"] != 6 || len(st.Drops) != 1 || st.Repairs != nil {
+		t.Errorf("joined stats = %+v, want tx 3, drops x=6, no repairs", st)
 	}
 }

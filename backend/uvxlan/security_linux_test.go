@@ -48,7 +48,7 @@ func waitDrops(t *testing.T, b *Backend, reason DropReason, want uint64) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		got := b.Stats().Drops[reason]
+		got := b.Stats().Drops[reason.String()]
 		if got == want {
 			return
 		}
@@ -105,7 +105,7 @@ func TestIngressFiltering(t *testing.T) {
 		{"oversize (fragmented underlay)", b.host, [][]byte{encap(1, icmpFrame(a.mac, b.mac, b.podIP, a.podIP, 1500))}, DropOversize},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := a.b.Stats().Drops[tc.reason]
+			before := a.b.Stats().Drops[tc.reason.String()]
 			src := tc.from.Addr
 			sendFrom(t, tc.from.NS, src, a.host.Addr, tc.pkts...)
 			waitDrops(t, a.b, tc.reason, before+uint64(len(tc.pkts)))

@@ -1,6 +1,10 @@
 package uvxlan
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/weft-net/weft/backend"
+)
 
 // DropReason says why a packet or frame was dropped.
 type DropReason int
@@ -49,27 +53,47 @@ func (r DropReason) String() string {
 	return "unknown"
 }
 
-// Stats is a snapshot of the dataplane counters.
-type Stats struct {
-	TxFrames uint64 // inner frames encapsulated and sent
-	RxFrames uint64 // inner frames decapsulated and written to the TAP
-	Drops    map[DropReason]uint64
-}
+// Repair kinds this backend counts.
+const (
+	repairDevice  = "device"  // the TAP was recreated
+	repairLink    = "link"    // its MAC, MTU or up state was put back
+	repairAddress = "address" // its address was put back
+	repairNeigh   = "neigh"
+	repairRoute   = "route"
+	repairSocket  = "socket" // a UDP socket failed and was reopened
+)
 
 // counters are updated from the hot path with atomic adds only.
 type counters struct {
-	tx, rx atomic.Uint64
-	drops  [numDropReasons]atomic.Uint64
+	tx, rx       atomic.Uint64
+	partialCsum  atomic.Uint64 // inner frames accepted with a partial checksum
+	drops        [numDropReasons]atomic.Uint64
+	device, link atomic.Uint64
+	address      atomic.Uint64
+	neigh, route atomic.Uint64
+	socket       atomic.Uint64
 }
 
 func (c *counters) drop(r DropReason) { c.drops[r].Add(1) }
 
-func (c *counters) snapshot() Stats {
-	s := Stats{TxFrames: c.tx.Load(), RxFrames: c.rx.Load(), Drops: make(map[DropReason]uint64)}
+func (c *counters) stats() backend.Stats {
+	s := backend.Stats{
+		TxFrames: c.tx.Load(), RxFrames: c.rx.Load(),
+		Repairs: map[string]uint64{
+			repairDevice: c.device.Load(), repairLink: c.link.Load(), repairAddress: c.address.Load(),
+			repairNeigh: c.neigh.Load(), repairRoute: c.route.Load(), repairSocket: c.socket.Load(),
+		},
+		Drops:  make(map[string]uint64, numDropReasons),
+		Events: map[string]uint64{EventPartialChecksum: c.partialCsum.Load()},
+	}
 	for r := DropNone + 1; r < numDropReasons; r++ {
-		if n := c.drops[r].Load(); n > 0 {
-			s.Drops[r] = n
-		}
+		s.Drops[r.String()] = c.drops[r].Load()
 	}
 	return s
 }
+
+// EventPartialChecksum counts inner TCP/UDP frames whose checksum field held
+// only the pseudo-header sum, as a kernel VXLAN sender on a virtual link
+// leaves it, and that were delivered with the checksum marked as to be
+// completed (see the package documentation).
+const EventPartialChecksum = "partial_checksum"

@@ -173,8 +173,9 @@ func (b *Backend) Set(t vtep.Table) {
 // is programmed.
 func (b *Backend) Ready() <-chan struct{} { return b.ready }
 
-// Stats returns the frame and drop counters.
-func (b *Backend) Stats() Stats { return b.ctr.snapshot() }
+// Stats returns the frame, drop, repair and event counters; drops are
+// keyed by DropReason.String().
+func (b *Backend) Stats() backend.Stats { return b.ctr.stats() }
 
 // Config returns the configuration with its defaults filled in.
 func (b *Backend) Config() Config { return b.cfg }

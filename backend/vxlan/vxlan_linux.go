@@ -339,3 +339,28 @@ func (b *Backend) Repairs() Repairs {
 		Route:  b.repairs.route.Load(),
 	}
 }
+
+// Stats reports the repair counters and, as frames and drops, the packet
+// counters of the backend's devices as the kernel keeps them.
+func (b *Backend) Stats() backend.Stats {
+	r := b.Repairs()
+	st := backend.Stats{Repairs: map[string]uint64{
+		"device": r.Device, "neigh": r.Neigh, "fdb": r.FDB, "route": r.Route,
+	}}
+	drops := map[string]uint64{}
+	for _, d := range b.devs {
+		l, err := b.cfg.Handle.LinkByName(d.spec.name)
+		if err != nil || l.Attrs().Statistics == nil {
+			continue
+		}
+		ls := l.Attrs().Statistics
+		st.TxFrames += ls.TxPackets
+		st.RxFrames += ls.RxPackets
+		drops["tx_dropped"] += ls.TxDropped
+		drops["rx_dropped"] += ls.RxDropped
+		drops["tx_errors"] += ls.TxErrors
+		drops["rx_errors"] += ls.RxErrors
+	}
+	st.Drops = drops
+	return st
+}

@@ -64,7 +64,9 @@ func measure(ctx context.Context, mode string, o options, log *slog.Logger) (res
 	r.drops = map[string]uint64{}
 	for _, b := range t.backend {
 		for k, v := range b.Stats().Drops {
-			r.drops[k.String()] += v
+			if v > 0 {
+				r.drops[k] += v
+			}
 		}
 	}
 	return r, nil

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/netip"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 
 	"github.com/weft-net/weft/backend"
@@ -96,73 +95,6 @@ func newUVXLAN(h *netlink.Handle, vc vxlan.Config, lease subnet.Lease, mtu int, 
 // removeUVXLAN removes the userspace dataplane's TAPs.
 func removeUVXLAN(h *netlink.Handle, vni int) error {
 	return errors.Join(uvxlan.RemoveDevice(h, vni), uvxlan.RemoveDeviceNamed(h, uvxlanV6Name(vni)))
-}
-
-// registerBackendMetrics exports the live dataplane's counters.
-func registerBackendMetrics(reg prometheus.Registerer, live *liveBackend) {
-	repairs := func(pick func(vxlan.Repairs) uint64) func() float64 {
-		return func() float64 {
-			if b, ok := live.get().(*vxlan.Backend); ok {
-				return float64(pick(b.Repairs()))
-			}
-			return 0
-		}
-	}
-	for kind, pick := range map[string]func(vxlan.Repairs) uint64{
-		"device": func(r vxlan.Repairs) uint64 { return r.Device },
-		"neigh":  func(r vxlan.Repairs) uint64 { return r.Neigh },
-		"fdb":    func(r vxlan.Repairs) uint64 { return r.FDB },
-		"route":  func(r vxlan.Repairs) uint64 { return r.Route },
-	} {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "weft_repairs_total", Help: "Kernel entries rewritten because they drifted from the programmed table, by kind.",
-			ConstLabels: prometheus.Labels{"kind": kind},
-		}, repairs(pick)))
-	}
-	reg.MustRegister(uvxlanCollector{live})
-}
-
-// uvxlanCollector exports the userspace dataplane's counters while it runs.
-type uvxlanCollector struct{ live *liveBackend }
-
-var (
-	uvxlanFrames = prometheus.NewDesc("weft_uvxlan_frames_total",
-		"Inner frames the userspace dataplane encapsulated (tx) or decapsulated (rx).", []string{"direction"}, nil)
-	uvxlanDrops = prometheus.NewDesc("weft_uvxlan_drops_total",
-		"Packets and frames the userspace dataplane dropped, by reason.", []string{"reason"}, nil)
-)
-
-func (uvxlanCollector) Describe(ch chan<- *prometheus.Desc) { ch <- uvxlanFrames; ch <- uvxlanDrops }
-
-func (c uvxlanCollector) Collect(ch chan<- prometheus.Metric) {
-	var parts []*uvxlan.Backend
-	switch b := c.live.get().(type) {
-	case *uvxlan.Backend:
-		parts = append(parts, b)
-	case *backend.Joined:
-		for _, p := range b.Parts {
-			if u, ok := p.(*uvxlan.Backend); ok {
-				parts = append(parts, u)
-			}
-		}
-	}
-	if len(parts) == 0 {
-		return
-	}
-	var tx, rx uint64
-	drops := map[uvxlan.DropReason]uint64{}
-	for _, b := range parts {
-		st := b.Stats()
-		tx, rx = tx+st.TxFrames, rx+st.RxFrames
-		for r, n := range st.Drops {
-			drops[r] += n
-		}
-	}
-	ch <- prometheus.MustNewConstMetric(uvxlanFrames, prometheus.CounterValue, float64(tx), "tx")
-	ch <- prometheus.MustNewConstMetric(uvxlanFrames, prometheus.CounterValue, float64(rx), "rx")
-	for r := uvxlan.DropNone + 1; r.String() != "unknown"; r++ {
-		ch <- prometheus.MustNewConstMetric(uvxlanDrops, prometheus.CounterValue, float64(drops[r]), r.String())
-	}
 }
 
 func newDataplane(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, log *slog.Logger) (daemon.Dataplane, error) {

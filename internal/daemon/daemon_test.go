@@ -107,6 +107,7 @@ func (b *fakeBackend) Set(t vtep.Table) {
 	b.once.Do(func() { close(b.ready) })
 }
 func (b *fakeBackend) Ready() <-chan struct{} { return b.ready }
+func (b *fakeBackend) Stats() backend.Stats   { return backend.Stats{} }
 
 func testConfig(t *testing.T) *subnet.Config {
 	cfg, err := subnet.ParseConfig([]byte(`{"Network":"10.244.0.0/16"}`))
