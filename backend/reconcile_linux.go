@@ -39,6 +39,9 @@ type Reconciler struct {
 	Log    *slog.Logger  // required
 	Resync time.Duration // period of the full sync; required
 	Kick   <-chan struct{}
+	// Repair, if not nil, asks for a full sync at once (for example from a
+	// packet loop that lost its device).
+	Repair <-chan struct{}
 	Sync   func(full bool) error
 	// Drift is called after every sync, so that it describes the state just
 	// programmed (the dataplane's own writes then do not look like drift).
@@ -61,6 +64,9 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-r.Kick:
+			tm.arm(0)
+		case <-r.Repair:
+			tm.full = true
 			tm.arm(0)
 		case <-tm.resync.C:
 			tm.full = true
