@@ -2,16 +2,27 @@ package uvxlan
 
 import (
 	"bytes"
+	"encoding/binary"
+	"net/netip"
 	"testing"
 )
 
-// FuzzDecode feeds arbitrary datagrams to the decoder and the coalescer:
-// they must never panic, and whatever is accepted must satisfy the checks.
+// FuzzDecode feeds arbitrary datagrams through the ingress checks (VXLAN
+// header, inner frame, checksum) and the coalescer. Whatever is accepted
+// must satisfy the checks, and no frame whose checksum is corrupted is ever
+// delivered as valid or as partial: that is judged by the tests' own
+// checksum code (refSum), not the package's.
 func FuzzDecode(f *testing.F) {
 	f.Add(vxlanPacket(1, testMAC, 100))
 	f.Add(vxlanPacket(2, testMAC, 0))
 	f.Add(append(make([]byte, 8), ipv4TCPFrame(testMAC, otherMAC, 1, 1, tcpFlagACK, 200)...))
 	f.Add([]byte{0x08, 0, 0, 0, 0, 0, 1, 0})
+	for _, st := range []int{stateValid, statePartial, stateCorrupt} {
+		f.Add(encap(1, innerFrame(innerSrc4, innerDst4, protoTCP, 300, st)))
+		f.Add(encap(1, innerFrame(innerSrc6, innerDst6, protoUDP, 301, st)))
+		f.Add(encap(1, innerFrame(innerSrc4, innerDst4, protoTCP, 3000, st)))
+	}
+	peer := []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24"), netip.MustParsePrefix("fd00:10:244:2::/64")}
 	d := decoder{vni: 1, mac: testMAC, maxFrame: ethHeaderLen + 1450}
 	c := newCoalescer(func(b []byte) error {
 		if len(b) < virtioNetHdrLen+ethHeaderLen {
@@ -27,18 +38,58 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 		frame, why := d.decode(pkt)
+		if d.tunnelGSO(pkt) {
+			frame, why = d.decodeAnySize(pkt)
+		}
 		if why != DropNone {
 			return
 		}
-		if len(frame) < ethHeaderLen || len(frame) > d.maxFrame || !bytes.Equal(frame[:6], testMAC[:]) ||
-			pkt[0] != 0x08 || pkt[6] != 1 || pkt[7] != 0 {
+		if len(frame) < ethHeaderLen || !bytes.Equal(frame[:6], testMAC[:]) || pkt[0] != 0x08 || pkt[6] != 1 || pkt[7] != 0 {
 			t.Fatalf("accepted a bad packet % x", pkt[:min(len(pkt), 24)])
 		}
-		c.add(frame, l4Csum{})
-		c.add(frame, l4Csum{})
-		c.flush()
+		ip, class, cs, why := checkInnerFrame(frame, peer, false)
+		if why != DropNone {
+			return
+		}
+		if !allowedSource(ip.src, peer) {
+			t.Fatalf("accepted foreign source %s", ip.src)
+		}
+		checkClass(t, frame, ip, class)
+		if len(frame) <= d.maxFrame {
+			c.add(frame, cs)
+			c.add(frame, cs)
+			c.flush()
+		}
 		flowHash(frame)
 	})
+}
+
+// checkClass verifies a checksum class against the tests' own checksum.
+func checkClass(t *testing.T, frame []byte, ip innerIP, class csumClass) {
+	t.Helper()
+	if class == csumNone || class == csumBad {
+		return
+	}
+	l4 := frame[ip.l4 : ip.l4+ip.l4Len]
+	off := 16
+	if ip.proto == protoUDP {
+		off = 6
+	}
+	field := binary.BigEndian.Uint16(l4[off:])
+	var src, dst netip.Addr
+	if ip.addrLen == 4 {
+		src, dst = netip.AddrFrom4([4]byte(frame[ip.addrOff:])), netip.AddrFrom4([4]byte(frame[ip.addrOff+4:]))
+	} else {
+		src, dst = netip.AddrFrom16([16]byte(frame[ip.addrOff:])), netip.AddrFrom16([16]byte(frame[ip.addrOff+16:]))
+	}
+	p := refPseudo(src, dst, ip.proto, ip.l4Len)
+	switch {
+	case class == csumPartial && field != p:
+		t.Fatalf("partial checksum %#04x is not the pseudo-header sum %#04x", field, p)
+	case class == csumOK && ip.proto == protoUDP && ip.addrLen == 4 && field == 0:
+	case class == csumOK && refSum([]byte{byte(p >> 8), byte(p)}, l4) != 0xffff:
+		t.Fatalf("corrupted checksum %#04x delivered as valid", field)
+	}
 }
 
 // FuzzSegment feeds arbitrary frames and offload headers to the TSO
