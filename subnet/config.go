@@ -51,6 +51,11 @@ type BackendConfig struct {
 	GBP           bool
 	Learning      bool
 	DirectRouting bool
+	// AllowForeignSources turns off the userspace dataplane's inner source
+	// check (uvxlan drops an inner packet whose source is outside the
+	// sending node's subnet). Routed setups that forward other sources
+	// through a node need it; the kernel VXLAN device never checks.
+	AllowForeignSources bool
 }
 
 // rawConfig mirrors the JSON. encoding/json matches field names without
@@ -71,13 +76,14 @@ type rawConfig struct {
 }
 
 type rawBackend struct {
-	Type          string
-	VNI           *int
-	Port          int
-	MTU           int
-	GBP           bool
-	Learning      bool
-	DirectRouting bool
+	Type                string
+	VNI                 *int
+	Port                int
+	MTU                 int
+	GBP                 bool
+	Learning            bool
+	DirectRouting       bool
+	AllowForeignSources bool
 }
 
 // ParseConfig parses and validates a network config and fills its defaults
@@ -242,6 +248,7 @@ func parseBackend(raw *rawBackend) (BackendConfig, error) {
 		return b, fmt.Errorf("Backend.MTU %d: must be between 1280 and 65535, or 0 for the underlay device's MTU", raw.MTU)
 	}
 	b.MTU, b.GBP, b.Learning, b.DirectRouting = raw.MTU, raw.GBP, raw.Learning, raw.DirectRouting
+	b.AllowForeignSources = raw.AllowForeignSources
 	if b.Type == BackendTypeUVXLAN && (b.GBP || b.Learning) {
 		return b, errors.New("Backend.GBP and Backend.Learning: not supported by the uvxlan backend (a TAP device sees neither the skb mark nor kernel learning)")
 	}

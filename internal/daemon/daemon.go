@@ -36,8 +36,12 @@ type Node struct {
 type Dataplane struct {
 	Backend backend.Backend
 	// Cleanup, if set, removes state other dataplanes left behind (for
-	// example the kernel device when this node now runs uvxlan).
+	// example the kernel device when this node now runs uvxlan). It runs
+	// before Backend.Run.
 	Cleanup func() error
+	// Close, if set, releases what the factory opened for this dataplane
+	// (a netlink handle). It runs after Backend.Run has returned.
+	Close func()
 }
 
 // Factories build the parts that depend on the network config and the lease.

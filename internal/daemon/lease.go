@@ -105,6 +105,9 @@ func (d *Daemon) session(ctx context.Context, cfg *subnet.Config, typ string, le
 	if err != nil {
 		return fmt.Errorf("daemon: %s dataplane: %w", typ, err)
 	}
+	if dp.Close != nil {
+		defer dp.Close()
+	}
 	if dp.Cleanup != nil {
 		if err := dp.Cleanup(); err != nil {
 			d.log.Warn("cannot remove the other backend's state", "err", err)
