@@ -96,7 +96,7 @@ func (dp *datapath) ingress(q int) error {
 	var gro *coalescer
 	if dp.vnet {
 		gro = newCoalescer(deliver)
-		deliver = gro.add
+		deliver = func(b []byte) error { return gro.add(b, l4Csum{}) }
 	}
 	for {
 		n, err := dp.rxs[q].recv(r)
