@@ -247,14 +247,8 @@ func (f *oFlow) step(r *oRand, out []oSent) []oSent {
 		return append(out, last)
 	case e < 82: // out of window
 		return append(out, f.send(oSpec{seq: f.seq + 1<<31, flags: tcpFlagACK, payload: f.mss}))
-	case e < 86: // the network swaps two segments
-		a := oSpec{seq: f.seq, flags: tcpFlagACK, payload: f.mss}
-		bSpec := oSpec{seq: f.seq + uint32(f.mss), flags: tcpFlagACK, payload: f.mss}
-		f.seq += 2 * uint32(f.mss)
-		fa, csa := f.build(a)
-		fb, csb := f.build(bSpec)
-		f.sent = append(f.sent, oSent{fb, csb}, oSent{fa, csa})
-		return append(out, oSent{fb, csb}, oSent{fa, csa})
+	case e < 86:
+		return f.reorder(r, out)
 	case e < 88:
 		f.win += uint16(1 + r.IntN(3))
 	case e < 89:
@@ -279,11 +273,50 @@ func (f *oFlow) step(r *oRand, out []oSent) []oSent {
 		f.ipid += uint16(1 + r.IntN(100))
 	case e < 98:
 		f.tos ^= 0x03 // ECN CE
+	case e < 99:
+		f.mac[5] ^= 0x80 // another sender MAC
+	case !f.v6:
+		f.df = !f.df
 	}
 	return f.data(r, f.mss, 0, out)
 }
 
 const tcpFlagECE = 0x40
+
+// reorder sends the flow's next 2 to 4 segments in another order, as a
+// network may.
+func (f *oFlow) reorder(r *oRand, out []oSent) []oSent {
+	k := 2 + r.IntN(3)
+	batch := make([]oSent, k)
+	for i := range batch {
+		sp := oSpec{seq: f.seq, flags: tcpFlagACK, payload: f.mss, partial: r.IntN(100) < f.partialPct}
+		switch r.IntN(12) {
+		case 0:
+			sp.flags |= tcpFlagPSH
+		case 1:
+			sp.flags |= tcpFlagCWR
+		case 2:
+			sp.payload = 1 + r.IntN(f.mss)
+		case 3:
+			sp.payload = f.mss + 1 + r.IntN(100)
+		case 4:
+			f.ipid += 5
+		}
+		f.seq += uint32(sp.payload)
+		fr, cs := f.build(sp)
+		batch[i] = oSent{fr, cs}
+	}
+	if r.IntN(3) == 0 {
+		for i := range batch { // shuffle
+			j := i + r.IntN(k-i)
+			batch[i], batch[j] = batch[j], batch[i]
+		}
+	} else {
+		slices.Reverse(batch)
+	}
+	f.sent = append(f.sent, batch...)
+	return append(out, batch...)
+}
 
 // oOther builds a frame that is not TCP: UDP or ARP.
 func oOther(r *oRand, n int) []byte {
