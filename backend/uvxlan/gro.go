@@ -175,7 +175,7 @@ func parseSeg(frame []byte, cs l4Csum) (s tcpSeg, kind segKind) {
 		return s, segOther
 	}
 	if s.tcp < ethHeaderLen+ipv4HeaderLenMin || s.tcp+tcpHeaderLenMin > len(frame) {
-		return s, segFlushAll // malformed; the kernel drops it
+		return tcpSeg{}, segFlushAll // malformed; the kernel drops it
 	}
 	th := frame[s.tcp:]
 	copy(s.key[s.klen-4:s.klen], th[:4])
