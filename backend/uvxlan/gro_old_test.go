@@ -27,10 +27,10 @@ const oldGroFlows = 4
 // comes, the oldest run is written. Frames of one flow never overtake each
 // other; frames of different flows may.
 type oldCoalescer struct {
-	runs  [oldGroFlows]oldGroRun
-	clock uint64 // orders the runs by age
-	one   []byte // virtio-net header + a frame written on its own
-	write func([]byte) error
+	runs     [oldGroFlows]oldGroRun
+	clock    uint64 // orders the runs by age
+	one      []byte // virtio-net header + a frame written on its own
+	write    func([]byte) error
 	skipCsum bool
 }
 

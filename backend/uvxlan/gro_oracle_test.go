@@ -378,9 +378,9 @@ func newOScenario(r *oRand, nflows, nframes, flushPct int) *oScenario {
 
 // oWrite is one TAP write, decoded by the oracle.
 type oWrite struct {
-	flags, gsoType                           uint8
+	flags, gsoType                         uint8
 	hdrLen, gsoSize, csumStart, csumOffset int
-	frame                                    []byte
+	frame                                  []byte
 }
 
 // run feeds the scenario to a coalescer and returns its TAP writes.
