@@ -59,6 +59,7 @@ type coalescer struct {
 	open   []int32 // flow slots that started a run in this batch, in order
 	segs   [groMaxSegs]groSeg
 	nsegs  int
+	last   int32 // slot of the last flow looked up: segments come in trains
 }
 
 // groSeg is one held segment: a reference to the caller's frame.
@@ -155,7 +156,7 @@ func parseSeg(frame []byte, cs l4Csum) (s tcpSeg, kind segKind) {
 		s.id, s.df = binary.BigEndian.Uint16(ip[4:]), ip[6]&0x40 != 0
 		s.klen = 12
 		copy(s.key[:8], ip[12:20])
-		s.mergeable = s.tcp == ethHeaderLen+ipv4HeaderLenMin && checksumFold(checksumAdd(ip[:ipv4HeaderLenMin], 0)) == 0xffff
+		s.mergeable = s.tcp == ethHeaderLen+ipv4HeaderLenMin && ipv4HeaderSum(ip) == 0xffff
 	case etherTypeIPv6:
 		if len(ip) < ipv6HeaderLen || ip[0]>>4 != 6 {
 			return s, segOther
@@ -187,6 +188,16 @@ func parseSeg(frame []byte, cs l4Csum) (s tcpSeg, kind segKind) {
 		s.flags&(tcpFlagFIN|tcpFlagSYN|tcpFlagRST|tcpFlagURG) == 0 &&
 		(cs == l4Csum{} || cs == l4Csum{uint16(s.tcp), 16})
 	return s, segTCP
+}
+
+// ipv4HeaderSum is the folded sum of a 20-byte IPv4 header: 0xffff when
+// its checksum is right.
+func ipv4HeaderSum(ip []byte) uint16 {
+	_ = ip[19]
+	be := binary.BigEndian
+	s := uint64(be.Uint32(ip)) + uint64(be.Uint32(ip[4:])) + uint64(be.Uint32(ip[8:])) +
+		uint64(be.Uint32(ip[12:])) + uint64(be.Uint32(ip[16:]))
+	return checksumFold(s)
 }
 
 // tcpChecksumOK verifies a segment's TCP checksum. The coalescer does not
@@ -244,6 +255,9 @@ func (c *coalescer) add(frame []byte, cs l4Csum) error {
 // if there is none (the caller ensures there is room).
 func (c *coalescer) lookup(s *tcpSeg, insert bool) *groFlow {
 	key := s.key[:s.klen]
+	if f := &c.flows[c.last]; f.gen == c.gen && f.key == s.key && f.klen == s.klen {
+		return f
+	}
 	mask := uint64(groTableSize - 1)
 	for i := maphash.Bytes(c.seed, key) & mask; ; i = (i + 1) & mask {
 		f := &c.flows[i]
@@ -253,9 +267,11 @@ func (c *coalescer) lookup(s *tcpSeg, insert bool) *groFlow {
 			}
 			*f = groFlow{gen: c.gen, key: s.key, klen: s.klen, slot: int32(i), run: groRun{head: -1}}
 			c.nflows++
+			c.last = int32(i)
 			return f
 		}
-		if f.klen == s.klen && bytes.Equal(f.key[:f.klen], key) {
+		if f.key == s.key && f.klen == s.klen {
+			c.last = int32(i)
 			return f
 		}
 	}
@@ -407,7 +423,7 @@ func (c *coalescer) emit(f *groFlow) error {
 	} else {
 		binary.BigEndian.PutUint16(ip[2:], uint16(n-ethHeaderLen))
 		ip[10], ip[11] = 0, 0
-		binary.BigEndian.PutUint16(ip[10:], ^checksumFold(checksumAdd(ip[:ipv4HeaderLenMin], 0)))
+		binary.BigEndian.PutUint16(ip[10:], ^ipv4HeaderSum(ip))
 	}
 	if r.cwr {
 		h.gsoType |= vnetGSOECN // CWR stays on the first segment only

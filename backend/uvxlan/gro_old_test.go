@@ -281,7 +281,8 @@ func BenchmarkCoalesceOld(b *testing.B) {
 		for _, flows := range []int{1, 16} {
 			b.Run(fmt.Sprintf("skipCsum=%v/flows=%d", skip, flows), func(b *testing.B) {
 				frames := coalesceBatch(flows)
-				c := newOldCoalescer(func([]byte) error { return nil })
+				writes := 0
+				c := newOldCoalescer(func([]byte) error { writes++; return nil })
 				c.skipCsum = skip
 				b.SetBytes(int64(len(frames) * 1448))
 				for b.Loop() {
@@ -290,6 +291,7 @@ func BenchmarkCoalesceOld(b *testing.B) {
 					}
 					c.flush()
 				}
+				b.ReportMetric(float64(writes)/float64(b.N), "writes/op")
 			})
 		}
 	}

@@ -319,7 +319,8 @@ func BenchmarkCoalesce(b *testing.B) {
 	for _, flows := range []int{1, 16} {
 		b.Run(fmt.Sprintf("flows=%d", flows), func(b *testing.B) {
 			frames := coalesceBatch(flows)
-			c := newCoalescer(func([]byte) error { return nil })
+			writes := 0
+			c := newCoalescer(func([]byte) error { writes++; return nil })
 			b.SetBytes(int64(len(frames) * 1448))
 			for b.Loop() {
 				for _, f := range frames {
@@ -327,6 +328,7 @@ func BenchmarkCoalesce(b *testing.B) {
 				}
 				c.flush()
 			}
+			b.ReportMetric(float64(writes)/float64(b.N), "writes/op")
 		})
 	}
 }
