@@ -139,6 +139,24 @@ func (p *tapPeer) csumErrors() int {
 	return 0
 }
 
+// partialAsComplete sends a segment whose field holds only the
+// pseudo-header sum but whose header says it is complete: the kernel must
+// count a checksum error (and drop it). The flow's sequence number stays.
+func (p *tapPeer) partialAsComplete() {
+	p.t.Helper()
+	before := p.csumErrors()
+	bad := p.seg(tcpFlagACK, 1000, true)
+	p.f.seq -= 1000
+	p.send(oSent{frame: bad.frame})
+	deadline := time.Now().Add(10 * time.Second)
+	for p.csumErrors() == before {
+		if time.Now().After(deadline) {
+			p.t.Fatal("the kernel did not count a checksum error for a partial checksum written as complete")
+		}
+		time.Sleep(10 * time.Millisecond) // polling a kernel counter
+	}
+}
+
 // TestCoalescerIntoKernel sends a TCP stream through the coalescer into a
 // real TAP: merged runs of complete and partial checksums, reordered
 // segments merged by prepending, a data-less ACK and PSH in the middle and
@@ -161,18 +179,7 @@ func TestCoalescerIntoKernel(t *testing.T) {
 			defer conn.Close()
 			start := p.f.seq
 
-			// A segment whose field holds the pseudo-header sum, written as if complete.
-			before := p.csumErrors()
-			bad := p.seg(tcpFlagACK, 1000, true)
-			p.f.seq -= 1000
-			p.send(oSent{frame: bad.frame})
-			deadline := time.Now().Add(10 * time.Second)
-			for p.csumErrors() == before {
-				if time.Now().After(deadline) {
-					t.Fatal("the kernel did not count a checksum error for a partial checksum written as complete")
-				}
-				time.Sleep(10 * time.Millisecond) // polling a kernel counter
-			}
+			p.partialAsComplete()
 
 			const segs = 48
 			for b := 0; b < segs/8; b++ {
