@@ -345,3 +345,23 @@ func FuzzCoalescerOracle(f *testing.F) {
 		}
 	})
 }
+
+// TestCoalescerScenarioDoesNotAllocate: every path (merges, prepends,
+// control frames, partial checksums, fragments, a table that overflows)
+// runs without allocating once the coalescer exists.
+func TestCoalescerScenarioDoesNotAllocate(t *testing.T) {
+	r := newORand(3, nil)
+	sc := newOScenario(r, 300, 3000, 0)
+	c := newCoalescer(func([]byte) error { return nil })
+	allocs := testing.AllocsPerRun(5, func() {
+		for _, batch := range sc.batches {
+			for _, s := range batch {
+				c.add(s.frame, s.cs)
+			}
+			c.flush()
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per scenario", allocs)
+	}
+}
