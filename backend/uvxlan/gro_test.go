@@ -332,3 +332,38 @@ func BenchmarkCoalesce(b *testing.B) {
 		})
 	}
 }
+
+// TestCoalescerSingleHeaders: a frame written on its own carries an
+// all-zero header when its checksum is complete, and NEEDS_CSUM with the
+// caller's csum_start and csum_offset (gso_type none) when it is partial.
+func TestCoalescerSingleHeaders(t *testing.T) {
+	udp := oOther(newORand(2, []byte{0, 1}), 7) // an IPv4 UDP datagram
+	syn, synCS := newScript(true).flows[0].build(oSpec{seq: 1, flags: tcpFlagSYN, partial: true})
+	for _, tc := range []struct {
+		name  string
+		frame []byte
+		cs    l4Csum
+		want  [10]byte
+	}{
+		{"udp complete", udp, l4Csum{}, [10]byte{}},
+		{"udp partial", udp, l4Csum{34, 6}, [10]byte{1, 0, 0, 0, 0, 0, 34, 0, 6, 0}},
+		{"tcp syn partial ipv6", syn, synCS, [10]byte{1, 0, 0, 0, 0, 0, 54, 0, 16, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got [][]byte
+			c := newCoalescer(func(b []byte) error { got = append(got, slices.Clone(b)); return nil })
+			if err := c.add(tc.frame, tc.cs); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.flush(); err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 1 {
+				t.Fatalf("%d writes, want 1", len(got))
+			}
+			if [10]byte(got[0][:10]) != tc.want || !slices.Equal(got[0][10:], tc.frame) {
+				t.Fatalf("header % x, want the frame unchanged behind % x", got[0][:10], tc.want)
+			}
+		})
+	}
+}
