@@ -42,8 +42,14 @@ var errFrameTooLong = errors.New("frame too long for the tap")
 // first makes the run be written, then is written itself; a fragment or
 // an IPv6 extension header, whose flow is unknown, writes every run first.
 // A run ends after a PSH segment or one shorter than the run's first (its
-// MSS), at 64 segments or 64 KB. Frames of different flows may overtake
-// each other.
+// MSS), at 64 segments or 64 KB; a CWR segment may only start one; without
+// DF, IPv4 IDs must count up by one (rules of the kernel's GRO). Frames of
+// different flows may overtake each other.
+//
+// Runs hold references to the frames, not copies: a frame is copied once,
+// when its run is written. The caller must leave every frame it added
+// unchanged until flush returns (the ingress loop reuses its receive
+// buffers only after flush).
 //
 // Checksums are not verified here: every frame handed to add has a correct
 // L4 checksum, or a partial one described by its l4Csum. A merged frame
