@@ -143,20 +143,21 @@ func ipv6ExtHeader(nh uint8) bool {
 	return false
 }
 
-// parseSeg classifies frame and, for TCP, describes the segment.
-func parseSeg(frame []byte, cs l4Csum) (s tcpSeg, kind segKind) {
+// parseSeg classifies frame and, for TCP, describes the segment in s,
+// which must be zero.
+func parseSeg(frame []byte, cs l4Csum, s *tcpSeg) segKind {
 	if len(frame) < ethHeaderLen+ipv4HeaderLenMin {
-		return s, segOther
+		return segOther
 	}
 	ip := frame[ethHeaderLen:]
 	var ipLen int
 	switch binary.BigEndian.Uint16(frame[12:]) {
 	case etherTypeIPv4:
 		if ip[0]>>4 != 4 || ip[9] != 6 {
-			return s, segOther
+			return segOther
 		}
 		if binary.BigEndian.Uint16(ip[6:])&0x3fff != 0 {
-			return s, segFlushAll // a fragment: its flow is unknown
+			return segFlushAll // a fragment: its flow is unknown
 		}
 		s.tcp, ipLen = ethHeaderLen+int(ip[0]&0x0f)*4, int(binary.BigEndian.Uint16(ip[2:]))
 		s.id, s.df = binary.BigEndian.Uint16(ip[4:]), ip[6]&0x40 != 0
@@ -165,13 +166,13 @@ func parseSeg(frame []byte, cs l4Csum) (s tcpSeg, kind segKind) {
 		s.mergeable = s.tcp == ethHeaderLen+ipv4HeaderLenMin && ipv4HeaderSum(ip) == 0xffff
 	case etherTypeIPv6:
 		if len(ip) < ipv6HeaderLen || ip[0]>>4 != 6 {
-			return s, segOther
+			return segOther
 		}
 		if ipv6ExtHeader(ip[6]) {
-			return s, segFlushAll
+			return segFlushAll
 		}
 		if ip[6] != 6 {
-			return s, segOther
+			return segOther
 		}
 		s.v6, s.tcp, ipLen = true, ethHeaderLen+ipv6HeaderLen, ipv6HeaderLen+int(binary.BigEndian.Uint16(ip[4:]))
 		s.df = true // no ID to keep consecutive
@@ -179,10 +180,11 @@ func parseSeg(frame []byte, cs l4Csum) (s tcpSeg, kind segKind) {
 		copy(s.key[:32], ip[8:40])
 		s.mergeable = true
 	default:
-		return s, segOther
+		return segOther
 	}
 	if s.tcp < ethHeaderLen+ipv4HeaderLenMin || s.tcp+tcpHeaderLenMin > len(frame) {
-		return tcpSeg{}, segFlushAll // malformed; the kernel drops it
+		*s = tcpSeg{}
+		return segFlushAll // malformed; the kernel drops it
 	}
 	th := frame[s.tcp:]
 	copy(s.key[s.klen-4:s.klen], th[:4])
@@ -193,7 +195,7 @@ func parseSeg(frame []byte, cs l4Csum) (s tcpSeg, kind segKind) {
 		s.payload > 0 && s.flags&tcpFlagACK != 0 &&
 		s.flags&(tcpFlagFIN|tcpFlagSYN|tcpFlagRST|tcpFlagURG) == 0 &&
 		(cs == l4Csum{} || cs == l4Csum{uint16(s.tcp), 16})
-	return s, segTCP
+	return segTCP
 }
 
 // ipv4HeaderSum is the folded sum of a 20-byte IPv4 header: 0xffff when
@@ -222,7 +224,8 @@ func tcpChecksumOK(frame []byte, s tcpSeg) bool {
 // until flush returns. add returns the first write error; the frame and
 // everything held are handled regardless.
 func (c *coalescer) add(frame []byte, cs l4Csum) error {
-	s, kind := parseSeg(frame, cs)
+	var s tcpSeg
+	kind := parseSeg(frame, cs, &s)
 	switch {
 	case kind == segOther:
 		return c.single(frame, cs)

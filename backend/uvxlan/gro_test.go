@@ -201,7 +201,8 @@ func TestParseSeg(t *testing.T) {
 		{"tiny", good[:20], l4Csum{}, segOther, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, kind := parseSeg(tc.frame, tc.cs)
+			var s tcpSeg
+			kind := parseSeg(tc.frame, tc.cs, &s)
 			if kind != tc.kind || s.mergeable != tc.mergeable {
 				t.Fatalf("kind %d mergeable %v, want %d %v", kind, s.mergeable, tc.kind, tc.mergeable)
 			}
