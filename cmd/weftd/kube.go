@@ -10,7 +10,7 @@ import (
 
 // newKubeRegistry builds the Kubernetes registry (in-cluster config unless
 // --kubeconfig names a file).
-func newKubeRegistry(_ context.Context, c *config, log *slog.Logger) (subnet.Registry, func(), error) {
+func newKubeRegistry(_ context.Context, c *config, rej *subnet.Rejections, log *slog.Logger) (subnet.Registry, func(), error) {
 	client, err := kube.NewClient(c.kubeconfig)
 	if err != nil {
 		return nil, nil, err
@@ -19,6 +19,7 @@ func newKubeRegistry(_ context.Context, c *config, log *slog.Logger) (subnet.Reg
 		NodeName:         c.nodeName,
 		AnnotationPrefix: c.kubeAnnotPrefix,
 		ConfigFile:       c.netConfPath,
+		Rejections:       rej,
 	}, log)
 	if err != nil {
 		return nil, nil, err

@@ -62,7 +62,11 @@ type Config struct {
 	IPMasq      bool
 	BackendType string // overrides the config's Backend.Type when set
 
-	Metrics       *Metrics      // nil: no metrics
+	Metrics *Metrics // nil: no metrics
+	// Rejections records the peers' leases that fail the checks (logged
+	// once, counted); nil: a recorder logging to the daemon's logger and
+	// counting in Metrics.
+	Rejections    *subnet.Rejections
 	RenewMargin   time.Duration // renew this long before expiry (default 1h)
 	RetryInterval time.Duration // between failed renewals and acquisitions (default 1m)
 }
@@ -94,6 +98,9 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 	}
 	if cfg.Node.UnderlayMTU == 0 {
 		cfg.Node.UnderlayMTU = 1500
+	}
+	if cfg.Rejections == nil {
+		cfg.Rejections = subnet.NewRejections(log.With("component", "daemon"), cfg.Metrics.LeaseRejected)
 	}
 	return &Daemon{cfg: cfg, log: log.With("component", "daemon")}, nil
 }

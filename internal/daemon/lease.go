@@ -128,7 +128,7 @@ func (d *Daemon) session(ctx context.Context, cfg *subnet.Config, typ string, le
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return dp.Backend.Run(gctx) })
-	g.Go(func() error { return d.watch(gctx, lease, dp.Backend) })
+	g.Go(func() error { return d.watch(gctx, cfg, lease, dp.Backend) })
 	g.Go(func() error { return d.renew(gctx, lease) })
 	g.Go(func() error { return d.awaitReady(gctx, dp.Backend) })
 	return g.Wait()
@@ -213,12 +213,12 @@ func (d *Daemon) renewOnce(ctx context.Context, lease subnet.Lease) (subnet.Leas
 }
 
 // watch follows the registry and hands every new peer table to the backend.
-func (d *Daemon) watch(ctx context.Context, self subnet.Lease, b backend.Backend) error {
+func (d *Daemon) watch(ctx context.Context, cfg *subnet.Config, self subnet.Lease, b backend.Backend) error {
 	events := make(chan []subnet.Event, 64)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return d.cfg.Registry.Watch(gctx, events) })
 	g.Go(func() error {
-		leases := map[string]subnet.Lease{}
+		peers := newPeerSet(cfg, self, d.cfg.Rejections)
 		selfKey := self.Key()
 		for {
 			var batch []subnet.Event
@@ -230,23 +230,17 @@ func (d *Daemon) watch(ctx context.Context, self subnet.Lease, b backend.Backend
 			start := time.Now()
 			var added, removed int
 			for _, ev := range batch {
-				key := ev.Lease.Key()
-				if key == selfKey && lostOwnLease(ev, self) {
+				if ev.Lease.Key() == selfKey && lostOwnLease(ev, self) {
 					return errLeaseLost
 				}
+				peers.apply(ev)
 				if ev.Type == subnet.EventRemoved {
-					delete(leases, key)
 					removed++
 				} else {
-					leases[key] = ev.Lease
 					added++
 				}
 			}
-			all := make([]subnet.Lease, 0, len(leases))
-			for _, l := range leases {
-				all = append(all, l)
-			}
-			t := vtep.FromLeases(all, self)
+			t := vtep.FromLeases(peers.all(), self)
 			b.Set(t)
 			v4 := 0
 			for p := range t {
@@ -254,7 +248,7 @@ func (d *Daemon) watch(ctx context.Context, self subnet.Lease, b backend.Backend
 					v4++
 				}
 			}
-			d.cfg.Metrics.batch(added, removed, len(leases), v4, len(t)-v4, time.Since(start))
+			d.cfg.Metrics.batch(added, removed, len(peers.leases), v4, len(t)-v4, time.Since(start))
 		}
 	})
 	err := g.Wait()

@@ -48,6 +48,10 @@ type Options struct {
 	// so that an unreachable etcd becomes an error the caller can retry
 	// instead of a call that never returns (DefaultRequestTimeout).
 	RequestTimeout time.Duration
+	// Rejections records keys that are not lease keys and values that do
+	// not parse (logged once per key, counted); nil: logged once per key to
+	// the registry's logger.
+	Rejections *subnet.Rejections
 }
 
 // Registry is the etcd subnet registry. It is safe for concurrent use.
@@ -58,6 +62,7 @@ type Registry struct {
 	retries int
 	timeout time.Duration
 	log     *slog.Logger
+	rej     *subnet.Rejections
 	err     error // bad options, returned by every method
 }
 
@@ -75,6 +80,10 @@ func New(client *clientv3.Client, opts Options, log *slog.Logger) *Registry {
 		retries: opts.RaceRetries,
 		timeout: opts.RequestTimeout,
 		log:     log.With("component", "etcd"),
+		rej:     opts.Rejections,
+	}
+	if r.rej == nil {
+		r.rej = subnet.NewRejections(r.log, nil)
 	}
 	if opts.Prefix == "" {
 		r.prefix = DefaultPrefix
@@ -161,9 +170,9 @@ func (r *Registry) decode(kv *mvccpb.KeyValue) (entry, error) {
 }
 
 // list reads every lease key, sorted by name. Keys that are not lease keys
-// are logged (when warn is set) and skipped; keys with bad values are
-// returned marked bad.
-func (r *Registry) list(ctx context.Context, warn bool) ([]entry, int64, error) {
+// are recorded as rejected and skipped; keys with bad values are recorded
+// and returned marked bad.
+func (r *Registry) list(ctx context.Context) ([]entry, int64, error) {
 	rctx, cancel := r.request(ctx)
 	defer cancel()
 	resp, err := r.client.Get(rctx, r.subnetsDir(), clientv3.WithPrefix())
@@ -174,13 +183,13 @@ func (r *Registry) list(ctx context.Context, warn bool) ([]entry, int64, error) 
 	for _, kv := range resp.Kvs {
 		e, err := r.decode(kv)
 		if err != nil {
-			if warn {
-				r.log.Warn("skipping a key that is not a subnet lease", "key", string(kv.Key), "err", err)
-			}
+			r.rej.Reject(string(kv.Key), subnet.RejectMalformedKey, err)
 			continue
 		}
-		if e.bad != nil && warn {
-			r.log.Warn("skipping a subnet lease whose value does not parse", "key", string(kv.Key), "err", e.bad)
+		if e.bad != nil {
+			r.rej.Reject(string(kv.Key), subnet.RejectMalformedValue, e.bad)
+		} else {
+			r.rej.Forget(string(kv.Key))
 		}
 		out = append(out, e)
 	}

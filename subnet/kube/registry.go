@@ -44,6 +44,10 @@ type Options struct {
 	// PodCIDRPoll is the first delay between looks at a node that has no
 	// podCIDR yet; it doubles up to 5 s. Defaults to 200 ms.
 	PodCIDRPoll time.Duration
+	// Rejections records nodes whose lease annotations do not parse (logged
+	// once per node, counted); nil: logged once per node to the registry's
+	// logger.
+	Rejections *subnet.Rejections
 }
 
 // Registry is a subnet.Registry on the Kubernetes API. Leases never expire:
@@ -75,7 +79,11 @@ func New(client kubernetes.Interface, opts Options, log *slog.Logger) (*Registry
 	if err != nil {
 		return nil, fmt.Errorf("kube registry: %w", err)
 	}
-	return &Registry{client: client, opts: opts, ann: ann, log: log.With("component", "kube-registry", "node", opts.NodeName)}, nil
+	log = log.With("component", "kube-registry", "node", opts.NodeName)
+	if opts.Rejections == nil {
+		opts.Rejections = subnet.NewRejections(log, nil)
+	}
+	return &Registry{client: client, opts: opts, ann: ann, log: log}, nil
 }
 
 // NewClient returns a clientset for the kubeconfig at path, or for the

@@ -84,10 +84,12 @@ func (w *watcher) onUpdate(obj any) {
 	l, err := w.ann.nodeLease(w.cfg, n)
 	switch {
 	case errors.Is(err, errNotLease):
+		w.r.opts.Rejections.Forget("node/" + n.Name)
 		w.forget(n.Name)
 	case err != nil:
-		w.r.log.Warn("skipping a node whose lease annotations do not parse", "peer", n.Name, "err", err)
+		w.r.opts.Rejections.Reject("node/"+n.Name, subnet.RejectMalformedValue, err)
 	default:
+		w.r.opts.Rejections.Forget("node/" + n.Name)
 		w.set(n.Name, l)
 	}
 }
