@@ -7,7 +7,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/weft-net/weft/internal/lab/inspect"
+	"github.com/weft-net/weft/internal/inspect"
 )
 
 func runLeases(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -9,7 +9,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/weft-net/weft/internal/lab"
-	"github.com/weft-net/weft/internal/lab/inspect"
+	"github.com/weft-net/weft/internal/inspect"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
 )

@@ -16,7 +16,7 @@ import (
 
 	"github.com/weft-net/weft/internal/flagenv"
 	"github.com/weft-net/weft/internal/lab"
-	"github.com/weft-net/weft/internal/lab/inspect"
+	"github.com/weft-net/weft/internal/inspect"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/subnet/etcd"
 	"github.com/weft-net/weft/subnet/kube"

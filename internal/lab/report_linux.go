@@ -9,7 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/weft-net/weft/internal/lab/inspect"
+	"github.com/weft-net/weft/internal/inspect"
 	"github.com/weft-net/weft/internal/nettest"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
