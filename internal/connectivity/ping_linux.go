@@ -16,17 +16,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Do runs f on a thread in the network namespace to probe from; sockets
-// opened inside f keep that namespace. A nil Do means the caller's own.
-type Do func(func() error) error
-
-func (do Do) run(f func() error) error {
-	if do == nil {
-		return f()
-	}
-	return do(f)
-}
-
 // ErrNoReply is returned when no echo reply came back in time.
 var ErrNoReply = errors.New("no reply")
 
@@ -58,7 +47,7 @@ var pingerCount atomic.Uint32
 // NewPinger opens the socket inside the namespace that do enters.
 func NewPinger(do Do) (*Pinger, error) {
 	var c net.PacketConn
-	err := do.run(func() error {
+	err := do.Run(func() error {
 		var err error
 		c, err = net.ListenPacket("ip4:icmp", "0.0.0.0")
 		return err

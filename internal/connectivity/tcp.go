@@ -28,7 +28,7 @@ type TCPServer struct {
 // addr (an address of that namespace, or the unspecified address).
 func ListenTCP(do Do, addr netip.AddrPort) (*TCPServer, error) {
 	var ln net.Listener
-	err := do.run(func() error {
+	err := do.Run(func() error {
 		var err error
 		ln, err = net.Listen("tcp", addr.String())
 		return err
@@ -81,7 +81,7 @@ func TCPExchange(ctx context.Context, do Do, dst netip.AddrPort, timeout time.Du
 	defer cancel()
 	start := time.Now()
 	var c net.Conn
-	err := do.run(func() error {
+	err := do.Run(func() error {
 		var err error
 		c, err = (&net.Dialer{}).DialContext(ctx, "tcp", dst.String())
 		return err
