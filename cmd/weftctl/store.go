@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/weft-net/weft/internal/flagenv"
-	"github.com/weft-net/weft/internal/lab"
 	"github.com/weft-net/weft/internal/inspect"
+	"github.com/weft-net/weft/internal/lab"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/subnet/etcd"
 	"github.com/weft-net/weft/subnet/kube"
@@ -37,7 +37,7 @@ func (s *store) register(fs *flag.FlagSet) {
 	set.String(&s.kubeconfig, "kubeconfig", "", "read leases from the Kubernetes API with this kubeconfig instead of etcd")
 	set.String(&s.netConf, "net-config-path", kube.DefaultConfigFile, "network config file (Kubernetes mode)")
 	set.String(&s.annot, "kube-annotation-prefix", "flannel.alpha.coreos.com", "prefix of the node annotations (Kubernetes mode)")
-	fs.BoolVar(&s.lab, "lab", false, "use the local lab (see `weftctl lab up`)")
+	fs.BoolVar(&s.lab, "lab", false, "use the local lab (see \"weftctl lab up\")")
 	fs.StringVar(&s.stateDir, "state-dir", env("lab-state-dir", lab.DefaultStateDir), "state directory of the lab (with --lab)")
 }
 
