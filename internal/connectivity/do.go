@@ -11,4 +11,3 @@ func (do Do) Run(f func() error) error {
 	}
 	return do(f)
 }
-

@@ -87,7 +87,7 @@ func TCPExchange(ctx context.Context, do Do, dst netip.AddrPort, timeout time.Du
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("tcp %s: %w", dst, err)
+		return 0, err // names the address already
 	}
 	defer c.Close()
 	if d, ok := ctx.Deadline(); ok {

@@ -135,5 +135,3 @@ func (s *state) peers() []subnet.Lease {
 	}
 	return out
 }
-
-
