@@ -60,6 +60,12 @@ func runLabUp(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
+	switch {
+	case o.Nodes < 1:
+		return fmt.Errorf("--nodes %d: must be at least 1", o.Nodes)
+	case o.PodsPerNode < 0:
+		return fmt.Errorf("--pods-per-node %d: must be 0 or more (0: nodes without pods)", o.PodsPerNode)
+	}
 	o.StateDir = *dir
 	level := slog.LevelWarn
 	if *verbose {

@@ -87,6 +87,9 @@ func (s *store) leases(ctx context.Context, log *slog.Logger) ([]subnet.Lease, *
 	}
 	defer c.Close()
 	cfg, err := inspect.EtcdConfig(ctx, c, s.etcd.Prefix)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil, nil, "", fmt.Errorf("etcd %s: %w: no answer; check that etcd listens there, the --etcd-* TLS flags, and a firewall between", s.etcd.Endpoints, err)
+	}
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("etcd %s: %w", s.etcd.Endpoints, err)
 	}
