@@ -20,7 +20,7 @@ func TestKubeChecks(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: map[string]string{
 				p + "kube-subnet-manager": "true", p + "backend-type": "vxlan", p + "public-ip": "192.168.77.1",
 				p + "backend-data": `{"VNI":1,"VtepMAC":"02:00:00:00:00:01"}`}},
-			Spec: corev1.NodeSpec{PodCIDR: "10.244.1.0/24"},
+			Spec:   corev1.NodeSpec{PodCIDR: "10.244.1.0/24"},
 			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionFalse, Reason: "WeftIsUp"}}},
 		}
 	}
