@@ -92,6 +92,19 @@ func TestDoctorFaults(t *testing.T) {
 			t.Errorf("connectivity: exit %d:\n%s", code, out)
 		}
 	})
+	t.Run("explain the way out", func(t *testing.T) {
+		// explain reads routes; it sends nothing to the address.
+		out, code := run(t, bin, "explain", "--lab", "--state-dir", dir, st.Pods[0].IP.String(), "192.0.2.1")
+		for _, want := range []string{"192.0.2.1 is outside the cluster network", "192.0.2.1 via 192.168.77.254 dev eth0",
+			"rewrites the source to eth0's address " + n1.Addr.String()} {
+			if !strings.Contains(out, want) {
+				t.Errorf("explain lacks %q", want)
+			}
+		}
+		if code != 0 {
+			t.Errorf("explain to an outside address: exit %d:\n%s", code, out)
+		}
+	})
 	t.Run("UDP 8472 blocked", func(t *testing.T) {
 		ipIn(t, n2.NS, "nft", "add table inet wefttest; add chain inet wefttest in { type filter hook input priority 0; }; add rule inet wefttest in udp dport 8472 drop")
 		defer ipIn(t, n2.NS, "nft", "delete table inet wefttest")
