@@ -26,6 +26,16 @@ type Options struct {
 	Timeout time.Duration // per request and per TCP exchange; 1s
 }
 
+func (o Options) withDefaults() Options {
+	if o.Count == 0 {
+		o.Count = 3
+	}
+	if o.Timeout == 0 {
+		o.Timeout = time.Second
+	}
+	return o
+}
+
 // Pair is the measurement from one endpoint to another.
 type Pair struct {
 	From, To string
@@ -47,16 +57,10 @@ type Matrix struct {
 // Measure probes every endpoint from every other one: sources in
 // parallel, destinations in turn.
 func Measure(ctx context.Context, title string, eps []Endpoint, o Options) *Matrix {
-	if o.Count == 0 {
-		o.Count = 3
-	}
-	if o.Timeout == 0 {
-		o.Timeout = time.Second
-	}
 	rows := make([][]Pair, len(eps))
 	var wg sync.WaitGroup
 	for i, src := range eps {
-		wg.Go(func() { rows[i] = measureFrom(ctx, src, eps, o) })
+		wg.Go(func() { rows[i] = MeasureFrom(ctx, src, eps, o) })
 	}
 	wg.Wait()
 	m := &Matrix{Title: title}
@@ -66,7 +70,9 @@ func Measure(ctx context.Context, title string, eps []Endpoint, o Options) *Matr
 	return m
 }
 
-func measureFrom(ctx context.Context, src Endpoint, eps []Endpoint, o Options) []Pair {
+// MeasureFrom probes every other endpoint from src, in turn.
+func MeasureFrom(ctx context.Context, src Endpoint, eps []Endpoint, o Options) []Pair {
+	o = o.withDefaults()
 	var out []Pair
 	pg, err := NewPinger(src.Do)
 	for _, dst := range eps {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
@@ -60,7 +61,7 @@ func (e *nsExec) ExecPlugin(ctx context.Context, path string, stdin []byte, env 
 // NewProbe creates the namespace, ADDs it through the conflist and starts
 // the TCP server. On failure it removes what it made.
 func NewProbe(ctx context.Context, c ProbeConfig) (*Probe, error) {
-	list, err := libcni.ConfListFromFile(c.Conflist)
+	list, err := loadConf(c.Conflist)
 	if err != nil {
 		return nil, fmt.Errorf("probe %s: %w", c.Name, err)
 	}
@@ -154,4 +155,16 @@ func waitUp(ctx context.Context, ns *nettest.NS, nodeDo Do) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// loadConf reads a .conflist, or a single-plugin .conf/.json as a list.
+func loadConf(path string) (*libcni.NetworkConfigList, error) {
+	if filepath.Ext(path) == ".conflist" {
+		return libcni.ConfListFromFile(path)
+	}
+	conf, err := libcni.ConfFromFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return libcni.ConfListFromConf(conf)
 }
