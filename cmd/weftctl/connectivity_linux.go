@@ -82,12 +82,16 @@ func runConnectivity(ctx context.Context, args []string, stdout, stderr io.Write
 }
 
 // lab measures the lab: a probe pod per node, and the nodes themselves.
-func (c *connFlags) lab(ctx context.Context, st *lab.State, ls []subnet.Lease, cniBin string, w io.Writer) error {
+func (c *connFlags) lab(ctx context.Context, st *lab.State, ls []subnet.Lease, cniBin string, w io.Writer) (err error) {
 	var pods, nodes []connectivity.Endpoint
 	var closers []func() error
-	defer func() {
+	defer func() { // remove the probes; a failure to is reported
+		var errs []error
 		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
+			errs = append(errs, closers[i]())
+		}
+		if cerr := errors.Join(errs...); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("remove the probes: %w", cerr))
 		}
 	}()
 	for _, ln := range st.Nodes {

@@ -92,6 +92,28 @@ func TestDoctorFaults(t *testing.T) {
 			t.Errorf("connectivity: exit %d:\n%s", code, out)
 		}
 	})
+	t.Run("connectivity on each host through etcd", func(t *testing.T) {
+		// As on plain etcd hosts: one weftctl per node, run inside the
+		// node's namespace, meeting the others through the lab's etcd.
+		type result struct {
+			out  string
+			code int
+		}
+		res := make(chan result, len(st.Nodes))
+		for _, n := range st.Nodes {
+			go func() {
+				out, code := runNoFatal(bin, "lab", "exec", "--state-dir", dir, n.Name, "--", bin, "connectivity",
+					"--cni-conf-dir", filepath.Dir(n.SubnetFile), "--cni-bin-dir", filepath.Dir(bin), "--wait", "40s")
+				res <- result{out, code}
+			}()
+		}
+		for range st.Nodes {
+			r := <-res
+			if r.code != 0 || strings.Count(r.out, "6/6 pairs ok") != 2 || !strings.Contains(r.out, "3 of 3 nodes took part; 3 published their results") {
+				t.Errorf("connectivity on a node: exit %d:\n%s", r.code, r.out)
+			}
+		}
+	})
 	t.Run("explain the way out", func(t *testing.T) {
 		// explain reads routes; it sends nothing to the address.
 		out, code := run(t, bin, "explain", "--lab", "--state-dir", dir, st.Pods[0].IP.String(), "192.0.2.1")
