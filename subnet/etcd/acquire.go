@@ -68,7 +68,7 @@ func (r *Registry) Acquire(ctx context.Context, attrs subnet.LeaseAttrs, hint ne
 func (r *Registry) tryAcquire(ctx context.Context, cfg *subnet.Config, attrs subnet.LeaseAttrs, value []byte, hint netip.Prefix) (subnet.Lease, error) {
 	entries, _, err := r.list(ctx)
 	if err != nil {
-		return subnet.Lease{}, fmt.Errorf("acquire lease: %w", err)
+		return subnet.Lease{}, fmt.Errorf("acquire lease: etcd %s: %w", r.endpoints(), err)
 	}
 	own, stale := findOwn(cfg, entries, attrs)
 	if len(stale) > 0 {

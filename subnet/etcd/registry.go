@@ -128,7 +128,7 @@ func (r *Registry) Config(ctx context.Context) (*subnet.Config, error) {
 	defer cancel()
 	resp, err := r.client.Get(rctx, r.configKey())
 	if err != nil {
-		return nil, fmt.Errorf("etcd registry: read %s: %w", r.configKey(), err)
+		return nil, fmt.Errorf("etcd registry: read %s from etcd %s: %w", r.configKey(), r.endpoints(), err)
 	}
 	if len(resp.Kvs) == 0 {
 		return nil, fmt.Errorf("etcd registry: network config %s: key not found: write the network config (JSON) there", r.configKey())
@@ -138,6 +138,14 @@ func (r *Registry) Config(ctx context.Context) (*subnet.Config, error) {
 		return nil, fmt.Errorf("etcd registry: %s: %w", r.configKey(), err)
 	}
 	return cfg, nil
+}
+
+// endpoints names the etcd endpoints the client tries, for errors.
+func (r *Registry) endpoints() string {
+	if r.client == nil {
+		return "(no client)"
+	}
+	return strings.Join(r.client.Endpoints(), ",")
 }
 
 // entry is one lease key as listed from etcd.

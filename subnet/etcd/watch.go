@@ -121,7 +121,7 @@ func (w *watcher) follow(ctx context.Context, rev int64) (progressed bool, err e
 	wch := w.r.client.Watch(wctx, w.r.subnetsDir(), clientv3.WithPrefix(), clientv3.WithRev(rev))
 	for resp := range wch {
 		if err := resp.Err(); err != nil {
-			return progressed, fmt.Errorf("watch %s from revision %d: %w", w.r.subnetsDir(), rev, err)
+			return progressed, fmt.Errorf("watch %s in etcd %s from revision %d: %w", w.r.subnetsDir(), w.r.endpoints(), rev, err)
 		}
 		if len(resp.Events) == 0 {
 			continue
