@@ -35,6 +35,10 @@ type pipeSide struct {
 }
 
 func newPipeSide(t *testing.T, name string, pipelined bool) *pipeSide {
+	return newPipeSideTB(t, name, pipelined)
+}
+
+func newPipeSideTB(t testing.TB, name string, pipelined bool) *pipeSide {
 	ns := nettest.NewNS(t, name)
 	ns.MustRun(t, "ip", "link", "add", "vx0", "address", "0a:00:00:00:00:01", "type", "vxlan", "id", "1", "dstport", "8472", "nolearning")
 	ns.MustRun(t, "ip", "link", "set", "vx0", "up")
@@ -120,5 +124,27 @@ func TestPipelinedMatchesPerRequest(t *testing.T) {
 		if want := []int{600, 300, 300, 300, 0}[i]; routes != want {
 			t.Errorf("%s: %d weft routes, want %d", st.name, routes, want)
 		}
+	}
+}
+
+// BenchmarkSync5000 programs 5,000 peers into an empty device and removes
+// them again, one request at a time and pipelined:
+//
+//	go test -run '^$' -bench Sync5000 ./backend/vxlan
+func BenchmarkSync5000(b *testing.B) {
+	for _, piped := range []bool{false, true} {
+		name := map[bool]string{false: "per-request", true: "pipelined"}[piped]
+		b.Run(name, func(b *testing.B) {
+			s := newPipeSideTB(b, "pbench", piped)
+			table := pipeTable(0, 5000, 1)
+			for b.Loop() {
+				if _, err := s.o.Sync(table); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.o.Sync(vtep.Table{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
