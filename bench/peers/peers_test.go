@@ -158,7 +158,16 @@ func peersRound(b *testing.B, weftd string) result {
 		}
 	}
 	node.WaitReady()
-	lat := probeLatency(b, c, node, peers, probes)
+	// Probe subnets lie far beyond the first free ones, where the node
+	// took its own.
+	lat := probeLatency(b, node, probes, func(i int) netip.Prefix {
+		k, v := fakeLease(4*peers + i)
+		want, _, _ := subnet.ParseKey(strings.TrimPrefix(k, e2e.Prefix+"/subnets/"))
+		if _, err := c.Client.Put(ctx, k, v); err != nil {
+			b.Fatal(err)
+		}
+		return want
+	})
 	r.p50, r.p99, r.max = lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
 	r.anon, r.file = rssOf(b, node)
 	if log, err := os.ReadFile(node.LogFile); err == nil && os.Getenv("WEFT_BENCH_LOG") != "" {
@@ -171,9 +180,10 @@ func peersRound(b *testing.B, weftd string) result {
 	return r
 }
 
-// probeLatency puts probes new leases one at a time and returns, sorted,
-// how long each took to show up as a route on node.
-func probeLatency(b *testing.B, c *e2e.Cluster, node *e2e.Node, peers, probes int) []time.Duration {
+// probeLatency makes probes new leases one at a time with add (which
+// returns the lease's subnet) and returns, sorted, how long each took to
+// show up as a route on node.
+func probeLatency(b *testing.B, node *e2e.Node, probes int, add func(i int) netip.Prefix) []time.Duration {
 	routes := make(chan netlink.RouteUpdate, 1024)
 	done := make(chan struct{})
 	defer close(done)
@@ -186,15 +196,9 @@ func probeLatency(b *testing.B, c *e2e.Cluster, node *e2e.Node, peers, probes in
 		b.Fatal(err)
 	}
 	lat := make([]time.Duration, 0, probes)
-	// Probe subnets lie far beyond the first free ones, where the node
-	// took its own.
-	for i := 4 * peers; i < 4*peers+probes; i++ {
-		k, v := fakeLease(i)
-		want, _, _ := subnet.ParseKey(strings.TrimPrefix(k, e2e.Prefix+"/subnets/"))
+	for i := range probes {
 		t0 := time.Now()
-		if _, err := c.Client.Put(context.Background(), k, v); err != nil {
-			b.Fatal(err)
-		}
+		want := add(i)
 		waitRoute(b, routes, want)
 		lat = append(lat, time.Since(t0))
 	}
