@@ -30,8 +30,10 @@ type Pipe struct {
 }
 
 // pipeWindow is how many requests are in flight at once: their
-// acknowledgements must fit the socket's receive buffer.
-const pipeWindow = 256
+// acknowledgements (each an skb of under 1 KB) must fit the socket's receive
+// buffer, which OpenPipe raises but which may stay at the usual 208 KB
+// default when the process may not raise it.
+const pipeWindow = 128
 
 // OpenPipe opens a Pipe in the network namespace at nsPath ("" is the
 // namespace of the calling process) and checks that it sees the link with

@@ -1,12 +1,15 @@
 package vxlan
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
 
 	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/internal/nettest"
@@ -146,5 +149,47 @@ func BenchmarkSync5000(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestPipeReportsEachFailure writes a batch in which one request fails (a
+// neighbour on a link that does not exist): the others are written, counted,
+// and the error names the failing one.
+func TestPipeReportsEachFailure(t *testing.T) {
+	s := newPipeSide(t, "pfail", true)
+	l, err := s.ns.Handle.LinkByName("vx0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := backend.NewLazyPipe(s.ns.Handle, s.ns.Path, l.Attrs().Index).Get()
+	if p == nil {
+		t.Fatal("no pipe")
+	}
+	var reqs []*nl.NetlinkRequest
+	for i := range 300 {
+		n := &netlink.Neigh{LinkIndex: l.Attrs().Index, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
+			IP: netip.AddrFrom4([4]byte{10, 9, byte(i >> 8), byte(i)}).AsSlice(), HardwareAddr: subnet.MAC{0x0a, 9, 0, 0, byte(i >> 8), byte(i)}.HardwareAddr()}
+		if i == 200 {
+			n.LinkIndex = 9999
+		}
+		reqs = append(reqs, backend.NeighRequest(n, true))
+	}
+	done := 0
+	err = backend.PipeWrite(p, reqs, 0, &done, func(i int) string { return fmt.Sprintf("neighbour %d", i) })
+	if err == nil || !strings.HasPrefix(err.Error(), "neighbour 200: ") {
+		t.Errorf("error %v, want one naming neighbour 200", err)
+	}
+	if done != 299 {
+		t.Errorf("%d written, want 299", done)
+	}
+	if got := strings.Count(s.ns.MustRun(t, "ip", "neigh", "show", "dev", "vx0"), "PERMANENT"); got != 299 {
+		t.Errorf("%d neighbours in the kernel, want 299", got)
+	}
+	// Deleting what is gone is no error when the caller says so.
+	done = 0
+	del := []*nl.NetlinkRequest{backend.NeighRequest(&netlink.Neigh{LinkIndex: l.Attrs().Index, Family: netlink.FAMILY_V4,
+		IP: netip.MustParseAddr("10.9.99.99").AsSlice()}, false)}
+	if err := backend.PipeWrite(p, del, unix.ENOENT, &done, func(int) string { return "" }); err != nil || done != 0 {
+		t.Errorf("deleting a missing neighbour: %v, %d done", err, done)
 	}
 }
