@@ -109,7 +109,7 @@ func (d *doctorFlags) local(ctx context.Context, n doctor.Node) (*doctor.Report,
 		if err != nil {
 			return nil, err
 		}
-		node, err := c.CoreV1().Nodes().Get(ctx, d.nodeName, metav1.GetOptions{})
+		node, err := c.Get(ctx, d.nodeName, metav1.GetOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", d.nodeName, err)
 		}

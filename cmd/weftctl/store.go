@@ -12,7 +12,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/weft-net/weft/internal/flagenv"
 	"github.com/weft-net/weft/internal/inspect"
@@ -106,7 +105,7 @@ func (s *store) leases(ctx context.Context, log *slog.Logger) ([]subnet.Lease, *
 // kubeLeases reads the leases from the node objects through the
 // Kubernetes registry's watch (its first batch is the current leases).
 // opts.NodeName only names the reader: weftctl acquires nothing.
-func kubeLeases(ctx context.Context, c kubernetes.Interface, opts kube.Options, log *slog.Logger) ([]subnet.Lease, *subnet.Config, error) {
+func kubeLeases(ctx context.Context, c kube.Nodes, opts kube.Options, log *slog.Logger) ([]subnet.Lease, *subnet.Config, error) {
 	r, err := kube.New(c, opts, log)
 	if err != nil {
 		return nil, nil, err
