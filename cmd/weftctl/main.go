@@ -38,6 +38,9 @@ The local lab (network namespaces on this machine, removed by "lab down"):
   lab up [--nodes N] [--pods-per-node M] [--backend vxlan|uvxlan|mixed]
   lab status | lab down | lab exec <node|pod> -- <command…>
 
+A plain Docker host:
+  docker-opts [-f subnet-file] [-d env-file] [-daemon-json file]   dockerd's --bip, --mtu, --ip-masq
+
 Run "weftctl <command> -h" for the flags of a command.
 `
 
@@ -51,6 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"peers":   runPeers,
 		"explain": runExplain,
 		"lab":     runLab,
+
+		"docker-opts": runDockerOpts,
 	}
 	switch args[0] {
 	case "-h", "--help", "help":
