@@ -29,13 +29,16 @@ type rtHost struct {
 	*e2e.Node
 	t       *testing.T
 	Dir     string // the runtime's state directory on the real file system
-	Cgroup  string // cgroup parent of every container, e.g. /wefttest-n1-1a2b3c
+	Cgroup  string   // cgroup parent of every container, e.g. /wefttest-n1-1a2b3c
+	Env     []string // added to the environment of every command
 	holder  *exec.Cmd
 	daemons []*daemon
 }
 
 // newRTHost prepares node n for a runtime. privateVarLib also gives
 // /var/lib a private tmpfs (podman keeps caches there whatever --root says).
+// The directory of the node's subnet file is bind-mounted on /run/flannel,
+// where weftd writes it on a real host.
 func newRTHost(t *testing.T, n *e2e.Node, privateVarLib bool) *rtHost {
 	t.Helper()
 	h := &rtHost{Node: n, t: t, Dir: t.TempDir(), Cgroup: "/" + n.Name}
@@ -43,6 +46,7 @@ func newRTHost(t *testing.T, n *e2e.Node, privateVarLib bool) *rtHost {
 	if err != nil {
 		t.Fatal(err)
 	}
+	prelude += fmt.Sprintf("mkdir -p /run/flannel && mount --bind %s /run/flannel\n", filepath.Dir(n.SubnetFile))
 	h.holder = n.Command(context.Background(), "sh", "-c", prelude+"exec sleep infinity")
 	h.holder.Stderr = os.Stderr
 	if err := h.holder.Start(); err != nil {
@@ -118,7 +122,9 @@ func cgroupV1Opts(opts string) string {
 // mount namespaces (nsenter execs it in place: its PID is argv's).
 func (h *rtHost) Cmd(ctx context.Context, argv ...string) *exec.Cmd {
 	args := append([]string{"-t", strconv.Itoa(h.holder.Process.Pid), "-m", "-n", "--"}, argv...)
-	return exec.CommandContext(ctx, "nsenter", args...)
+	cmd := exec.CommandContext(ctx, "nsenter", args...)
+	cmd.Env = append(os.Environ(), h.Env...)
+	return cmd
 }
 
 // Run runs argv in the holder's namespaces and returns its output.
