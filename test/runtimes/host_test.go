@@ -28,7 +28,7 @@ import (
 type rtHost struct {
 	*e2e.Node
 	t       *testing.T
-	Dir     string // the runtime's state directory on the real file system
+	Dir     string   // the runtime's state directory on the real file system
 	Cgroup  string   // cgroup parent of every container, e.g. /wefttest-n1-1a2b3c
 	Env     []string // added to the environment of every command
 	holder  *exec.Cmd
