@@ -139,6 +139,21 @@ func (h *rtHost) Run(argv ...string) (string, error) {
 	return string(b), nil
 }
 
+// Output runs argv in the holder's namespaces and returns its standard
+// output; standard error goes into the error.
+func (h *rtHost) Output(argv ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var stderr strings.Builder
+	cmd := h.Cmd(ctx, argv...)
+	cmd.Stderr = &stderr
+	b, err := cmd.Output()
+	if err != nil {
+		return string(b), fmt.Errorf("%s on %s: %w: %s%s", strings.Join(argv, " "), h.Label, err, b, strings.TrimSpace(stderr.String()))
+	}
+	return string(b), nil
+}
+
 // MustRun is Run that fails the test on error.
 func (h *rtHost) MustRun(argv ...string) string {
 	h.t.Helper()
