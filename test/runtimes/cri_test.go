@@ -47,7 +47,7 @@ type criHost struct {
 
 func newCRIHost(t *testing.T, n *e2e.Node, weft, crictl string, images []string) *criHost {
 	t.Helper()
-	h := &criHost{rtHost: newRTHost(t, n, true), crictl: crictl}
+	h := &criHost{rtHost: newRTHost(t, n, true, ""), crictl: crictl}
 	h.sock = filepath.Join(h.Dir, "containerd.sock")
 	bin, netd := filepath.Join(h.Dir, "cni-bin"), filepath.Join(h.Dir, "net.d")
 	for _, d := range []string{bin, netd, filepath.Join(h.Dir, "logs")} {

@@ -46,30 +46,38 @@ func (d *dockerHost) mustDocker(args ...string) string {
 	return strings.TrimSpace(out)
 }
 
-// startDocker starts dockerd on n configured by `weftctl docker-opts`: from
-// the DOCKER_OPTS environment file, or with asJSON from the daemon.json
-// document (dockerd --config-file). dockerd keeps its defaults otherwise
-// (its iptables rules, docker0), with its own data root, exec root and
-// socket, and the test's cgroup parent.
+// startDocker starts dockerd on n configured by `weftctl docker-opts`:
+// either as dist/docker.service.d/10-weft.conf does it (its ExecStartPre=
+// commands run as they are, with weftctl at /usr/local/bin and the subnet
+// file at /run/flannel/subnet.env inside the host's mount namespace, then
+// WEFT_DOCKER_OPTS from the file they wrote), or with asJSON from the
+// daemon.json document (dockerd --config-file). dockerd keeps its defaults
+// otherwise (its iptables rules, docker0), with its own data root, exec root
+// and socket, and the test's cgroup parent.
 func startDocker(t *testing.T, n *e2e.Node, weftctl string, asJSON bool) *dockerHost {
 	t.Helper()
-	h := &dockerHost{rtHost: newRTHost(t, n, false)}
+	install := fmt.Sprintf("mount -t tmpfs -o mode=755 tmpfs /usr/local/bin && cp %s /usr/local/bin/weftctl\n", weftctl)
+	h := &dockerHost{rtHost: newRTHost(t, n, false, install)}
 	h.sock = filepath.Join(h.Dir, "docker.sock")
-	env, conf := filepath.Join(h.Dir, "docker_opts.env"), filepath.Join(h.Dir, "daemon.json")
-	args := []string{"docker-opts", "-f", n.SubnetFile, "-d", env}
-	if asJSON {
-		args = append(args, "-daemon-json", conf)
-	}
-	if out, err := exec.Command(weftctl, args...).CombinedOutput(); err != nil {
-		t.Fatalf("weftctl %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
 	argv := []string{"dockerd", "--data-root", filepath.Join(h.Dir, "root"), "--exec-root", filepath.Join(h.Dir, "exec"),
 		"--pidfile", filepath.Join(h.Dir, "dockerd.pid"), "-H", "unix://" + h.sock,
 		"--cgroup-parent", h.Cgroup, "--exec-opt", "native.cgroupdriver=cgroupfs"}
 	if asJSON {
+		conf := filepath.Join(h.Dir, "daemon.json")
+		args := []string{"docker-opts", "-f", n.SubnetFile, "-d", filepath.Join(h.Dir, "docker_opts.env"), "-daemon-json", conf}
+		if out, err := exec.Command(weftctl, args...).CombinedOutput(); err != nil {
+			t.Fatalf("weftctl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
 		argv = append(argv, "--config-file", conf)
 	} else {
-		argv = append(argv, strings.Fields(envValue(t, env, "DOCKER_OPTS"))...)
+		for _, pre := range unitValues(t, filepath.Join(nettest.ModuleRoot(t), "dist", "docker.service.d", "10-weft.conf"), "ExecStartPre") {
+			h.MustRun("sh", "-c", pre)
+		}
+		env := filepath.Join(h.Dir, "docker_opts.env")
+		if err := os.WriteFile(env, []byte(h.MustRun("cat", "/run/docker_opts.env")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		argv = append(argv, strings.Fields(envValue(t, env, "WEFT_DOCKER_OPTS"))...)
 	}
 	d := h.StartDaemon("dockerd", argv...)
 	h.WaitFor(d, 60*time.Second, "the docker API", func() error {
@@ -80,6 +88,25 @@ func startDocker(t *testing.T, n *e2e.Node, weftctl string, asJSON bool) *docker
 		t.Fatal(err)
 	}
 	return h
+}
+
+// unitValues returns the values of key in a systemd unit file, in order.
+func unitValues(t *testing.T, path, key string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, key+"="); ok {
+			out = append(out, v)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s has no %s=", path, key)
+	}
+	return out
 }
 
 // envValue reads one variable of a systemd-style environment file.

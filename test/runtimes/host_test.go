@@ -38,15 +38,16 @@ type rtHost struct {
 // newRTHost prepares node n for a runtime. privateVarLib also gives
 // /var/lib a private tmpfs (podman keeps caches there whatever --root says).
 // The directory of the node's subnet file is bind-mounted on /run/flannel,
-// where weftd writes it on a real host.
-func newRTHost(t *testing.T, n *e2e.Node, privateVarLib bool) *rtHost {
+// where weftd writes it on a real host. extra is more shell for the
+// prelude, run after those mounts.
+func newRTHost(t *testing.T, n *e2e.Node, privateVarLib bool, extra string) *rtHost {
 	t.Helper()
 	h := &rtHost{Node: n, t: t, Dir: t.TempDir(), Cgroup: "/" + n.Name}
 	prelude, err := mountPrelude(privateVarLib)
 	if err != nil {
 		t.Fatal(err)
 	}
-	prelude += fmt.Sprintf("mkdir -p /run/flannel && mount --bind %s /run/flannel\n", filepath.Dir(n.SubnetFile))
+	prelude += fmt.Sprintf("mkdir -p /run/flannel && mount --bind %s /run/flannel\n", filepath.Dir(n.SubnetFile)) + extra
 	h.holder = n.Command(context.Background(), "sh", "-c", prelude+"exec sleep infinity")
 	h.holder.Stderr = os.Stderr
 	if err := h.holder.Start(); err != nil {

@@ -39,7 +39,7 @@ type podmanHost struct{ *rtHost }
 
 func newPodmanHost(t *testing.T, n *e2e.Node, weft string) *podmanHost {
 	t.Helper()
-	h := &podmanHost{newRTHost(t, n, true)}
+	h := &podmanHost{newRTHost(t, n, true, "")}
 	netd := filepath.Join(h.Dir, "net.d")
 	conf := filepath.Join(h.Dir, "containers.conf")
 	if err := os.MkdirAll(netd, 0o755); err != nil {
