@@ -62,7 +62,8 @@ func TestDistUnits(t *testing.T) {
 
 // TestDistConflist checks that dist's conflist is what the runtimes in
 // these tests read: a cniVersion that Podman 4.3's and containerd 1.6's
-// libcni accept (they do not know 1.1.0), weft first, the subnet file where
+// libcni accept (with 1.1.0, Podman 4.3 finds no network "weft" and
+// containerd 1.6 refuses the result version), weft first, the subnet file where
 // weftd writes it.
 func TestDistConflist(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(nettest.ModuleRoot(t), "dist", "10-weft.conflist"))
