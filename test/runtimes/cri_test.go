@@ -15,9 +15,6 @@ import (
 	"github.com/weft-net/weft/test/e2e"
 )
 
-// crictlVersion is the crictl test/setup.sh installs under the cache.
-const crictlVersion = "v1.37.0"
-
 // containerdConf is the containerd 1.6 config of a test host: its own root,
 // state and socket; CRI with the locally built pause image as the sandbox
 // image, weft's conflist from dist/ and the CNI binaries in one directory;
@@ -143,7 +140,8 @@ func writeJSON(t *testing.T, dir, name string, v any) string {
 	return p
 }
 
-// crictlPath finds crictl in the cache of test/setup.sh, or on PATH.
+// crictlPath finds crictl where test/setup.sh installs it (the cache
+// directory named by CRICTL_VERSION in test/versions.env), or on PATH.
 func crictlPath(t *testing.T) string {
 	t.Helper()
 	cache := os.Getenv("WEFT_CACHE")
@@ -151,7 +149,15 @@ func crictlPath(t *testing.T) string {
 		home, _ := os.UserHomeDir()
 		cache = filepath.Join(home, ".cache", "weft")
 	}
-	p := filepath.Join(cache, "cri-tools-"+crictlVersion, "crictl")
+	version := ""
+	if b, err := os.ReadFile(filepath.Join(nettest.ModuleRoot(t), "test", "versions.env")); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "CRICTL_VERSION="); ok {
+				version = strings.TrimSpace(v)
+			}
+		}
+	}
+	p := filepath.Join(cache, "cri-tools-"+version, "crictl")
 	if _, err := os.Stat(p); err == nil {
 		return p
 	}
