@@ -109,8 +109,12 @@ func runDockerOpts(_ context.Context, args []string, stdout, stderr io.Writer) e
 	key := fs.String("k", "DOCKER_OPTS", "the name of the combined variable")
 	noMasq := fs.Bool("m", false, "leave --ip-masq out")
 	daemonJSON := fs.String("daemon-json", "", `also write the options as a daemon.json document to this path ("-": standard output)`)
-	if err := parse(fs, args, 0); err != nil {
+	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fs.NArg() != 0 {
+		fs.Usage()
+		return fmt.Errorf("%s: takes no arguments, got %q", fs.Name(), fs.Args())
 	}
 	if !*individual && !*combined {
 		*individual, *combined = true, true

@@ -54,9 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"peers":   runPeers,
 		"explain": runExplain,
 		"lab":     runLab,
-
-		"docker-opts": runDockerOpts,
 	}
+	cmds["docker-opts"] = runDockerOpts
 	switch args[0] {
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
