@@ -34,12 +34,12 @@ Commands for a cluster (etcd flags or WEFT_ETCD_* variables; --lab for the local
   peers                      what this node programmed on its overlay device, against the leases
   explain <src-ip> <dst-ip>  the hops a packet takes, from live state
 
+A plain Docker host:
+  docker-opts [-f subnet-file] [-d env-file] [-daemon-json file]   dockerd's --bip, --mtu, --ip-masq
+
 The local lab (network namespaces on this machine, removed by "lab down"):
   lab up [--nodes N] [--pods-per-node M] [--backend vxlan|uvxlan|mixed]
   lab status | lab down | lab exec <node|pod> -- <command…>
-
-A plain Docker host:
-  docker-opts [-f subnet-file] [-d env-file] [-daemon-json file]   dockerd's --bip, --mtu, --ip-masq
 
 Run "weftctl <command> -h" for the flags of a command.
 `
