@@ -184,9 +184,7 @@ func TestContainerdCRI(t *testing.T) {
 	var pods []string
 	for i, h := range hosts {
 		ct, pod := h.pod(fmt.Sprintf("pod%d", i+1))
-		if sub := c.Nodes[i].Subnet(); !sub.Contains(ct.IP) {
-			t.Fatalf("pod %s on %s has %s, outside the node subnet %s", ct.Name, h.Label, ct.IP, sub)
-		}
+		checkPlacement(t, ct, c.Nodes[i])
 		ctrs, pods = append(ctrs, ct), append(pods, pod)
 	}
 	t.Run("A to B", func(t *testing.T) { checkPair(t, ctrs[0], ctrs[1]) })

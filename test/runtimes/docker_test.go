@@ -152,13 +152,7 @@ func TestDocker(t *testing.T) {
 	var ctrs []*container
 	for i, h := range hosts {
 		ct := h.run(fmt.Sprintf("c%d", i+1))
-		sub := c.Nodes[i].Subnet()
-		if !sub.Contains(ct.IP) {
-			t.Fatalf("container %s on %s has %s, outside the node subnet %s", ct.Name, h.Label, ct.IP, sub)
-		}
-		if mtu := strings.TrimSpace(ct.mustExec(t, "cat", "/sys/class/net/eth0/mtu")); mtu != "1450" {
-			t.Errorf("container %s has MTU %s, want the overlay's 1450", ct.Name, mtu)
-		}
+		checkPlacement(t, ct, c.Nodes[i])
 		ctrs = append(ctrs, ct)
 	}
 	t.Run("A to B", func(t *testing.T) { checkPair(t, ctrs[0], ctrs[1]) })

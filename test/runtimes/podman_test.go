@@ -116,9 +116,7 @@ func TestPodman(t *testing.T) {
 	var ctrs []*container
 	for i, h := range hosts {
 		ct := h.run(fmt.Sprintf("p%d", i+1))
-		if sub := c.Nodes[i].Subnet(); !sub.Contains(ct.IP) {
-			t.Fatalf("container %s on %s has %s, outside the node subnet %s", ct.Name, h.Label, ct.IP, sub)
-		}
+		checkPlacement(t, ct, c.Nodes[i])
 		ctrs = append(ctrs, ct)
 	}
 	t.Run("A to B", func(t *testing.T) { checkPair(t, ctrs[0], ctrs[1]) })

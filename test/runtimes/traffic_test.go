@@ -149,3 +149,15 @@ func splitHostPort(s string) (netip.Addr, int, bool) {
 	}
 	return a.Unmap(), p, true
 }
+
+// checkPlacement: the container's address lies in its node's subnet and its
+// eth0 has the overlay MTU (1450: the 1500 underlay less VXLAN's 50 bytes).
+func checkPlacement(t *testing.T, ct *container, n *e2e.Node) {
+	t.Helper()
+	if sub := n.Subnet(); !sub.Contains(ct.IP) {
+		t.Fatalf("container %s on %s has %s, outside the node subnet %s", ct.Name, n.Label, ct.IP, sub)
+	}
+	if mtu := strings.TrimSpace(ct.mustExec(t, "cat", "/sys/class/net/eth0/mtu")); mtu != "1450" {
+		t.Errorf("container %s has MTU %s, want the overlay's 1450", ct.Name, mtu)
+	}
+}
