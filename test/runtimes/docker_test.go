@@ -157,6 +157,18 @@ func TestDocker(t *testing.T) {
 	}
 	t.Run("A to B", func(t *testing.T) { checkPair(t, ctrs[0], ctrs[1]) })
 	t.Run("B to A", func(t *testing.T) { checkPair(t, ctrs[1], ctrs[0]) })
+	t.Run("FORWARD policy DROP, cluster accepted in DOCKER-USER", func(t *testing.T) {
+		// What the README tells a host whose firewall drops forwarding.
+		b := hosts[1]
+		b.MustRun("iptables", "-P", "FORWARD", "DROP")
+		defer b.MustRun("iptables", "-P", "FORWARD", "ACCEPT")
+		if _, err := ctrs[0].Exec("ping", "-c", "1", "-W", "1", ctrs[1].IP.String()); err == nil {
+			t.Fatal("ping crossed a FORWARD policy DROP without an accept rule: the test proves nothing")
+		}
+		b.MustRun("iptables", "-I", "DOCKER-USER", "-d", "10.244.0.0/16", "-j", "ACCEPT")
+		b.MustRun("iptables", "-I", "DOCKER-USER", "-s", "10.244.0.0/16", "-j", "ACCEPT")
+		checkPair(t, ctrs[0], ctrs[1])
+	})
 	t.Run("outside is masqueraded once", func(t *testing.T) {
 		for i, h := range hosts {
 			checkOutside(t, ctrs[i], c.Nodes[i], outside)
