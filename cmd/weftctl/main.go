@@ -42,6 +42,9 @@ the Kubernetes API; --lab for the local lab):
   doctor                     check this node for what breaks an overlay; probe every peer
   connectivity               pod-to-pod and node-to-node matrix: loss, round trip, TCP
 
+A plain Docker host:
+  docker-opts [-f subnet-file] [-d env-file] [-daemon-json file]   dockerd's --bip, --mtu, --ip-masq
+
 The local lab (network namespaces on this machine, removed by "lab down"):
   lab up [--nodes N] [--pods-per-node M] [--backend vxlan|uvxlan|mixed]
   lab status | lab down | lab exec <node|pod> -- <command…>
@@ -62,6 +65,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"doctor":       runDoctor,
 		"connectivity": runConnectivity,
 	}
+	cmds["docker-opts"] = runDockerOpts
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
 		if len(args) > 1 && cmds[args[1]] != nil { // "help leases" is "leases -h"

@@ -34,6 +34,9 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	log.Info("underlay", "device", underlay.name, "mtu", underlay.mtu, "publicIP", node.PublicIP, "publicIPv6", node.PublicIPv6)
+	if err := enableForwarding(forwardIPv4, log); err != nil {
+		return err
+	}
 
 	live := &liveBackend{}
 	metricsReg, metrics := newMetrics(live)

@@ -41,6 +41,11 @@ func findUnderlay(iface, regex string) (underlayInfo, error) {
 func factories(c *config, u underlayInfo, live *liveBackend, log *slog.Logger) daemon.Factories {
 	f := daemon.Factories{
 		Dataplane: func(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int) (daemon.Dataplane, error) {
+			if lease.IPv6Subnet.IsValid() {
+				if err := enableForwarding(forwardIPv6, log); err != nil {
+					return daemon.Dataplane{}, err
+				}
+			}
 			dp, err := newDataplane(typ, cfg, lease, mtu, u, log)
 			if err == nil {
 				live.set(dp.Backend)
