@@ -120,7 +120,7 @@ func TestManifestContents(t *testing.T) {
 	if err := json.Unmarshal([]byte(cm.Data["cni-conf.json"]), &got); err != nil {
 		t.Fatalf("cni-conf.json: %v", err)
 	}
-	_ = json.Unmarshal([]byte(`{"cniVersion":"1.1.0","name":"weft","plugins":[{"type":"weft"},{"type":"portmap","capabilities":{"portMappings":true}}]}`), &want)
+	_ = json.Unmarshal([]byte(`{"cniVersion":"1.0.0","cniVersions":["1.0.0","1.1.0"],"name":"weft","plugins":[{"type":"weft"},{"type":"portmap","capabilities":{"portMappings":true}}]}`), &want)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("cni-conf.json = %s", cm.Data["cni-conf.json"])
 	}
