@@ -52,7 +52,11 @@ func TestDoctorKubernetes(t *testing.T) {
 	kubeChecks := func(node string) map[string]string {
 		out, _ := exec.CommandContext(ctx, bin, "doctor", "--kubeconfig", c.Kubeconfig(), "--net-config-path", conf,
 			"--node-name", node, "--no-probe", "--subnet-file", filepath.Join(t.TempDir(), "none.env"), "-o", "json").Output()
-		var doc struct{ Nodes []struct{ Checks []struct{ Name, Status, Evidence string } } }
+		var doc struct {
+			Nodes []struct {
+				Checks []struct{ Name, Status, Evidence string }
+			}
+		}
 		if err := json.Unmarshal(out, &doc); err != nil || len(doc.Nodes) != 1 {
 			t.Fatalf("doctor --node-name %s: %v:\n%s", node, err, out)
 		}
