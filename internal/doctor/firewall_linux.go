@@ -3,6 +3,7 @@ package doctor
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"strings"
 
 	"github.com/google/nftables"
@@ -141,12 +142,15 @@ func checkVXLANPort(s *state) {
 		switch {
 		case v.Port == port:
 			found = true
-			st, why := Fail, "the userspace VTEP cannot receive on it"
-			if s.k != nil && s.k.Device.Kind == inspect.KindVXLAN {
+			st, holds, why := Fail, "holds", "the userspace VTEP cannot receive on it"
+			switch {
+			case v.Flags&net.FlagUp == 0:
+				st, holds, why = Warn, "is down but set to", "it cannot open the port while weftd holds it, but it takes the port when it comes up first (after a reboot)"
+			case s.k != nil && s.k.Device.Kind == inspect.KindVXLAN:
 				st, why = Warn, "the kernel shares the port between VNIs, but a second overlay on it is a leftover (flanneld still running?)"
 			}
 			s.r.add("vxlan/port", st, fmt.Sprintf("stop the daemon that owns it (flanneld?), then ip link delete %s", v.Name),
-				"%s (VNI %d) holds UDP port %d: %s", v.Name, v.VxlanId, port, why)
+				"%s (VNI %d) %s UDP port %d: %s", v.Name, v.VxlanId, holds, port, why)
 		case v.VxlanId == vni:
 			found = true
 			s.r.add("vxlan/port", Warn, "ip link delete "+v.Name+" if nothing uses it",
@@ -167,7 +171,7 @@ func checkOffload(s *state) {
 		return
 	}
 	if s.k.Device.Kind != inspect.KindVXLAN {
-		s.r.ok("offload/checksum", "%s is a TAP: weftd computes every checksum itself", s.k.Device.Name)
+		s.r.ok("offload/checksum", "%s is a TAP: weftd builds the VXLAN datagrams itself, so the kernel VXLAN checksum offload bug does not apply", s.k.Device.Name)
 		return
 	}
 	var feats map[string]bool
