@@ -212,3 +212,35 @@ func TestDoctorFaults(t *testing.T) {
 		t.Errorf("root namespace sysctls or nftables changed:\nbefore %s\nafter  %s", rootBefore, after)
 	}
 }
+
+// TestDoctorUVXLAN checks doctor and connectivity on userspace VTEPs: a
+// healthy 2-node uvxlan lab passes, and a blocked VXLAN port is named.
+func TestDoctorUVXLAN(t *testing.T) {
+	bin := weftctl(t)
+	dir := filepath.Join(t.TempDir(), "lab")
+	labUp(t, bin, dir, "--nodes", "2", "--pods-per-node", "1", "--backend", "uvxlan")
+	st, err := LoadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1, n2 := st.Nodes[0], st.Nodes[1]
+	for _, n := range st.Nodes {
+		code, checks := doctor(t, bin, dir, n.Name)
+		for _, c := range checks {
+			if c.Status != "ok" {
+				t.Errorf("%s: %s %s: %s", n.Name, c.Status, c.Name, c.Evidence)
+			}
+		}
+		if code != 0 {
+			t.Errorf("%s: exit %d", n.Name, code)
+		}
+	}
+	out, code := run(t, bin, "connectivity", "--lab", "--state-dir", dir)
+	if code != 0 || strings.Count(out, "2/2 pairs ok") != 2 {
+		t.Errorf("connectivity: exit %d:\n%s", code, out)
+	}
+	ipIn(t, n2.NS, "nft", "add table inet wefttest; add chain inet wefttest in { type filter hook input priority 0; }; add rule inet wefttest in udp dport 8472 drop")
+	defer ipIn(t, n2.NS, "nft", "delete table inet wefttest")
+	code, checks := doctor(t, bin, dir, n1.Name)
+	expectCheck(t, checks, code, 2, "probe/"+n2.Addr.String(), "fail", "UDP 8472 blocked on the path")
+}
