@@ -91,6 +91,13 @@ func TestDoctorFaults(t *testing.T) {
 		if code != 0 || strings.Count(out, "6/6 pairs ok") != 2 {
 			t.Errorf("connectivity: exit %d:\n%s", code, out)
 		}
+		// As on a real node: weftctl runs in the node's namespace, with
+		// the etcd flags lab exec sets and the node's file locations.
+		out, code = run(t, bin, "lab", "exec", "--state-dir", dir, n2.Name, "--", bin, "doctor",
+			"--subnet-file", n2.SubnetFile, "--cni-conf-dir", filepath.Dir(n2.SubnetFile))
+		if code != 0 || !strings.Contains(out, "doctor: this node") || !regexp.MustCompile(`\d+ checks: \d+ ok, 0 warn, 0 fail`).MatchString(out) {
+			t.Errorf("doctor on node2 itself: exit %d:\n%s", code, out)
+		}
 	})
 	t.Run("connectivity on each host through etcd", func(t *testing.T) {
 		// As on plain etcd hosts: one weftctl per node, run inside the
