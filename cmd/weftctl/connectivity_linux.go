@@ -199,7 +199,7 @@ func (c *connFlags) meet(ctx context.Context, me connectivity.Member, podDo conn
 		return err
 	}
 	defer cli.Close()
-	r := &connectivity.Rendezvous{Client: cli, Prefix: c.s.etcd.Prefix, TTL: 2*c.wait + time.Minute}
+	r := &connectivity.Rendezvous{Client: cli, Prefix: c.s.etcd.Prefix, TTL: 30 * time.Second}
 	defer r.Leave(context.WithoutCancel(ctx))
 	if err := r.Join(ctx, me); err != nil {
 		return err

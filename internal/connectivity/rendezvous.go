@@ -73,7 +73,8 @@ func (e remoteError) Error() string { return string(e) }
 
 // Rendezvous lets the nodes of one run find each other through etcd under
 // <prefix>/connectivity/: members/<node> and results/<node>, written with
-// an etcd lease of TTL so that a killed run leaves nothing for long.
+// an etcd lease of TTL, kept alive while the run lasts, so that a killed
+// run leaves nothing for long. Leave revokes it.
 type Rendezvous struct {
 	Client *clientv3.Client
 	Prefix string // the network's etcd prefix
@@ -90,6 +91,16 @@ func (r *Rendezvous) put(ctx context.Context, kind, node string, v any) error {
 			return fmt.Errorf("connectivity: grant an etcd lease: %w", err)
 		}
 		r.lease = l.ID
+		// Kept alive while this run lasts however many nodes it measures;
+		// a killed run's keys go after TTL.
+		ka, err := r.Client.KeepAlive(context.WithoutCancel(ctx), l.ID)
+		if err != nil {
+			return fmt.Errorf("connectivity: keep the etcd lease alive: %w", err)
+		}
+		go func() {
+			for range ka { // ends when the lease is revoked or the client closed
+			}
+		}()
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
