@@ -57,7 +57,7 @@ func runConnectivity(ctx context.Context, args []string, stdout, stderr io.Write
 	fs.StringVar(&c.cniBinDir, "cni-bin-dir", "/opt/cni/bin", "on a host: the CNI plugin directories (colon-separated)")
 	fs.DurationVar(&c.wait, "wait", 30*time.Second, "on a host: how long to wait for the other nodes to join, and for their results")
 	fs.Usage = func() { fmt.Fprint(stderr, connectivityUsage); fs.PrintDefaults() }
-	if _, err := parse(fs, args, 0); err != nil {
+	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
 	st, err := c.s.labState()

@@ -61,7 +61,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var d doctorFlags
 	d.register(fs)
 	fs.Usage = func() { fmt.Fprint(stderr, doctorUsage); fs.PrintDefaults() }
-	if _, err := parse(fs, args, 0); err != nil {
+	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
 	if d.output != "text" && d.output != "json" {
