@@ -230,6 +230,12 @@ func (c *connFlags) meet(ctx context.Context, me connectivity.Member, podDo conn
 	if err != nil {
 		return err
 	}
+	wctx, cancel = context.WithTimeout(ctx, c.wait)
+	err = r.Done(wctx, me.Node, len(members))
+	cancel()
+	if err != nil {
+		return err
+	}
 	return renderRows(w, rows, len(members), nodes)
 }
 

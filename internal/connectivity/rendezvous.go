@@ -129,11 +129,11 @@ func (r *Rendezvous) Leave(ctx context.Context) {
 	}
 }
 
-// list decodes every value under kind.
-func list[T any](ctx context.Context, r *Rendezvous, kind string) ([]T, error) {
+// list decodes every value under kind, and returns the revision read.
+func list[T any](ctx context.Context, r *Rendezvous, kind string) ([]T, int64, error) {
 	resp, err := r.Client.Get(ctx, r.dir(kind), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
-		return nil, fmt.Errorf("connectivity: list %s: %w", kind, err)
+		return nil, 0, fmt.Errorf("connectivity: list %s: %w", kind, err)
 	}
 	var out []T
 	for _, kv := range resp.Kvs {
@@ -142,7 +142,7 @@ func list[T any](ctx context.Context, r *Rendezvous, kind string) ([]T, error) {
 			out = append(out, v)
 		}
 	}
-	return out, nil
+	return out, resp.Header.Revision, nil
 }
 
 // WaitMembers waits until want members joined or until ctx ends, and
@@ -158,17 +158,33 @@ func (r *Rendezvous) WaitRows(ctx context.Context, want int) ([]Row, error) {
 	return rows, err
 }
 
+// Done says this node has read every row, and waits until want nodes
+// have said so (or ctx ends): a node that left earlier would take its
+// row away from one still waiting for it.
+func (r *Rendezvous) Done(ctx context.Context, node string, want int) error {
+	if err := r.put(ctx, "done", node, node); err != nil {
+		return err
+	}
+	_, err := waitFor[string](ctx, r, "done", want)
+	return err
+}
+
+// waitFor lists kind until it holds want values, watching from the
+// revision of each listing so that no write in between is missed.
 func waitFor[T any](ctx context.Context, r *Rendezvous, kind string, want int) ([]T, error) {
-	w := r.Client.Watch(ctx, r.dir(kind), clientv3.WithPrefix())
 	for {
-		got, err := list[T](context.WithoutCancel(ctx), r, kind)
+		got, rev, err := list[T](context.WithoutCancel(ctx), r, kind)
 		if err != nil || len(got) >= want {
 			return got, err
 		}
+		wctx, cancel := context.WithCancel(ctx)
+		w := r.Client.Watch(wctx, r.dir(kind), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 		select {
 		case <-ctx.Done():
+			cancel()
 			return got, nil // the caller goes on with whoever came
 		case <-w:
 		}
+		cancel()
 	}
 }

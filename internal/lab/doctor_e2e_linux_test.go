@@ -184,6 +184,11 @@ func TestDoctorFaults(t *testing.T) {
 		defer ipIn(t, n1.NS, "nft", "delete table ip filter")
 		code, checks := doctor(t, bin, dir, n1.Name)
 		expectCheck(t, checks, code, 2, "firewall/forward", "fail", `table ip filter chain FORWARD has policy drop`)
+		// The fix doctor proposes makes the check pass.
+		ipIn(t, n1.NS, "nft", "insert rule ip filter FORWARD ip saddr 10.244.0.0/16 accept; insert rule ip filter FORWARD ip daddr 10.244.0.0/16 accept")
+		if code, checks := doctor(t, bin, dir, n1.Name); code != 0 {
+			t.Errorf("with the accept rules: exit %d\n%+v", code, checks)
+		}
 	})
 	t.Run("flannel.1 on port 8472", func(t *testing.T) {
 		ipIn(t, n1.NS, "ip", "link", "add", "flannel.1", "type", "vxlan", "id", "2", "dstport", "8472", "dev", "eth0")
