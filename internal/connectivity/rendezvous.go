@@ -129,22 +129,6 @@ func (r *Rendezvous) Leave(ctx context.Context) {
 	}
 }
 
-// list decodes every value under kind, and returns the revision read.
-func list[T any](ctx context.Context, r *Rendezvous, kind string) ([]T, int64, error) {
-	resp, err := r.Client.Get(ctx, r.dir(kind), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
-	if err != nil {
-		return nil, 0, fmt.Errorf("connectivity: list %s: %w", kind, err)
-	}
-	var out []T
-	for _, kv := range resp.Kvs {
-		var v T
-		if json.Unmarshal(kv.Value, &v) == nil {
-			out = append(out, v)
-		}
-	}
-	return out, resp.Header.Revision, nil
-}
-
 // WaitMembers waits until want members joined or until ctx ends, and
 // returns those that did.
 func (r *Rendezvous) WaitMembers(ctx context.Context, want int) ([]Member, error) {
@@ -169,22 +153,56 @@ func (r *Rendezvous) Done(ctx context.Context, node string, want int) error {
 	return err
 }
 
-// waitFor lists kind until it holds want values, watching from the
-// revision of each listing so that no write in between is missed.
+// waitFor collects the values under kind until it has seen want of them
+// or ctx ends: the listing, then every write from the listing's revision
+// on. A value deleted after it was seen still counts (a node that is
+// finished leaves), so every node gets past every stage.
 func waitFor[T any](ctx context.Context, r *Rendezvous, kind string, want int) ([]T, error) {
-	for {
-		got, rev, err := list[T](context.WithoutCancel(ctx), r, kind)
-		if err != nil || len(got) >= want {
-			return got, err
+	resp, err := r.Client.Get(ctx, r.dir(kind), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("connectivity: list %s: %w", kind, err)
+	}
+	seen := map[string]T{}
+	add := func(k, v []byte) {
+		var t T
+		if json.Unmarshal(v, &t) == nil {
+			seen[string(k)] = t
 		}
-		wctx, cancel := context.WithCancel(ctx)
-		w := r.Client.Watch(wctx, r.dir(kind), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	}
+	for _, kv := range resp.Kvs {
+		add(kv.Key, kv.Value)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := r.Client.Watch(wctx, r.dir(kind), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+	for len(seen) < want {
 		select {
 		case <-ctx.Done():
-			cancel()
-			return got, nil // the caller goes on with whoever came
-		case <-w:
+			return values(seen), nil // the caller goes on with whoever came
+		case wr, ok := <-w:
+			if !ok || wr.Err() != nil {
+				return values(seen), fmt.Errorf("connectivity: watch %s: %v", kind, wr.Err())
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypePut {
+					add(ev.Kv.Key, ev.Kv.Value)
+				}
+			}
 		}
-		cancel()
 	}
+	return values(seen), nil
+}
+
+// values returns the map's values ordered by key.
+func values[T any](m map[string]T) []T {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]T, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, m[k])
+	}
+	return out
 }
