@@ -57,7 +57,7 @@ func runConnectivity(ctx context.Context, args []string, stdout, stderr io.Write
 	fs.StringVar(&c.cniBinDir, "cni-bin-dir", "/opt/cni/bin", "on a host: the CNI plugin directories (colon-separated)")
 	fs.DurationVar(&c.wait, "wait", 30*time.Second, "on a host: how long to wait for the other nodes to join, and for their results")
 	fs.Usage = func() { fmt.Fprint(stderr, connectivityUsage); fs.PrintDefaults() }
-	if _, err := parse(fs, args, 0); err != nil {
+	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
 	st, err := c.s.labState()
@@ -199,7 +199,7 @@ func (c *connFlags) meet(ctx context.Context, me connectivity.Member, podDo conn
 		return err
 	}
 	defer cli.Close()
-	r := &connectivity.Rendezvous{Client: cli, Prefix: c.s.etcd.Prefix, TTL: 2*c.wait + time.Minute}
+	r := &connectivity.Rendezvous{Client: cli, Prefix: c.s.etcd.Prefix, TTL: 30 * time.Second}
 	defer r.Leave(context.WithoutCancel(ctx))
 	if err := r.Join(ctx, me); err != nil {
 		return err
@@ -226,6 +226,12 @@ func (c *connFlags) meet(ctx context.Context, me connectivity.Member, podDo conn
 	}
 	wctx, cancel = context.WithTimeout(ctx, c.wait)
 	rows, err := r.WaitRows(wctx, len(members))
+	cancel()
+	if err != nil {
+		return err
+	}
+	wctx, cancel = context.WithTimeout(ctx, c.wait)
+	err = r.Done(wctx, me.Node, len(members))
 	cancel()
 	if err != nil {
 		return err

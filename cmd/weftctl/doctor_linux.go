@@ -61,7 +61,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var d doctorFlags
 	d.register(fs)
 	fs.Usage = func() { fmt.Fprint(stderr, doctorUsage); fs.PrintDefaults() }
-	if _, err := parse(fs, args, 0); err != nil {
+	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
 	if d.output != "text" && d.output != "json" {
@@ -103,7 +103,7 @@ func (d *doctorFlags) local(ctx context.Context, n doctor.Node) (*doctor.Report,
 	n.Name = "this node"
 	if d.s.kubeconfig != "" {
 		if d.nodeName == "" {
-			return nil, errors.New("Kubernetes mode: pass --node-name (or set NODE_NAME) to this node's name")
+			return nil, errors.New("--node-name is needed with --kubeconfig: pass this node's name (or set NODE_NAME)")
 		}
 		c, err := kube.NewClient(d.s.kubeconfig)
 		if err != nil {

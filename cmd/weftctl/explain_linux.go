@@ -21,7 +21,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	var s store
 	s.register(fs)
-	pos, err := parse(fs, args, 2)
+	pos, err := parseArgs(fs, args, 2)
 	if err != nil {
 		return err
 	}

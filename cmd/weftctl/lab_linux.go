@@ -57,7 +57,7 @@ func runLabUp(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&o.Timeout, "timeout", 90*time.Second, "how long the lab may take to come up")
 	dir := stateDirFlag(fs)
 	verbose := fs.Bool("v", false, "log each step")
-	if _, err := parse(fs, args, 0); err != nil {
+	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
 	switch {
@@ -83,7 +83,7 @@ func runLabDown(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	dir := stateDirFlag(fs)
 	timeout := fs.Duration("timeout", 45*time.Second, "how long to wait for the lab to tear itself down before killing it")
-	if _, err := parse(fs, args, 0); err != nil {
+	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
 	err := lab.Down(*dir, *timeout, logger(stderr))
@@ -102,7 +102,7 @@ func runLabStatus(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := flag.NewFlagSet("weftctl lab status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := stateDirFlag(fs)
-	if _, err := parse(fs, args, 0); err != nil {
+	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
 	err := lab.Status(ctx, *dir, stdout)

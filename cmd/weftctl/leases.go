@@ -16,7 +16,7 @@ func runLeases(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.SetOutput(stderr)
 	var s store
 	s.register(fs)
-	if _, err := parse(fs, args, 0); err != nil {
+	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
 	if _, err := s.labState(); err != nil {
@@ -30,10 +30,17 @@ func runLeases(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return inspect.RenderLeases(stdout, ls, time.Now())
 }
 
-// parse parses args, flags anywhere among the positional arguments (as
+// parse parses args, flags anywhere among them, and checks that exactly
+// n positional arguments are given (see parseArgs to get them).
+func parse(fs *flag.FlagSet, args []string, n int) error {
+	_, err := parseArgs(fs, args, n)
+	return err
+}
+
+// parseArgs parses args, flags anywhere among the positional arguments (as
 // in "explain A B --lab"; after "--" everything is positional), checks
 // that exactly n positional arguments are given and returns them.
-func parse(fs *flag.FlagSet, args []string, n int) ([]string, error) {
+func parseArgs(fs *flag.FlagSet, args []string, n int) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {

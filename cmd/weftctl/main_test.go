@@ -5,8 +5,11 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/weft-net/weft/internal/nettest"
 )
 
 func TestRunArguments(t *testing.T) {
@@ -90,6 +93,17 @@ func TestUsageTexts(t *testing.T) {
 	for _, sub := range []string{"up", "down", "status", "exec"} {
 		if !strings.Contains(out.String(), "  "+sub+" ") {
 			t.Errorf("lab help lacks %q:\n%s", sub, out.String())
+		}
+	}
+}
+
+// TestBinaryHelp runs the binary: help exits 0 without an error line.
+func TestBinaryHelp(t *testing.T) {
+	bin := nettest.Binary(t, "weftctl")
+	for _, args := range [][]string{{"leases", "-h"}, {"lab", "up", "--help"}, {"doctor", "--help"}, {"lab", "help"}, {"--version"}} {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if err != nil || strings.Contains(string(out), "help requested") || strings.Contains(string(out), "weftctl: ") {
+			t.Errorf("weftctl %v: %v:\n%s", args, err, out)
 		}
 	}
 }

@@ -157,14 +157,17 @@ func waitUp(ctx context.Context, ns *nettest.NS, nodeDo Do) error {
 	}
 }
 
-// loadConf reads a .conflist, or a single-plugin .conf/.json as a list.
+// loadConf reads a .conflist, or a single-plugin .conf/.json as a list:
+// runtimes still read those, so a probe must be wired from one too.
 func loadConf(path string) (*libcni.NetworkConfigList, error) {
 	if filepath.Ext(path) == ".conflist" {
-		return libcni.ConfListFromFile(path)
+		return libcni.NetworkConfFromFile(path)
 	}
+	//lint:ignore SA1019 containerd and CRI-O still read single-plugin files
 	conf, err := libcni.ConfFromFile(path)
 	if err != nil {
 		return nil, err
 	}
+	//lint:ignore SA1019 as above
 	return libcni.ConfListFromConf(conf)
 }

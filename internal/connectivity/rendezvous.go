@@ -73,7 +73,8 @@ func (e remoteError) Error() string { return string(e) }
 
 // Rendezvous lets the nodes of one run find each other through etcd under
 // <prefix>/connectivity/: members/<node> and results/<node>, written with
-// an etcd lease of TTL so that a killed run leaves nothing for long.
+// an etcd lease of TTL, kept alive while the run lasts, so that a killed
+// run leaves nothing for long. Leave revokes it.
 type Rendezvous struct {
 	Client *clientv3.Client
 	Prefix string // the network's etcd prefix
@@ -90,6 +91,16 @@ func (r *Rendezvous) put(ctx context.Context, kind, node string, v any) error {
 			return fmt.Errorf("connectivity: grant an etcd lease: %w", err)
 		}
 		r.lease = l.ID
+		// Kept alive while this run lasts however many nodes it measures;
+		// a killed run's keys go after TTL.
+		ka, err := r.Client.KeepAlive(context.WithoutCancel(ctx), l.ID)
+		if err != nil {
+			return fmt.Errorf("connectivity: keep the etcd lease alive: %w", err)
+		}
+		go func() {
+			for range ka { // ends when the lease is revoked or the client closed
+			}
+		}()
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -118,22 +129,6 @@ func (r *Rendezvous) Leave(ctx context.Context) {
 	}
 }
 
-// list decodes every value under kind.
-func list[T any](ctx context.Context, r *Rendezvous, kind string) ([]T, error) {
-	resp, err := r.Client.Get(ctx, r.dir(kind), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
-	if err != nil {
-		return nil, fmt.Errorf("connectivity: list %s: %w", kind, err)
-	}
-	var out []T
-	for _, kv := range resp.Kvs {
-		var v T
-		if json.Unmarshal(kv.Value, &v) == nil {
-			out = append(out, v)
-		}
-	}
-	return out, nil
-}
-
 // WaitMembers waits until want members joined or until ctx ends, and
 // returns those that did.
 func (r *Rendezvous) WaitMembers(ctx context.Context, want int) ([]Member, error) {
@@ -147,17 +142,67 @@ func (r *Rendezvous) WaitRows(ctx context.Context, want int) ([]Row, error) {
 	return rows, err
 }
 
+// Done says this node has read every row, and waits until want nodes
+// have said so (or ctx ends): a node that left earlier would take its
+// row away from one still waiting for it.
+func (r *Rendezvous) Done(ctx context.Context, node string, want int) error {
+	if err := r.put(ctx, "done", node, node); err != nil {
+		return err
+	}
+	_, err := waitFor[string](ctx, r, "done", want)
+	return err
+}
+
+// waitFor collects the values under kind until it has seen want of them
+// or ctx ends: the listing, then every write from the listing's revision
+// on. A value deleted after it was seen still counts (a node that is
+// finished leaves), so every node gets past every stage.
 func waitFor[T any](ctx context.Context, r *Rendezvous, kind string, want int) ([]T, error) {
-	w := r.Client.Watch(ctx, r.dir(kind), clientv3.WithPrefix())
-	for {
-		got, err := list[T](context.WithoutCancel(ctx), r, kind)
-		if err != nil || len(got) >= want {
-			return got, err
-		}
-		select {
-		case <-ctx.Done():
-			return got, nil // the caller goes on with whoever came
-		case <-w:
+	resp, err := r.Client.Get(ctx, r.dir(kind), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("connectivity: list %s: %w", kind, err)
+	}
+	seen := map[string]T{}
+	add := func(k, v []byte) {
+		var t T
+		if json.Unmarshal(v, &t) == nil {
+			seen[string(k)] = t
 		}
 	}
+	for _, kv := range resp.Kvs {
+		add(kv.Key, kv.Value)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := r.Client.Watch(wctx, r.dir(kind), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+	for len(seen) < want {
+		select {
+		case <-ctx.Done():
+			return values(seen), nil // the caller goes on with whoever came
+		case wr, ok := <-w:
+			if !ok || wr.Err() != nil {
+				return values(seen), fmt.Errorf("connectivity: watch %s: %v", kind, wr.Err())
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypePut {
+					add(ev.Kv.Key, ev.Kv.Value)
+				}
+			}
+		}
+	}
+	return values(seen), nil
+}
+
+// values returns the map's values ordered by key.
+func values[T any](m map[string]T) []T {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]T, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, m[k])
+	}
+	return out
 }

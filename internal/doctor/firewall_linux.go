@@ -1,8 +1,9 @@
 package doctor
 
 import (
-	"bytes"
 	"fmt"
+	"net"
+	"net/netip"
 	"strings"
 
 	"github.com/google/nftables"
@@ -88,7 +89,7 @@ func (s *state) forwardDropChains() ([]dropChain, error) {
 			if err != nil {
 				return err
 			}
-			d.accepts = s.Config != nil && acceptsNetwork(rules, s.Config.Network.Masked().Addr().AsSlice())
+			d.accepts = s.Config != nil && acceptsNetwork(rules, s.Config.Network)
 			out = append(out, d)
 		}
 		return nil
@@ -96,24 +97,54 @@ func (s *state) forwardDropChains() ([]dropChain, error) {
 	return out, err
 }
 
-// acceptsNetwork reports whether a rule compares an address with the
-// network's and accepts.
-func acceptsNetwork(rules []*nftables.Rule, network []byte) bool {
+// acceptsNetwork reports whether a rule matches an address prefix that
+// covers the network and accepts. nft matches a prefix by loading only its
+// leading bytes (ip saddr 10.244.0.0/16 compares 2 bytes), masked when the
+// length is not a multiple of 8; iptables-nft loads 4 bytes and masks.
+func acceptsNetwork(rules []*nftables.Rule, network netip.Prefix) bool {
+	net4 := network.Masked().Addr().AsSlice()
 	for _, r := range rules {
-		cmp, accept := false, false
+		covers, accept := false, false
+		var mask []byte
 		for _, e := range r.Exprs {
 			switch e := e.(type) {
+			case *expr.Bitwise:
+				mask = e.Mask
 			case *expr.Cmp:
-				cmp = cmp || bytes.Equal(e.Data, network)
+				covers = covers || e.Op == expr.CmpOpEq && prefixCovers(e.Data, mask, net4, network.Bits())
+				mask = nil
 			case *expr.Verdict:
 				accept = e.Kind == expr.VerdictAccept
 			}
 		}
-		if cmp && accept {
+		if covers && accept {
 			return true
 		}
 	}
 	return false
+}
+
+// prefixCovers reports whether comparing the leading len(data) bytes of an
+// address, under mask (nil: all ones), with data matches every address of
+// the network net4/bits.
+func prefixCovers(data, mask, net4 []byte, bits int) bool {
+	if len(data) == 0 || len(data) > len(net4) || mask != nil && len(mask) != len(data) {
+		return false
+	}
+	ones := 0
+	for i := range data {
+		m := byte(0xff)
+		if mask != nil {
+			m = mask[i]
+		}
+		if net4[i]&m != data[i] {
+			return false
+		}
+		for b := m; b != 0; b <<= 1 {
+			ones++
+		}
+	}
+	return ones <= bits
 }
 
 // checkVXLANPort looks for other VXLAN devices that hold weft's UDP port
@@ -141,12 +172,15 @@ func checkVXLANPort(s *state) {
 		switch {
 		case v.Port == port:
 			found = true
-			st, why := Fail, "the userspace VTEP cannot receive on it"
-			if s.k != nil && s.k.Device.Kind == inspect.KindVXLAN {
+			st, holds, why := Fail, "holds", "the userspace VTEP cannot receive on it"
+			switch {
+			case v.Flags&net.FlagUp == 0:
+				st, holds, why = Warn, "is down but set to", "it cannot open the port while weftd holds it, but it takes the port when it comes up first (after a reboot)"
+			case s.k != nil && s.k.Device.Kind == inspect.KindVXLAN:
 				st, why = Warn, "the kernel shares the port between VNIs, but a second overlay on it is a leftover (flanneld still running?)"
 			}
 			s.r.add("vxlan/port", st, fmt.Sprintf("stop the daemon that owns it (flanneld?), then ip link delete %s", v.Name),
-				"%s (VNI %d) holds UDP port %d: %s", v.Name, v.VxlanId, port, why)
+				"%s (VNI %d) %s UDP port %d: %s", v.Name, v.VxlanId, holds, port, why)
 		case v.VxlanId == vni:
 			found = true
 			s.r.add("vxlan/port", Warn, "ip link delete "+v.Name+" if nothing uses it",
@@ -167,7 +201,7 @@ func checkOffload(s *state) {
 		return
 	}
 	if s.k.Device.Kind != inspect.KindVXLAN {
-		s.r.ok("offload/checksum", "%s is a TAP: weftd computes every checksum itself", s.k.Device.Name)
+		s.r.ok("offload/checksum", "%s is a TAP: weftd builds the VXLAN datagrams itself, so the kernel VXLAN checksum offload bug does not apply", s.k.Device.Name)
 		return
 	}
 	var feats map[string]bool

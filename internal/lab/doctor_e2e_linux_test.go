@@ -91,6 +91,13 @@ func TestDoctorFaults(t *testing.T) {
 		if code != 0 || strings.Count(out, "6/6 pairs ok") != 2 {
 			t.Errorf("connectivity: exit %d:\n%s", code, out)
 		}
+		// As on a real node: weftctl runs in the node's namespace, with
+		// the etcd flags lab exec sets and the node's file locations.
+		out, code = run(t, bin, "lab", "exec", "--state-dir", dir, n2.Name, "--", bin, "doctor",
+			"--subnet-file", n2.SubnetFile, "--cni-conf-dir", filepath.Dir(n2.SubnetFile))
+		if code != 0 || !strings.Contains(out, "doctor: this node") || !regexp.MustCompile(`\d+ checks: \d+ ok, 0 warn, 0 fail`).MatchString(out) {
+			t.Errorf("doctor on node2 itself: exit %d:\n%s", code, out)
+		}
 	})
 	t.Run("connectivity on each host through etcd", func(t *testing.T) {
 		// As on plain etcd hosts: one weftctl per node, run inside the
@@ -177,10 +184,16 @@ func TestDoctorFaults(t *testing.T) {
 		defer ipIn(t, n1.NS, "nft", "delete table ip filter")
 		code, checks := doctor(t, bin, dir, n1.Name)
 		expectCheck(t, checks, code, 2, "firewall/forward", "fail", `table ip filter chain FORWARD has policy drop`)
+		// The fix doctor proposes makes the check pass.
+		ipIn(t, n1.NS, "nft", "insert rule ip filter FORWARD ip saddr 10.244.0.0/16 accept; insert rule ip filter FORWARD ip daddr 10.244.0.0/16 accept")
+		if code, checks := doctor(t, bin, dir, n1.Name); code != 0 {
+			t.Errorf("with the accept rules: exit %d\n%+v", code, checks)
+		}
 	})
 	t.Run("flannel.1 on port 8472", func(t *testing.T) {
 		ipIn(t, n1.NS, "ip", "link", "add", "flannel.1", "type", "vxlan", "id", "2", "dstport", "8472", "dev", "eth0")
 		defer ipIn(t, n1.NS, "ip", "link", "del", "flannel.1")
+		ipIn(t, n1.NS, "ip", "link", "set", "flannel.1", "up") // the kernel shares the port between VNIs
 		code, checks := doctor(t, bin, dir, n1.Name)
 		expectCheck(t, checks, code, 1, "vxlan/port", "warn", `flannel.1 \(VNI 2\) holds UDP port 8472`)
 	})
@@ -210,4 +223,36 @@ func TestDoctorFaults(t *testing.T) {
 	if after := rootNetState(t); after != rootBefore {
 		t.Errorf("root namespace sysctls or nftables changed:\nbefore %s\nafter  %s", rootBefore, after)
 	}
+}
+
+// TestDoctorUVXLAN checks doctor and connectivity on userspace VTEPs: a
+// healthy 2-node uvxlan lab passes, and a blocked VXLAN port is named.
+func TestDoctorUVXLAN(t *testing.T) {
+	bin := weftctl(t)
+	dir := filepath.Join(t.TempDir(), "lab")
+	labUp(t, bin, dir, "--nodes", "2", "--pods-per-node", "1", "--backend", "uvxlan")
+	st, err := LoadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1, n2 := st.Nodes[0], st.Nodes[1]
+	for _, n := range st.Nodes {
+		code, checks := doctor(t, bin, dir, n.Name)
+		for _, c := range checks {
+			if c.Status != "ok" {
+				t.Errorf("%s: %s %s: %s", n.Name, c.Status, c.Name, c.Evidence)
+			}
+		}
+		if code != 0 {
+			t.Errorf("%s: exit %d", n.Name, code)
+		}
+	}
+	out, code := run(t, bin, "connectivity", "--lab", "--state-dir", dir)
+	if code != 0 || strings.Count(out, "2/2 pairs ok") != 2 {
+		t.Errorf("connectivity: exit %d:\n%s", code, out)
+	}
+	ipIn(t, n2.NS, "nft", "add table inet wefttest; add chain inet wefttest in { type filter hook input priority 0; }; add rule inet wefttest in udp dport 8472 drop")
+	defer ipIn(t, n2.NS, "nft", "delete table inet wefttest")
+	code, checks := doctor(t, bin, dir, n1.Name)
+	expectCheck(t, checks, code, 2, "probe/"+n2.Addr.String(), "fail", "UDP 8472 blocked on the path")
 }

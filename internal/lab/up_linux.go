@@ -30,7 +30,7 @@ func Up(ctx context.Context, opts Options) error {
 	m, rerr := l.Report(ctx, out)
 	if rerr == nil {
 		fmt.Fprintf(out, "\n%s: %d nodes, %d pods, state in %s.\n", ReadyLine, len(l.nodes), len(l.State.Pods), l.opts.StateDir)
-		fmt.Fprintln(out, "Try: weftctl lab exec node1-pod1 -- ping <ip>;  weftctl lab exec node1 -- weftctl peers;  weftctl lab status;  weftctl lab down (or Ctrl-C).")
+		fmt.Fprintln(out, "Try: weftctl lab exec node1-pod1 -- ping -c 3 <ip>;  weftctl lab exec node1 -- weftctl peers;  weftctl doctor --lab;  weftctl connectivity --lab;  weftctl lab status;  weftctl lab down (or Ctrl-C).")
 		if f := m.Failures(); len(f) > 0 {
 			fmt.Fprintf(out, "warning: %d pairs unreachable: %s\n", len(f), strings.Join(f, ", "))
 		}
