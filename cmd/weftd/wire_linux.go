@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -24,13 +25,17 @@ type underlayInfo struct {
 	ipv4, ipv6 netip.Addr
 }
 
-func findUnderlay(iface, regex string) (underlayInfo, error) {
+func findUnderlay(c *config) (underlayInfo, error) {
 	h, err := netlink.NewHandle()
 	if err != nil {
 		return underlayInfo{}, fmt.Errorf("netlink: %w", err)
 	}
 	defer h.Close()
-	u, err := backend.FindUnderlay(h, backend.UnderlayQuery{Iface: iface, Regex: regex})
+	q := backend.UnderlayQuery{Ifaces: c.ifaces, Regexes: c.ifaceRegexes}
+	if c.ifaceCanReach != "" {
+		q.CanReach = netip.MustParseAddr(c.ifaceCanReach) // checked by validate
+	}
+	u, err := backend.FindUnderlay(h, q)
 	if err != nil {
 		return underlayInfo{}, err
 	}
@@ -42,15 +47,22 @@ func factories(c *config, u underlayInfo, live *liveBackend, log *slog.Logger) d
 	f := daemon.Factories{
 		Dataplane: func(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int) (daemon.Dataplane, error) {
 			dp, err := newDataplane(typ, cfg, lease, mtu, u, log)
-			if err == nil {
-				live.set(dp.Backend)
+			if err != nil {
+				return dp, err
 			}
-			return dp, err
+			live.set(dp.Backend)
+			if c.flannel.blackholeRoute {
+				if err := addBlackholes(lease); err != nil {
+					log.Warn("cannot add the blackhole route (--ip-blackhole-route)", "err", err)
+				}
+			}
+			return dp, nil
 		},
 	}
 	if c.ipMasq {
 		f.Masquerade = func(cfg *subnet.Config) (daemon.Runner, error) {
-			return masq.New(masq.Config{Network: cfg.Network, IPv6Network: cfg.IPv6Network}, log)
+			return masq.New(masq.Config{Network: cfg.Network, IPv6Network: cfg.IPv6Network,
+				CheckInterval: time.Duration(c.flannel.resyncSeconds) * time.Second}, log)
 		}
 	} else if err := masq.Remove(""); err != nil {
 		log.Warn("cannot remove masquerade rules left from an earlier run", "err", err)

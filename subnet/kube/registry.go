@@ -81,12 +81,19 @@ func New(client kubernetes.Interface, opts Options, log *slog.Logger) (*Registry
 // NewClient returns a clientset for the kubeconfig at path, or for the
 // in-cluster service account when path is empty.
 func NewClient(kubeconfigPath string) (kubernetes.Interface, error) {
+	return NewClientURL("", kubeconfigPath)
+}
+
+// NewClientURL is NewClient with the API server's URL overriding the one in
+// the kubeconfig (flanneld's --kube-api-url); with neither a URL nor a
+// kubeconfig it uses the pod's in-cluster config.
+func NewClientURL(apiURL, kubeconfigPath string) (kubernetes.Interface, error) {
 	var cfg *rest.Config
 	var err error
-	if kubeconfigPath == "" {
+	if kubeconfigPath == "" && apiURL == "" {
 		cfg, err = rest.InClusterConfig()
 	} else {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfigPath)
+		cfg, err = clientcmd.BuildConfigFromFlags(apiURL, kubeconfigPath)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client config: %w", err)
