@@ -1,9 +1,11 @@
 package uvxlan
 
 import (
-	"fmt"
-	"io"
+	"errors"
 	"net/netip"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Receive batch shapes. With UDP GRO one buffer holds up to 64 KB of
@@ -15,31 +17,60 @@ const (
 	offloadBuf   = 1 << 16
 )
 
-// openSockets opens the receive socket on the VXLAN port and the send
+// openSockets opens the receive sockets on the VXLAN port and the send
 // sockets, each on an ephemeral port of the local port range. A UDP socket
 // cannot choose its source port per datagram, so the flow hash picks a
 // socket; this keeps UDP GSO usable (a raw socket would not be).
 func (dp *datapath) openSockets() error {
-	cfg := dp.b.cfg
-	role := roleRecv
-	if dp.vnet {
-		role = roleRecvGRO
-	}
-	for range cfg.Queues {
-		rx, err := listenUDP(netip.AddrPortFrom(cfg.Local, uint16(cfg.Port)), role, cfg.Queues > 1)
+	for q := range dp.b.cfg.Queues {
+		rx, err := dp.listenRx()
 		if err != nil {
 			return err
 		}
-		dp.rxs = append(dp.rxs, rx)
+		dp.rxs[q].Store(rx)
 	}
-	for range cfg.SourcePorts {
-		tx, err := listenUDP(netip.AddrPortFrom(cfg.Local, 0), roleSend, false)
+	for range dp.b.cfg.SourcePorts {
+		tx, err := listenUDP(netip.AddrPortFrom(dp.b.cfg.Local, 0), roleSend, false)
 		if err != nil {
 			return err
 		}
 		dp.tx = append(dp.tx, tx)
 	}
 	return nil
+}
+
+// listenRx opens one receive socket on the VXLAN port (in the calling
+// thread's namespace).
+func (dp *datapath) listenRx() (*udpSocket, error) {
+	cfg := dp.b.cfg
+	role := roleRecv
+	if dp.vnet {
+		role = roleRecvGRO
+	}
+	return listenUDP(netip.AddrPortFrom(cfg.Local, uint16(cfg.Port)), role, cfg.Queues > 1)
+}
+
+// recvFailed handles a receive socket that returned an error: it is
+// logged, counted as a "socket" repair and replaced by a new socket on the
+// same port. It returns when a new socket is in place or the datapath
+// closes.
+func (dp *datapath) recvFailed(q int, old *udpSocket, err error) {
+	dp.b.log.Warn("receive socket failed; reopening it", "queue", q, "err", err)
+	for delay := 10 * time.Millisecond; !dp.closing.Load(); delay = min(2*delay, time.Second) {
+		old.close() // frees the port for the new socket
+		var s *udpSocket
+		oerr := inNS(dp.b.cfg.NetNS, func() (err error) { s, err = dp.listenRx(); return err })
+		if oerr == nil {
+			dp.rxs[q].Store(s)
+			if dp.closing.Load() { // close may have missed it
+				s.close()
+			}
+			dp.b.ctr.socket.Add(1)
+			return
+		}
+		dp.b.log.Error("cannot reopen the receive socket; retrying", "queue", q, "err", oerr, "in", delay)
+		time.Sleep(delay)
+	}
 }
 
 // txSocket picks the send socket (the outer source port) for a frame.
@@ -84,27 +115,29 @@ func (dp *datapath) sendSegments(s *sender, frame []byte, h vnetHdr, out []byte)
 }
 
 // ingress moves datagrams from receive socket q to TAP queue q until the
-// socket is closed.
-func (dp *datapath) ingress(q int) error {
+// datapath closes. A failed socket is replaced (recvFailed); it never ends
+// the loop.
+func (dp *datapath) ingress(q int) {
 	count, size := plainBatch, plainBuf
 	if dp.vnet {
 		count, size = offloadBatch, offloadBuf
 	}
 	r := newRecvBatch(count, size)
-	tap := dp.taps[q]
-	deliver := func(b []byte) error { return dp.writeTAP(tap, b) }
+	deliver := func(b []byte, _ l4Csum) error { return dp.writeTAP(q, b) }
 	var gro *coalescer
 	if dp.vnet {
-		gro = newCoalescer(deliver)
+		gro = newCoalescer(func(b []byte) error { return dp.writeTAP(q, b) })
 		deliver = gro.add
 	}
 	for {
-		n, err := dp.rxs[q].recv(r)
+		sock := dp.rxs[q].Load()
+		n, err := sock.recv(r)
 		if err != nil {
 			if dp.closing.Load() {
-				return nil
+				return
 			}
-			return fmt.Errorf("receive: %w", err)
+			dp.recvFailed(q, sock, err)
+			continue
 		}
 		ps := dp.b.peers.Load()
 		for i := range n {
@@ -123,7 +156,7 @@ func (dp *datapath) ingress(q int) error {
 
 // receive checks the datagrams in pkt (several of seg bytes each when UDP
 // GRO coalesced them) and delivers the inner frames.
-func (dp *datapath) receive(ps *peers, pkt []byte, src netip.Addr, seg int, deliver func([]byte) error) {
+func (dp *datapath) receive(ps *peers, pkt []byte, src netip.Addr, seg int, deliver func([]byte, l4Csum) error) {
 	if len(pkt) == 0 {
 		dp.b.ctr.drop(DropTruncated)
 		return
@@ -131,7 +164,8 @@ func (dp *datapath) receive(ps *peers, pkt []byte, src netip.Addr, seg int, deli
 	if seg <= 0 {
 		seg = len(pkt)
 	}
-	if _, ok := ps.byAddr[src]; !ok {
+	subnets, ok := ps.byAddr[src]
+	if !ok {
 		dp.b.ctr.drops[DropNotPeer].Add(uint64((len(pkt) + seg - 1) / seg))
 		return
 	}
@@ -139,20 +173,47 @@ func (dp *datapath) receive(ps *peers, pkt []byte, src netip.Addr, seg int, deli
 		d := pkt[:min(seg, len(pkt))]
 		pkt = pkt[len(d):]
 		frame, why := dp.b.dec.decode(d)
+		var cs l4Csum
+		if why == DropNone {
+			cs, why = dp.checkInner(frame, subnets)
+		}
 		if why != DropNone {
 			dp.b.ctr.drop(why)
 			continue
 		}
-		if deliver(frame) == nil {
+		if deliver(frame, cs) == nil {
 			dp.b.ctr.rx.Add(1) // a failed write is counted by writeTAP
 		}
 	}
 }
 
-// writeTAP writes one frame (with its virtio-net header when offloads are on).
-func (dp *datapath) writeTAP(tap io.Writer, b []byte) error {
-	if _, err := tap.Write(b); err != nil {
+// checkInner applies the inner frame checks (checkInnerFrame) and counts a
+// partial checksum. Without offloads the TAP cannot carry the mark, so a
+// partial checksum is completed here instead.
+func (dp *datapath) checkInner(frame []byte, subnets []netip.Prefix) (l4Csum, DropReason) {
+	ip, class, cs, why := checkInnerFrame(frame, subnets, dp.b.cfg.AllowForeignSources)
+	if why != DropNone {
+		return cs, why
+	}
+	if class == csumPartial {
+		dp.b.ctr.partialCsum.Add(1)
+		if !dp.vnet {
+			completePartial(frame, ip, cs)
+			cs = l4Csum{}
+		}
+	}
+	return cs, DropNone
+}
+
+// writeTAP writes one frame (with its virtio-net header when offloads are
+// on) to TAP queue q. A queue whose device was deleted makes the
+// reconciler open the device again.
+func (dp *datapath) writeTAP(q int, b []byte) error {
+	if _, err := dp.taps[q].Load().rw.Write(b); err != nil {
 		dp.b.ctr.drop(DropTAPWrite)
+		if errors.Is(err, unix.EBADFD) {
+			dp.lostTAP(q, err)
+		}
 		return err
 	}
 	return nil

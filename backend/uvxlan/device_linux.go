@@ -7,29 +7,50 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"sync/atomic"
+	"syscall"
 	"unsafe"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/songgao/water"
 	"github.com/vishvananda/netlink"
 	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/vtep"
 	"golang.org/x/sys/unix"
 )
 
-// datapath is what Run opened: the TAP, the sockets and the netlink handle.
+// datapath is what Run opened: the TAP queues, the sockets and the netlink
+// handle. The packet loops read the current TAP queue and receive socket
+// through atomic pointers, so the reconciler can replace a deleted TAP or a
+// failed socket under them without a lock on the packet path.
 type datapath struct {
 	b         *Backend
 	h         *netlink.Handle
 	ownHandle bool
-	linkIndex int
-	taps      []io.ReadWriteCloser // one per queue
-	vnet      bool                 // the TAP carries a virtio-net header (offloads on)
-	rxs       []*udpSocket         // bound to the VXLAN port, one per queue
-	tx        []*udpSocket         // one per source port
-	overlay   *backend.Overlay
-	closing   atomic.Bool // set by close: the loops' errors are expected
+	vnet      bool                       // the TAP carries a virtio-net header (offloads on)
+	taps      []atomic.Pointer[tapQueue] // one per queue
+	tapGen    atomic.Pointer[chan struct{}]
+	rxs       []atomic.Pointer[udpSocket] // bound to the VXLAN port, one per queue
+	tx        []*udpSocket                // one per source port
+	closing   atomic.Bool                 // set by close: the loops' errors are expected
+	repair    chan struct{}               // a packet loop asks the reconciler for a full sync
+
+	// Owned by the reconciler.
+	linkIndex  int
+	tapBroken  atomic.Bool // a packet loop lost its TAP queue
+	overlay    *backend.Overlay
+	applied    vtep.Table // the table last programmed, nil before
+	programmed bool       // the device and a table were programmed once
 }
+
+// tapQueue is one open queue of the TAP.
+type tapQueue struct {
+	rw io.ReadWriteCloser
+	rc syscall.RawConn
+}
+
+func (t *tapQueue) close() { t.rw.Close() }
 
 // inNS runs f with the calling thread in the namespace at path ("" = here).
 func inNS(path string, f func() error) error {
@@ -41,7 +62,10 @@ func inNS(path string, f func() error) error {
 
 // open creates the TAP, configures the link and opens the sockets.
 func (b *Backend) open() (_ *datapath, err error) {
-	dp := &datapath{b: b, h: b.cfg.Handle}
+	dp := &datapath{b: b, h: b.cfg.Handle, vnet: !b.cfg.Plain, repair: make(chan struct{}, 1),
+		taps: make([]atomic.Pointer[tapQueue], b.cfg.Queues), rxs: make([]atomic.Pointer[udpSocket], b.cfg.Queues)}
+	gen := make(chan struct{})
+	dp.tapGen.Store(&gen)
 	defer func() {
 		if err != nil {
 			dp.close()
@@ -54,15 +78,17 @@ func (b *Backend) open() (_ *datapath, err error) {
 		dp.ownHandle = true
 	}
 	err = inNS(b.cfg.NetNS, func() error {
-		if err := dp.openTAP(); err != nil {
+		qs, err := dp.openTAP()
+		if err != nil {
 			return err
 		}
+		dp.swapTAP(qs)
 		return dp.openSockets()
 	})
 	if err != nil {
 		return nil, err
 	}
-	if err := dp.configureLink(); err != nil {
+	if _, err := dp.configureLink(); err != nil {
 		return nil, err
 	}
 	b.log.Info("device ready", "offloads", dp.vnet, "local", b.cfg.Local, "port", b.cfg.Port, "mtu", b.cfg.MTU)
@@ -88,14 +114,23 @@ func handleIn(path string) (*netlink.Handle, error) {
 	return h, nil
 }
 
-// openTAP opens (or re-attaches to) the persistent TAP device. The plain
-// path uses water, which sets only IFF_TAP|IFF_NO_PI at TUNSETIFF time; the
-// offload path needs IFF_VNET_HDR, which water cannot set, so it opens
-// /dev/net/tun itself (openVnetTAP).
-func (dp *datapath) openTAP() error {
+// openTAP opens (or re-attaches to) the persistent TAP device, one file per
+// queue. The plain path uses water, which sets only IFF_TAP|IFF_NO_PI at
+// TUNSETIFF time; the offload path needs IFF_VNET_HDR, which water cannot
+// set, so it opens /dev/net/tun itself (openVnetTAP).
+func (dp *datapath) openTAP() (_ []*tapQueue, err error) {
 	cfg := dp.b.cfg
 	multi := cfg.Queues > 1
+	var qs []*tapQueue
+	defer func() {
+		if err != nil {
+			for _, q := range qs {
+				q.close()
+			}
+		}
+	}()
 	for range cfg.Queues {
+		var rw io.ReadWriteCloser
 		if cfg.Plain {
 			wc := water.Config{DeviceType: water.TAP}
 			wc.Name = cfg.Name
@@ -103,19 +138,70 @@ func (dp *datapath) openTAP() error {
 			wc.MultiQueue = multi
 			ifce, err := water.New(wc)
 			if err != nil {
-				return fmt.Errorf("open tap %s: %w", cfg.Name, err)
+				return nil, fmt.Errorf("open tap %s: %w", cfg.Name, err)
 			}
-			// water's Interface is not a syscall.Conn; the file inside it is.
-			dp.taps = append(dp.taps, ifce.ReadWriteCloser)
-			continue
+			rw = ifce.ReadWriteCloser
+		} else {
+			f, err := openVnetTAP(cfg.Name, multi)
+			if err != nil {
+				return nil, err
+			}
+			rw = f
 		}
-		f, err := openVnetTAP(cfg.Name, multi)
-		if err != nil {
-			return err
+		q := &tapQueue{rw: rw}
+		qs = append(qs, q)
+		// water's Interface is not a syscall.Conn; the file inside it is.
+		sc, ok := rw.(syscall.Conn)
+		if !ok {
+			return nil, fmt.Errorf("open tap %s: %T is not a syscall.Conn", cfg.Name, rw)
 		}
-		dp.taps, dp.vnet = append(dp.taps, f), true
+		if q.rc, err = sc.SyscallConn(); err != nil {
+			return nil, fmt.Errorf("open tap %s: %w", cfg.Name, err)
+		}
 	}
-	return nil
+	return qs, nil
+}
+
+// swapTAP puts new TAP queues in place, closes the old ones and wakes the
+// egress loops waiting for them.
+func (dp *datapath) swapTAP(qs []*tapQueue) {
+	for i, q := range qs {
+		if old := dp.taps[i].Swap(q); old != nil {
+			old.close()
+		}
+	}
+	dp.tapBroken.Store(false)
+	gen := make(chan struct{})
+	close(*dp.tapGen.Swap(&gen))
+}
+
+// waitTAP blocks until the TAP queue q is no longer old (the reconciler
+// replaced it) or the datapath closes; it reports whether to go on.
+func (dp *datapath) waitTAP(q int, old *tapQueue) bool {
+	for !dp.closing.Load() {
+		gen := *dp.tapGen.Load()
+		if dp.taps[q].Load() != old {
+			return true
+		}
+		<-gen
+	}
+	return false
+}
+
+// lostTAP is called by a packet loop whose TAP queue failed: it asks the
+// reconciler for a full sync, which opens the device again.
+func (dp *datapath) lostTAP(q int, err error) {
+	if !dp.tapBroken.Swap(true) {
+		dp.b.log.Warn("tap queue failed; reopening the device", "queue", q, "err", err)
+	}
+	dp.askRepair()
+}
+
+func (dp *datapath) askRepair() {
+	select {
+	case dp.repair <- struct{}{}:
+	default:
+	}
 }
 
 // ifreq is struct ifreq as TUNSETIFF reads it: a name and the flags.
@@ -166,48 +252,79 @@ func ioctlPtr(fd int, req uint, p unsafe.Pointer) error {
 	return nil
 }
 
-// configureLink sets the TAP's MAC, MTU and address and brings it up.
-func (dp *datapath) configureLink() error {
+// linkFix says what configureLink had to put back.
+type linkFix struct {
+	link    bool // MAC, MTU or up state
+	address bool
+}
+
+// configureLink sets the TAP's MAC, MTU and address and brings it up,
+// writing only what differs, and reports what it changed.
+func (dp *datapath) configureLink() (linkFix, error) {
+	var fix linkFix
 	cfg := dp.b.cfg
 	l, err := dp.h.LinkByName(cfg.Name)
 	if err != nil {
-		return fmt.Errorf("find %s: %w", cfg.Name, err)
+		return fix, fmt.Errorf("find %s: %w", cfg.Name, err)
 	}
 	dp.linkIndex = l.Attrs().Index
 	if !equalMAC(l.Attrs().HardwareAddr, cfg.MAC[:]) {
+		fix.link = true
 		if err := dp.h.LinkSetHardwareAddr(l, cfg.MAC.HardwareAddr()); err != nil {
-			return fmt.Errorf("set mac of %s: %w", cfg.Name, err)
+			return fix, fmt.Errorf("set mac of %s: %w", cfg.Name, err)
 		}
 	}
 	if l.Attrs().MTU != cfg.MTU {
+		fix.link = true
 		if err := dp.h.LinkSetMTU(l, cfg.MTU); err != nil {
-			return fmt.Errorf("set mtu of %s: %w", cfg.Name, err)
+			return fix, fmt.Errorf("set mtu of %s: %w", cfg.Name, err)
 		}
 	}
-	for _, p := range []netip.Prefix{cfg.Subnet, cfg.IPv6Subnet} {
-		if !p.IsValid() {
-			continue
-		}
-		a := subnetAddr(p)
-		addr := &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(a.BitLen(), a.BitLen())}}
-		if a.Is6() {
-			addr.Flags = unix.IFA_F_NODAD
-		}
-		if err := dp.h.AddrReplace(l, addr); err != nil {
-			return fmt.Errorf("add %s to %s: %w", a, cfg.Name, err)
-		}
+	if fix.address, err = dp.ensureAddrs(l); err != nil {
+		return fix, err
 	}
 	if l.Attrs().Flags&net.FlagUp == 0 {
+		fix.link = true
 		// No IPv6 link-local address: it would only make the kernel send
 		// router solicitations and MLD reports that no peer can take.
 		if err := dp.h.LinkSetIP6AddrGenMode(l, 1 /* IN6_ADDR_GEN_MODE_NONE */); err != nil {
 			dp.b.log.Warn("disable ipv6 link-local address", "err", err)
 		}
+		if err := dp.h.LinkSetUp(l); err != nil {
+			return fix, fmt.Errorf("set %s up: %w", cfg.Name, err)
+		}
 	}
-	if err := dp.h.LinkSetUp(l); err != nil {
-		return fmt.Errorf("set %s up: %w", cfg.Name, err)
+	return fix, nil
+}
+
+// ensureAddrs puts <Subnet>.0/32 (<IPv6Subnet>::/128) on the TAP unless it
+// is there, and reports whether it added one.
+func (dp *datapath) ensureAddrs(l netlink.Link) (bool, error) {
+	cfg := dp.b.cfg
+	have, err := dp.h.AddrList(l, netlink.FAMILY_ALL)
+	if err != nil {
+		return false, fmt.Errorf("list addresses of %s: %w", cfg.Name, err)
 	}
-	return nil
+	added := false
+	for _, p := range []netip.Prefix{cfg.Subnet, cfg.IPv6Subnet} {
+		if !p.IsValid() {
+			continue
+		}
+		a := subnetAddr(p)
+		want := &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(a.BitLen(), a.BitLen())}
+		if slices.ContainsFunc(have, func(h netlink.Addr) bool { return h.IPNet.String() == want.String() }) {
+			continue
+		}
+		addr := &netlink.Addr{IPNet: want}
+		if a.Is6() {
+			addr.Flags = unix.IFA_F_NODAD
+		}
+		if err := dp.h.AddrReplace(l, addr); err != nil {
+			return added, fmt.Errorf("add %s to %s: %w", a, cfg.Name, err)
+		}
+		added = true
+	}
+	return added, nil
 }
 
 func equalMAC(a net.HardwareAddr, b []byte) bool { return string(a) == string(b) }
@@ -215,11 +332,18 @@ func equalMAC(a net.HardwareAddr, b []byte) bool { return string(a) == string(b)
 // close releases what open acquired. The device itself stays (persistent).
 func (dp *datapath) close() {
 	dp.closing.Store(true)
-	for _, t := range dp.taps {
-		t.Close()
+	for i := range dp.taps {
+		if q := dp.taps[i].Load(); q != nil {
+			q.close()
+		}
 	}
-	for _, s := range dp.rxs {
-		s.close()
+	if gen := dp.tapGen.Load(); gen != nil {
+		close(*gen)
+	}
+	for i := range dp.rxs {
+		if s := dp.rxs[i].Load(); s != nil {
+			s.close()
+		}
 	}
 	for _, s := range dp.tx {
 		s.close()

@@ -1,9 +1,6 @@
 package uvxlan
 
 import (
-	"fmt"
-	"syscall"
-
 	"golang.org/x/sys/unix"
 )
 
@@ -57,14 +54,12 @@ func (b *tapBatch) read(fd uintptr) bool {
 // frame returns read i with the room in front of it.
 func (b *tapBatch) frame(i int) []byte { return b.bufs[i][:b.at+b.lens[i]] }
 
-// egress moves frames from TAP queue q to the peers until the TAP is closed.
-// Plain frames are queued and leave in one sendmmsg per socket run; TSO
-// super-frames are segmented and leave with UDP GSO (sendSegments).
-func (dp *datapath) egress(q int) error {
-	rc, err := dp.taps[q].(syscall.Conn).SyscallConn()
-	if err != nil {
-		return fmt.Errorf("tap: %w", err)
-	}
+// egress moves frames from TAP queue q to the peers until the datapath
+// closes. Plain frames are queued and leave in one sendmmsg per socket run;
+// TSO super-frames are segmented and leave with UDP GSO (sendSegments). A
+// queue whose device was deleted is reported (lostTAP) and the loop waits
+// for the reconciler to open the device again.
+func (dp *datapath) egress(q int) {
 	at, count := vxlanHeaderLen, egressPlainBatch
 	if dp.vnet {
 		at, count = 0, egressOffloadBatch
@@ -77,15 +72,10 @@ func (dp *datapath) egress(q int) error {
 		out = make([]byte, 2*(ethHeaderLen+maxIPPacket))
 	}
 	for {
-		err := rc.Read(tb.fn)
+		t := dp.taps[q].Load()
+		err := t.rc.Read(tb.fn)
 		if err == nil {
 			err = tb.err
-		}
-		if err != nil {
-			if dp.closing.Load() {
-				return nil
-			}
-			return fmt.Errorf("read tap: %w", err)
 		}
 		for i := range tb.n {
 			if dp.vnet {
@@ -95,6 +85,15 @@ func (dp *datapath) egress(q int) error {
 			}
 		}
 		dp.flush(sb)
+		if err != nil {
+			if dp.closing.Load() {
+				return
+			}
+			dp.lostTAP(q, err)
+			if !dp.waitTAP(q, t) {
+				return
+			}
+		}
 	}
 }
 

@@ -34,8 +34,8 @@ func FuzzDecode(f *testing.F) {
 			pkt[0] != 0x08 || pkt[6] != 1 || pkt[7] != 0 {
 			t.Fatalf("accepted a bad packet % x", pkt[:min(len(pkt), 24)])
 		}
-		c.add(frame)
-		c.add(frame)
+		c.add(frame, l4Csum{})
+		c.add(frame, l4Csum{})
 		c.flush()
 		flowHash(frame)
 	})

@@ -3,104 +3,194 @@ package uvxlan
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
+	"hash/maphash"
 )
 
-// groFlows is how many TCP flows the coalescer keeps open runs for.
-// Flows that share an outer source port arrive interleaved in one UDP GRO
-// batch; a few runs keep merging them.
-const groFlows = 4
+// l4Csum tells the coalescer the state of a frame's TCP or UDP checksum.
+// The zero value means the checksum (if the frame has one) is complete and
+// the caller has verified it. A non-zero start means the L4 checksum field
+// at frame[start+offset:] holds only the pseudo-header sum, which is what a
+// CHECKSUM_PARTIAL kernel sender leaves on a virtual link, and the receiver
+// is to complete it: start is the offset of the L4 header from the start of
+// the Ethernet frame, offset is 16 for TCP and 6 for UDP.
+type l4Csum struct{ start, offset uint16 }
 
-// coalescer merges in-order TCP segments of a flow, received from the
+// Capacity of the coalescer per receive batch. When a batch brings more
+// flows or segments than this, everything held is written early, which
+// costs merging, never order.
+const (
+	groTableSize = 512  // flow table slots (a power of two, twice groMaxFlows)
+	groMaxFlows  = 256  // flows that hold a run in one batch
+	groMaxSegs   = 1024 // segments held in one batch
+)
+
+var errFrameTooLong = errors.New("frame too long for the tap")
+
+// coalescer merges consecutive TCP segments of a flow, received from the
 // underlay, into one large frame that is written to the TAP with a
 // virtio-net GSO header: the kernel then handles one super-frame instead of
-// dozens of small ones (software GRO). Frames that cannot be merged are
-// written as they are. Every merged segment's TCP checksum is verified
-// first; a segment with a bad checksum is passed on unmerged so that the
-// kernel drops it, and the merged frame carries NEEDS_CSUM with the
-// pseudo-header sum, as GRO does.
+// dozens of small ones (software GRO). It is owned by one ingress loop
+// (no locking) and does not allocate after construction.
 //
-// It keeps an open run for each of up to groFlows flows; when another flow
-// comes, the oldest run is written. Frames of one flow never overtake each
-// other; frames of different flows may.
+// Order: frames of one flow (addresses and ports) reach the TAP in the
+// order they were added, with one exception that repairs rather than
+// causes reordering: a segment that ends exactly where a held run begins is
+// put in front of it. Whatever cannot join the flow's run (FIN, RST, SYN,
+// URG, a segment without payload, a gap or overlap in sequence numbers, a
+// change of ACK, window, options or IP header, IP options, a fragment)
+// first makes the run be written, then is written itself; a fragment or
+// an IPv6 extension header, whose flow is unknown, writes every run first.
+// A run ends after a PSH segment or one shorter than the run's first (its
+// MSS), at 64 segments or 64 KB. Frames of different flows may overtake
+// each other.
+//
+// Checksums are not verified here: every frame handed to add has a correct
+// L4 checksum, or a partial one described by its l4Csum. A merged frame
+// carries NEEDS_CSUM with the pseudo-header sum, as the kernel's GRO leaves
+// it.
 type coalescer struct {
-	runs  [groFlows]groRun
-	clock uint64 // orders the runs by age
-	one   []byte // virtio-net header + a frame written on its own
-	write func([]byte) error
+	write  func([]byte) error
+	out    []byte // virtio-net header + the frame being written
+	seed   maphash.Seed
+	gen    uint64 // flow slots of an older generation are free
+	flows  [groTableSize]groFlow
+	nflows int
+	open   []int32 // flow slots that started a run in this batch, in order
+	segs   [groMaxSegs]groSeg
+	nsegs  int
 }
 
-// groRun is one flow's frame under construction.
+// groSeg is one held segment: a reference to the caller's frame.
+type groSeg struct {
+	frame []byte
+	next  int32 // next segment of the run in sequence order; -1: last
+}
+
+// groFlow is one flow's slot in the table.
+type groFlow struct {
+	gen    uint64
+	key    [36]byte // addresses and ports
+	klen   uint8
+	slot   int32 // index in coalescer.flows
+	listed bool  // in coalescer.open
+	run    groRun
+}
+
+// groRun is the run a flow holds: segments in sequence order.
 type groRun struct {
-	buf   []byte // virtio-net header + frame
-	n     int    // bytes of frame in buf[virtioNetHdrLen:]; 0 = no run
-	count int    // segments merged into the run
-	mss   int    // payload size of the run's segments
-	hdr   int    // Ethernet + IP + TCP header length of the run
-	tcp   int    // offset of the TCP header
-	v6    bool
-	next  uint32 // sequence number the next segment must carry
-	full  bool   // the run took a short or PSH segment: nothing may follow
-	born  uint64 // clock when the run started
+	head, tail int32 // segment indices; head < 0: no run
+	count      int
+	mss        int    // payload of the first segment: no later one may be longer
+	last       int    // payload of the last segment
+	bytes      int    // payload held
+	hdr, tcp   int    // header length (Ethernet to TCP options); TCP header offset
+	seq, next  uint32 // first and next sequence number
+	id         uint16 // IPv4 ID of the first segment
+	df, v6     bool
+	cwr        bool   // the first segment has CWR: nothing may come before it
+	cs         l4Csum // checksum state of the only segment while count == 1
 }
 
 func newCoalescer(write func([]byte) error) *coalescer {
-	c := &coalescer{one: make([]byte, virtioNetHdrLen+ethHeaderLen+maxIPPacket), write: write}
-	for i := range c.runs {
-		c.runs[i].buf = make([]byte, virtioNetHdrLen+ethHeaderLen+maxIPPacket)
+	c := &coalescer{
+		write: write,
+		out:   make([]byte, virtioNetHdrLen+ethHeaderLen+maxIPPacket),
+		seed:  maphash.MakeSeed(),
+		gen:   1,
+		open:  make([]int32, 0, groMaxFlows),
 	}
 	return c
 }
 
-// tcpSeg describes an inner TCP segment that may be merged.
+// segKind is what add does with a frame.
+type segKind uint8
+
+const (
+	segOther    segKind = iota // not TCP: written at once
+	segFlushAll                // TCP whose flow is unknown: every run is written first
+	segTCP                     // TCP of a known flow
+)
+
+// tcpSeg describes an inner TCP segment.
 type tcpSeg struct {
-	v6       bool
-	tcp, hdr int // TCP header offset, header length (all from frame start)
-	seq      uint32
-	flags    uint8
-	payload  int
+	v6        bool
+	tcp, hdr  int // TCP header offset, header length (all from frame start)
+	seq       uint32
+	flags     uint8
+	payload   int
+	id        uint16 // IPv4 ID
+	df        bool   // IPv4 don't-fragment, or IPv6: IDs need not be consecutive
+	mergeable bool
+	key       [36]byte
+	klen      uint8
 }
 
-// parseTCPSeg reports whether frame is a plain TCP segment eligible for
-// merging (IPv4 without options or fragments, IPv6 without extension
-// headers; only ACK and PSH flags; some payload) and describes it.
-func parseTCPSeg(frame []byte) (tcpSeg, bool) {
-	var s tcpSeg
-	if len(frame) < ethHeaderLen+ipv4HeaderLenMin+tcpHeaderLenMin {
-		return s, false
+// ipv6ExtHeader reports whether next-header value nh is an IPv6 extension
+// header, behind which a TCP header may hide.
+func ipv6ExtHeader(nh uint8) bool {
+	switch nh {
+	case 0, 43, 44, 50, 51, 60, 135, 139, 140, 253, 254:
+		return true
+	}
+	return false
+}
+
+// parseSeg classifies frame and, for TCP, describes the segment.
+func parseSeg(frame []byte, cs l4Csum) (s tcpSeg, kind segKind) {
+	if len(frame) < ethHeaderLen+ipv4HeaderLenMin {
+		return s, segOther
 	}
 	ip := frame[ethHeaderLen:]
 	var ipLen int
 	switch binary.BigEndian.Uint16(frame[12:]) {
 	case etherTypeIPv4:
-		if ip[0] != 0x45 || ip[9] != 6 || binary.BigEndian.Uint16(ip[6:])&0x3fff != 0 {
-			return s, false
+		if ip[0]>>4 != 4 || ip[9] != 6 {
+			return s, segOther
 		}
-		ipLen = int(binary.BigEndian.Uint16(ip[2:]))
-		s.tcp = ethHeaderLen + ipv4HeaderLenMin
+		if binary.BigEndian.Uint16(ip[6:])&0x3fff != 0 {
+			return s, segFlushAll // a fragment: its flow is unknown
+		}
+		s.tcp, ipLen = ethHeaderLen+int(ip[0]&0x0f)*4, int(binary.BigEndian.Uint16(ip[2:]))
+		s.id, s.df = binary.BigEndian.Uint16(ip[4:]), ip[6]&0x40 != 0
+		s.klen = 12
+		copy(s.key[:8], ip[12:20])
+		s.mergeable = s.tcp == ethHeaderLen+ipv4HeaderLenMin && checksumFold(checksumAdd(ip[:ipv4HeaderLenMin], 0)) == 0xffff
 	case etherTypeIPv6:
-		if len(ip) < ipv6HeaderLen+tcpHeaderLenMin || ip[0]>>4 != 6 || ip[6] != 6 {
-			return s, false
+		if len(ip) < ipv6HeaderLen || ip[0]>>4 != 6 {
+			return s, segOther
 		}
-		ipLen = ipv6HeaderLen + int(binary.BigEndian.Uint16(ip[4:]))
-		s.tcp, s.v6 = ethHeaderLen+ipv6HeaderLen, true
+		if ipv6ExtHeader(ip[6]) {
+			return s, segFlushAll
+		}
+		if ip[6] != 6 {
+			return s, segOther
+		}
+		s.v6, s.tcp, ipLen = true, ethHeaderLen+ipv6HeaderLen, ipv6HeaderLen+int(binary.BigEndian.Uint16(ip[4:]))
+		s.df = true // no ID to keep consecutive
+		s.klen = 36
+		copy(s.key[:32], ip[8:40])
+		s.mergeable = true
 	default:
-		return s, false
+		return s, segOther
 	}
-	if ethHeaderLen+ipLen != len(frame) {
-		return s, false // padded or truncated: leave it to the kernel
+	if s.tcp < ethHeaderLen+ipv4HeaderLenMin || s.tcp+tcpHeaderLenMin > len(frame) {
+		return s, segFlushAll // malformed; the kernel drops it
 	}
 	th := frame[s.tcp:]
+	copy(s.key[s.klen-4:s.klen], th[:4])
 	s.hdr = s.tcp + int(th[12]>>4)*4
-	s.flags = th[13]
-	s.seq = binary.BigEndian.Uint32(th[4:])
+	s.seq, s.flags = binary.BigEndian.Uint32(th[4:]), th[13]
 	s.payload = len(frame) - s.hdr
-	if s.hdr < s.tcp+tcpHeaderLenMin || s.payload <= 0 || s.flags&^tcpFlagPSH != tcpFlagACK {
-		return s, false
-	}
-	return s, true
+	s.mergeable = s.mergeable && ethHeaderLen+ipLen == len(frame) && s.hdr >= s.tcp+tcpHeaderLenMin &&
+		s.payload > 0 && s.flags&tcpFlagACK != 0 &&
+		s.flags&(tcpFlagFIN|tcpFlagSYN|tcpFlagRST|tcpFlagURG) == 0 &&
+		(cs == l4Csum{} || cs == l4Csum{uint16(s.tcp), 16})
+	return s, segTCP
 }
 
-// tcpChecksumOK verifies a segment's TCP checksum.
+// tcpChecksumOK verifies a segment's TCP checksum. The coalescer does not
+// call it (its caller verifies checksums); tests do.
 func tcpChecksumOK(frame []byte, s tcpSeg) bool {
 	addrOff, addrLen := ethHeaderLen+12, 4
 	if s.v6 {
@@ -110,150 +200,205 @@ func tcpChecksumOK(frame []byte, s tcpSeg) bool {
 	return checksumFold(checksumAdd(frame[s.tcp:], sum)) == 0xffff
 }
 
-// add takes one decapsulated frame. It returns the first write error.
-func (c *coalescer) add(frame []byte) error {
-	s, ok := parseTCPSeg(frame)
-	if !ok {
-		return c.single(frame)
-	}
-	r := c.runFor(frame, s)
-	if r.n > 0 && r.fits(frame, s) {
-		if !tcpChecksumOK(frame, s) {
-			if err := c.flushRun(r); err != nil {
-				return err
-			}
-			return c.single(frame)
+// add takes one decapsulated frame, with the state of its L4 checksum. A
+// frame may be held until flush: the caller must leave its bytes unchanged
+// until flush returns. add returns the first write error; the frame and
+// everything held are handled regardless.
+func (c *coalescer) add(frame []byte, cs l4Csum) error {
+	s, kind := parseSeg(frame, cs)
+	switch {
+	case kind == segOther:
+		return c.single(frame, cs)
+	case kind == segFlushAll:
+		return errors.Join(c.flush(), c.single(frame, cs))
+	case !s.mergeable:
+		var err error
+		if f := c.lookup(&s, false); f != nil {
+			err = c.emit(f)
 		}
-		r.append(frame, s)
-		return nil
+		return errors.Join(err, c.single(frame, cs))
 	}
-	if err := c.flushRun(r); err != nil {
-		return err
+	var err error
+	if c.nflows == groMaxFlows || c.nsegs == groMaxSegs {
+		err = c.flush()
 	}
-	if s.flags&tcpFlagPSH != 0 || !tcpChecksumOK(frame, s) {
-		return c.single(frame)
+	f := c.lookup(&s, true)
+	r := &f.run
+	if r.head >= 0 {
+		if c.merge(r, frame, &s) {
+			if r.closed() {
+				err = errors.Join(err, c.emit(f))
+			}
+			return err
+		}
+		err = errors.Join(err, c.emit(f))
 	}
-	copy(r.buf[virtioNetHdrLen:], frame)
-	r.n, r.count, r.mss, r.hdr, r.tcp, r.v6 = len(frame), 1, s.payload, s.hdr, s.tcp, s.v6
-	r.next = s.seq + uint32(s.payload)
-	r.full = false
-	c.clock++
-	r.born = c.clock
-	return nil
+	if s.flags&tcpFlagPSH != 0 {
+		return errors.Join(err, c.single(frame, cs)) // a run of one, ended at once
+	}
+	c.start(f, frame, &s, cs)
+	return err
 }
 
-// runFor returns the run of frame's flow, else an empty run, else the
-// oldest run (which the caller writes out before reusing it).
-func (c *coalescer) runFor(frame []byte, s tcpSeg) *groRun {
-	var empty, oldest *groRun
-	for i := range c.runs {
-		r := &c.runs[i]
-		switch {
-		case r.n == 0:
-			if empty == nil {
-				empty = r
+// lookup finds the slot of s's flow; with insert, it claims a free slot
+// if there is none (the caller ensures there is room).
+func (c *coalescer) lookup(s *tcpSeg, insert bool) *groFlow {
+	key := s.key[:s.klen]
+	mask := uint64(groTableSize - 1)
+	for i := maphash.Bytes(c.seed, key) & mask; ; i = (i + 1) & mask {
+		f := &c.flows[i]
+		if f.gen != c.gen {
+			if !insert {
+				return nil
 			}
-		case r.sameFlow(frame, s):
-			return r
-		case oldest == nil || r.born < oldest.born:
-			oldest = r
+			*f = groFlow{gen: c.gen, key: s.key, klen: s.klen, slot: int32(i), run: groRun{head: -1}}
+			c.nflows++
+			return f
+		}
+		if f.klen == s.klen && bytes.Equal(f.key[:f.klen], key) {
+			return f
 		}
 	}
-	if empty != nil {
-		return empty
-	}
-	return oldest
 }
 
-// sameFlow reports whether frame belongs to the run's flow: same MACs,
-// addresses and ports.
-func (r *groRun) sameFlow(frame []byte, s tcpSeg) bool {
-	if s.v6 != r.v6 || s.tcp != r.tcp {
+// start begins a run of one segment in flow f.
+func (c *coalescer) start(f *groFlow, frame []byte, s *tcpSeg, cs l4Csum) {
+	i := c.hold(frame)
+	f.run = groRun{
+		head: i, tail: i, count: 1, mss: s.payload, last: s.payload, bytes: s.payload,
+		hdr: s.hdr, tcp: s.tcp, seq: s.seq, next: s.seq + uint32(s.payload),
+		id: s.id, df: s.df, v6: s.v6, cwr: s.flags&tcpFlagCWR != 0, cs: cs,
+	}
+	if !f.listed {
+		f.listed = true
+		c.open = append(c.open, f.slot)
+	}
+}
+
+// hold stores a reference to frame and returns its index.
+func (c *coalescer) hold(frame []byte) int32 {
+	i := int32(c.nsegs)
+	c.segs[i] = groSeg{frame: frame, next: -1}
+	c.nsegs++
+	return i
+}
+
+// closed reports whether nothing more may be appended to the run.
+func (r *groRun) closed() bool {
+	return r.last < r.mss || r.count == maxGSOSegments ||
+		r.hdr-ethHeaderLen+r.bytes+r.mss > maxIPPacket
+}
+
+// merge appends or prepends segment s (frame) to the run if it continues
+// it exactly, and reports whether it did.
+func (c *coalescer) merge(r *groRun, frame []byte, s *tcpSeg) bool {
+	head := c.segs[r.head].frame
+	if s.hdr != r.hdr || s.tcp != r.tcp || s.v6 != r.v6 || !sameHeaders(head, frame, r.tcp, r.hdr, r.v6) ||
+		r.count == maxGSOSegments || r.hdr-ethHeaderLen+r.bytes+s.payload > maxIPPacket {
 		return false
 	}
-	head := r.buf[virtioNetHdrLen:]
-	addr, n := ethHeaderLen+12, 8
-	if r.v6 {
-		addr, n = ethHeaderLen+8, 32
+	switch {
+	case s.seq == r.next && !r.closed() && s.payload <= r.mss && s.flags&tcpFlagCWR == 0 &&
+		(r.df || s.id == r.id+uint16(r.count)):
+		i := c.hold(frame)
+		c.segs[r.tail].next, r.tail = i, i
+		r.next += uint32(s.payload)
+		r.last = s.payload
+		if s.flags&tcpFlagPSH != 0 {
+			r.last = -1 // a PSH segment ends the run
+		}
+	case s.seq+uint32(s.payload) == r.seq && s.flags&(tcpFlagPSH|tcpFlagCWR) == 0 && !r.cwr &&
+		(s.payload == r.mss || r.count == 1 && s.payload > r.mss) && (r.df || s.id+1 == r.id):
+		i := c.hold(frame)
+		c.segs[i].next, r.head = r.head, i
+		r.seq, r.id, r.mss = s.seq, s.id, s.payload
+	default:
+		return false
 	}
-	return bytes.Equal(head[:12], frame[:12]) && bytes.Equal(head[addr:addr+n], frame[addr:addr+n]) &&
-		bytes.Equal(head[r.tcp:r.tcp+4], frame[s.tcp:s.tcp+4])
-}
-
-// append adds the payload of segment s (frame) to the run.
-func (r *groRun) append(frame []byte, s tcpSeg) {
-	copy(r.buf[virtioNetHdrLen+r.n:], frame[s.hdr:])
-	r.n += s.payload
 	r.count++
-	r.next += uint32(s.payload)
-	// The newest window and PSH win, as in the kernel's GRO.
-	head := r.buf[virtioNetHdrLen:]
-	copy(head[r.tcp+14:r.tcp+16], frame[s.tcp+14:s.tcp+16])
-	head[r.tcp+13] |= s.flags & tcpFlagPSH
-	r.full = s.payload < r.mss || s.flags&tcpFlagPSH != 0 || r.count == maxGSOSegments
+	r.bytes += s.payload
+	return true
 }
 
-// fits reports whether segment s (frame) of the run's flow continues it.
-func (r *groRun) fits(frame []byte, s tcpSeg) bool {
-	if r.full || s.hdr != r.hdr || s.seq != r.next || s.payload > r.mss ||
-		r.n+s.payload > ethHeaderLen+maxIPPacket {
+// sameHeaders reports whether frames a and b, with the same header layout,
+// may be merged: the same Ethernet header; the same IP header but for
+// length, ID and checksum (IPv4) or payload length (IPv6); the same TCP
+// ports, ACK, data offset, flags (but PSH and CWR), window, urgent pointer
+// and options. Sequence numbers and checksums may differ.
+func sameHeaders(a, b []byte, tcp, hdr int, v6 bool) bool {
+	if !bytes.Equal(a[:ethHeaderLen], b[:ethHeaderLen]) {
 		return false
 	}
-	head := r.buf[virtioNetHdrLen : virtioNetHdrLen+r.hdr]
-	// Ethernet header; the IP header but for length, ID and checksum
-	// (IPv4) or payload length (IPv6); ports, ack, data offset, flags and
-	// options of TCP. Window, sequence number and checksum may differ.
-	if !bytes.Equal(head[:ethHeaderLen], frame[:ethHeaderLen]) {
-		return false
-	}
-	ip, hip := frame[ethHeaderLen:s.tcp], head[ethHeaderLen:r.tcp]
-	if r.v6 {
-		if !bytes.Equal(ip[:4], hip[:4]) || !bytes.Equal(ip[6:], hip[6:]) {
+	ia, ib := a[ethHeaderLen:tcp], b[ethHeaderLen:tcp]
+	if v6 {
+		if !bytes.Equal(ia[:4], ib[:4]) || !bytes.Equal(ia[6:], ib[6:]) {
 			return false
 		}
-	} else if ip[1] != hip[1] || !bytes.Equal(ip[6:10], hip[6:10]) || !bytes.Equal(ip[12:], hip[12:]) {
+	} else if ia[1] != ib[1] || ia[6] != ib[6] || !bytes.Equal(ia[8:10], ib[8:10]) || !bytes.Equal(ia[12:], ib[12:]) {
 		return false
 	}
-	th, hth := frame[s.tcp:s.hdr], head[r.tcp:r.hdr]
-	return bytes.Equal(th[:4], hth[:4]) && bytes.Equal(th[8:13], hth[8:13]) &&
-		th[13]&^tcpFlagPSH == hth[13] && bytes.Equal(th[20:], hth[20:])
+	ta, tb := a[tcp:hdr], b[tcp:hdr]
+	return bytes.Equal(ta[:4], tb[:4]) && bytes.Equal(ta[8:13], tb[8:13]) &&
+		(ta[13]^tb[13])&^(tcpFlagPSH|tcpFlagCWR) == 0 &&
+		bytes.Equal(ta[14:16], tb[14:16]) && bytes.Equal(ta[18:], tb[18:])
 }
 
-// single writes frame to the TAP on its own, with an empty virtio-net header.
-func (c *coalescer) single(frame []byte) error {
-	clear(c.one[:virtioNetHdrLen])
-	copy(c.one[virtioNetHdrLen:], frame)
-	return c.write(c.one[:virtioNetHdrLen+len(frame)])
+// single writes frame to the TAP on its own: with an all-zero virtio-net
+// header if its checksum is complete, else with NEEDS_CSUM and where the
+// kernel is to complete the checksum.
+func (c *coalescer) single(frame []byte, cs l4Csum) error {
+	if virtioNetHdrLen+len(frame) > len(c.out) {
+		return errFrameTooLong
+	}
+	h := vnetHdr{}
+	if cs.start != 0 {
+		h = vnetHdr{flags: vnetFlagNeedsCsum, csumStart: cs.start, csumOffset: cs.offset}
+	}
+	h.encode(c.out)
+	n := copy(c.out[virtioNetHdrLen:], frame)
+	return c.write(c.out[:virtioNetHdrLen+n])
 }
 
-// flush writes every open run.
+// flush writes every held run; the ingress loop calls it at the end of
+// each receive batch, before the frames' memory is reused.
 func (c *coalescer) flush() error {
 	var first error
-	for i := range c.runs {
-		if err := c.flushRun(&c.runs[i]); err != nil && first == nil {
+	for _, i := range c.open {
+		if err := c.emit(&c.flows[i]); err != nil && first == nil {
 			first = err
 		}
 	}
+	c.open = c.open[:0]
+	c.gen++
+	c.nflows, c.nsegs = 0, 0
 	return first
 }
 
-// flushRun writes the run, if open, and empties it.
-func (c *coalescer) flushRun(r *groRun) error {
-	if r.n == 0 {
+// emit writes flow f's run, if any, and empties it.
+func (c *coalescer) emit(f *groFlow) error {
+	r := &f.run
+	if r.head < 0 {
 		return nil
 	}
-	n := r.n
-	r.n = 0
-	frame := r.buf[virtioNetHdrLen : virtioNetHdrLen+n]
+	head := c.segs[r.head].frame
 	if r.count == 1 {
-		clear(r.buf[:virtioNetHdrLen])
-		return c.write(r.buf[:virtioNetHdrLen+n])
+		r.head = -1
+		return c.single(head, r.cs)
 	}
-	ip := frame[ethHeaderLen:]
+	b := c.out[:virtioNetHdrLen+r.hdr+r.bytes]
+	frame := b[virtioNetHdrLen:]
+	n := copy(frame, head[:r.hdr])
+	for i := r.head; i >= 0; i = c.segs[i].next {
+		n += copy(frame[n:], c.segs[i].frame[r.hdr:])
+	}
+	if r.last < 0 {
+		frame[r.tcp+13] |= tcpFlagPSH
+	}
 	h := vnetHdr{
 		flags: vnetFlagNeedsCsum, gsoType: vnetGSOTCPv4, hdrLen: uint16(r.hdr), gsoSize: uint16(r.mss),
 		csumStart: uint16(r.tcp), csumOffset: 16,
 	}
+	ip := frame[ethHeaderLen:]
 	addrOff, addrLen := ethHeaderLen+12, 4
 	if r.v6 {
 		h.gsoType = vnetGSOTCPv6
@@ -264,9 +409,13 @@ func (c *coalescer) flushRun(r *groRun) error {
 		ip[10], ip[11] = 0, 0
 		binary.BigEndian.PutUint16(ip[10:], ^checksumFold(checksumAdd(ip[:ipv4HeaderLenMin], 0)))
 	}
+	if r.cwr {
+		h.gsoType |= vnetGSOECN // CWR stays on the first segment only
+	}
 	// NEEDS_CSUM: the checksum field holds the pseudo-header sum, not complemented.
 	pseudo := checksumAdd(frame[addrOff:addrOff+2*addrLen], 6+uint64(n-r.tcp))
 	binary.BigEndian.PutUint16(frame[r.tcp+16:], checksumFold(pseudo))
-	h.encode(r.buf[:virtioNetHdrLen])
-	return c.write(r.buf[:virtioNetHdrLen+n])
+	h.encode(b)
+	r.head = -1
+	return c.write(b)
 }

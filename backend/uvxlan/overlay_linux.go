@@ -1,22 +1,94 @@
 package uvxlan
 
 import (
+	"errors"
+	"fmt"
+	"maps"
+
 	"github.com/vishvananda/netlink"
 	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/vtep"
 )
 
+// sync is the reconciler's Sync (backend.Reconciler): it makes sure the TAP
+// exists and is the one the packet loops use, puts back its MAC, MTU,
+// address and up state, and programs the latest table's neighbours and
+// routes. A full sync reads the kernel and repairs drift; otherwise only
+// the difference from the table programmed last is written.
+func (dp *datapath) sync(full bool) error {
+	recreated, err := dp.ensureDevice()
+	if err != nil {
+		return err
+	}
+	fix, err := dp.configureLink()
+	if err != nil {
+		return err
+	}
+	if dp.programmed && !recreated {
+		if fix.link {
+			dp.b.ctr.link.Add(1)
+			dp.b.log.Warn("repaired device settings (mac, mtu or up state)")
+		}
+		if fix.address {
+			dp.b.ctr.address.Add(1)
+			dp.b.log.Warn("repaired device address")
+		}
+	}
+	tp := dp.b.table.Load()
+	if tp == nil {
+		return nil
+	}
+	if err := dp.program(*tp, full || recreated); err != nil {
+		return err
+	}
+	dp.programmed = true
+	dp.b.readyOnce.Do(func() { close(dp.b.ready) })
+	return nil
+}
+
+// ensureDevice opens the TAP again when it is gone, when the device of our
+// name is not the one our queues are attached to (deleted and made again by
+// someone else), or when a packet loop lost its queue. It reports whether it
+// did.
+func (dp *datapath) ensureDevice() (bool, error) {
+	name := dp.b.cfg.Name
+	l, err := dp.h.LinkByName(name)
+	var notFound netlink.LinkNotFoundError
+	switch {
+	case err == nil && l.Attrs().Index == dp.linkIndex && !dp.tapBroken.Load():
+		return false, nil
+	case err != nil && !errors.As(err, &notFound):
+		return false, fmt.Errorf("find %s: %w", name, err)
+	case err == nil:
+		if _, ok := l.(*netlink.Tuntap); !ok {
+			return false, fmt.Errorf("%s is a %s device, not weft's tap: remove it", name, l.Type())
+		}
+		// Ours to replace: a TAP of our name we are not attached to.
+		if err := dp.h.LinkDel(l); err != nil {
+			return false, fmt.Errorf("remove stale %s: %w", name, err)
+		}
+	}
+	var qs []*tapQueue
+	if err := inNS(dp.b.cfg.NetNS, func() (err error) { qs, err = dp.openTAP(); return err }); err != nil {
+		return false, err
+	}
+	dp.swapTAP(qs)
+	dp.overlay, dp.applied = nil, nil
+	dp.b.ctr.device.Add(1)
+	dp.b.log.Warn("repaired device: opened the tap again", "old_index", dp.linkIndex)
+	return true, nil
+}
+
 // program makes the TAP's neighbours and routes match t with the shared
 // backend.Overlay, as the kernel backend does for its VXLAN device, but with
 // no FDB step: the dataplane maps the MAC to the underlay address itself.
 // Peers whose underlay family differs from ours are left out: this
-// backend's socket cannot reach them.
-func (dp *datapath) program(t vtep.Table) error {
+// backend's socket cannot reach them (a dual-stack node runs a second
+// backend, whose routes this one must leave alone).
+func (dp *datapath) program(t vtep.Table, full bool) error {
 	if dp.overlay == nil {
-		// One backend carries one family; a dual-stack node runs a second
-		// backend whose routes this one must leave alone.
 		fam := netlink.FAMILY_V4
-		if dp.b.cfg.Local.Unmap().Is6() {
+		if dp.b.cfg.Local.Is6() {
 			fam = netlink.FAMILY_V6
 		}
 		dp.overlay = backend.NewOverlay(dp.h, dp.linkIndex, backend.OverlayOptions{Family: fam})
@@ -27,10 +99,31 @@ func (dp *datapath) program(t vtep.Table) error {
 			reachable[p] = v
 		}
 	}
-	st, err := dp.overlay.Sync(reachable)
+	var st backend.SyncStats
+	var err error
+	if !full && dp.applied != nil {
+		st, err = dp.overlay.Apply(dp.applied, reachable)
+	} else {
+		st, err = dp.overlay.Sync(reachable)
+		if st.Changed() && dp.applied != nil && maps.Equal(dp.applied, reachable) {
+			dp.b.ctr.neigh.Add(uint64(st.NeighSet + st.NeighDel))
+			dp.b.ctr.route.Add(uint64(st.RouteSet + st.RouteDel))
+			dp.b.log.Warn("repaired drift", "neigh", st.NeighSet+st.NeighDel, "route", st.RouteSet+st.RouteDel)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("program peers on %s: %w", dp.b.cfg.Name, err)
+	}
 	if st.Changed() {
 		dp.b.log.Info("programmed peers", "peers", len(reachable), "neigh_set", st.NeighSet, "neigh_del", st.NeighDel,
 			"route_set", st.RouteSet, "route_del", st.RouteDel)
 	}
-	return err
+	dp.applied = reachable
+	return nil
+}
+
+// drift is the reconciler's Drift: the shared overlay rules for the TAP and
+// the table programmed last.
+func (dp *datapath) drift() backend.Drift {
+	return backend.NewOverlayDrift(dp.applied, map[string]int{dp.b.cfg.Name: dp.linkIndex}).Drift()
 }

@@ -20,16 +20,16 @@ type peer struct {
 // peers is an immutable snapshot of the peer table, built on Set and read by
 // the packet loops through an atomic pointer: the hot path takes no lock.
 type peers struct {
-	byMAC  map[subnet.MAC]*peer    // egress: inner destination MAC → underlay
-	byAddr map[netip.Addr]struct{} // ingress: underlay addresses allowed to send to us
+	byMAC  map[subnet.MAC]*peer          // egress: inner destination MAC → underlay
+	byAddr map[netip.Addr][]netip.Prefix // ingress: underlay address → the sender's subnets
 }
 
 // newPeers builds the snapshot for table t. Entries whose underlay address
 // family differs from the local one are left out: one socket family carries
 // all of this backend's traffic.
 func newPeers(t vtep.Table, port int, ipv6 bool) *peers {
-	p := &peers{byMAC: make(map[subnet.MAC]*peer, len(t)), byAddr: make(map[netip.Addr]struct{}, len(t))}
-	for _, v := range t {
+	p := &peers{byMAC: make(map[subnet.MAC]*peer, len(t)), byAddr: make(map[netip.Addr][]netip.Prefix, len(t))}
+	for pfx, v := range t {
 		a := v.Addr.Unmap()
 		if !a.IsValid() || a.Is6() != ipv6 || v.MAC.IsZero() {
 			continue
@@ -38,7 +38,7 @@ func newPeers(t vtep.Table, port int, ipv6 bool) *peers {
 		pe := &peer{addr: a, sa: sockaddr(ap)}
 		pe.raw, pe.rawLen = rawSockaddr(ap)
 		p.byMAC[v.MAC] = pe
-		p.byAddr[a] = struct{}{}
+		p.byAddr[a] = append(p.byAddr[a], pfx.Masked())
 	}
 	return p
 }

@@ -11,17 +11,21 @@ type DropReason int
 
 // The reasons a frame or datagram is dropped. Each has its own counter.
 const (
-	DropNone       DropReason = iota
-	DropNotPeer               // ingress: source address is not a peer's underlay address
-	DropTruncated             // ingress: shorter than VXLAN + Ethernet headers
-	DropBadFlags              // ingress: flags other than exactly I, or reserved bits set
-	DropWrongVNI              // ingress: VNI is not ours
-	DropOversize              // ingress: inner frame larger than the overlay MTU allows
-	DropNotForUs              // ingress: inner destination MAC is not our VTEP MAC
-	DropUnknownMAC            // egress: destination MAC is no peer's (includes broadcast and multicast)
-	DropMalformed             // egress: frame from the TAP too short or with a bad offload header
-	DropTAPWrite              // ingress: writing to the TAP failed
-	DropSend                  // egress: sending to the underlay failed
+	DropNone           DropReason = iota
+	DropNotPeer                   // ingress: source address is not a peer's underlay address
+	DropTruncated                 // ingress: shorter than VXLAN + Ethernet headers
+	DropBadFlags                  // ingress: flags other than exactly I, or reserved bits set
+	DropWrongVNI                  // ingress: VNI is not ours
+	DropOversize                  // ingress: inner frame larger than the overlay MTU allows
+	DropNotForUs                  // ingress: inner destination MAC is not our VTEP MAC
+	DropUnknownMAC                // egress: destination MAC is no peer's (includes broadcast and multicast)
+	DropMalformed                 // egress: frame from the TAP too short or with a bad offload header
+	DropTAPWrite                  // ingress: writing to the TAP failed
+	DropSend                      // egress: sending to the underlay failed
+	DropEtherType                 // ingress: inner frame is neither IPv4 nor IPv6 (ARP included)
+	DropInnerMalformed            // ingress: inner IP header short or inconsistent
+	DropForeignSource             // ingress: inner source address outside the sending peer's subnets
+	DropBadChecksum               // ingress: inner TCP/UDP checksum neither correct nor partial
 	numDropReasons
 )
 
@@ -49,6 +53,14 @@ func (r DropReason) String() string {
 		return "tap_write"
 	case DropSend:
 		return "send"
+	case DropEtherType:
+		return "ethertype"
+	case DropInnerMalformed:
+		return "inner_malformed"
+	case DropForeignSource:
+		return "foreign_source"
+	case DropBadChecksum:
+		return "bad_checksum"
 	}
 	return "unknown"
 }

@@ -62,9 +62,17 @@ type Config struct {
 	// the local port range, encapsulated frames leave from; the inner flow
 	// hash picks one. Default 16.
 	SourcePorts int
-	// Reconcile is how often the neighbours and routes are re-checked and
-	// repaired; default 30s.
+	// Reconcile is the period of the full sync that re-reads the device,
+	// its neighbours and routes and repairs them (changes the kernel
+	// reports are repaired at once); default 10s.
 	Reconcile time.Duration
+	// AllowForeignSources turns off the inner source check: by default an
+	// inner IPv4/IPv6 packet whose source address is not inside the sending
+	// peer's subnets is dropped (DropForeignSource). Routed setups that
+	// forward other sources through a node need it off; the risk is that
+	// anyone able to send UDP from a peer's underlay address can then inject
+	// packets into the pod network with any source address.
+	AllowForeignSources bool
 }
 
 // DeviceName is the default name of the TAP device for vni ("weft-u.1").
@@ -93,7 +101,7 @@ func (c *Config) setDefaults() error {
 		c.SourcePorts = 16
 	}
 	if c.Reconcile == 0 {
-		c.Reconcile = 30 * time.Second
+		c.Reconcile = 10 * time.Second
 	}
 	switch {
 	case c.VNI < 0 || c.VNI > maxVNI:
@@ -134,6 +142,8 @@ type Backend struct {
 	ready     chan struct{}
 	readyOnce sync.Once
 	ctr       counters
+	running   atomic.Bool
+	dp        atomic.Pointer[datapath] // the running datapath, for tests
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -180,63 +190,44 @@ func (b *Backend) Stats() backend.Stats { return b.ctr.stats() }
 // Config returns the configuration with its defaults filled in.
 func (b *Backend) Config() Config { return b.cfg }
 
-// Run creates (or re-attaches to) the TAP device, opens the sockets, moves
-// frames until ctx is done and then returns after its goroutines exit. The
-// device, its address, neighbours and routes stay in place on return (the
-// TAP is persistent), so a restarting daemon keeps its routes; RemoveDevice
-// deletes them.
+// Run creates (or re-attaches to) the TAP device, opens the sockets and
+// moves frames until ctx is done, then returns after its goroutines exit.
+// Meanwhile it repairs drift as the kernel backend does (backend.Reconciler):
+// a changed or deleted neighbour, route or address, and a deleted TAP, are
+// put back on the kernel's change notification and by a full sync every
+// Config.Reconcile; a failed receive socket is reopened. None of these ends
+// Run. The device, its address, neighbours and routes stay in place on
+// return (the TAP is persistent), so a restarting daemon keeps its routes;
+// RemoveDevice deletes them. Only one Run may be active at a time.
 func (b *Backend) Run(ctx context.Context) error {
+	if !b.running.CompareAndSwap(false, true) {
+		return errors.New("uvxlan backend: already running")
+	}
+	defer b.running.Store(false)
 	dp, err := b.open()
 	if err != nil {
-		return err
+		return fmt.Errorf("uvxlan backend: %w", err)
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	var wg sync.WaitGroup
-	loop := func(name string, f func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(); err != nil && ctx.Err() == nil {
-				cancel(fmt.Errorf("uvxlan %s: %w", name, err))
-			}
-		}()
-	}
+	b.dp.Store(dp)
+	var loops sync.WaitGroup
 	for q := range b.cfg.Queues {
-		loop(fmt.Sprintf("egress %d", q), func() error { return dp.egress(q) })
-		loop(fmt.Sprintf("ingress %d", q), func() error { return dp.ingress(q) })
+		loops.Go(func() { dp.egress(q) })
+		loops.Go(func() { dp.ingress(q) })
 	}
-	loop("reconcile", func() error { return b.reconcileLoop(ctx, dp) })
-	<-ctx.Done()
-	dp.close()
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return err
+	r := backend.Reconciler{
+		NetNS:  b.cfg.NetNS,
+		Log:    b.log,
+		Resync: b.cfg.Reconcile,
+		Kick:   b.kick,
+		Repair: dp.repair,
+		Sync:   dp.sync,
+		Drift:  dp.drift,
+	}
+	err = r.Run(ctx)
+	dp.close() // after the reconciler: it may be replacing the TAP
+	loops.Wait()
+	if err != nil {
+		return fmt.Errorf("uvxlan backend: %w", err)
 	}
 	return nil
-}
-
-// reconcileLoop programs neighbours and routes on every Set and every
-// b.cfg.Reconcile, repairing drift; the timer also re-checks the device's
-// MAC, MTU, address and state.
-func (b *Backend) reconcileLoop(ctx context.Context, dp *datapath) error {
-	tick := time.NewTicker(b.cfg.Reconcile)
-	defer tick.Stop()
-	for {
-		if t := b.table.Load(); t != nil {
-			if err := dp.program(*t); err != nil {
-				b.log.Error("program peers", "err", err)
-			} else {
-				b.readyOnce.Do(func() { close(b.ready) })
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-b.kick:
-		case <-tick.C:
-			if err := dp.configureLink(); err != nil {
-				b.log.Error("repair device", "err", err)
-			}
-		}
-	}
 }

@@ -1,6 +1,7 @@
 package vxlan
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"runtime"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/weft-net/weft/internal/nettest"
@@ -68,8 +70,23 @@ func TestAdoptOnRestart(t *testing.T) {
 // until the test ends; the returned function reads the record so far.
 func watchDeletions(t *testing.T, n *nettest.NS) func() []string {
 	t.Helper()
-	w, err := subscribe(n.Path, testLogger(t))
+	nsh, err := netns.GetFromPath(n.Path)
 	if err != nil {
+		t.Fatal(err)
+	}
+	defer nsh.Close()
+	w := struct {
+		links  chan netlink.LinkUpdate
+		neighs chan netlink.NeighUpdate
+		routes chan netlink.RouteUpdate
+		done   chan struct{}
+	}{make(chan netlink.LinkUpdate, 64), make(chan netlink.NeighUpdate, 1024), make(chan netlink.RouteUpdate, 1024), make(chan struct{})}
+	if err := errors.Join(
+		netlink.LinkSubscribeWithOptions(w.links, w.done, netlink.LinkSubscribeOptions{Namespace: &nsh}),
+		netlink.NeighSubscribeWithOptions(w.neighs, w.done, netlink.NeighSubscribeOptions{Namespace: &nsh}),
+		netlink.RouteSubscribeWithOptions(w.routes, w.done, netlink.RouteSubscribeOptions{Namespace: &nsh}),
+	); err != nil {
+		close(w.done)
 		t.Fatal(err)
 	}
 	got := make(chan string, 1024)
@@ -362,36 +379,5 @@ func TestDeviceOptions(t *testing.T) {
 	}
 	if v.HardwareAddr.String() != first.Attrs().HardwareAddr.String() {
 		t.Errorf("recreated device changed MAC: %s → %s", first.Attrs().HardwareAddr, v.HardwareAddr)
-	}
-}
-
-// TestLostSubscription: when a subscription ends on its own, the watch is
-// closed, an empty one takes its place (and closes without blocking), and a
-// resubscription is scheduled.
-func TestLostSubscription(t *testing.T) {
-	n := nettest.NewNS(t, "sub")
-	b := newBackend(t, Config{Handle: n.Handle, NetNS: n.Path, UnderlayIndex: 1,
-		Local: netip.MustParseAddr("192.168.77.1"), Subnet: netip.MustParsePrefix("10.244.1.0/24")})
-	w, err := subscribe(n.Path, b.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tm := newTimers(time.Hour)
-	defer tm.stop()
-	done := make(chan struct{})
-	go func() {
-		empty := b.notified(w, tm, false, false)
-		empty.close()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("closing a lost watch blocked")
-	}
-	select {
-	case <-tm.resub.C:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no resubscription scheduled")
 	}
 }

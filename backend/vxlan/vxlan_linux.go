@@ -16,15 +16,6 @@ import (
 	"github.com/weft-net/weft/vtep"
 )
 
-// Timing of the reconcile loop.
-const (
-	// debounce coalesces a burst of change notifications (our own writes
-	// cause some) into one sync.
-	debounce = 50 * time.Millisecond
-	// retryAfter is the wait before retrying a failed sync or subscription.
-	retryAfter = time.Second
-)
-
 // Backend is the kernel VXLAN dataplane (see the package documentation).
 type Backend struct {
 	cfg   Config
@@ -99,129 +90,18 @@ func (b *Backend) Run(ctx context.Context) error {
 	}
 	defer b.running.Store(false)
 
-	w, err := subscribe(b.cfg.NetNS, b.log)
-	if err != nil {
+	r := backend.Reconciler{
+		NetNS:  b.cfg.NetNS,
+		Log:    b.log,
+		Resync: b.cfg.ResyncInterval,
+		Kick:   b.kick,
+		Sync:   b.reconcile,
+		Drift:  b.drift,
+	}
+	if err := r.Run(ctx); err != nil {
 		return fmt.Errorf("vxlan backend: %w", err)
 	}
-	defer func() { w.close() }()
-	tm := newTimers(b.cfg.ResyncInterval)
-	defer tm.stop()
-	rel := b.relevance()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-b.kick:
-			tm.arm(0)
-		case <-tm.resync.C:
-			tm.full = true
-			tm.arm(0)
-		case <-tm.soon.C:
-			tm.pending = false
-			full := tm.full
-			tm.full = false
-			if err := b.reconcile(full); err != nil {
-				b.log.Warn("sync failed; retrying", "err", err)
-				tm.full = true
-				tm.arm(retryAfter)
-			}
-			rel = b.relevance()
-		case u, ok := <-w.links:
-			w = b.notified(w, tm, ok, ok && rel.link(u))
-		case u, ok := <-w.neighs:
-			w = b.notified(w, tm, ok, ok && rel.neigh(u))
-		case u, ok := <-w.routes:
-			w = b.notified(w, tm, ok, ok && rel.route(u))
-		case <-tm.resub.C:
-			nw, err := subscribe(b.cfg.NetNS, b.log)
-			if err != nil {
-				b.log.Warn("resubscribe failed; retrying", "err", err)
-				tm.resub.Reset(retryAfter)
-				continue
-			}
-			w = nw
-			tm.full = true
-			tm.arm(0) // notifications were missed meanwhile
-		}
-	}
-}
-
-// timers drive Run's loop: soon fires the next sync (armed at most once),
-// resync the periodic one, resub a new subscription after a lost one. full
-// asks the next sync to read the kernel and repair everything; without it a
-// new table is applied as a difference from the last one.
-type timers struct {
-	soon, resub *time.Timer
-	resync      *time.Ticker
-	pending     bool
-	full        bool
-}
-
-func newTimers(resync time.Duration) *timers {
-	tm := &timers{
-		soon:    time.NewTimer(0), // the first sync, at once
-		resub:   time.NewTimer(time.Hour),
-		resync:  time.NewTicker(resync),
-		pending: true,
-	}
-	tm.resub.Stop()
-	return tm
-}
-
-// arm schedules a sync in d unless one is already scheduled.
-func (tm *timers) arm(d time.Duration) {
-	if !tm.pending {
-		tm.pending = true
-		tm.soon.Reset(d)
-	}
-}
-
-func (tm *timers) stop() {
-	tm.soon.Stop()
-	tm.resub.Stop()
-	tm.resync.Stop()
-}
-
-// notified handles one notification: a relevant one schedules a sync soon;
-// a closed channel means the subscription ended, so it is replaced.
-func (b *Backend) notified(w *watch, tm *timers, open, relevant bool) *watch {
-	switch {
-	case !open:
-		return b.lost(w, tm.resub)
-	case relevant:
-		tm.full = true
-		tm.arm(debounce)
-	}
-	return w
-}
-
-// lost handles a subscription that ended on its own: it closes the rest and
-// schedules a new one, leaving an empty watch whose nil channels never fire
-// in a select (and that close skips).
-func (b *Backend) lost(w *watch, resub *time.Timer) *watch {
-	b.log.Warn("netlink subscription ended; resubscribing")
-	w.close()
-	resub.Reset(retryAfter)
-	return &watch{done: make(chan struct{})}
-}
-
-func (b *Backend) relevance() relevance {
-	r := relevance{index: map[int]bool{}, name: map[string]bool{},
-		neighs: make(map[netip.Addr]subnet.MAC, len(b.applied)),
-		fdb:    make(map[fdbEntry]bool, len(b.applied)),
-		routes: make(map[netip.Prefix]vtep.VTEP, len(b.applied))}
-	for p, v := range b.applied {
-		r.neighs[backend.Gateway(p)] = v.MAC
-		r.fdb[fdbEntry{MAC: v.MAC, Dst: v.Addr}] = true
-		r.routes[p] = v
-	}
-	for _, d := range b.devs {
-		r.name[d.spec.name] = true
-		if d.index != 0 {
-			r.index[d.index] = true
-		}
-	}
-	return r
+	return nil
 }
 
 // reconcile makes every device and its peers match the latest table. With

@@ -1,0 +1,95 @@
+package backend
+
+import (
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/vtep"
+)
+
+// OverlayDrift decides which notifications are drift of overlay links
+// programmed (by Overlay) with a table: anything about the links
+// themselves, the loss of one of their addresses, a deleted neighbour or
+// route that the table wants, or a new one that differs from it. The
+// dataplane's own writes match the table it just programmed, so they do not
+// trigger a sync of thousands of peers.
+type OverlayDrift struct {
+	Index  map[int]bool    // the overlay links, by index
+	Name   map[string]bool // and by name (a recreated link has a new index)
+	Neighs map[netip.Addr]subnet.MAC
+	Routes map[netip.Prefix]vtep.VTEP
+}
+
+// NewOverlayDrift returns the drift rules for links (name → index, 0 when
+// not known yet) programmed with t.
+func NewOverlayDrift(t vtep.Table, links map[string]int) OverlayDrift {
+	d := OverlayDrift{Index: map[int]bool{}, Name: map[string]bool{},
+		Neighs: make(map[netip.Addr]subnet.MAC, len(t)), Routes: make(map[netip.Prefix]vtep.VTEP, len(t))}
+	for p, v := range t {
+		d.Neighs[Gateway(p)] = v.MAC
+		d.Routes[p] = v
+	}
+	for name, idx := range links {
+		d.Name[name] = true
+		if idx != 0 {
+			d.Index[idx] = true
+		}
+	}
+	return d
+}
+
+// Drift returns the rules as a Drift.
+func (d OverlayDrift) Drift() Drift {
+	return Drift{Link: d.Link, Addr: d.Addr, Neigh: d.Neigh, Route: d.Route}
+}
+
+// Link: any change to an overlay link.
+func (d OverlayDrift) Link(u netlink.LinkUpdate) bool {
+	return d.Index[int(u.Index)] || u.Link != nil && d.Name[u.Link.Attrs().Name]
+}
+
+// Addr: an address removed from an overlay link.
+func (d OverlayDrift) Addr(u netlink.AddrUpdate) bool {
+	return !u.NewAddr && d.Index[u.LinkIndex]
+}
+
+// Neigh: a wanted neighbour removed, or a permanent one that is not wanted
+// or has another MAC. Bridge (FDB) notifications are not neighbours.
+func (d OverlayDrift) Neigh(u netlink.NeighUpdate) bool {
+	if !d.Index[u.LinkIndex] || u.Family == unix.AF_BRIDGE {
+		return false
+	}
+	ip, _ := netip.AddrFromSlice(u.IP)
+	ip = ip.Unmap()
+	var mac subnet.MAC
+	copy(mac[:], u.HardwareAddr)
+	wantMAC, want := d.Neighs[ip]
+	if u.Type == unix.RTM_DELNEIGH {
+		return want
+	}
+	return u.State&netlink.NUD_PERMANENT != 0 && (!want || wantMAC != mac)
+}
+
+// Route: a wanted route removed, or one of weft's (on an overlay link or
+// with RouteProtocol) that is not wanted or goes elsewhere.
+func (d OverlayDrift) Route(u netlink.RouteUpdate) bool {
+	if !d.Index[u.LinkIndex] && u.Protocol != RouteProtocol {
+		return false
+	}
+	if u.Dst == nil {
+		return u.Type == unix.RTM_DELROUTE
+	}
+	ones, _ := u.Dst.Mask.Size()
+	dst, _ := netip.AddrFromSlice(u.Dst.IP)
+	p := netip.PrefixFrom(dst.Unmap(), ones)
+	v, want := d.Routes[p]
+	if u.Type == unix.RTM_DELROUTE {
+		return want
+	}
+	gw, _ := netip.AddrFromSlice(u.Gw)
+	gw = gw.Unmap()
+	return !want || (gw != Gateway(p) && gw != v.Addr)
+}

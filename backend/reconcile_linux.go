@@ -1,0 +1,253 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// Timing of a Reconciler's loop.
+const (
+	// debounce coalesces a burst of change notifications (some caused by
+	// the dataplane's own writes) into one sync.
+	debounce = 50 * time.Millisecond
+	// retryAfter is the wait before retrying a failed sync or subscription.
+	retryAfter = time.Second
+)
+
+// Drift says which kernel change notifications are drift that calls for a
+// full sync. A nil func means that kind of notification never is.
+type Drift struct {
+	Link  func(netlink.LinkUpdate) bool
+	Addr  func(netlink.AddrUpdate) bool
+	Neigh func(netlink.NeighUpdate) bool
+	Route func(netlink.RouteUpdate) bool
+}
+
+// Reconciler is the repair loop every dataplane shares: it syncs when a new
+// table arrives (Kick), when the kernel reports a change that Drift calls
+// relevant (after a short debounce), and every Resync; a failed sync is
+// retried after a second. Sync(full) applies the latest table; with full set
+// it must read the kernel and repair whatever drifted. The first sync, at
+// once, is full.
+type Reconciler struct {
+	NetNS  string        // namespace to watch ("" = the current one)
+	Log    *slog.Logger  // required
+	Resync time.Duration // period of the full sync; required
+	Kick   <-chan struct{}
+	// Repair, if not nil, asks for a full sync at once (for example from a
+	// packet loop that lost its device).
+	Repair <-chan struct{}
+	Sync   func(full bool) error
+	// Drift is called after every sync, so that it describes the state just
+	// programmed (the dataplane's own writes then do not look like drift).
+	Drift func() Drift
+}
+
+// Run runs the loop until ctx is done, and returns after its subscription
+// goroutines have exited.
+func (r *Reconciler) Run(ctx context.Context) error {
+	w, err := subscribe(r.NetNS, r.Log)
+	if err != nil {
+		return err
+	}
+	defer func() { w.close() }()
+	tm := newTimers(r.Resync)
+	defer tm.stop()
+	d := r.Drift()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.Kick:
+			tm.arm(0)
+		case <-r.Repair:
+			tm.full = true
+			tm.arm(0)
+		case <-tm.resync.C:
+			tm.full = true
+			tm.arm(0)
+		case <-tm.soon.C:
+			tm.pending = false
+			full := tm.full
+			tm.full = false
+			if err := r.Sync(full); err != nil {
+				r.Log.Warn("sync failed; retrying", "err", err)
+				tm.full = true
+				tm.arm(retryAfter)
+			}
+			d = r.Drift()
+		case u, ok := <-w.links:
+			w = r.notified(w, tm, ok, ok && d.Link != nil && d.Link(u))
+		case u, ok := <-w.addrs:
+			w = r.notified(w, tm, ok, ok && d.Addr != nil && d.Addr(u))
+		case u, ok := <-w.neighs:
+			w = r.notified(w, tm, ok, ok && d.Neigh != nil && d.Neigh(u))
+		case u, ok := <-w.routes:
+			w = r.notified(w, tm, ok, ok && d.Route != nil && d.Route(u))
+		case <-tm.resub.C:
+			nw, err := subscribe(r.NetNS, r.Log)
+			if err != nil {
+				r.Log.Warn("resubscribe failed; retrying", "err", err)
+				tm.resub.Reset(retryAfter)
+				continue
+			}
+			w = nw
+			tm.full = true
+			tm.arm(0) // notifications were missed meanwhile
+		}
+	}
+}
+
+// notified handles one notification: a relevant one schedules a full sync
+// soon; a closed channel means the subscription ended, so it is replaced.
+func (r *Reconciler) notified(w *watch, tm *timers, open, relevant bool) *watch {
+	switch {
+	case !open:
+		r.Log.Warn("netlink subscription ended; resubscribing")
+		w.close()
+		tm.resub.Reset(retryAfter)
+		// An empty watch: its nil channels never fire in a select, and
+		// close skips them.
+		return &watch{done: make(chan struct{})}
+	case relevant:
+		tm.full = true
+		tm.arm(debounce)
+	}
+	return w
+}
+
+// timers drive the loop: soon fires the next sync (armed at most once),
+// resync the periodic one, resub a new subscription after a lost one. full
+// asks the next sync to read the kernel and repair everything.
+type timers struct {
+	soon, resub *time.Timer
+	resync      *time.Ticker
+	pending     bool
+	full        bool
+}
+
+func newTimers(resync time.Duration) *timers {
+	tm := &timers{
+		soon:    time.NewTimer(0), // the first sync, at once
+		resub:   time.NewTimer(time.Hour),
+		resync:  time.NewTicker(resync),
+		pending: true,
+		full:    true,
+	}
+	tm.resub.Stop()
+	return tm
+}
+
+// arm schedules a sync in d unless one is already scheduled.
+func (tm *timers) arm(d time.Duration) {
+	if !tm.pending {
+		tm.pending = true
+		tm.soon.Reset(d)
+	}
+}
+
+func (tm *timers) stop() {
+	tm.soon.Stop()
+	tm.resub.Stop()
+	tm.resync.Stop()
+}
+
+// watch holds the link, address, neighbour and route change subscriptions
+// of one namespace. Its channels close when the subscription fails or is
+// closed.
+type watch struct {
+	links  chan netlink.LinkUpdate
+	addrs  chan netlink.AddrUpdate
+	neighs chan netlink.NeighUpdate
+	routes chan netlink.RouteUpdate
+	done   chan struct{}
+}
+
+// notifyBuffer is the receive buffer of the neighbour and route
+// subscriptions: programming thousands of peers at once makes a burst of
+// notifications that overflows the default buffer (ENOBUFS), which forces a
+// resubscription and a full resync.
+const notifyBuffer = 8 << 20
+
+// subscribe opens the four subscriptions in the namespace at path (""
+// means the current one).
+func subscribe(path string, log *slog.Logger) (*watch, error) {
+	w := &watch{
+		links:  make(chan netlink.LinkUpdate, 64),
+		addrs:  make(chan netlink.AddrUpdate, 64),
+		neighs: make(chan netlink.NeighUpdate, 4096),
+		routes: make(chan netlink.RouteUpdate, 4096),
+		done:   make(chan struct{}),
+	}
+	var nsh *netns.NsHandle
+	if path != "" {
+		h, err := netns.GetFromPath(path)
+		if err != nil {
+			return nil, fmt.Errorf("open namespace %s: %w", path, err)
+		}
+		defer h.Close()
+		nsh = &h
+	}
+	cberr := func(err error) {
+		select {
+		case <-w.done: // the socket was closed on purpose
+		default:
+			log.Warn("netlink subscription error", "err", err)
+		}
+	}
+	// netlink closes a subscription's channel when it ends; a failed
+	// subscribe leaves it open, so the channels not yet handed over are
+	// closed here to keep close() simple.
+	fail := func(what string, err error, open ...func()) (*watch, error) {
+		for _, c := range open {
+			c()
+		}
+		w.close()
+		return nil, fmt.Errorf("subscribe to %s: %w", what, err)
+	}
+	closeLinks, closeAddrs := func() { close(w.links) }, func() { close(w.addrs) }
+	closeNeighs, closeRoutes := func() { close(w.neighs) }, func() { close(w.routes) }
+	if err := netlink.LinkSubscribeWithOptions(w.links, w.done, netlink.LinkSubscribeOptions{
+		Namespace: nsh, ErrorCallback: cberr}); err != nil {
+		return fail("links", err, closeLinks, closeAddrs, closeNeighs, closeRoutes)
+	}
+	if err := netlink.AddrSubscribeWithOptions(w.addrs, w.done, netlink.AddrSubscribeOptions{
+		Namespace: nsh, ErrorCallback: cberr}); err != nil {
+		return fail("addresses", err, closeAddrs, closeNeighs, closeRoutes)
+	}
+	if err := netlink.NeighSubscribeWithOptions(w.neighs, w.done, netlink.NeighSubscribeOptions{
+		Namespace: nsh, ErrorCallback: cberr, ReceiveBufferSize: notifyBuffer, ReceiveBufferForceSize: true}); err != nil {
+		return fail("neighbours", err, closeNeighs, closeRoutes)
+	}
+	if err := netlink.RouteSubscribeWithOptions(w.routes, w.done, netlink.RouteSubscribeOptions{
+		Namespace: nsh, ErrorCallback: cberr, ReceiveBufferSize: notifyBuffer, ReceiveBufferForceSize: true}); err != nil {
+		return fail("routes", err, closeRoutes)
+	}
+	return w, nil
+}
+
+// close ends the subscriptions and returns once their goroutines have
+// delivered their last update. A nil channel (an empty watch) is skipped.
+func (w *watch) close() {
+	select {
+	case <-w.done:
+	default:
+		close(w.done)
+	}
+	drain(w.links)
+	drain(w.addrs)
+	drain(w.neighs)
+	drain(w.routes)
+}
+
+func drain[T any](c chan T) {
+	if c != nil {
+		for range c {
+		}
+	}
+}
