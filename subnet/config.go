@@ -9,11 +9,27 @@ import (
 )
 
 // Backend type names. A uvxlan node still advertises BackendTypeVXLAN in its
-// lease: on the wire it is VXLAN.
+// lease: on the wire it is VXLAN. host-gw routes each peer's subnet via the
+// peer's public address, as Flannel's host-gw backend; alloc only leases a
+// subnet and programs nothing (its lease has no BackendType, as Flannel's).
 const (
 	BackendTypeVXLAN  = "vxlan"
 	BackendTypeUVXLAN = "uvxlan"
+	BackendTypeHostGW = "host-gw"
+	BackendTypeAlloc  = "alloc"
 )
+
+// LeaseType is the BackendType a node running the backend typ advertises
+// in its lease.
+func LeaseType(typ string) string {
+	switch typ {
+	case BackendTypeUVXLAN:
+		return BackendTypeVXLAN
+	case BackendTypeAlloc:
+		return ""
+	}
+	return typ
+}
 
 // Defaults shared with Flannel.
 const (
@@ -219,12 +235,13 @@ func parseBackend(raw *rawBackend) (BackendConfig, error) {
 		return b, nil
 	}
 	switch t := strings.ToLower(raw.Type); t {
-	case "", BackendTypeVXLAN, BackendTypeUVXLAN:
+	case "", BackendTypeVXLAN, BackendTypeUVXLAN, BackendTypeHostGW, BackendTypeAlloc:
 		if t != "" {
 			b.Type = t
 		}
 	default:
-		return b, fmt.Errorf("Backend.Type %q: unsupported, weft supports %q and %q", raw.Type, BackendTypeVXLAN, BackendTypeUVXLAN)
+		return b, fmt.Errorf("Backend.Type %q: unsupported, weft supports %q, %q, %q and %q", raw.Type,
+			BackendTypeVXLAN, BackendTypeUVXLAN, BackendTypeHostGW, BackendTypeAlloc)
 	}
 	if raw.VNI != nil {
 		b.VNI = *raw.VNI

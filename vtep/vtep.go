@@ -31,6 +31,42 @@ type Entry struct {
 // IPv4 backend data, and likewise for IPv6. Leases of other backends, and
 // ones that lack the data, are left out: they cannot be reached over VXLAN.
 func FromLeases(leases []subnet.Lease, self subnet.Lease) Table {
+	return FromLeasesOf(subnet.BackendTypeVXLAN, leases, self)
+}
+
+// FromLeasesOf builds the table of every lease of the lease type typ (see
+// subnet.LeaseType) but self's. For vxlan see FromLeases. For host-gw a
+// lease contributes each subnet that has a public address of its family,
+// with a zero MAC: the peer is reached by routing via that address. Other
+// types (alloc) have no peers.
+func FromLeasesOf(typ string, leases []subnet.Lease, self subnet.Lease) Table {
+	switch typ {
+	case subnet.BackendTypeVXLAN:
+		return fromVXLAN(leases, self)
+	case subnet.BackendTypeHostGW:
+		return fromHostGW(leases, self)
+	}
+	return Table{}
+}
+
+func fromHostGW(leases []subnet.Lease, self subnet.Lease) Table {
+	t := make(Table, len(leases))
+	selfKey := self.Key()
+	for _, l := range leases {
+		if l.Key() == selfKey || l.Attrs.BackendType != subnet.BackendTypeHostGW {
+			continue
+		}
+		if l.Subnet.IsValid() && l.Attrs.PublicIP.IsValid() {
+			t[l.Subnet] = VTEP{Addr: l.Attrs.PublicIP}
+		}
+		if l.IPv6Subnet.IsValid() && l.Attrs.PublicIPv6.IsValid() {
+			t[l.IPv6Subnet] = VTEP{Addr: l.Attrs.PublicIPv6}
+		}
+	}
+	return t
+}
+
+func fromVXLAN(leases []subnet.Lease, self subnet.Lease) Table {
 	t := make(Table, len(leases))
 	selfKey := self.Key()
 	for _, l := range leases {

@@ -10,6 +10,8 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/backend/alloc"
+	"github.com/weft-net/weft/backend/hostgw"
 	"github.com/weft-net/weft/backend/masq"
 	"github.com/weft-net/weft/backend/uvxlan"
 	"github.com/weft-net/weft/backend/vxlan"
@@ -114,6 +116,12 @@ func newDataplane(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u
 	if err != nil {
 		return daemon.Dataplane{}, fmt.Errorf("netlink: %w", err)
 	}
+	switch typ {
+	case subnet.BackendTypeHostGW:
+		return newHostGW(h, cfg, lease, u, log)
+	case subnet.BackendTypeAlloc:
+		return daemon.Dataplane{Backend: alloc.New(), Cleanup: func() error { return removeTunnels(h, cfg.Backend.VNI) }}, nil
+	}
 	vc := vxlan.Config{
 		Handle:        h,
 		VNI:           cfg.Backend.VNI,
@@ -148,4 +156,27 @@ func newDataplane(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u
 		return daemon.Dataplane{Backend: b, Cleanup: func() error { return vxlan.RemoveDevices(h, vc.VNI) }}, nil
 	}
 	return daemon.Dataplane{}, fmt.Errorf("backend %q: unsupported", typ)
+}
+
+// removeTunnels removes the VXLAN devices and uvxlan TAPs an earlier run
+// with a tunnelling backend left, for a node that now runs without one.
+func removeTunnels(h *netlink.Handle, vni int) error {
+	return errors.Join(vxlan.RemoveDevices(h, vni), removeUVXLAN(h, vni))
+}
+
+// newHostGW builds the host-gw dataplane. As Flannel's, it refuses a node
+// whose advertised address is not the underlay's own (a node behind NAT):
+// peers route to that address directly.
+func newHostGW(h *netlink.Handle, cfg *subnet.Config, lease subnet.Lease, u underlayInfo, log *slog.Logger) (daemon.Dataplane, error) {
+	a := lease.Attrs
+	if a.PublicIP.IsValid() && a.PublicIP != u.ipv4 || a.PublicIPv6.IsValid() && a.PublicIPv6 != u.ipv6 {
+		return daemon.Dataplane{}, fmt.Errorf("host-gw: the public address (%s %s) differs from the underlay's (%s %s): "+
+			"a node behind NAT cannot use host-gw, peers route to its public address directly", a.PublicIP, a.PublicIPv6, u.ipv4, u.ipv6)
+	}
+	b, err := hostgw.New(hostgw.Config{Handle: h, UnderlayIndex: u.index, Local: u.ipv4, LocalIPv6: u.ipv6,
+		Subnet: lease.Subnet, IPv6Subnet: lease.IPv6Subnet}, log)
+	if err != nil {
+		return daemon.Dataplane{}, err
+	}
+	return daemon.Dataplane{Backend: b, Cleanup: func() error { return removeTunnels(h, cfg.Backend.VNI) }}, nil
 }

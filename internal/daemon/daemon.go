@@ -112,8 +112,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.cfg.BackendType != "" {
 		typ = d.cfg.BackendType
 	}
-	if typ != subnet.BackendTypeVXLAN && typ != subnet.BackendTypeUVXLAN {
-		return fmt.Errorf("daemon: backend %q: unsupported, use %q or %q", typ, subnet.BackendTypeVXLAN, subnet.BackendTypeUVXLAN)
+	switch typ {
+	case subnet.BackendTypeVXLAN, subnet.BackendTypeUVXLAN, subnet.BackendTypeHostGW, subnet.BackendTypeAlloc:
+	default:
+		return fmt.Errorf("daemon: backend %q: unsupported, use %q, %q, %q or %q", typ, subnet.BackendTypeVXLAN,
+			subnet.BackendTypeUVXLAN, subnet.BackendTypeHostGW, subnet.BackendTypeAlloc)
 	}
 	d.log.Info("network config", "network", cfg.Network, "ipv6Network", cfg.IPv6Network, "backend", typ, "vni", cfg.Backend.VNI, "port", cfg.Backend.Port)
 
