@@ -13,6 +13,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/weft-net/weft/internal/nettest"
 	"github.com/weft-net/weft/subnet"
 )
 
@@ -165,6 +166,22 @@ func TestHostGW(t *testing.T) {
 		}
 		if err := Ping(pods[0][0].NS, pods[2][0].IP); err != nil {
 			t.Errorf("on-segment traffic broken by the far node: %v", err)
+		}
+		weftctl := nettest.Binary(t, "weftctl")
+		out, err := n1.Run(weftctl, "peers", "--etcd-endpoints", c.endpoints)
+		if err == nil || !strings.Contains(out, farSubnet.String()) || !strings.Contains(out, "off-link: not on this node's L2 segment") {
+			t.Errorf("weftctl peers on n1 must fail and show %s off-link (err %v):\n%s", farSubnet, err, out)
+		}
+		if strings.Count(out, " ok\n") != 4 {
+			t.Errorf("weftctl peers on n1: want the 4 on-segment rows ok:\n%s", out)
+		}
+		out, err = n1.Run(weftctl, "explain", "--etcd-endpoints", c.endpoints, pods[0][0].IP.String(), farSubnet.Addr().Next().String())
+		if err == nil || !strings.Contains(out, "not on this node's L2 segment") {
+			t.Errorf("weftctl explain to the far node must report it (err %v):\n%s", err, out)
+		}
+		out, err = n1.Run(weftctl, "explain", "--etcd-endpoints", c.endpoints, pods[0][0].IP.String(), pods[1][0].IP.String())
+		if err != nil || !strings.Contains(out, "via "+n2.Addr.String()+" dev eth0 (host-gw") {
+			t.Errorf("weftctl explain n1 → n2 (err %v):\n%s", err, out)
 		}
 	})
 }
