@@ -13,10 +13,21 @@ import (
 // peer's public address, as Flannel's host-gw backend; alloc only leases a
 // subnet and programs nothing (its lease has no BackendType, as Flannel's).
 const (
-	BackendTypeVXLAN  = "vxlan"
-	BackendTypeUVXLAN = "uvxlan"
-	BackendTypeHostGW = "host-gw"
-	BackendTypeAlloc  = "alloc"
+	BackendTypeVXLAN     = "vxlan"
+	BackendTypeUVXLAN    = "uvxlan"
+	BackendTypeHostGW    = "host-gw"
+	BackendTypeAlloc     = "alloc"
+	BackendTypeWireGuard = "wireguard"
+)
+
+// WireGuard defaults and modes, Flannel's.
+const (
+	DefaultWireGuardPort   = 51820
+	DefaultWireGuardPortV6 = 51821
+	WireGuardSeparate      = "separate" // one device per family (flannel-wg, flannel-wg-v6)
+	WireGuardAuto          = "auto"     // one device; each peer over IPv4 or IPv6, chosen per peer
+	WireGuardIPv4          = "ipv4"     // one device; every peer over IPv4
+	WireGuardIPv6          = "ipv6"     // one device; every peer over IPv6
 )
 
 // LeaseType is the BackendType a node running the backend typ advertises
@@ -67,6 +78,12 @@ type BackendConfig struct {
 	GBP           bool
 	Learning      bool
 	DirectRouting bool
+
+	// wireguard only (Flannel's names and defaults).
+	ListenPort, ListenPortV6    int    // UDP ports of the IPv4 and IPv6 devices
+	PSK                         string // optional preshared key, base64
+	PersistentKeepaliveInterval int    // seconds; 0: off
+	Mode                        string // WireGuardSeparate, Auto, IPv4 or IPv6
 }
 
 // rawConfig mirrors the JSON. encoding/json matches field names without
@@ -94,6 +111,11 @@ type rawBackend struct {
 	GBP           bool
 	Learning      bool
 	DirectRouting bool
+
+	ListenPort, ListenPortV6    int
+	PSK                         string
+	PersistentKeepaliveInterval int
+	Mode                        string
 }
 
 // ParseConfig parses and validates a network config and fills its defaults
@@ -235,13 +257,13 @@ func parseBackend(raw *rawBackend) (BackendConfig, error) {
 		return b, nil
 	}
 	switch t := strings.ToLower(raw.Type); t {
-	case "", BackendTypeVXLAN, BackendTypeUVXLAN, BackendTypeHostGW, BackendTypeAlloc:
+	case "", BackendTypeVXLAN, BackendTypeUVXLAN, BackendTypeHostGW, BackendTypeAlloc, BackendTypeWireGuard:
 		if t != "" {
 			b.Type = t
 		}
 	default:
-		return b, fmt.Errorf("Backend.Type %q: unsupported, weft supports %q, %q, %q and %q", raw.Type,
-			BackendTypeVXLAN, BackendTypeUVXLAN, BackendTypeHostGW, BackendTypeAlloc)
+		return b, fmt.Errorf("Backend.Type %q: unsupported, weft supports %q, %q, %q, %q and %q", raw.Type,
+			BackendTypeVXLAN, BackendTypeUVXLAN, BackendTypeHostGW, BackendTypeWireGuard, BackendTypeAlloc)
 	}
 	if raw.VNI != nil {
 		b.VNI = *raw.VNI
@@ -259,6 +281,9 @@ func parseBackend(raw *rawBackend) (BackendConfig, error) {
 		return b, fmt.Errorf("Backend.MTU %d: must be between 1280 and 65535, or 0 for the underlay device's MTU", raw.MTU)
 	}
 	b.MTU, b.GBP, b.Learning, b.DirectRouting = raw.MTU, raw.GBP, raw.Learning, raw.DirectRouting
+	if b.Type == BackendTypeWireGuard {
+		return parseWireGuard(b, raw)
+	}
 	if b.Type == BackendTypeUVXLAN && (b.GBP || b.Learning) {
 		return b, errors.New("Backend.GBP and Backend.Learning: not supported by the uvxlan backend (a TAP device sees neither the skb mark nor kernel learning)")
 	}

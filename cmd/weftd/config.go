@@ -89,7 +89,7 @@ func parseFlags(prog string, args []string, stderr io.Writer) (*config, error) {
 	s.String(&c.publicIP, "public-ip", "", "IPv4 address to advertise to other nodes (default: the underlay's)")
 	s.String(&c.publicIPv6, "public-ipv6", "", "IPv6 address to advertise to other nodes (default: the underlay's)")
 	s.String(&c.subnetFile, "subnet-file", "/run/flannel/subnet.env", "subnet file written for the CNI plugin")
-	s.String(&c.backend, "backend", "", "dataplane for this node, overriding the network config: vxlan, uvxlan, host-gw or alloc")
+	s.String(&c.backend, "backend", "", "dataplane for this node, overriding the network config: vxlan, uvxlan, host-gw, wireguard or alloc")
 	s.String(&c.healthAddr, "health-addr", def.healthAddr, "address for /healthz, /readyz and /metrics (empty: off)")
 	s.String(&c.logFormat, "log-format", "text", "log format: text or json")
 	s.String(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -121,9 +121,9 @@ func parseFlags(prog string, args []string, stderr io.Writer) (*config, error) {
 
 func (c *config) validate() error {
 	switch c.backend {
-	case "", "vxlan", "uvxlan", "host-gw", "alloc":
+	case "", "vxlan", "uvxlan", "host-gw", "wireguard", "alloc":
 	default:
-		return fmt.Errorf("--backend %q: must be vxlan, uvxlan, host-gw or alloc", c.backend)
+		return fmt.Errorf("--backend %q: must be vxlan, uvxlan, host-gw, wireguard or alloc", c.backend)
 	}
 	if c.ifaceCanReach != "" {
 		if _, err := netip.ParseAddr(c.ifaceCanReach); err != nil {

@@ -47,6 +47,7 @@ func findUnderlay(c *config) (underlayInfo, error) {
 // factories wires the dataplanes and the masquerade rules into the daemon.
 func factories(c *config, u underlayInfo, live *liveBackend, log *slog.Logger) daemon.Factories {
 	f := daemon.Factories{
+		LeaseData: wireGuardLeaseData,
 		Dataplane: func(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int) (daemon.Dataplane, error) {
 			dp, err := newDataplane(typ, cfg, lease, mtu, u, log)
 			if err != nil {
@@ -119,6 +120,8 @@ func newDataplane(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u
 	switch typ {
 	case subnet.BackendTypeHostGW:
 		return newHostGW(h, cfg, lease, u, log)
+	case subnet.BackendTypeWireGuard:
+		return newWireGuard(h, cfg, lease, mtu, u, log)
 	case subnet.BackendTypeAlloc:
 		return daemon.Dataplane{Backend: alloc.New(), Cleanup: func() error { return removeTunnels(h, cfg.Backend.VNI) }}, nil
 	}

@@ -47,6 +47,9 @@ type Factories struct {
 	Dataplane func(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int) (Dataplane, error)
 	// Masquerade builds the masquerade rules; nil when --ip-masq is off.
 	Masquerade func(cfg *subnet.Config) (Runner, error)
+	// LeaseData, if set, adds the backend data that only the dataplane
+	// knows to the lease value (the wireguard public key).
+	LeaseData func(typ string, cfg *subnet.Config, a *subnet.LeaseAttrs) error
 }
 
 // Config is the daemon's configuration.
@@ -113,10 +116,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 		typ = d.cfg.BackendType
 	}
 	switch typ {
-	case subnet.BackendTypeVXLAN, subnet.BackendTypeUVXLAN, subnet.BackendTypeHostGW, subnet.BackendTypeAlloc:
+	case subnet.BackendTypeVXLAN, subnet.BackendTypeUVXLAN, subnet.BackendTypeHostGW, subnet.BackendTypeAlloc, subnet.BackendTypeWireGuard:
 	default:
-		return fmt.Errorf("daemon: backend %q: unsupported, use %q, %q, %q or %q", typ, subnet.BackendTypeVXLAN,
-			subnet.BackendTypeUVXLAN, subnet.BackendTypeHostGW, subnet.BackendTypeAlloc)
+		return fmt.Errorf("daemon: backend %q: unsupported, use %q, %q, %q, %q or %q", typ, subnet.BackendTypeVXLAN,
+			subnet.BackendTypeUVXLAN, subnet.BackendTypeHostGW, subnet.BackendTypeWireGuard, subnet.BackendTypeAlloc)
 	}
 	d.log.Info("network config", "network", cfg.Network, "ipv6Network", cfg.IPv6Network, "backend", typ, "vni", cfg.Backend.VNI, "port", cfg.Backend.Port)
 

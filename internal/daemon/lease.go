@@ -27,6 +27,11 @@ type networkAvailabler interface {
 // lost it acquires again, preferring the same subnet.
 func (d *Daemon) leaseLoop(ctx context.Context, cfg *subnet.Config, typ string) error {
 	attrs := d.attrs(cfg, typ)
+	if d.cfg.Factories.LeaseData != nil {
+		if err := d.cfg.Factories.LeaseData(typ, cfg, &attrs); err != nil {
+			return fmt.Errorf("daemon: lease data: %w", err)
+		}
+	}
 	hint := d.previousSubnet()
 	for {
 		lease, err := d.acquire(ctx, attrs, hint)
@@ -47,9 +52,10 @@ func (d *Daemon) leaseLoop(ctx context.Context, cfg *subnet.Config, typ string) 
 
 // attrs is the lease value this node advertises. A uvxlan node advertises
 // "vxlan" as well: on the wire it is VXLAN. host-gw and alloc leases carry
-// the public addresses and no backend data, as Flannel writes them.
+// the public addresses and no backend data, as Flannel writes them; a
+// wireguard lease gets its data (the public key) from Factories.LeaseData.
 func (d *Daemon) attrs(cfg *subnet.Config, typ string) subnet.LeaseAttrs {
-	if typ == subnet.BackendTypeHostGW || typ == subnet.BackendTypeAlloc {
+	if typ == subnet.BackendTypeHostGW || typ == subnet.BackendTypeAlloc || typ == subnet.BackendTypeWireGuard {
 		a := subnet.LeaseAttrs{BackendType: subnet.LeaseType(typ)}
 		if cfg.EnableIPv4 {
 			a.PublicIP = d.cfg.Node.PublicIP
@@ -105,6 +111,12 @@ func (d *Daemon) overlayMTU(cfg *subnet.Config, typ string) int {
 	underlay := d.cfg.Node.UnderlayMTU
 	if typ == subnet.BackendTypeHostGW || typ == subnet.BackendTypeAlloc {
 		return underlay
+	}
+	if typ == subnet.BackendTypeWireGuard { // Flannel's: the configured or underlay MTU minus 80
+		if cfg.Backend.MTU != 0 {
+			underlay = cfg.Backend.MTU
+		}
+		return underlay - wireGuardOverhead
 	}
 	if cfg.Backend.MTU != 0 {
 		underlay = cfg.Backend.MTU
@@ -285,3 +297,6 @@ func lostOwnLease(ev subnet.Event, self subnet.Lease) bool {
 	a, s := ev.Lease.Attrs, self.Attrs
 	return a.PublicIP != s.PublicIP || a.PublicIPv6 != s.PublicIPv6
 }
+
+// wireGuardOverhead is what Flannel's wireguard backend takes off the MTU.
+const wireGuardOverhead = 80
