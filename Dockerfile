@@ -16,7 +16,7 @@ ARG VERSION=dev
 WORKDIR /src
 COPY . .
 RUN set -e; \
-    pkgs="./cmd/weftd ./cmd/weft"; \
+    pkgs="./cmd/weftd ./cmd/weft ./cmd/install-conf"; \
     if ls cmd/weftctl/*.go >/dev/null 2>&1; then pkgs="$pkgs ./cmd/weftctl"; fi; \
     mkdir -p /out; \
     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ $pkgs
@@ -31,7 +31,16 @@ LABEL org.opencontainers.image.title="weft" \
       org.opencontainers.image.version="${VERSION}"
 COPY --from=busybox /bin/busybox /bin/busybox
 COPY --from=build /out/ /usr/local/bin/
-ENV PATH=/usr/local/bin:/bin
+# Flannel's paths, so that Flannel's own manifest runs weft with only its
+# image references changed: weftd as /opt/bin/flanneld (started under that
+# name it takes flanneld's flags and defaults), the weft plugin as /flannel
+# (copied to /opt/cni/bin/flannel by `cp -f /flannel /opt/cni/bin/flannel`),
+# and /opt/bin/install-conf.
+COPY --from=build /out/weftd /opt/bin/flanneld
+COPY --from=build /out/install-conf /opt/bin/install-conf
+COPY --from=build /out/weft /flannel
+COPY --from=busybox /bin/busybox /bin/cp
+ENV PATH=/usr/local/bin:/opt/bin:/bin
 # No entrypoint: the binaries are on PATH, so `docker run weft weftd --version`,
 # `docker run weft weftctl leases` and the DaemonSet's commands all work; a
 # bare `docker run weft` runs weftd.
