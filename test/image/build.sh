@@ -153,8 +153,8 @@ cid="$("$docker" create "$img")"
 "$docker" rm "$cid" >/dev/null
 files="$(tar -tf "$d/fs.tar" | grep -v '/$' | grep -vE '^(\.dockerenv|etc/(hosts|hostname|resolv\.conf|mtab)|dev/.*|proc/.*|sys/.*)$' | LC_ALL=C sort | tr '\n' ' ')"
 case "$files" in
-"bin/busybox bin/cp flannel opt/bin/flanneld opt/bin/install-conf usr/local/bin/install-conf usr/local/bin/weft usr/local/bin/weftd " | \
-	"bin/busybox bin/cp flannel opt/bin/flanneld opt/bin/install-conf usr/local/bin/install-conf usr/local/bin/weft usr/local/bin/weftctl usr/local/bin/weftd ") ;;
+"bin/busybox bin/cp flannel opt/bin/flanneld opt/bin/install-conf usr/local/bin/weft usr/local/bin/weftd " | \
+	"bin/busybox bin/cp flannel opt/bin/flanneld opt/bin/install-conf usr/local/bin/weft usr/local/bin/weftctl usr/local/bin/weftd ") ;;
 *) fail "unexpected files in the image: $files" ;;
 esac
 tar -tf "$d/fs.tar" | grep -qE '(^|/)go(/|$)|/go/bin' && fail "the image contains a Go toolchain"
