@@ -275,3 +275,21 @@ func parseUAPIPeers(text string) (map[string]Peer, error) {
 	flush()
 	return out, sc.Err()
 }
+
+// RemoveDevices removes the wireguard devices (flannel-wg, flannel-wg-v6)
+// in h's namespace, for a node that now runs another backend: their route
+// for the whole cluster network would otherwise catch pod traffic. Missing
+// devices are fine.
+func RemoveDevices(h *netlink.Handle) error {
+	var errs []error
+	for _, name := range []string{DeviceName, DeviceNameV6} {
+		l, err := h.LinkByName(name)
+		if err != nil {
+			continue
+		}
+		if err := h.LinkDel(l); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -96,3 +96,19 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
 }
+
+func TestRemoveDevices(t *testing.T) {
+	n := nettest.NewNS(t, "wgrm")
+	n.MustRun(t, "ip", "tuntap", "add", "flannel-wg", "mode", "tun")
+	n.MustRun(t, "ip", "tuntap", "add", "other", "mode", "tun")
+	if err := RemoveDevices(n.Handle); err != nil {
+		t.Fatal(err)
+	}
+	links := n.MustRun(t, "ip", "-o", "link")
+	if strings.Contains(links, "flannel-wg") || !strings.Contains(links, "other") {
+		t.Errorf("links after RemoveDevices:\n%s", links)
+	}
+	if err := RemoveDevices(n.Handle); err != nil {
+		t.Errorf("nothing to remove: %v", err)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/weft-net/weft/backend/masq"
 	"github.com/weft-net/weft/backend/uvxlan"
 	"github.com/weft-net/weft/backend/vxlan"
+	"github.com/weft-net/weft/backend/wireguard"
 	"github.com/weft-net/weft/internal/daemon"
 	"github.com/weft-net/weft/subnet"
 )
@@ -123,7 +124,9 @@ func newDataplane(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u
 	case subnet.BackendTypeWireGuard:
 		return newWireGuard(h, cfg, lease, mtu, u, log)
 	case subnet.BackendTypeAlloc:
-		return daemon.Dataplane{Backend: alloc.New(), Cleanup: func() error { return removeTunnels(h, cfg.Backend.VNI) }}, nil
+		return daemon.Dataplane{Backend: alloc.New(), Cleanup: func() error {
+			return errors.Join(removeTunnels(h, cfg.Backend.VNI), wireguard.RemoveDevices(h))
+		}}, nil
 	}
 	vc := vxlan.Config{
 		Handle:        h,
@@ -150,13 +153,17 @@ func newDataplane(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u
 		if err != nil {
 			return daemon.Dataplane{}, err
 		}
-		return daemon.Dataplane{Backend: b, Cleanup: func() error { return removeUVXLAN(h, vc.VNI) }}, nil
+		return daemon.Dataplane{Backend: b, Cleanup: func() error {
+			return errors.Join(removeUVXLAN(h, vc.VNI), wireguard.RemoveDevices(h))
+		}}, nil
 	case subnet.BackendTypeUVXLAN:
 		b, err := newUVXLAN(h, vc, lease, mtu, log)
 		if err != nil {
 			return daemon.Dataplane{}, err
 		}
-		return daemon.Dataplane{Backend: b, Cleanup: func() error { return vxlan.RemoveDevices(h, vc.VNI) }}, nil
+		return daemon.Dataplane{Backend: b, Cleanup: func() error {
+			return errors.Join(vxlan.RemoveDevices(h, vc.VNI), wireguard.RemoveDevices(h))
+		}}, nil
 	}
 	return daemon.Dataplane{}, fmt.Errorf("backend %q: unsupported", typ)
 }
@@ -181,5 +188,7 @@ func newHostGW(h *netlink.Handle, cfg *subnet.Config, lease subnet.Lease, u unde
 	if err != nil {
 		return daemon.Dataplane{}, err
 	}
-	return daemon.Dataplane{Backend: b, Cleanup: func() error { return removeTunnels(h, cfg.Backend.VNI) }}, nil
+	return daemon.Dataplane{Backend: b, Cleanup: func() error {
+		return errors.Join(removeTunnels(h, cfg.Backend.VNI), wireguard.RemoveDevices(h))
+	}}, nil
 }
