@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/weft-net/weft/subnet"
@@ -163,7 +164,8 @@ func (c *Cluster) leaseJSON(t *testing.T, sn netip.Prefix) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, err := c.Client.Get(ctx, Prefix+"/subnets/"+subnet.MakeKey(sn, netip.Prefix{}))
+	// A dual-stack key goes on with "&<IPv6 subnet>".
+	resp, err := c.Client.Get(ctx, Prefix+"/subnets/"+subnet.MakeKey(sn, netip.Prefix{}), clientv3.WithPrefix())
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("lease of %s: %v (%d keys)", sn, err, len(resp.Kvs))
 	}
@@ -196,7 +198,7 @@ func capture(t *testing.T, n *Node, f func()) []string {
 	file := filepath.Join(t.TempDir(), "underlay.pcap")
 	// The underlay is IPv4: its IPv6 chatter (the host's own multicast
 	// listener reports) is left out; ARP is kept and allowed.
-	cmd := n.Command(context.Background(), "tcpdump", "-i", "eth0", "-n", "-U", "-w", file, "not", "ip6")
+	cmd := n.Command(context.Background(), "tcpdump", "--immediate-mode", "-i", "eth0", "-n", "-U", "-w", file, "not", "ip6")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -217,6 +219,84 @@ func capture(t *testing.T, n *Node, f func()) []string {
 	out := Output(t, n.NS, "tcpdump", "-nn", "-r", file)
 	var lines []string
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if l != "" && !strings.HasPrefix(l, "reading from file") {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// TestWireGuardDualStack runs two dual-stack nodes in Flannel's default
+// separate mode: flannel-wg carries IPv4 on 51820, flannel-wg-v6 IPv6 over
+// the IPv6 underlay on 51821.
+func TestWireGuardDualStack(t *testing.T) {
+	c := NewCluster(t, Options{NoConfig: true, UnderlayV6: netip.MustParsePrefix("fd77::/64")})
+	c.Put(Prefix+"/config", `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"wireguard"}}`)
+	c.OnNode = func(n *Node) { n.Env = []string{"WIREGUARD_KEY_FILE=" + filepath.Join(c.Dir, n.Label, "wgkey")} }
+	n1, n2 := c.AddNode("n1"), c.AddNode("n2")
+	n1.WaitReady()
+	n2.WaitReady()
+	raw := c.leaseJSON(t, n2.Subnet())
+	key := readKey(t, filepath.Join(c.Dir, "n2", "wgkey")).PublicKey().String()
+	for _, want := range []string{`"BackendType":"wireguard"`, `"BackendData":{"PublicKey":"` + key + `","Port":51820}`,
+		`"BackendV6Data":{"PublicKey":"` + key + `","Port":51821}`} {
+		if !strings.Contains(raw, want) {
+			t.Errorf("lease %s lacks %s", raw, want)
+		}
+	}
+	links := Output(t, n1.NS, "ip", "-o", "link")
+	if !strings.Contains(links, "flannel-wg:") || !strings.Contains(links, "flannel-wg-v6:") {
+		t.Fatalf("devices:\n%s", links)
+	}
+	a, b := n1.CNI.AddPod(t, "a"), n2.CNI.AddPod(t, "b")
+	Eventually(t, 10*time.Second, "IPv4 a → b", func() error { return Ping(a.NS, b.IP, "-W", "1") })
+	Eventually(t, 10*time.Second, "IPv6 a → b", func() error { return Ping(a.NS, podIPv6(t, b), "-W", "1") })
+	out := captureV6(t, n1, func() {
+		if err := Ping(a.NS, podIPv6(t, b)); err != nil {
+			t.Error(err)
+		}
+	})
+	udp := 0
+	for _, l := range out {
+		switch {
+		case strings.Contains(l, "fd00:10:244"):
+			t.Errorf("plaintext pod packet on the underlay: %s", l)
+		case strings.Contains(l, "fd77::2.51821") && strings.Contains(l, "UDP"):
+			udp++
+		case strings.Contains(l, "ICMP6"): // the underlay's own neighbour discovery
+		default:
+			t.Errorf("not WireGuard UDP to 51821: %s", l)
+		}
+	}
+	if udp == 0 {
+		t.Errorf("no WireGuard datagram to [fd77::2]:51821 captured:\n%s", strings.Join(out, "\n"))
+	}
+}
+
+// captureV6 captures the underlay's IPv6 packets while f runs.
+func captureV6(t *testing.T, n *Node, f func()) []string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "underlay6.pcap")
+	cmd := n.Command(context.Background(), "tcpdump", "--immediate-mode", "-i", "eth0", "-n", "-U", "-w", file, "ip6")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() && !strings.Contains(sc.Text(), "listening on") {
+	}
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	f()
+	cmd.Process.Signal(syscall.SIGINT)
+	cmd.Wait()
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(Output(t, n.NS, "tcpdump", "-nn", "-r", file)), "\n") {
 		if l != "" && !strings.HasPrefix(l, "reading from file") {
 			lines = append(lines, l)
 		}
