@@ -5,6 +5,31 @@ import (
 	"testing"
 )
 
+// TestVTEPMACGolden pins VTEPMAC's values. They must survive upgrades: a
+// node's VTEP MAC is written in its lease and programmed in every peer's
+// neighbour and FDB entries, so a change would break traffic between
+// upgraded and not yet upgraded nodes. The values were computed once outside
+// weft (sha256 of "weft-vtep\x00", the 16-byte address and the 3-byte VNI;
+// first 6 bytes, unicast and locally administered bits set). Never update
+// them to make the test pass.
+func TestVTEPMACGolden(t *testing.T) {
+	for _, tt := range []struct {
+		ip   string
+		vni  int
+		want string
+	}{
+		{"192.168.77.1", 1, "52:b5:02:60:39:4f"},
+		{"192.168.77.2", 1, "22:a3:18:45:18:ec"},
+		{"192.168.77.1", 2, "0a:5b:88:ed:d8:e5"},
+		{"10.0.0.1", 1, "ae:4b:fd:0b:c5:b3"},
+		{"fd77::1", 1, "8e:a8:a6:1c:52:51"},
+	} {
+		if got := VTEPMAC(netip.MustParseAddr(tt.ip), tt.vni).String(); got != tt.want {
+			t.Errorf("VTEPMAC(%s, %d) = %s, want %s: a changed VTEP MAC breaks mixed-version clusters", tt.ip, tt.vni, got, tt.want)
+		}
+	}
+}
+
 func TestVTEPMAC(t *testing.T) {
 	a := VTEPMAC(netip.MustParseAddr("192.168.77.1"), 1)
 	if a != VTEPMAC(netip.MustParseAddr("192.168.77.1"), 1) {

@@ -58,6 +58,10 @@ type OverlayOptions struct {
 	DirectOnly bool
 	// Step, if not nil, is run between neighbours and routes.
 	Step PeerStep
+	// Pipe, if not nil, writes batches of neighbours and routes without
+	// waiting for each acknowledgement (see Pipe); the kernel ends up in
+	// the same state as with one request at a time.
+	Pipe *LazyPipe
 }
 
 // Overlay programs, on one overlay link (a VXLAN device or a TAP), the
@@ -151,6 +155,9 @@ func (o *Overlay) Sync(t vtep.Table) (SyncStats, error) {
 }
 
 func (o *Overlay) setNeighbours(ns []Neighbour, st *SyncStats) error {
+	if p := o.pipe(len(ns)); p != nil {
+		return o.pipeNeighbours(p, ns, true, &st.NeighSet)
+	}
 	for _, n := range ns {
 		if err := o.h.NeighSet(o.neigh(n)); err != nil {
 			return fmt.Errorf("set neighbour %s lladdr %s: %w", n.IP, n.MAC, err)
@@ -161,6 +168,9 @@ func (o *Overlay) setNeighbours(ns []Neighbour, st *SyncStats) error {
 }
 
 func (o *Overlay) delNeighbours(ns []Neighbour, st *SyncStats) error {
+	if p := o.pipe(len(ns)); p != nil {
+		return o.pipeNeighbours(p, ns, false, &st.NeighDel)
+	}
 	for _, n := range ns {
 		err := o.h.NeighDel(o.neigh(n))
 		switch {
@@ -189,6 +199,9 @@ func (o *Overlay) step(peers []vtep.Entry, ensure bool, st *SyncStats) error {
 }
 
 func (o *Overlay) setRoutes(rs []Route, st *SyncStats) error {
+	if p := o.pipe(len(rs)); p != nil {
+		return o.pipeRoutes(p, rs, true, &st.RouteSet)
+	}
 	for _, r := range rs {
 		nr := o.route(r)
 		nr.Protocol = RouteProtocol
@@ -201,6 +214,9 @@ func (o *Overlay) setRoutes(rs []Route, st *SyncStats) error {
 }
 
 func (o *Overlay) delRoutes(rs []Route, st *SyncStats) error {
+	if p := o.pipe(len(rs)); p != nil {
+		return o.pipeRoutes(p, rs, false, &st.RouteDel)
+	}
 	for _, r := range rs {
 		nr := o.route(r)
 		nr.Scope = netlink.SCOPE_NOWHERE // any scope: a stray route may be scope link

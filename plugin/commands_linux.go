@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/plugins/ipam/host-local/backend/disk"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -95,7 +96,9 @@ func add(conf *Config, p plan, att Attachment, netns ns.NetNS) (_ *current.Resul
 	if err != nil {
 		return nil, err
 	}
-	if err := ensureMasq(p.masq); err != nil {
+	// Under the store lock: a DEL removing the network's last pod drops its
+	// masquerade chain under the same lock (dropMasqIfUnused).
+	if err := locked(store, func() error { return ensureMasq(conf.Name, p.masq) }); err != nil {
 		return nil, err
 	}
 	if err := enableForwarding(p.ranges); err != nil {
@@ -122,7 +125,24 @@ func cmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	defer store.Close()
-	return release(store, att)
+	if err := release(store, att); err != nil {
+		return err
+	}
+	return dropMasqIfUnused(store, conf)
+}
+
+// dropMasqIfUnused removes the network's masquerade chains once no pod of
+// it holds an address. It runs under the store lock, as ADD's ensureMasq
+// does, so an ADD racing with it either holds an address already (the chain
+// stays) or writes the chain again afterwards.
+func dropMasqIfUnused(s *disk.Store, conf *Config) error {
+	return locked(s, func() error {
+		held, err := holdersIn(conf.ipamDir())
+		if err != nil || len(held) > 0 {
+			return err
+		}
+		return removeMasq(conf.Name)
+	})
 }
 
 func cmdGC(args *skel.CmdArgs) error {
@@ -139,6 +159,9 @@ func cmdGC(args *skel.CmdArgs) error {
 	var errs []error
 	for _, a := range gone {
 		errs = append(errs, deleteHostVeth(a))
+	}
+	if err == nil {
+		err = dropMasqIfUnused(store, conf)
 	}
 	return errors.Join(append(errs, err)...)
 }

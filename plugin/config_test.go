@@ -92,6 +92,27 @@ func TestNewPlan(t *testing.T) {
 	}
 }
 
+// TestHostVethNameGolden pins the host veth names. They must survive
+// upgrades: DEL and GC find a pod's veth by this name, so a change would
+// leave every pod attached by an older plugin undeletable. The values were
+// computed once outside weft ("veth" and the first 11 hex digits of the
+// sha256 of container ID, "\r\n" and interface name). Never update them to
+// make the test pass.
+func TestHostVethNameGolden(t *testing.T) {
+	for _, tt := range []struct {
+		id, ifname, want string
+	}{
+		{"c1", "eth0", "vethd2528480aff"},
+		{"c1", "eth1", "vethfed60046479"},
+		{"c2", "eth0", "veth50d33405d10"},
+		{"9f1c0ac6e0e54b1db3c8a2f5c1f0b8e7d6a5c4b3a2918f7e6d5c4b3a29180716", "eth0", "vetha5540cb2daa"},
+	} {
+		if got := hostVethName(Attachment{tt.id, tt.ifname}); got != tt.want {
+			t.Errorf("hostVethName(%s, %s) = %s, want %s: DEL would no longer find veths made by older versions", tt.id, tt.ifname, got, tt.want)
+		}
+	}
+}
+
 func TestHostVethName(t *testing.T) {
 	a := hostVethName(Attachment{"c1", "eth0"})
 	if len(a) != 15 || !strings.HasPrefix(a, "veth") {

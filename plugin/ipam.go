@@ -170,21 +170,33 @@ func gc(s *disk.Store, dir string, valid []types.GCAttachment) ([]Attachment, er
 // holders returns the content (attachment key) of every reservation file
 // in dir.
 func holders(s *disk.Store, dir string) (map[string]bool, error) {
-	keys := map[string]bool{}
+	var keys map[string]bool
 	err := locked(s, func() error {
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			return fmt.Errorf("list address store: %w", err)
-		}
-		for _, e := range entries {
-			if _, err := netip.ParseAddr(e.Name()); err != nil || !e.Type().IsRegular() {
-				continue // lock, last_reserved_ip.*
-			}
-			if b, err := os.ReadFile(filepath.Join(dir, e.Name())); err == nil {
-				keys[strings.TrimSpace(string(b))] = true
-			}
-		}
-		return nil
+		var err error
+		keys, err = holdersIn(dir)
+		return err
 	})
 	return keys, err
+}
+
+// holdersIn is holders for a caller that holds the store lock. A missing
+// directory holds nothing.
+func holdersIn(dir string) (map[string]bool, error) {
+	keys := map[string]bool{}
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return keys, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list address store: %w", err)
+	}
+	for _, e := range entries {
+		if _, err := netip.ParseAddr(e.Name()); err != nil || !e.Type().IsRegular() {
+			continue // lock, last_reserved_ip.*
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, e.Name())); err == nil {
+			keys[strings.TrimSpace(string(b))] = true
+		}
+	}
+	return keys, nil
 }

@@ -15,18 +15,30 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// bridgeAlias marks a bridge the plugin created (its ifalias): on such a
+// bridge every other global address of a family is the plugin's to replace.
+const bridgeAlias = "weft: pod bridge"
+
 // ensureBridge returns the node bridge, creating it if needed, up, holding
-// exactly the plan's gateway addresses in each family: an address left from
-// an older node subnet is replaced rather than refused.
+// the plan's gateway addresses in each family: an address left from an older
+// node subnet is replaced rather than refused. On a bridge the plugin did not
+// create, addresses outside the cluster Network are the host's and stay.
 func ensureBridge(h *netlink.Handle, name string, p plan) (netlink.Link, error) {
 	l, err := h.LinkByName(name)
 	if _, missing := err.(netlink.LinkNotFoundError); missing {
 		la := netlink.NewLinkAttrs()
 		la.Name, la.MTU, la.HardwareAddr, la.Flags = name, p.mtu, bridgeMAC(p.gateways), net.FlagUp
-		if err := h.LinkAdd(&netlink.Bridge{LinkAttrs: la}); err != nil && !errors.Is(err, unix.EEXIST) {
-			return nil, fmt.Errorf("create bridge %s: %w", name, err)
+		aerr := h.LinkAdd(&netlink.Bridge{LinkAttrs: la})
+		if aerr != nil && !errors.Is(aerr, unix.EEXIST) {
+			return nil, fmt.Errorf("create bridge %s: %w", name, aerr)
 		}
 		l, err = h.LinkByName(name)
+		if err == nil && aerr == nil {
+			if err := h.LinkSetAlias(l, bridgeAlias); err != nil {
+				return nil, fmt.Errorf("mark bridge %s as weft's: %w", name, err)
+			}
+			l, err = h.LinkByName(name)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("find bridge %s: %w", name, err)
@@ -40,16 +52,21 @@ func ensureBridge(h *netlink.Handle, name string, p plan) (netlink.Link, error) 
 			return nil, fmt.Errorf("set bridge %s up: %w", name, err)
 		}
 	}
-	for _, gw := range p.gateways {
-		if err := setGateway(h, l, gw); err != nil {
+	owned := l.Attrs().Alias == bridgeAlias
+	for i, gw := range p.gateways {
+		if err := setGateway(h, l, gw, p.networks[i], owned); err != nil {
 			return nil, err
 		}
 	}
 	return l, nil
 }
 
-// setGateway makes gw the bridge's only global address of its family.
-func setGateway(h *netlink.Handle, l netlink.Link, gw netip.Prefix) error {
+// setGateway adds gw to the bridge and removes the other global addresses of
+// its family that are the plugin's to remove: those inside the cluster
+// network (an older node subnet, whose pods are gone with it), and on a
+// bridge the plugin created (owned) any. A host's own address on a bridge
+// it shares with pods is never touched.
+func setGateway(h *netlink.Handle, l netlink.Link, gw, network netip.Prefix, owned bool) error {
 	fam := netlink.FAMILY_V4
 	if gw.Addr().Is6() {
 		fam = netlink.FAMILY_V6
@@ -65,6 +82,7 @@ func setGateway(h *netlink.Handle, l netlink.Link, gw netip.Prefix) error {
 		case !ok || p.Addr().IsLinkLocalUnicast():
 		case p == gw:
 			have = true
+		case !owned && !network.Contains(p.Addr()): // the host's: not ours
 		default: // from an older node subnet: pods there are gone with it
 			if err := h.AddrDel(l, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
 				return fmt.Errorf("remove old address %s from %s: %w", p, l.Attrs().Name, err)

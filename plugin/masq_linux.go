@@ -2,6 +2,8 @@ package plugin
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
 
@@ -10,13 +12,40 @@ import (
 )
 
 // masqTable is the nftables table (one per family) that holds weft's pod
-// masquerade rules in the node namespace.
+// masquerade rules in the node namespace. Each CNI network has a chain of
+// its own there (masqChain), so that two weft networks on one host never
+// overwrite or remove each other's rules.
 const masqTable = "weft-cni"
 
-// ensureMasq makes chain postrouting of table weft-cni hold exactly the
-// rules for rs, one family at a time; it writes only when they differ (a
-// changed node subnet replaces the old rule). Each batch is atomic.
-func ensureMasq(rs []masqRule) error {
+// legacyMasqChain is the single chain older versions kept for every network;
+// it is removed when a network's own chain is written.
+const legacyMasqChain = "postrouting"
+
+// masqChain names network's chain. CNI network names are short
+// alphanumerics with '-', '_' and '.'; a name too long for nftables is cut
+// and made unique with a hash.
+func masqChain(network string) string {
+	const max = 200 // nftables allows 255 bytes
+	name := "masq-" + network
+	if len(name) <= max {
+		return name
+	}
+	sum := sha256.Sum256([]byte(network))
+	return name[:max-17] + "-" + hex.EncodeToString(sum[:8])
+}
+
+func masqTableOf(v6 bool) *nftables.Table {
+	if v6 {
+		return &nftables.Table{Name: masqTable, Family: nftables.TableFamilyIPv6}
+	}
+	return &nftables.Table{Name: masqTable, Family: nftables.TableFamilyIPv4}
+}
+
+// ensureMasq makes network's chain in table weft-cni hold exactly the rule
+// for each of rs, one family at a time; it writes only when it differs (a
+// changed node subnet replaces the old rule). Each batch is atomic and
+// touches no other network's chain.
+func ensureMasq(network string, rs []masqRule) error {
 	if len(rs) == 0 {
 		return nil
 	}
@@ -25,12 +54,8 @@ func ensureMasq(rs []masqRule) error {
 		return fmt.Errorf("nftables: %w", err)
 	}
 	for _, r := range rs {
-		fam := nftables.TableFamilyIPv4
-		if r.src.Addr().Is6() {
-			fam = nftables.TableFamilyIPv6
-		}
-		t := &nftables.Table{Name: masqTable, Family: fam}
-		ch := &nftables.Chain{Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
+		t := masqTableOf(r.src.Addr().Is6())
+		ch := &nftables.Chain{Name: masqChain(network), Table: t, Type: nftables.ChainTypeNAT,
 			Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource}
 		tag := []byte(fmt.Sprintf("weft: masquerade %s leaving %s", r.src, r.cluster))
 		if rules, err := c.GetRules(t, ch); err == nil && len(rules) == 1 && bytes.Equal(rules[0].UserData, tag) {
@@ -40,8 +65,33 @@ func ensureMasq(rs []masqRule) error {
 		c.AddChain(ch)
 		c.FlushChain(ch)
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, UserData: tag, Exprs: masqExprs(r)})
+		if old, err := c.ListChain(t, legacyMasqChain); err == nil && old != nil {
+			c.FlushChain(old)
+			c.DelChain(old)
+		}
 		if err := c.Flush(); err != nil {
 			return fmt.Errorf("program masquerade for %s: %w", r.src, err)
+		}
+	}
+	return nil
+}
+
+// removeMasq deletes network's chains (both families), if any. Other
+// networks' chains and the table stay.
+func removeMasq(network string) error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	for _, v6 := range []bool{false, true} {
+		ch, err := c.ListChain(masqTableOf(v6), masqChain(network))
+		if err != nil || ch == nil {
+			continue // no table or no chain: nothing of ours
+		}
+		c.FlushChain(ch)
+		c.DelChain(ch)
+		if err := c.Flush(); err != nil {
+			return fmt.Errorf("remove masquerade chain %s: %w", ch.Name, err)
 		}
 	}
 	return nil

@@ -36,6 +36,7 @@ func Funcs() skel.CNIFuncs {
 type plan struct {
 	ranges   []Range
 	gateways []netip.Prefix
+	networks []netip.Prefix // the cluster Network of each gateway
 	routes   []route
 	mtu      int
 	masq     []masqRule // empty when the daemon masquerades
@@ -61,6 +62,7 @@ func newPlan(f subnet.File, mtuOverride int) plan {
 		gw := sub.Addr()
 		p.ranges = append(p.ranges, Range{Subnet: sub.Masked(), Gateway: gw, ID: id})
 		p.gateways = append(p.gateways, sub)
+		p.networks = append(p.networks, network.Masked())
 		p.routes = append(p.routes, route{dst: any, gw: gw}, route{dst: network.Masked(), gw: gw})
 		if !f.IPMasq {
 			p.masq = append(p.masq, masqRule{src: sub.Masked(), cluster: network.Masked()})

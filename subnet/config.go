@@ -30,18 +30,6 @@ const (
 	WireGuardIPv6          = "ipv6"     // one device; every peer over IPv6
 )
 
-// LeaseType is the BackendType a node running the backend typ advertises
-// in its lease.
-func LeaseType(typ string) string {
-	switch typ {
-	case BackendTypeUVXLAN:
-		return BackendTypeVXLAN
-	case BackendTypeAlloc:
-		return ""
-	}
-	return typ
-}
-
 // Defaults shared with Flannel.
 const (
 	DefaultVNI       = 1
@@ -78,6 +66,11 @@ type BackendConfig struct {
 	GBP           bool
 	Learning      bool
 	DirectRouting bool
+	// AllowForeignSources turns off the userspace dataplane's inner source
+	// check (uvxlan drops an inner packet whose source is outside the
+	// sending node's subnet). Routed setups that forward other sources
+	// through a node need it; the kernel VXLAN device never checks.
+	AllowForeignSources bool
 
 	// wireguard only (Flannel's names and defaults).
 	ListenPort, ListenPortV6    int    // UDP ports of the IPv4 and IPv6 devices
@@ -104,13 +97,14 @@ type rawConfig struct {
 }
 
 type rawBackend struct {
-	Type          string
-	VNI           *int
-	Port          int
-	MTU           int
-	GBP           bool
-	Learning      bool
-	DirectRouting bool
+	Type                string
+	VNI                 *int
+	Port                int
+	MTU                 int
+	GBP                 bool
+	Learning            bool
+	DirectRouting       bool
+	AllowForeignSources bool
 
 	ListenPort, ListenPortV6    int
 	PSK                         string
@@ -281,6 +275,7 @@ func parseBackend(raw *rawBackend) (BackendConfig, error) {
 		return b, fmt.Errorf("Backend.MTU %d: must be between 1280 and 65535, or 0 for the underlay device's MTU", raw.MTU)
 	}
 	b.MTU, b.GBP, b.Learning, b.DirectRouting = raw.MTU, raw.GBP, raw.Learning, raw.DirectRouting
+	b.AllowForeignSources = raw.AllowForeignSources
 	if b.Type == BackendTypeWireGuard {
 		return parseWireGuard(b, raw)
 	}

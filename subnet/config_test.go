@@ -93,6 +93,13 @@ func TestParseConfigDefaults(t *testing.T) {
 				Backend: BackendConfig{Type: BackendTypeVXLAN, VNI: 7, Port: 4789, MTU: 9000, GBP: true, Learning: true, DirectRouting: true}},
 		},
 		{
+			name: "uvxlan that lets foreign inner sources through",
+			json: `{"Network": "10.9.0.0/16", "Backend": {"Type": "uvxlan", "AllowForeignSources": true}}`,
+			want: Config{EnableIPv4: true, Network: mustPrefix(t, "10.9.0.0/16"), SubnetLen: 24,
+				SubnetMin: mustAddr(t, "10.9.1.0"), SubnetMax: mustAddr(t, "10.9.255.0"),
+				Backend: BackendConfig{Type: BackendTypeUVXLAN, VNI: 1, Port: 8472, AllowForeignSources: true}},
+		},
+		{
 			name: "SubnetMin and SubnetMax in CIDR form",
 			json: `{"Network": "10.9.0.0/16", "SubnetMin": "10.9.5.0/24", "SubnetMax": "10.9.6.0/24"}`,
 			want: Config{EnableIPv4: true, Network: mustPrefix(t, "10.9.0.0/16"), SubnetLen: 24,

@@ -48,3 +48,19 @@ func parseWireGuard(b BackendConfig, raw *rawBackend) (BackendConfig, error) {
 	b.PSK = raw.PSK
 	return b, nil
 }
+
+// checkWireGuardData checks the backend data of one family of a wireguard
+// lease: a public key (32 bytes in base64) and a port (0 means the same as
+// ours, as Flannel reads it).
+func checkWireGuardData(typ string, d *WireGuardData) error {
+	if typ != BackendTypeWireGuard {
+		return nil
+	}
+	if d == nil {
+		return fmt.Errorf("missing")
+	}
+	if k, err := base64.StdEncoding.DecodeString(d.PublicKey); err != nil || len(k) != 32 {
+		return fmt.Errorf("PublicKey %q: not a WireGuard key", d.PublicKey)
+	}
+	return nil
+}

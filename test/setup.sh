@@ -8,7 +8,11 @@ cd "$(dirname "$0")/.."
 . test/versions.env
 
 need_pkgs=()
-for p in iproute2 iputils-ping iperf3 ethtool tcpdump nftables conntrack; do
+# The container runtimes of test/runtimes (Docker, Podman with its CNI
+# backend, containerd with runc), busybox-static for the images they run,
+# Debian's CNI plugins (portmap, loopback) and systemd-analyze for dist/.
+for p in iproute2 iputils-ping iperf3 ethtool tcpdump nftables conntrack \
+	docker.io podman containerd runc busybox-static containernetworking-plugins iptables systemd; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -26,6 +30,14 @@ if [ ! -x "$cni_dir/portmap" ] || [ ! -x "$cni_dir/bridge" ] || [ ! -x "$cni_dir
 		"github.com/containernetworking/plugins/plugins/ipam/host-local@$CNI_PLUGINS_VERSION" \
 		"github.com/containernetworking/plugins/plugins/meta/portmap@$CNI_PLUGINS_VERSION" \
 		"github.com/containernetworking/plugins/plugins/main/loopback@$CNI_PLUGINS_VERSION")
+fi
+
+# crictl for the CRI test of test/runtimes.
+crictl_dir="$WEFT_CACHE/cri-tools-$CRICTL_VERSION"
+if [ ! -x "$crictl_dir/crictl" ]; then
+	echo "setup: building crictl $CRICTL_VERSION into $crictl_dir"
+	mkdir -p "$crictl_dir"
+	(cd / && GOBIN="$crictl_dir" GOFLAGS=-mod=mod go install "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION")
 fi
 
 # The real Kubernetes control plane for the Kubernetes-mode tests, built once

@@ -11,8 +11,8 @@ import (
 // Receive batch shapes. With UDP GRO one buffer holds up to 64 KB of
 // coalesced datagrams; without it, one datagram.
 const (
-	plainBatch   = 64
-	plainBuf     = 16 << 10
+	plainBatch   = 32
+	plainBuf     = 1 << 16 // a tunnel-GSO super-packet from a kernel peer takes up to 64 KB
 	offloadBatch = 8
 	offloadBuf   = 1 << 16
 )
@@ -125,9 +125,12 @@ func (dp *datapath) ingress(q int) {
 	r := newRecvBatch(count, size)
 	deliver := func(b []byte, _ l4Csum) error { return dp.writeTAP(q, b) }
 	var gro *coalescer
+	var segOut []byte // room to cut super-packets into segments, without offloads
 	if dp.vnet {
 		gro = newCoalescer(func(b []byte) error { return dp.writeTAP(q, b) })
 		deliver = gro.add
+	} else {
+		segOut = make([]byte, 2*(ethHeaderLen+maxIPPacket))
 	}
 	for {
 		sock := dp.rxs[q].Load()
@@ -144,6 +147,14 @@ func (dp *datapath) ingress(q int) {
 			pkt, src, seg, trunc := r.datagram(i)
 			if trunc {
 				dp.b.ctr.drop(DropOversize)
+				continue
+			}
+			if dp.b.dec.tunnelGSO(pkt) {
+				if subnets, ok := ps.byAddr[src]; ok {
+					dp.receiveSuper(q, pkt, seg, subnets, gro, segOut)
+				} else {
+					dp.b.ctr.drop(DropNotPeer)
+				}
 				continue
 			}
 			dp.receive(ps, pkt, src, seg, deliver)

@@ -37,14 +37,60 @@
 //
 // # Ingress (underlay → TAP)
 //
-// One socket on the VXLAN port. A datagram is accepted only if its source
-// address is a peer's underlay address (anti-spoofing), its flags are
-// exactly the I flag with every reserved bit zero, its VNI is ours, it
-// holds at least an Ethernet header and at most Ethernet header + overlay
-// MTU, and the inner destination MAC is our VTEP MAC. Broadcast and
-// multicast inner frames are refused: no weft or Flannel peer sends them.
-// Everything refused is counted per reason (Stats) and never stops the
-// loops.
+// One socket on the VXLAN port per queue. A datagram is taken only if its
+// source address is a peer's underlay address, its flags are exactly the I
+// flag with every reserved bit zero, its VNI is ours, it holds at least an
+// Ethernet header and at most Ethernet header + overlay MTU, and the inner
+// destination MAC is our VTEP MAC (broadcast and multicast are refused: no
+// weft or Flannel peer floods, its neighbours are permanent). Then the inner
+// frame itself is checked:
+//
+//   - only IPv4 and IPv6 EtherTypes pass (no ARP: nobody needs to send it);
+//   - the IP header must be consistent with the frame;
+//   - the inner source address must lie inside a subnet of the peer the
+//     datagram came from, so a peer (or anyone who can send UDP from a
+//     peer's underlay address) cannot inject packets with another node's or
+//     an outside source. Config.AllowForeignSources turns this off for
+//     routed setups that forward other sources through a node; the check
+//     is only as strong as the underlay's own protection of source
+//     addresses, which VXLAN does not authenticate;
+//   - a TCP or UDP checksum must be correct, or exactly the partial value
+//     described below; anything else is dropped.
+//
+// Everything refused is counted per reason (DropReason, in Stats) and never
+// stops the loops.
+//
+// # Partial checksums from kernel peers
+//
+// A kernel VXLAN sender whose underlay is a veth, or another virtual link
+// that carries checksum offload through, leaves the inner TCP/UDP checksum
+// field holding only the folded pseudo-header sum (source, destination,
+// protocol, length; not complemented), for an offload that never runs. A
+// kernel VXLAN receiver accepts such a frame because its skb says
+// CHECKSUM_PARTIAL; a UDP socket only sees the bytes. uvxlan recognises that
+// exact value: the frame is delivered to the TAP with a virtio-net header
+// that marks the checksum as to be completed (NEEDS_CSUM), which hands it to
+// the kernel just as a CHECKSUM_PARTIAL skb, and counted
+// (EventPartialChecksum). Without offloads (Config.Plain) the checksum is
+// completed in userspace instead. A corrupted frame passes this test only if
+// its checksum field happens to hold that one value: odds of about 1 in
+// 65,536, the same odds by which a corruption keeps a complete checksum
+// valid. Such a sender also hands its TCP super-segments (up to 64 KB) to
+// the receiving namespace unsegmented, and the UDP socket receives each as
+// one datagram: a tunnel-GSO super-packet, recognised by an inner IP length
+// that spans the whole datagram, checked like any inner frame, and written
+// to the TAP as one GSO frame (or segmented in userspace without offloads).
+//
+// # Repair
+//
+// Run repairs drift as the kernel backend does, through the shared
+// backend.Reconciler: the kernel's notifications about the TAP, its
+// address, neighbours and routes trigger a full sync at once (the
+// backend's own writes match the table it programmed and are ignored), and
+// a full sync also runs every Config.Reconcile. A deleted TAP is opened
+// again with the same name and MAC; a receive socket that fails is closed
+// and opened again. Each repair is counted by kind in Stats().Repairs; none
+// ends Run.
 //
 // # Offloads
 //
@@ -55,8 +101,11 @@
 // 64 KB. Each wake-up of the egress loop reads every frame queued on the
 // TAP; the small ones (ACKs, UDP, ICMP) leave together in one sendmmsg per
 // source socket. The receive socket uses UDP GRO and recvmmsg; consecutive TCP
-// segments of a flow, once their checksums are verified, are merged into
-// one super-frame written to the TAP with NEEDS_CSUM (software GRO). Socket
+// segments of a flow, once their checksums are checked, are merged into one
+// super-frame written to the TAP with NEEDS_CSUM (software GRO). The
+// coalescer keeps a run per flow and never reorders a flow: a segment that
+// cannot join its flow's run (FIN, RST, a data-less ACK, a gap) first
+// writes what the flow holds. Socket
 // buffers are 4 MB. Each loop owns its buffers, allocated once: the hot
 // path does not allocate. Config.Plain turns all this off: the TAP is then opened
 // with songgao/water (which cannot set IFF_VNET_HDR) and each frame costs a

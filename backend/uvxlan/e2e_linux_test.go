@@ -1,10 +1,13 @@
 package uvxlan
 
 import (
+	"bytes"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/weft-net/weft/internal/nettest"
 )
@@ -31,6 +34,7 @@ func TestEndToEnd(t *testing.T) {
 		{"uvxlan-kernel", true, false, "192.168.77.0/24", 100 << 20, subnetA, subnetB},
 		{"uvxlan-kernel-plain", true, true, "192.168.77.0/24", 20 << 20, subnetA, subnetB},
 		{"uvxlan-uvxlan-ipv6", false, false, "fd77::/64", 50 << 20, subnet6A, subnet6B},
+		{"uvxlan-kernel-ipv6", true, false, "fd77::/64", 50 << 20, subnet6A, subnet6B},
 		{"uvxlan-kernel-2-queues", true, false, "192.168.77.0/24", 50 << 20, subnetA, subnetB},
 		{"uvxlan-uvxlan-plain-2-queues", false, true, "192.168.77.0/24", 20 << 20, subnetA, subnetB},
 	} {
@@ -69,9 +73,68 @@ func TestEndToEnd(t *testing.T) {
 						t.Fatalf("DF ping of %d bytes passed a %d overlay\n%s", fit+1, d.from.mtu, out)
 					}
 					transfer(t, d.from, d.to, tc.size)
+					if err := udpExchange(d.from, d.to, 200); err != nil {
+						t.Fatalf("udp: %v", err)
+					}
 				})
 			}
-			t.Logf("a: %+v", a.b.Stats())
+			st := a.b.Stats()
+			t.Logf("a: %+v", st)
+			// A kernel VXLAN node on a veth leaves inner checksums partial
+			// (its underlay keeps the default offloads).
+			if tc.kernel && st.Events[EventPartialChecksum] == 0 {
+				t.Errorf("no partial checksum counted from the kernel peer: %+v", st)
+			}
+			if n := st.Drops[DropBadChecksum.String()]; n != 0 {
+				t.Errorf("%d frames dropped for bad checksums", n)
+			}
 		})
 	}
+}
+
+// udpExchange sends n UDP datagrams of varied sizes from the pod of a to the
+// pod of b and checks that at least 90 % arrive intact (UDP may lose some
+// under load; a checksum problem loses all).
+func udpExchange(a, b *testNode, n int) error {
+	var rc *net.UDPConn
+	if err := b.pod.Do(func() (err error) {
+		rc, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(b.podIP, 0)))
+		return err
+	}); err != nil {
+		return err
+	}
+	defer rc.Close()
+	var sc *net.UDPConn
+	if err := a.pod.Do(func() (err error) {
+		sc, err = net.DialUDP("udp", nil, rc.LocalAddr().(*net.UDPAddr))
+		return err
+	}); err != nil {
+		return err
+	}
+	defer sc.Close()
+	payload := func(i int) []byte { return bytes.Repeat([]byte{byte(i)}, 1+(i*37)%1300) }
+	go func() {
+		for i := range n {
+			sc.Write(payload(i))
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	buf := make([]byte, 2000)
+	got := 0
+	rc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for got < n {
+		m, err := rc.Read(buf)
+		if err != nil {
+			break
+		}
+		i := int(buf[0])
+		if !bytes.Equal(buf[:m], payload(i)) && !bytes.Equal(buf[:m], payload(i+256)) {
+			return fmt.Errorf("datagram of %d bytes corrupted", m)
+		}
+		got++
+	}
+	if got < n*9/10 {
+		return fmt.Errorf("%d of %d datagrams arrived", got, n)
+	}
+	return nil
 }

@@ -42,8 +42,14 @@ var errFrameTooLong = errors.New("frame too long for the tap")
 // first makes the run be written, then is written itself; a fragment or
 // an IPv6 extension header, whose flow is unknown, writes every run first.
 // A run ends after a PSH segment or one shorter than the run's first (its
-// MSS), at 64 segments or 64 KB. Frames of different flows may overtake
-// each other.
+// MSS), at 64 segments or 64 KB; a CWR segment may only start one; without
+// DF, IPv4 IDs must count up by one (rules of the kernel's GRO). Frames of
+// different flows may overtake each other.
+//
+// Runs hold references to the frames, not copies: a frame is copied once,
+// when its run is written. The caller must leave every frame it added
+// unchanged until flush returns (the ingress loop reuses its receive
+// buffers only after flush).
 //
 // Checksums are not verified here: every frame handed to add has a correct
 // L4 checksum, or a partial one described by its l4Csum. A merged frame
@@ -59,6 +65,7 @@ type coalescer struct {
 	open   []int32 // flow slots that started a run in this batch, in order
 	segs   [groMaxSegs]groSeg
 	nsegs  int
+	last   int32 // slot of the last flow looked up: segments come in trains
 }
 
 // groSeg is one held segment: a reference to the caller's frame.
@@ -136,35 +143,36 @@ func ipv6ExtHeader(nh uint8) bool {
 	return false
 }
 
-// parseSeg classifies frame and, for TCP, describes the segment.
-func parseSeg(frame []byte, cs l4Csum) (s tcpSeg, kind segKind) {
+// parseSeg classifies frame and, for TCP, describes the segment in s,
+// which must be zero.
+func parseSeg(frame []byte, cs l4Csum, s *tcpSeg) segKind {
 	if len(frame) < ethHeaderLen+ipv4HeaderLenMin {
-		return s, segOther
+		return segOther
 	}
 	ip := frame[ethHeaderLen:]
 	var ipLen int
 	switch binary.BigEndian.Uint16(frame[12:]) {
 	case etherTypeIPv4:
 		if ip[0]>>4 != 4 || ip[9] != 6 {
-			return s, segOther
+			return segOther
 		}
 		if binary.BigEndian.Uint16(ip[6:])&0x3fff != 0 {
-			return s, segFlushAll // a fragment: its flow is unknown
+			return segFlushAll // a fragment: its flow is unknown
 		}
 		s.tcp, ipLen = ethHeaderLen+int(ip[0]&0x0f)*4, int(binary.BigEndian.Uint16(ip[2:]))
 		s.id, s.df = binary.BigEndian.Uint16(ip[4:]), ip[6]&0x40 != 0
 		s.klen = 12
 		copy(s.key[:8], ip[12:20])
-		s.mergeable = s.tcp == ethHeaderLen+ipv4HeaderLenMin && checksumFold(checksumAdd(ip[:ipv4HeaderLenMin], 0)) == 0xffff
+		s.mergeable = s.tcp == ethHeaderLen+ipv4HeaderLenMin && ipv4HeaderSum(ip) == 0xffff
 	case etherTypeIPv6:
 		if len(ip) < ipv6HeaderLen || ip[0]>>4 != 6 {
-			return s, segOther
+			return segOther
 		}
 		if ipv6ExtHeader(ip[6]) {
-			return s, segFlushAll
+			return segFlushAll
 		}
 		if ip[6] != 6 {
-			return s, segOther
+			return segOther
 		}
 		s.v6, s.tcp, ipLen = true, ethHeaderLen+ipv6HeaderLen, ipv6HeaderLen+int(binary.BigEndian.Uint16(ip[4:]))
 		s.df = true // no ID to keep consecutive
@@ -172,10 +180,11 @@ func parseSeg(frame []byte, cs l4Csum) (s tcpSeg, kind segKind) {
 		copy(s.key[:32], ip[8:40])
 		s.mergeable = true
 	default:
-		return s, segOther
+		return segOther
 	}
 	if s.tcp < ethHeaderLen+ipv4HeaderLenMin || s.tcp+tcpHeaderLenMin > len(frame) {
-		return s, segFlushAll // malformed; the kernel drops it
+		*s = tcpSeg{}
+		return segFlushAll // malformed; the kernel drops it
 	}
 	th := frame[s.tcp:]
 	copy(s.key[s.klen-4:s.klen], th[:4])
@@ -186,7 +195,17 @@ func parseSeg(frame []byte, cs l4Csum) (s tcpSeg, kind segKind) {
 		s.payload > 0 && s.flags&tcpFlagACK != 0 &&
 		s.flags&(tcpFlagFIN|tcpFlagSYN|tcpFlagRST|tcpFlagURG) == 0 &&
 		(cs == l4Csum{} || cs == l4Csum{uint16(s.tcp), 16})
-	return s, segTCP
+	return segTCP
+}
+
+// ipv4HeaderSum is the folded sum of a 20-byte IPv4 header: 0xffff when
+// its checksum is right.
+func ipv4HeaderSum(ip []byte) uint16 {
+	_ = ip[19]
+	be := binary.BigEndian
+	s := uint64(be.Uint32(ip)) + uint64(be.Uint32(ip[4:])) + uint64(be.Uint32(ip[8:])) +
+		uint64(be.Uint32(ip[12:])) + uint64(be.Uint32(ip[16:]))
+	return checksumFold(s)
 }
 
 // tcpChecksumOK verifies a segment's TCP checksum. The coalescer does not
@@ -205,7 +224,8 @@ func tcpChecksumOK(frame []byte, s tcpSeg) bool {
 // until flush returns. add returns the first write error; the frame and
 // everything held are handled regardless.
 func (c *coalescer) add(frame []byte, cs l4Csum) error {
-	s, kind := parseSeg(frame, cs)
+	var s tcpSeg
+	kind := parseSeg(frame, cs, &s)
 	switch {
 	case kind == segOther:
 		return c.single(frame, cs)
@@ -244,6 +264,9 @@ func (c *coalescer) add(frame []byte, cs l4Csum) error {
 // if there is none (the caller ensures there is room).
 func (c *coalescer) lookup(s *tcpSeg, insert bool) *groFlow {
 	key := s.key[:s.klen]
+	if f := &c.flows[c.last]; f.gen == c.gen && f.key == s.key && f.klen == s.klen {
+		return f
+	}
 	mask := uint64(groTableSize - 1)
 	for i := maphash.Bytes(c.seed, key) & mask; ; i = (i + 1) & mask {
 		f := &c.flows[i]
@@ -253,9 +276,11 @@ func (c *coalescer) lookup(s *tcpSeg, insert bool) *groFlow {
 			}
 			*f = groFlow{gen: c.gen, key: s.key, klen: s.klen, slot: int32(i), run: groRun{head: -1}}
 			c.nflows++
+			c.last = int32(i)
 			return f
 		}
-		if f.klen == s.klen && bytes.Equal(f.key[:f.klen], key) {
+		if f.key == s.key && f.klen == s.klen {
+			c.last = int32(i)
 			return f
 		}
 	}
@@ -407,7 +432,7 @@ func (c *coalescer) emit(f *groFlow) error {
 	} else {
 		binary.BigEndian.PutUint16(ip[2:], uint16(n-ethHeaderLen))
 		ip[10], ip[11] = 0, 0
-		binary.BigEndian.PutUint16(ip[10:], ^checksumFold(checksumAdd(ip[:ipv4HeaderLenMin], 0)))
+		binary.BigEndian.PutUint16(ip[10:], ^ipv4HeaderSum(ip))
 	}
 	if r.cwr {
 		h.gsoType |= vnetGSOECN // CWR stays on the first segment only

@@ -86,6 +86,15 @@ func TestIngressFiltering(t *testing.T) {
 	connect(t, a, b)
 
 	good := icmpFrame(a.mac, b.mac, b.podIP, a.podIP, 56)
+	// Inner frames that pass the VXLAN checks but not the inner ones.
+	foreign := icmpFrame(a.mac, b.mac, netip.MustParseAddr("10.244.9.9"), a.podIP, 56)
+	fromGateway := icmpFrame(a.mac, b.mac, netip.MustParseAddr("10.244.3.1"), a.podIP, 56)
+	arp := make([]byte, ethHeaderLen+28)
+	copy(arp, a.mac[:])
+	copy(arp[6:], b.mac[:])
+	binary.BigEndian.PutUint16(arp[12:], 0x0806)
+	badSum := withMACs(innerFrame(b.podIP, a.podIP, protoTCP, 100, stateCorrupt), a.mac, b.mac)
+	badUDP := withMACs(innerFrame(b.podIP, a.podIP, protoUDP, 100, stateCorrupt), a.mac, b.mac)
 	badFlags := encap(1, good)
 	badFlags[0] = 0x0c
 	reserved := encap(1, good)
@@ -102,6 +111,9 @@ func TestIngressFiltering(t *testing.T) {
 		{"garbage", b.host, [][]byte{[]byte("hello"), {}, make([]byte, 21)}, DropTruncated},
 		{"other destination mac", b.host, [][]byte{encap(1, icmpFrame(b.mac, b.mac, b.podIP, a.podIP, 56))}, DropNotForUs},
 		{"broadcast", b.host, [][]byte{encap(1, icmpFrame(subnet.MAC{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, b.mac, b.podIP, a.podIP, 56))}, DropNotForUs},
+		{"inner source outside the sender's subnet", b.host, [][]byte{encap(1, foreign), encap(1, foreign), encap(1, fromGateway)}, DropForeignSource},
+		{"arp", b.host, [][]byte{encap(1, arp)}, DropEtherType},
+		{"corrupted inner checksum", b.host, [][]byte{encap(1, badSum), encap(1, badUDP)}, DropBadChecksum},
 		{"oversize (fragmented underlay)", b.host, [][]byte{encap(1, icmpFrame(a.mac, b.mac, b.podIP, a.podIP, 1500))}, DropOversize},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -114,6 +126,13 @@ func TestIngressFiltering(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withMACs sets the destination and source MAC of an Ethernet frame.
+func withMACs(f []byte, dst, src subnet.MAC) []byte {
+	copy(f, dst[:])
+	copy(f[6:], src[:])
+	return f
 }
 
 // TestWireFormat captures the underlay with tcpdump and decodes the

@@ -44,6 +44,15 @@ type decoder struct {
 // permanent) and a flood could only come from a misconfigured or hostile
 // sender.
 func (d *decoder) decode(pkt []byte) ([]byte, DropReason) {
+	if len(pkt) > vxlanHeaderLen+d.maxFrame {
+		return nil, DropOversize
+	}
+	return d.decodeAnySize(pkt)
+}
+
+// decodeAnySize is decode without the size limit, for a tunnel-GSO
+// super-packet (see tunnelGSO).
+func (d *decoder) decodeAnySize(pkt []byte) ([]byte, DropReason) {
 	if len(pkt) < vxlanHeaderLen+ethHeaderLen {
 		return nil, DropTruncated
 	}
@@ -54,13 +63,32 @@ func (d *decoder) decode(pkt []byte) ([]byte, DropReason) {
 		return nil, DropWrongVNI
 	}
 	frame := pkt[vxlanHeaderLen:]
-	if len(frame) > d.maxFrame {
-		return nil, DropOversize
-	}
 	if subnet.MAC(frame[0:6]) != d.mac {
 		return nil, DropNotForUs
 	}
 	return frame, DropNone
+}
+
+// tunnelGSO reports whether pkt, a received UDP payload larger than one
+// VXLAN packet may be, is a single VXLAN packet whose inner IP packet spans
+// all of it: a tunnel-GSO super-packet. A kernel VXLAN sender whose underlay
+// is a veth hands its TCP super-segments (up to 64 KB) to the peer's
+// namespace unsegmented, and a UDP socket there receives them whole. (UDP
+// GRO output, several datagrams back to back, never spans the buffer with
+// its first inner packet.)
+func (d *decoder) tunnelGSO(pkt []byte) bool {
+	if len(pkt) <= vxlanHeaderLen+d.maxFrame || len(pkt) < vxlanHeaderLen+ethHeaderLen+ipv6HeaderLen {
+		return false
+	}
+	frame := pkt[vxlanHeaderLen:]
+	ip := frame[ethHeaderLen:]
+	switch binary.BigEndian.Uint16(frame[12:14]) {
+	case etherTypeIPv4:
+		return ip[0]>>4 == 4 && int(binary.BigEndian.Uint16(ip[2:4])) == len(ip)
+	case etherTypeIPv6:
+		return ip[0]>>4 == 6 && ipv6HeaderLen+int(binary.BigEndian.Uint16(ip[4:6])) == len(ip)
+	}
+	return false
 }
 
 // dstMAC returns the destination MAC of an Ethernet frame of at least 6 bytes.

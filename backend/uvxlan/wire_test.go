@@ -3,6 +3,7 @@ package uvxlan
 import (
 	"bytes"
 	"encoding/binary"
+	"hash/fnv"
 	"testing"
 
 	"github.com/weft-net/weft/subnet"
@@ -106,13 +107,23 @@ func TestFlowHash(t *testing.T) {
 		{"same flow, other payload", tcp(1000, 80), func() []byte { f := tcp(1000, 80); f[60] ^= 0xff; return f }(), true},
 		{"other source port", tcp(1000, 80), tcp(1001, 80), false},
 		{"other destination port", tcp(1000, 80), tcp(1000, 81), false},
-		{"short frame", []byte{1, 2, 3}, []byte{1, 2, 3}, true},
+		{"short frames of other content", []byte{1, 2, 3}, []byte{3, 2, 1}, false},
+		{"short frame and its prefix", []byte{1, 2, 3}, []byte{1, 2}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := flowHash(tc.a) == flowHash(tc.b); got != tc.same {
 				t.Fatalf("hashes equal: %v, want %v", got, tc.same)
 			}
 		})
+	}
+	// A frame too short for an Ethernet header is hashed whole with FNV-1a,
+	// checked against the standard library's independent implementation.
+	for _, short := range [][]byte{{}, {1, 2, 3}, make([]byte, ethHeaderLen-1)} {
+		ref := fnv.New32a()
+		ref.Write(short)
+		if got, want := flowHash(short), ref.Sum32(); got != want {
+			t.Errorf("flowHash(% x) = %#x, want FNV-1a %#x", short, got, want)
+		}
 	}
 }
 

@@ -222,3 +222,26 @@ func RemoveDevices(h *netlink.Handle, vni int) error {
 	}
 	return errors.Join(errs...)
 }
+
+// RemovePortHolders deletes every kernel VXLAN device in the namespace of h
+// whose UDP port is port, whatever its VNI or name (flannel.<VNI> left by
+// flanneld, weft's own weft.<VNI>): the kernel opens one socket on that
+// port for them, which a userspace dataplane needs. Each removal is logged.
+func RemovePortHolders(h *netlink.Handle, port int, log *slog.Logger) error {
+	links, err := h.LinkList()
+	if err != nil {
+		return fmt.Errorf("list devices: %w", err)
+	}
+	var errs []error
+	for _, l := range links {
+		v, ok := l.(*netlink.Vxlan)
+		if !ok || v.Port != port {
+			continue
+		}
+		log.Warn("removing a kernel vxlan device that holds the vxlan port", "device", v.Name, "vni", v.VxlanId, "port", v.Port)
+		if err := h.LinkDel(l); err != nil {
+			errs = append(errs, fmt.Errorf("delete device %s: %w", v.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -3,6 +3,7 @@ package vxlan
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"runtime"
 	"strings"
@@ -47,8 +48,7 @@ func TestAdoptOnRestart(t *testing.T) {
 	b2.Set(peerTable())
 	start(t, b2)
 	waitReady(t, b2)
-	time.Sleep(300 * time.Millisecond) // let any notification arrive
-	if d := deletions(); len(d) > 0 {
+	if d := settleDeletions(t, n1.NS, deletions); len(d) > 0 {
 		t.Errorf("restart deleted kernel state: %v", d)
 	}
 	l2, err := n1.Handle.LinkByName("weft.1")
@@ -64,6 +64,66 @@ func TestAdoptOnRestart(t *testing.T) {
 	if got := state(t, n1.NS, "weft-v6.1"); !got.equal(before6) {
 		t.Errorf("weft-v6.1 state changed:\n%s\nwas:\n%s", got, before6)
 	}
+}
+
+// settleDeletions returns the deletions recorded so far, including every
+// one the kernel announced before this call: it deletes a marker link,
+// neighbour and route of its own and waits until their notifications arrive
+// (each kind comes in order on its socket), instead of sleeping.
+func settleDeletions(t *testing.T, n *nettest.NS, deletions func() []string) []string {
+	t.Helper()
+	h := n.Handle
+	la := netlink.NewLinkAttrs()
+	la.Name, la.Flags, la.HardwareAddr = "wmark0", net.FlagUp, net.HardwareAddr{2, 0, 0, 0, 0, 0x0a}
+	br := &netlink.Bridge{LinkAttrs: la}
+	dst := &net.IPNet{IP: net.IPv4(203, 0, 113, 0).To4(), Mask: net.CIDRMask(24, 32)}
+	nb := &netlink.Neigh{IP: net.IPv4(203, 0, 113, 9), HardwareAddr: net.HardwareAddr{2, 0, 0, 0, 0, 9}, State: netlink.NUD_PERMANENT}
+	if err := h.LinkAdd(br); err != nil {
+		t.Fatalf("marker link: %v", err)
+	}
+	br.Index = mustIndex(t, h, "wmark0")
+	nb.LinkIndex = br.Index
+	rt := &netlink.Route{LinkIndex: br.Index, Dst: dst}
+	for _, err := range []error{h.NeighAdd(nb), h.RouteAdd(rt), h.NeighDel(nb), h.RouteDel(rt), h.LinkDel(br)} {
+		if err != nil {
+			t.Fatalf("marker: %v", err)
+		}
+	}
+	// What the marker link's deletion takes with it: its own routes
+	// (IPv6 link-local and multicast) and its bridge FDB entry.
+	own := []string{fmt.Sprintf("Ifindex: %d ", br.Index), "neigh <nil> 02:00:00:00:00:0a"}
+	var out []string
+	seen := map[string]bool{}
+	deadline := time.Now().Add(10 * time.Second)
+	for !(seen["link"] && seen["neigh"] && seen["route"]) {
+		if time.Now().After(deadline) {
+			t.Fatalf("marker deletions not announced within 10s (seen %v)", seen)
+		}
+		for _, d := range deletions() {
+			switch {
+			case d == "link wmark0":
+				seen["link"] = true
+			case strings.HasPrefix(d, "neigh 203.0.113.9 "):
+				seen["neigh"] = true
+			case strings.HasPrefix(d, "route ") && strings.Contains(d, "203.0.113.0/24"):
+				seen["route"] = true
+			case strings.Contains(d, own[0]) || strings.HasPrefix(d, own[1]):
+			default:
+				out = append(out, d)
+			}
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval, not synchronisation
+	}
+	return out
+}
+
+func mustIndex(t *testing.T, h *netlink.Handle, name string) int {
+	t.Helper()
+	l, err := h.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.Attrs().Index
 }
 
 // watchDeletions records every link, neighbour and route deletion in ns

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
 	"github.com/weft-net/weft/backend"
@@ -18,6 +19,7 @@ import (
 type fdb struct {
 	h    *netlink.Handle
 	link int
+	pipe *backend.LazyPipe // nil: one request at a time
 }
 
 var _ backend.PeerStep = fdb{}
@@ -67,16 +69,49 @@ func (f fdb) Ensure(peers []vtep.Entry) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n := 0
+	var missing []fdbEntry
 	for _, p := range peers {
-		e := fdbEntry{MAC: p.VTEP.MAC, Dst: p.VTEP.Addr}
-		if have[e] {
-			continue
+		if e := (fdbEntry{MAC: p.VTEP.MAC, Dst: p.VTEP.Addr}); !have[e] {
+			missing = append(missing, e)
 		}
-		if err := f.h.NeighSet(f.neigh(e)); err != nil {
+	}
+	return f.write(missing, true)
+}
+
+// write sets or deletes es, through the pipe when there is one and es is
+// more than a few, and returns how many it wrote. A missing entry is no
+// error for a delete.
+func (f fdb) write(es []fdbEntry, set bool) (int, error) {
+	n := 0
+	if p := f.pipe.Get(); p != nil && len(es) >= 4 {
+		reqs := make([]*nl.NetlinkRequest, len(es))
+		for i, e := range es {
+			reqs[i] = backend.NeighRequest(f.neigh(e), set)
+		}
+		ignore, verb := unix.ENOENT, "delete"
+		if set {
+			ignore, verb = 0, "set"
+		}
+		err := backend.PipeWrite(p, reqs, ignore, &n, func(i int) string {
+			return fmt.Sprintf("%s fdb %s dst %s", verb, es[i].MAC, es[i].Dst)
+		})
+		return n, err
+	}
+	for _, e := range es {
+		var err error
+		if set {
+			err = f.h.NeighSet(f.neigh(e))
+		} else {
+			err = f.h.NeighDel(f.neigh(e))
+		}
+		switch {
+		case err == nil:
+			n++
+		case set:
 			return n, fmt.Errorf("set fdb %s dst %s: %w", e.MAC, e.Dst, err)
+		case !errors.Is(err, unix.ENOENT): // ENOENT: replaced by Ensure
+			return n, fmt.Errorf("delete fdb %s dst %s: %w", e.MAC, e.Dst, err)
 		}
-		n++
 	}
 	return n, nil
 }
@@ -92,20 +127,13 @@ func (f fdb) Prune(peers []vtep.Entry) (int, error) {
 	for _, p := range peers {
 		want[fdbEntry{MAC: p.VTEP.MAC, Dst: p.VTEP.Addr}] = true
 	}
-	n := 0
+	var stale []fdbEntry
 	for e := range have {
-		if want[e] {
-			continue
-		}
-		err := f.h.NeighDel(f.neigh(e))
-		switch {
-		case err == nil:
-			n++
-		case !errors.Is(err, unix.ENOENT): // ENOENT: replaced by Ensure
-			return n, fmt.Errorf("delete fdb %s dst %s: %w", e.MAC, e.Dst, err)
+		if !want[e] {
+			stale = append(stale, e)
 		}
 	}
-	return n, nil
+	return f.write(stale, false)
 }
 
 var _ backend.EntryStep = fdb{}

@@ -142,10 +142,12 @@ func (b *Backend) reconcileDevice(d *devState, tp *vtep.Table, full bool) error 
 	}
 	if idx != d.index || d.overlay == nil {
 		d.index = idx
+		pipe := backend.NewLazyPipe(b.cfg.Handle, b.cfg.NetNS, idx)
 		d.overlay = backend.NewOverlay(b.cfg.Handle, idx, backend.OverlayOptions{
 			Family:        d.spec.family,
 			DirectRouting: b.cfg.DirectRouting,
-			Step:          fdb{h: b.cfg.Handle, link: idx},
+			Step:          fdb{h: b.cfg.Handle, link: idx, pipe: pipe},
+			Pipe:          pipe,
 		})
 	}
 	if tp == nil {

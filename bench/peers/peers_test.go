@@ -5,7 +5,11 @@
 //
 //	go test -run '^$' -bench Peers -benchtime 1x ./bench/peers
 //
-// It prints the figures; it asserts nothing about them.
+// It prints the figures; it asserts nothing about them. To compare with an
+// earlier build, name its weftd in WEFT_BENCH_BASE_WEFTD: every round then
+// runs both, interleaved, and the medians of both are printed:
+//
+//	WEFT_BENCH_BASE_WEFTD=/tmp/old/weftd go test -run '^$' -bench Peers -benchtime 3x ./bench/peers
 package peers
 
 import (
@@ -43,81 +47,176 @@ func fakeLease(i int) (string, string) {
 	return e2e.Prefix + "/subnets/" + subnet.MakeKey(sn, netip.Prefix{}), string(v)
 }
 
-func BenchmarkPeers5000(b *testing.B) {
-	const peers, probes = 5000, 200
-	for range b.N {
-		c := e2e.NewCluster(b, e2e.Options{Nodes: 0, Config: config})
-		ctx := context.Background()
-		// The same daemon with no peers, for the memory baseline.
-		idle := c.AddNode("n0")
-		idle.WaitReady()
-		time.Sleep(time.Second)
-		idleAnon, idleFile := rssOf(b, idle)
-		idle.Stop()
-		for i := range peers {
-			k, v := fakeLease(i)
-			if _, err := c.Client.Put(ctx, k, v); err != nil {
-				b.Fatal(err)
-			}
-		}
-		start := time.Now()
-		node := c.AddNode("n1")
-		h := node.Handle
-		// Wait for every route: count them on the overlay device.
-		var startup time.Duration
-		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(5 * time.Millisecond) {
-			if n := countRoutes(b, h); n >= peers {
-				startup = time.Since(start)
-				break
-			}
-			if time.Now().After(deadline) {
-				b.Fatalf("only %d of %d routes after 2 minutes", countRoutes(b, h), peers)
-			}
-		}
-		node.WaitReady()
+// result is one round's figures.
+type result struct {
+	startup, p50, p99, max         time.Duration
+	anon, file, idleAnon, idleFile float64
+	load                           string
+}
 
-		routes := make(chan netlink.RouteUpdate, 1024)
-		done := make(chan struct{})
-		defer close(done)
-		nsh, err := netns.GetFromPath(node.Path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer nsh.Close()
-		if err := netlink.RouteSubscribeWithOptions(routes, done, netlink.RouteSubscribeOptions{Namespace: &nsh}); err != nil {
-			b.Fatal(err)
-		}
-		lat := make([]time.Duration, 0, probes)
-		// Probe subnets lie far beyond the first free ones, where the node
-		// took its own.
-		for i := 4 * peers; i < 4*peers+probes; i++ {
-			k, v := fakeLease(i)
-			want, _, _ := subnet.ParseKey(strings.TrimPrefix(k, e2e.Prefix+"/subnets/"))
-			t0 := time.Now()
-			if _, err := c.Client.Put(ctx, k, v); err != nil {
-				b.Fatal(err)
-			}
-			waitRoute(b, routes, want)
-			lat = append(lat, time.Since(t0))
-		}
-		slices.Sort(lat)
-		anon, file := rssOf(b, node)
-		fmt.Printf("peers=%d startup_to_all_programmed=%s new_lease_to_route p50=%s p99=%s max=%s weftd_rss anon=%.1fMB file=%.1fMB (idle, no peers: anon=%.1fMB file=%.1fMB)\n",
-			peers, startup.Round(time.Millisecond), lat[len(lat)/2].Round(time.Microsecond),
-			lat[len(lat)*99/100].Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond), anon, file, idleAnon, idleFile)
-		fmt.Printf("goals: startup < 1s, p99 < 100ms, RSS < 40MB (file-backed pages are the shared executable)\n")
-		if log, err := os.ReadFile(node.LogFile); err == nil && os.Getenv("WEFT_BENCH_LOG") != "" {
-			for _, line := range strings.Split(string(log), "\n") {
-				if strings.Contains(line, "synced peers") || strings.Contains(line, "resync") || strings.Contains(line, "lease") {
-					fmt.Println(line)
-				}
-			}
-		}
-		b.ReportMetric(startup.Seconds(), "startup-s")
-		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
-		b.ReportMetric(anon, "rss-anon-MB")
-		b.ReportMetric(anon+file, "rss-MB")
+// BenchmarkPeers5000 runs b.N rounds. With WEFT_BENCH_BASE_WEFTD naming an
+// earlier weftd executable, each round runs that one too, interleaved with
+// this tree's, so both see the same machine; the figures of both are printed
+// with the load average of each round, then the medians.
+func BenchmarkPeers5000(b *testing.B) {
+	bins := []struct{ label, path string }{{"this tree", ""}}
+	if base := os.Getenv("WEFT_BENCH_BASE_WEFTD"); base != "" {
+		bins = append(bins, struct{ label, path string }{"base " + base, base})
 	}
+	all := make([][]result, len(bins))
+	for i := range b.N {
+		for j, bin := range bins {
+			if i%2 == 1 { // alternate which goes first
+				bin = bins[len(bins)-1-j]
+				j = len(bins) - 1 - j
+			}
+			r := peersRound(b, bin.path)
+			all[j] = append(all[j], r)
+			fmt.Printf("round %d %s: %s\n", i+1, bin.label, r)
+		}
+	}
+	for j, bin := range bins {
+		m := median(all[j])
+		fmt.Printf("median of %d %s: %s\n", len(all[j]), bin.label, m)
+		if j == 0 {
+			b.ReportMetric(m.startup.Seconds(), "startup-s")
+			b.ReportMetric(float64(m.p99.Microseconds())/1000, "p99-ms")
+			b.ReportMetric(m.anon, "rss-anon-MB")
+			b.ReportMetric(m.anon+m.file, "rss-MB")
+		}
+	}
+	fmt.Printf("goals (issue 15): startup <= 0.4s, p50 <= 10ms, p99 <= 50ms, RSS anon+file <= 25MB at 5,000 peers\n")
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("peers=5000 startup_to_all_programmed=%s new_lease_to_route p50=%s p99=%s max=%s "+
+		"weftd_rss anon=%.1fMB file=%.1fMB total=%.1fMB (idle, no peers: anon=%.1fMB file=%.1fMB) load=%s",
+		r.startup.Round(time.Millisecond), r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond),
+		r.max.Round(time.Microsecond), r.anon, r.file, r.anon+r.file, r.idleAnon, r.idleFile, r.load)
+}
+
+// median takes each figure's median over rs on its own.
+func median(rs []result) result {
+	pick := func(f func(result) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	d := func(f func(result) time.Duration) time.Duration {
+		return time.Duration(pick(func(r result) float64 { return float64(f(r)) }))
+	}
+	return result{
+		startup: d(func(r result) time.Duration { return r.startup }),
+		p50:     d(func(r result) time.Duration { return r.p50 }),
+		p99:     d(func(r result) time.Duration { return r.p99 }),
+		max:     d(func(r result) time.Duration { return r.max }),
+		anon:    pick(func(r result) float64 { return r.anon }), file: pick(func(r result) float64 { return r.file }),
+		idleAnon: pick(func(r result) float64 { return r.idleAnon }), idleFile: pick(func(r result) float64 { return r.idleFile }),
+		load: "-",
+	}
+}
+
+// peersRound starts an idle weftd (for the memory baseline), then puts
+// 5,000 leases into etcd and measures a second weftd: start to every route
+// programmed, then 200 new leases one by one, each to its route.
+func peersRound(b *testing.B, weftd string) result {
+	const peers, probes = 5000, 200
+	c := e2e.NewCluster(b, e2e.Options{Nodes: 0, Config: config, Weftd: weftd})
+	defer func() {
+		for _, n := range c.Nodes {
+			n.Stop()
+		}
+	}()
+	ctx := context.Background()
+	var r result
+	idle := c.AddNode("n0")
+	idle.WaitReady()
+	time.Sleep(time.Second) // let the idle daemon settle: a memory figure, not a synchronisation
+	r.idleAnon, r.idleFile = rssOf(b, idle)
+	idle.Stop()
+	for i := range peers {
+		k, v := fakeLease(i)
+		if _, err := c.Client.Put(ctx, k, v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	r.load = loadAvg()
+	start := time.Now()
+	node := c.AddNode("n1")
+	h := node.Handle
+	// Wait for every route: count them on the overlay device.
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		if n := countRoutes(b, h); n >= peers {
+			r.startup = time.Since(start)
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("only %d of %d routes after 2 minutes", countRoutes(b, h), peers)
+		}
+	}
+	node.WaitReady()
+	// Probe subnets lie far beyond the first free ones, where the node
+	// took its own.
+	lat := probeLatency(b, node, probes, func(i int) netip.Prefix {
+		k, v := fakeLease(4*peers + i)
+		want, _, _ := subnet.ParseKey(strings.TrimPrefix(k, e2e.Prefix+"/subnets/"))
+		if _, err := c.Client.Put(ctx, k, v); err != nil {
+			b.Fatal(err)
+		}
+		return want
+	})
+	r.p50, r.p99, r.max = lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
+	r.anon, r.file = rssOf(b, node)
+	if log, err := os.ReadFile(node.LogFile); err == nil && os.Getenv("WEFT_BENCH_LOG") != "" {
+		for _, line := range strings.Split(string(log), "\n") {
+			if strings.Contains(line, "synced peers") || strings.Contains(line, "resync") || strings.Contains(line, "lease") {
+				fmt.Println(line)
+			}
+		}
+	}
+	return r
+}
+
+// probeLatency makes probes new leases one at a time with add (which
+// returns the lease's subnet) and returns, sorted, how long each took to
+// show up as a route on node.
+func probeLatency(b *testing.B, node *e2e.Node, probes int, add func(i int) netip.Prefix) []time.Duration {
+	routes := make(chan netlink.RouteUpdate, 1024)
+	done := make(chan struct{})
+	defer close(done)
+	nsh, err := netns.GetFromPath(node.Path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nsh.Close()
+	if err := netlink.RouteSubscribeWithOptions(routes, done, netlink.RouteSubscribeOptions{Namespace: &nsh}); err != nil {
+		b.Fatal(err)
+	}
+	lat := make([]time.Duration, 0, probes)
+	for i := range probes {
+		t0 := time.Now()
+		want := add(i)
+		waitRoute(b, routes, want)
+		lat = append(lat, time.Since(t0))
+	}
+	slices.Sort(lat)
+	return lat
+}
+
+// loadAvg is the machine's 1-minute load average, to print with a figure.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], "/")
 }
 
 func countRoutes(b *testing.B, h *netlink.Handle) int {

@@ -13,3 +13,7 @@ var errLinuxOnly = errors.New("this command reads Linux network namespaces and n
 func runPeers(context.Context, []string, io.Writer, io.Writer) error   { return errLinuxOnly }
 func runExplain(context.Context, []string, io.Writer, io.Writer) error { return errLinuxOnly }
 func runLab(context.Context, []string, io.Writer, io.Writer) error     { return errLinuxOnly }
+func runDoctor(context.Context, []string, io.Writer, io.Writer) error  { return errLinuxOnly }
+func runConnectivity(context.Context, []string, io.Writer, io.Writer) error {
+	return errLinuxOnly
+}

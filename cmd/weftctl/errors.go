@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"os/exec"
 )
 
@@ -15,7 +16,10 @@ var errMismatch = errors.New("state does not match the datastore")
 
 func exitCode(err error) int {
 	var ee *exec.ExitError
+	var doc errDoctor
 	switch {
+	case errors.As(err, &doc):
+		return doc.code
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, errMismatch), errors.Is(err, errUsage):
@@ -25,3 +29,9 @@ func exitCode(err error) int {
 	}
 	return 1
 }
+
+// errDoctor carries the exit status of doctor or connectivity (1 warning,
+// 2 failure); their report already said why.
+type errDoctor struct{ code int }
+
+func (e errDoctor) Error() string { return fmt.Sprintf("exit status %d", e.code) }

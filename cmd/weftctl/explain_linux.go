@@ -9,7 +9,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/weft-net/weft/internal/lab/inspect"
+	"github.com/weft-net/weft/internal/inspect"
 )
 
 func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -21,14 +21,15 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	var s store
 	s.register(fs)
-	if err := parse(fs, args, 2); err != nil {
+	pos, err := parse(fs, args, 2)
+	if err != nil {
 		return err
 	}
-	src, err := netip.ParseAddr(fs.Arg(0))
+	src, err := netip.ParseAddr(pos[0])
 	if err != nil {
 		return fmt.Errorf("source: %w", err)
 	}
-	dst, err := netip.ParseAddr(fs.Arg(1))
+	dst, err := netip.ParseAddr(pos[1])
 	if err != nil {
 		return fmt.Errorf("destination: %w", err)
 	}

@@ -25,6 +25,11 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprint(stderr, labUsage)
 		return errUsage
 	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, labUsage+"\nRun \"weftctl lab <command> -h\" for the flags of a command.\n")
+		return nil
+	}
 	cmds := map[string]func(context.Context, []string, io.Writer, io.Writer) error{
 		"up": runLabUp, "down": runLabDown, "status": runLabStatus, "exec": runLabExec,
 	}
@@ -44,16 +49,22 @@ func runLabUp(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("weftctl lab up", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o := lab.Options{Out: stdout}
-	fs.IntVar(&o.Nodes, "nodes", 3, "number of nodes")
-	fs.IntVar(&o.PodsPerNode, "pods-per-node", 2, "pods per node")
+	fs.IntVar(&o.Nodes, "nodes", 3, "number of nodes (at least 1)")
+	fs.IntVar(&o.PodsPerNode, "pods-per-node", 2, "pods per node (0: bare nodes)")
 	fs.StringVar(&o.Backend, "backend", lab.BackendVXLAN, "dataplane of the nodes: vxlan, uvxlan or mixed (alternating)")
 	fs.StringVar(&o.Weftd, "weftd", "", "weftd binary (default: next to weftctl, else in PATH)")
 	fs.StringVar(&o.CNIBin, "cni-bin", "", "directory holding the weft CNI plugin (default: next to weftctl, else from PATH)")
 	fs.DurationVar(&o.Timeout, "timeout", 90*time.Second, "how long the lab may take to come up")
 	dir := stateDirFlag(fs)
 	verbose := fs.Bool("v", false, "log each step")
-	if err := parse(fs, args, 0); err != nil {
+	if _, err := parse(fs, args, 0); err != nil {
 		return err
+	}
+	switch {
+	case o.Nodes < 1:
+		return fmt.Errorf("--nodes %d: must be at least 1", o.Nodes)
+	case o.PodsPerNode < 0:
+		return fmt.Errorf("--pods-per-node %d: must be 0 or more (0: nodes without pods)", o.PodsPerNode)
 	}
 	o.StateDir = *dir
 	level := slog.LevelWarn
@@ -72,7 +83,7 @@ func runLabDown(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	dir := stateDirFlag(fs)
 	timeout := fs.Duration("timeout", 45*time.Second, "how long to wait for the lab to tear itself down before killing it")
-	if err := parse(fs, args, 0); err != nil {
+	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
 	err := lab.Down(*dir, *timeout, logger(stderr))
@@ -91,7 +102,7 @@ func runLabStatus(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := flag.NewFlagSet("weftctl lab status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := stateDirFlag(fs)
-	if err := parse(fs, args, 0); err != nil {
+	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
 	err := lab.Status(ctx, *dir, stdout)

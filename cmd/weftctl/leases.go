@@ -2,12 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"time"
 
-	"github.com/weft-net/weft/internal/lab/inspect"
+	"github.com/weft-net/weft/internal/inspect"
 )
 
 func runLeases(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -15,7 +16,7 @@ func runLeases(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.SetOutput(stderr)
 	var s store
 	s.register(fs)
-	if err := parse(fs, args, 0); err != nil {
+	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
 	if _, err := s.labState(); err != nil {
@@ -29,14 +30,35 @@ func runLeases(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return inspect.RenderLeases(stdout, ls, time.Now())
 }
 
-// parse parses args and checks that exactly n positional arguments remain.
-func parse(fs *flag.FlagSet, args []string, n int) error {
-	if err := fs.Parse(args); err != nil {
-		return err
+// parse parses args, flags anywhere among the positional arguments (as
+// in "explain A B --lab"; after "--" everything is positional), checks
+// that exactly n positional arguments are given and returns them.
+func parse(fs *flag.FlagSet, args []string, n int) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if dashdash := len(args) > len(rest) && args[len(args)-len(rest)-1] == "--"; dashdash {
+			pos = append(pos, rest...)
+			break
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
 	}
-	if fs.NArg() != n {
+	if len(pos) != n {
 		fs.Usage()
-		return fmt.Errorf("%s: want %d arguments, got %d", fs.Name(), n, fs.NArg())
+		return nil, fmt.Errorf("%s: want %d arguments, got %d", fs.Name(), n, len(pos))
 	}
-	return nil
+	return pos, nil
+}
+
+// jsonOut writes v as indented JSON.
+func jsonOut(w io.Writer, v any) error {
+	e := json.NewEncoder(w)
+	e.SetIndent("", "  ")
+	return e.Encode(v)
 }

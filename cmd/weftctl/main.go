@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -20,25 +21,35 @@ func main() {
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		code := exitCode(err)
 		var exit *exec.ExitError // lab exec: the command's own status, already explained by it
-		if !errors.As(err, &exit) && !errors.Is(err, errUsage) {
+		var doc errDoctor        // doctor: its report says why
+		if !errors.As(err, &exit) && !errors.As(err, &doc) && !errors.Is(err, errUsage) && !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "weftctl:", err)
 		}
 		os.Exit(code)
 	}
 }
 
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
 const usage = `usage: weftctl <command> [flags]
 
-Commands for a cluster (etcd flags or WEFT_ETCD_* variables; --lab for the local lab):
+Commands for a cluster (etcd flags or WEFT_ETCD_* variables; --kubeconfig for
+the Kubernetes API; --lab for the local lab):
   leases                     the leases: subnet, node IP, VTEP MAC, backend, TTL left
   peers                      what this node programmed on its overlay device, against the leases
   explain <src-ip> <dst-ip>  the hops a packet takes, from live state
+  doctor                     check this node for what breaks an overlay; probe every peer
+  connectivity               pod-to-pod and node-to-node matrix: loss, round trip, TCP
+
+A plain Docker host:
+  docker-opts [-f subnet-file] [-d env-file] [-daemon-json file]   dockerd's --bip, --mtu, --ip-masq
 
 The local lab (network namespaces on this machine, removed by "lab down"):
   lab up [--nodes N] [--pods-per-node M] [--backend vxlan|uvxlan|mixed]
   lab status | lab down | lab exec <node|pod> -- <command…>
 
-Run "weftctl <command> -h" for the flags of a command.
+Run "weftctl <command> -h" for the flags of a command; "weftctl version" for the version.
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -47,14 +58,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return errUsage
 	}
 	cmds := map[string]func(context.Context, []string, io.Writer, io.Writer) error{
-		"leases":  runLeases,
-		"peers":   runPeers,
-		"explain": runExplain,
-		"lab":     runLab,
+		"leases":       runLeases,
+		"peers":        runPeers,
+		"explain":      runExplain,
+		"lab":          runLab,
+		"doctor":       runDoctor,
+		"connectivity": runConnectivity,
 	}
+	cmds["docker-opts"] = runDockerOpts
 	switch args[0] {
-	case "-h", "--help", "help":
+	case "-h", "-help", "--help", "help":
+		if len(args) > 1 && cmds[args[1]] != nil { // "help leases" is "leases -h"
+			return cmds[args[1]](ctx, []string{"-h"}, stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
+		return nil
+	case "-version", "--version", "version":
+		fmt.Fprintln(stdout, "weftctl", version)
 		return nil
 	}
 	f, ok := cmds[args[0]]

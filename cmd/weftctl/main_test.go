@@ -27,6 +27,25 @@ func TestRunArguments(t *testing.T) {
 		{"lab exec without command", []string{"lab", "exec", "node1"}, "see usage", 2},
 		{"lab up without the plugin", []string{"lab", "up", "--weftd", "/bin/true", "--cni-bin", "/nonexistent"}, "--cni-bin /nonexistent", 1},
 		{"flag help", []string{"leases", "-h"}, flag.ErrHelp.Error(), 0},
+		{"lab -h", []string{"lab", "-h"}, "", 0},
+		{"lab help", []string{"lab", "help"}, "", 0},
+		{"lab --help", []string{"lab", "--help"}, "", 0},
+		{"lab up --help", []string{"lab", "up", "--help"}, flag.ErrHelp.Error(), 0},
+		{"lab down -h", []string{"lab", "down", "-h"}, flag.ErrHelp.Error(), 0},
+		{"lab status -h", []string{"lab", "status", "-h"}, flag.ErrHelp.Error(), 0},
+		{"lab exec -h", []string{"lab", "exec", "-h"}, flag.ErrHelp.Error(), 0},
+		{"peers -h", []string{"peers", "-h"}, flag.ErrHelp.Error(), 0},
+		{"explain -h", []string{"explain", "-h"}, flag.ErrHelp.Error(), 0},
+		{"doctor -h", []string{"doctor", "-h"}, flag.ErrHelp.Error(), 0},
+		{"connectivity -h", []string{"connectivity", "-h"}, flag.ErrHelp.Error(), 0},
+		{"help doctor", []string{"help", "doctor"}, flag.ErrHelp.Error(), 0},
+		{"--help", []string{"--help"}, "", 0},
+		{"--version", []string{"--version"}, "", 0},
+		{"version", []string{"version"}, "", 0},
+		{"flags after the arguments", []string{"explain", "10.0.0.1", "10.0.0.2", "--etcd-endpoints", "http://127.0.0.1:1", "--etcd-prefix", "/nowhere"}, "etcd http://127.0.0.1:1", 1},
+		{"lab up --nodes 0", []string{"lab", "up", "--nodes", "0", "--weftd", "/bin/true", "--cni-bin", "/bin", "--state-dir", "/nonexistent/lab"}, "--nodes 0: must be at least 1", 1},
+		{"lab up --pods-per-node -1", []string{"lab", "up", "--pods-per-node", "-1"}, "--pods-per-node -1: must be 0 or more", 1},
+		{"doctor bad output", []string{"doctor", "-o", "yaml"}, `-o "yaml"`, 1},
 		{"lab status of no lab", []string{"lab", "status", "--state-dir", "/nonexistent/lab"}, "no lab", 1},
 	}
 	for _, tt := range tests {
@@ -36,6 +55,9 @@ func TestRunArguments(t *testing.T) {
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatalf("err = %v", err)
+				}
+				if out.Len() == 0 {
+					t.Error("nothing printed on stdout")
 				}
 				return
 			}
@@ -49,5 +71,25 @@ func TestRunArguments(t *testing.T) {
 	}
 	if exitCode(errors.Join(errMismatch)) != 2 {
 		t.Error("a mismatch must exit 2")
+	}
+}
+
+func TestUsageTexts(t *testing.T) {
+	var out, errOut bytes.Buffer
+	run(context.Background(), []string{"leases", "-h"}, &out, &errOut)
+	if strings.Contains(errOut.String(), "-lab weftctl") || !strings.Contains(errOut.String(), "  -lab\n") {
+		t.Errorf("--lab must read as a switch, not as taking a value:\n%s", errOut.String())
+	}
+	out.Reset()
+	run(context.Background(), []string{"version"}, &out, &errOut)
+	if !strings.HasPrefix(out.String(), "weftctl ") {
+		t.Errorf("version: %q", out.String())
+	}
+	out.Reset()
+	run(context.Background(), []string{"lab", "help"}, &out, &errOut)
+	for _, sub := range []string{"up", "down", "status", "exec"} {
+		if !strings.Contains(out.String(), "  "+sub+" ") {
+			t.Errorf("lab help lacks %q:\n%s", sub, out.String())
+		}
 	}
 }

@@ -8,8 +8,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/weft-net/weft/internal/inspect"
 	"github.com/weft-net/weft/internal/lab"
-	"github.com/weft-net/weft/internal/lab/inspect"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
 )
@@ -21,7 +21,7 @@ func runPeers(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	s.register(fs)
 	device := fs.String("device", "", "overlay device (default: weft.<VNI>, weft-u.<VNI> or flannel.<VNI>, found)")
 	node := fs.String("node", "", "with --lab: the lab node to read (default: every node)")
-	if err := parse(fs, args, 0); err != nil {
+	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
 	st, err := s.labState()

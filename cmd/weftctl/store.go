@@ -12,11 +12,10 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/weft-net/weft/internal/flagenv"
+	"github.com/weft-net/weft/internal/inspect"
 	"github.com/weft-net/weft/internal/lab"
-	"github.com/weft-net/weft/internal/lab/inspect"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/subnet/etcd"
 	"github.com/weft-net/weft/subnet/kube"
@@ -37,7 +36,7 @@ func (s *store) register(fs *flag.FlagSet) {
 	set.String(&s.kubeconfig, "kubeconfig", "", "read leases from the Kubernetes API with this kubeconfig instead of etcd")
 	set.String(&s.netConf, "net-config-path", kube.DefaultConfigFile, "network config file (Kubernetes mode)")
 	set.String(&s.annot, "kube-annotation-prefix", "flannel.alpha.coreos.com", "prefix of the node annotations (Kubernetes mode)")
-	fs.BoolVar(&s.lab, "lab", false, "use the local lab (see `weftctl lab up`)")
+	fs.BoolVar(&s.lab, "lab", false, "use the local lab (see \"weftctl lab up\")")
 	fs.StringVar(&s.stateDir, "state-dir", env("lab-state-dir", lab.DefaultStateDir), "state directory of the lab (with --lab)")
 }
 
@@ -87,6 +86,9 @@ func (s *store) leases(ctx context.Context, log *slog.Logger) ([]subnet.Lease, *
 	}
 	defer c.Close()
 	cfg, err := inspect.EtcdConfig(ctx, c, s.etcd.Prefix)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil, nil, "", fmt.Errorf("etcd %s: %w: no answer; check that etcd listens there, the --etcd-* TLS flags, and a firewall between", s.etcd.Endpoints, err)
+	}
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("etcd %s: %w", s.etcd.Endpoints, err)
 	}
@@ -103,7 +105,7 @@ func (s *store) leases(ctx context.Context, log *slog.Logger) ([]subnet.Lease, *
 // kubeLeases reads the leases from the node objects through the
 // Kubernetes registry's watch (its first batch is the current leases).
 // opts.NodeName only names the reader: weftctl acquires nothing.
-func kubeLeases(ctx context.Context, c kubernetes.Interface, opts kube.Options, log *slog.Logger) ([]subnet.Lease, *subnet.Config, error) {
+func kubeLeases(ctx context.Context, c kube.Nodes, opts kube.Options, log *slog.Logger) ([]subnet.Lease, *subnet.Config, error) {
 	r, err := kube.New(c, opts, log)
 	if err != nil {
 		return nil, nil, err

@@ -33,7 +33,7 @@ func TestKubeLeases(t *testing.T) {
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	ls, cfg, err := kubeLeases(ctx, c, kube.Options{NodeName: "weftctl", ConfigFile: conf}, slog.New(slog.DiscardHandler))
+	ls, cfg, err := kubeLeases(ctx, fakeNodes{c.CoreV1().Nodes()}, kube.Options{NodeName: "weftctl", ConfigFile: conf}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,3 +54,9 @@ func TestKubeLeases(t *testing.T) {
 		}
 	}
 }
+
+// fakeNodes is the fake clientset's Node client, saying, as the fake
+// clientset itself does, that its watch cannot stream the initial list.
+type fakeNodes struct{ kube.Nodes }
+
+func (fakeNodes) IsWatchListSemanticsUnSupported() bool { return true }

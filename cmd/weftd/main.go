@@ -5,6 +5,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -18,6 +20,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[0], os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) { // -h, --help: the usage was printed
+			return
+		}
 		fmt.Fprintln(os.Stderr, "weftd:", err)
 		os.Exit(1)
 	}

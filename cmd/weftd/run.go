@@ -35,19 +35,24 @@ func run(ctx context.Context, prog string, args []string) error {
 		return err
 	}
 	log.Info("underlay", "device", underlay.name, "mtu", underlay.mtu, "publicIP", node.PublicIP, "publicIPv6", node.PublicIPv6)
+	if err := enableForwarding(forwardIPv4, log); err != nil {
+		return err
+	}
 
-	reg, closeReg, err := newRegistry(ctx, c, log)
+	live := &liveBackend{}
+	metricsReg, metrics := newMetrics(live)
+	rej := subnet.NewRejections(log, metrics.LeaseRejected)
+	reg, closeReg, err := newRegistry(ctx, c, rej, log)
 	if err != nil {
 		return err
 	}
 	defer closeReg()
 
-	live := &liveBackend{}
-	metricsReg, metrics := newMetrics(live)
 	d, err := daemon.New(daemon.Config{
 		Registry:    reg,
 		Node:        node,
 		Metrics:     metrics,
+		Rejections:  rej,
 		Factories:   factories(c, underlay, live, log),
 		SubnetFile:  c.subnetFile,
 		IPMasq:      c.ipMasq,
@@ -104,15 +109,15 @@ func parseAddr(flagName, s string, v6 bool) (netip.Addr, error) {
 }
 
 // newRegistry builds the etcd or the Kubernetes registry.
-func newRegistry(ctx context.Context, c *config, log *slog.Logger) (subnet.Registry, func(), error) {
+func newRegistry(ctx context.Context, c *config, rej *subnet.Rejections, log *slog.Logger) (subnet.Registry, func(), error) {
 	if c.kubeSubnetMgr {
-		return newKubeRegistry(ctx, c, log)
+		return newKubeRegistry(ctx, c, rej, log)
 	}
 	client, err := etcd.NewClient(c.etcd.ClientConfig())
 	if err != nil {
 		return nil, nil, err
 	}
-	reg := etcd.New(client, etcd.Options{Prefix: c.etcd.Prefix, TTL: c.leaseTTL}, log)
+	reg := etcd.New(client, etcd.Options{Prefix: c.etcd.Prefix, TTL: c.leaseTTL, Rejections: rej}, log)
 	return reg, func() { client.Close() }, nil
 }
 

@@ -50,6 +50,11 @@ func factories(c *config, u underlayInfo, live *liveBackend, log *slog.Logger) d
 	f := daemon.Factories{
 		LeaseData: wireGuardLeaseData,
 		Dataplane: func(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int) (daemon.Dataplane, error) {
+			if lease.IPv6Subnet.IsValid() {
+				if err := enableForwarding(forwardIPv6, log); err != nil {
+					return daemon.Dataplane{}, err
+				}
+			}
 			dp, err := newDataplane(typ, cfg, lease, mtu, u, log)
 			if err != nil {
 				return dp, err
@@ -78,31 +83,44 @@ func factories(c *config, u underlayInfo, live *liveBackend, log *slog.Logger) d
 func uvxlanV6Name(vni int) string { return fmt.Sprintf("weft-u6.%d", vni) }
 
 // newUVXLAN builds the userspace dataplane: one backend per address family
-// (a TAP each), joined when the node is dual-stack.
-func newUVXLAN(h *netlink.Handle, vc vxlan.Config, lease subnet.Lease, mtu int, log *slog.Logger) (backend.Backend, error) {
+// (a TAP each), joined when the node is dual-stack. Each opens (and closes)
+// its own netlink handle.
+func newUVXLAN(cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, log *slog.Logger) (backend.Backend, error) {
+	base := uvxlan.Config{VNI: cfg.Backend.VNI, Port: cfg.Backend.Port, MTU: mtu,
+		AllowForeignSources: cfg.Backend.AllowForeignSources}
 	var parts []backend.Backend
 	if lease.Subnet.IsValid() {
-		b, err := uvxlan.New(uvxlan.Config{Handle: h, VNI: vc.VNI, Port: vc.Port, MTU: mtu,
-			Local: vc.Local, MAC: vc.MAC, Subnet: lease.Subnet}, log)
+		c := base
+		c.Local, c.Subnet = u.ipv4, lease.Subnet
+		if d := lease.Attrs.BackendData; d != nil {
+			c.MAC = d.VtepMAC // else derived from the address
+		}
+		b, err := uvxlan.New(c, log)
 		if err != nil {
 			return nil, err
 		}
 		parts = append(parts, b)
 	}
 	if lease.IPv6Subnet.IsValid() {
-		cfg := uvxlan.Config{Handle: h, VNI: vc.VNI, Port: vc.Port, MTU: mtu,
-			Local: vc.LocalIPv6, MAC: vc.MACv6, IPv6Subnet: lease.IPv6Subnet}
-		if lease.Subnet.IsValid() {
-			cfg.Name = uvxlanV6Name(vc.VNI)
-			cfg.MTU = mtu - (backend.OverheadIPv6 - backend.OverheadIPv4)
+		c := base
+		c.Local, c.IPv6Subnet = u.ipv6, lease.IPv6Subnet
+		if d := lease.Attrs.BackendV6Data; d != nil {
+			c.MAC = d.VtepMAC
 		}
-		b, err := uvxlan.New(cfg, log)
+		if len(parts) > 0 {
+			c.Name = uvxlanV6Name(c.VNI)
+			c.MTU = mtu - (backend.OverheadIPv6 - backend.OverheadIPv4)
+		}
+		b, err := uvxlan.New(c, log)
 		if err != nil {
 			return nil, err
 		}
 		parts = append(parts, b)
 	}
-	if len(parts) == 1 {
+	switch len(parts) {
+	case 0:
+		return nil, errors.New("uvxlan: the lease has no subnet")
+	case 1:
 		return parts[0], nil
 	}
 	return backend.Join(parts...), nil
@@ -118,37 +136,43 @@ func newDataplane(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u
 	if err != nil {
 		return daemon.Dataplane{}, fmt.Errorf("netlink: %w", err)
 	}
+	dp, err := buildDataplane(h, typ, cfg, lease, mtu, u, log)
+	if err != nil {
+		h.Close()
+		return daemon.Dataplane{}, err
+	}
+	dp.Close = h.Close
+	return dp, nil
+}
+
+func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, log *slog.Logger) (daemon.Dataplane, error) {
 	switch typ {
 	case subnet.BackendTypeHostGW:
 		return newHostGW(h, cfg, lease, u, log)
 	case subnet.BackendTypeWireGuard:
 		return newWireGuard(h, cfg, lease, mtu, u, log)
 	case subnet.BackendTypeAlloc:
-		return daemon.Dataplane{Backend: alloc.New(), Cleanup: func() error {
-			return errors.Join(removeTunnels(h, cfg.Backend.VNI), wireguard.RemoveDevices(h))
-		}}, nil
-	}
-	vc := vxlan.Config{
-		Handle:        h,
-		VNI:           cfg.Backend.VNI,
-		Port:          cfg.Backend.Port,
-		UnderlayIndex: u.index,
-		MTU:           mtu,
-		DirectRouting: cfg.Backend.DirectRouting,
-		GBP:           cfg.Backend.GBP,
-		Learning:      cfg.Backend.Learning,
-	}
-	// The device MACs are the ones the lease advertises; the local
-	// addresses stay the underlay's even when the advertised public address
-	// is overwritten (a node behind NAT).
-	if lease.Subnet.IsValid() && lease.Attrs.BackendData != nil {
-		vc.Local, vc.Subnet, vc.MAC = u.ipv4, lease.Subnet, lease.Attrs.BackendData.VtepMAC
-	}
-	if lease.IPv6Subnet.IsValid() && lease.Attrs.BackendV6Data != nil {
-		vc.LocalIPv6, vc.IPv6Subnet, vc.MACv6 = u.ipv6, lease.IPv6Subnet, lease.Attrs.BackendV6Data.VtepMAC
-	}
-	switch typ {
+		return daemon.Dataplane{Backend: alloc.New(), Cleanup: func() error { return removeOthers(h, cfg, "", log) }}, nil
 	case subnet.BackendTypeVXLAN:
+		vc := vxlan.Config{
+			Handle:        h,
+			VNI:           cfg.Backend.VNI,
+			Port:          cfg.Backend.Port,
+			UnderlayIndex: u.index,
+			MTU:           mtu,
+			DirectRouting: cfg.Backend.DirectRouting,
+			GBP:           cfg.Backend.GBP,
+			Learning:      cfg.Backend.Learning,
+		}
+		// The device MACs are the ones the lease advertises; the local
+		// addresses stay the underlay's even when the advertised public
+		// address is overwritten (a node behind NAT).
+		if lease.Subnet.IsValid() && lease.Attrs.BackendData != nil {
+			vc.Local, vc.Subnet, vc.MAC = u.ipv4, lease.Subnet, lease.Attrs.BackendData.VtepMAC
+		}
+		if lease.IPv6Subnet.IsValid() && lease.Attrs.BackendV6Data != nil {
+			vc.LocalIPv6, vc.IPv6Subnet, vc.MACv6 = u.ipv6, lease.IPv6Subnet, lease.Attrs.BackendV6Data.VtepMAC
+		}
 		b, err := vxlan.New(vc, log)
 		if err != nil {
 			return daemon.Dataplane{}, err
@@ -157,21 +181,32 @@ func newDataplane(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u
 			return errors.Join(removeUVXLAN(h, vc.VNI), wireguard.RemoveDevices(h))
 		}}, nil
 	case subnet.BackendTypeUVXLAN:
-		b, err := newUVXLAN(h, vc, lease, mtu, log)
+		b, err := newUVXLAN(cfg, lease, mtu, u, log)
 		if err != nil {
 			return daemon.Dataplane{}, err
 		}
-		return daemon.Dataplane{Backend: b, Cleanup: func() error {
-			return errors.Join(vxlan.RemoveDevices(h, vc.VNI), wireguard.RemoveDevices(h))
-		}}, nil
+		// Any kernel VXLAN device on our port (weft's, or flannel.<VNI>
+		// when replacing flanneld) holds the socket this dataplane binds.
+		cleanup := func() error {
+			return errors.Join(vxlan.RemovePortHolders(h, cfg.Backend.Port, log), wireguard.RemoveDevices(h))
+		}
+		return daemon.Dataplane{Backend: b, Cleanup: cleanup}, nil
 	}
 	return daemon.Dataplane{}, fmt.Errorf("backend %q: unsupported", typ)
 }
 
-// removeTunnels removes the VXLAN devices and uvxlan TAPs an earlier run
-// with a tunnelling backend left, for a node that now runs without one.
-func removeTunnels(h *netlink.Handle, vni int) error {
-	return errors.Join(vxlan.RemoveDevices(h, vni), removeUVXLAN(h, vni))
+// removeOthers removes what the other backends left on a node that now
+// runs keep (host-gw, wireguard or alloc, "" for alloc): the kernel VXLAN
+// devices (weft's or flanneld's), the uvxlan TAPs, and unless keep is
+// wireguard the wireguard devices, whose route for the whole cluster network
+// would catch pod traffic.
+func removeOthers(h *netlink.Handle, cfg *subnet.Config, keep string, log *slog.Logger) error {
+	errs := []error{vxlan.RemovePortHolders(h, cfg.Backend.Port, log), vxlan.RemoveDevices(h, cfg.Backend.VNI),
+		removeUVXLAN(h, cfg.Backend.VNI)}
+	if keep != subnet.BackendTypeWireGuard {
+		errs = append(errs, wireguard.RemoveDevices(h))
+	}
+	return errors.Join(errs...)
 }
 
 // newHostGW builds the host-gw dataplane. As Flannel's, it refuses a node
@@ -188,7 +223,5 @@ func newHostGW(h *netlink.Handle, cfg *subnet.Config, lease subnet.Lease, u unde
 	if err != nil {
 		return daemon.Dataplane{}, err
 	}
-	return daemon.Dataplane{Backend: b, Cleanup: func() error {
-		return errors.Join(removeTunnels(h, cfg.Backend.VNI), wireguard.RemoveDevices(h))
-	}}, nil
+	return daemon.Dataplane{Backend: b, Cleanup: func() error { return removeOthers(h, cfg, subnet.BackendTypeHostGW, log) }}, nil
 }

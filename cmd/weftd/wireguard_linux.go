@@ -52,5 +52,5 @@ func newWireGuard(h *netlink.Handle, cfg *subnet.Config, lease subnet.Lease, mtu
 	if err != nil {
 		return daemon.Dataplane{}, err
 	}
-	return daemon.Dataplane{Backend: b, Cleanup: func() error { return removeTunnels(h, cfg.Backend.VNI) }}, nil
+	return daemon.Dataplane{Backend: b, Cleanup: func() error { return removeOthers(h, cfg, subnet.BackendTypeWireGuard, log) }}, nil
 }

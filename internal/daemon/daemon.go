@@ -36,8 +36,12 @@ type Node struct {
 type Dataplane struct {
 	Backend backend.Backend
 	// Cleanup, if set, removes state other dataplanes left behind (for
-	// example the kernel device when this node now runs uvxlan).
+	// example the kernel device when this node now runs uvxlan). It runs
+	// before Backend.Run.
 	Cleanup func() error
+	// Close, if set, releases what the factory opened for this dataplane
+	// (a netlink handle). It runs after Backend.Run has returned.
+	Close func()
 }
 
 // Factories build the parts that depend on the network config and the lease.
@@ -61,7 +65,11 @@ type Config struct {
 	IPMasq      bool
 	BackendType string // overrides the config's Backend.Type when set
 
-	Metrics       *Metrics      // nil: no metrics
+	Metrics *Metrics // nil: no metrics
+	// Rejections records the peers' leases that fail the checks (logged
+	// once, counted); nil: a recorder logging to the daemon's logger and
+	// counting in Metrics.
+	Rejections    *subnet.Rejections
 	RenewMargin   time.Duration // renew this long before expiry (default 1h)
 	RetryInterval time.Duration // between failed renewals and acquisitions (default 1m)
 }
@@ -93,6 +101,9 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 	}
 	if cfg.Node.UnderlayMTU == 0 {
 		cfg.Node.UnderlayMTU = 1500
+	}
+	if cfg.Rejections == nil {
+		cfg.Rejections = subnet.NewRejections(log.With("component", "daemon"), cfg.Metrics.LeaseRejected)
 	}
 	return &Daemon{cfg: cfg, log: log.With("component", "daemon")}, nil
 }

@@ -91,6 +91,9 @@ func (r *fakeRegistry) send(t *testing.T, evs ...subnet.Event) {
 	}
 }
 
+// fakeBackend records the tables it is given. Like a real dataplane, which
+// is ready only once it has programmed the kernel, it is ready only when the
+// test says so (markReady), not on its first Set.
 type fakeBackend struct {
 	tables chan vtep.Table
 	ready  chan struct{}
@@ -102,12 +105,10 @@ func newFakeBackend() *fakeBackend {
 }
 
 func (b *fakeBackend) Run(ctx context.Context) error { <-ctx.Done(); return nil }
-func (b *fakeBackend) Set(t vtep.Table) {
-	b.tables <- t
-	b.once.Do(func() { close(b.ready) })
-}
-func (b *fakeBackend) Ready() <-chan struct{} { return b.ready }
-func (b *fakeBackend) Stats() backend.Stats   { return backend.Stats{} }
+func (b *fakeBackend) Set(t vtep.Table)              { b.tables <- t }
+func (b *fakeBackend) Ready() <-chan struct{}        { return b.ready }
+func (b *fakeBackend) Stats() backend.Stats          { return backend.Stats{} }
+func (b *fakeBackend) markReady()                    { b.once.Do(func() { close(b.ready) }) }
 
 func testConfig(t *testing.T) *subnet.Config {
 	cfg, err := subnet.ParseConfig([]byte(`{"Network":"10.244.0.0/16"}`))
@@ -204,14 +205,13 @@ func TestDaemonWritesFileAndProgramsPeers(t *testing.T) {
 	waitFor(t, func() bool {
 		return gauge(t, preg, "weft_peers") == 1 && gauge(t, preg, "weft_leases") == 2
 	})
-	deadline := time.Now().Add(5 * time.Second)
-	for !d.Ready() {
-		if time.Now().After(deadline) {
-			t.Fatal("daemon never ready")
-		}
-		time.Sleep(10 * time.Millisecond)
+	// Tables handed over and the file written, but the dataplane has not
+	// said it is programmed: the daemon must not report ready.
+	if d.Ready() || gauge(t, preg, "weft_ready") != 0 {
+		t.Fatal("daemon ready before its dataplane")
 	}
-	waitFor(t, func() bool { return gauge(t, preg, "weft_ready") == 1 })
+	fb.markReady()
+	waitFor(t, func() bool { return d.Ready() && gauge(t, preg, "weft_ready") == 1 })
 }
 
 // gauge sums the samples of a metric family gathered from reg.

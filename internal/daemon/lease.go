@@ -56,7 +56,7 @@ func (d *Daemon) leaseLoop(ctx context.Context, cfg *subnet.Config, typ string) 
 // wireguard lease gets its data (the public key) from Factories.LeaseData.
 func (d *Daemon) attrs(cfg *subnet.Config, typ string) subnet.LeaseAttrs {
 	if typ == subnet.BackendTypeHostGW || typ == subnet.BackendTypeAlloc || typ == subnet.BackendTypeWireGuard {
-		a := subnet.LeaseAttrs{BackendType: subnet.LeaseType(typ)}
+		a := subnet.LeaseAttrs{BackendType: subnet.LeaseBackendType(typ)}
 		if cfg.EnableIPv4 {
 			a.PublicIP = d.cfg.Node.PublicIP
 		}
@@ -132,6 +132,9 @@ func (d *Daemon) session(ctx context.Context, cfg *subnet.Config, typ string, le
 	if err != nil {
 		return fmt.Errorf("daemon: %s dataplane: %w", typ, err)
 	}
+	if dp.Close != nil {
+		defer dp.Close()
+	}
 	if dp.Cleanup != nil {
 		if err := dp.Cleanup(); err != nil {
 			d.log.Warn("cannot remove the other backend's state", "err", err)
@@ -152,7 +155,7 @@ func (d *Daemon) session(ctx context.Context, cfg *subnet.Config, typ string, le
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return dp.Backend.Run(gctx) })
-	g.Go(func() error { return d.watch(gctx, subnet.LeaseType(typ), lease, dp.Backend) })
+	g.Go(func() error { return d.watch(gctx, cfg, lease, dp.Backend) })
 	g.Go(func() error { return d.renew(gctx, lease) })
 	g.Go(func() error { return d.awaitReady(gctx, dp.Backend) })
 	return g.Wait()
@@ -237,12 +240,13 @@ func (d *Daemon) renewOnce(ctx context.Context, lease subnet.Lease) (subnet.Leas
 }
 
 // watch follows the registry and hands every new peer table to the backend.
-func (d *Daemon) watch(ctx context.Context, leaseType string, self subnet.Lease, b backend.Backend) error {
+func (d *Daemon) watch(ctx context.Context, cfg *subnet.Config, self subnet.Lease, b backend.Backend) error {
+	leaseType := subnet.LeaseBackendType(cfg.Backend.Type)
 	events := make(chan []subnet.Event, 64)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return d.cfg.Registry.Watch(gctx, events) })
 	g.Go(func() error {
-		leases := map[string]subnet.Lease{}
+		peers := newPeerSet(cfg, self, d.cfg.Rejections)
 		selfKey := self.Key()
 		for {
 			var batch []subnet.Event
@@ -254,23 +258,17 @@ func (d *Daemon) watch(ctx context.Context, leaseType string, self subnet.Lease,
 			start := time.Now()
 			var added, removed int
 			for _, ev := range batch {
-				key := ev.Lease.Key()
-				if key == selfKey && lostOwnLease(ev, self) {
+				if ev.Lease.Key() == selfKey && lostOwnLease(ev, self) {
 					return errLeaseLost
 				}
+				peers.apply(ev)
 				if ev.Type == subnet.EventRemoved {
-					delete(leases, key)
 					removed++
 				} else {
-					leases[key] = ev.Lease
 					added++
 				}
 			}
-			all := make([]subnet.Lease, 0, len(leases))
-			for _, l := range leases {
-				all = append(all, l)
-			}
-			t := vtep.FromLeasesOf(leaseType, all, self)
+			t := vtep.FromLeasesOf(leaseType, peers.all(), self)
 			b.Set(t)
 			v4 := 0
 			for p := range t {
@@ -278,7 +276,7 @@ func (d *Daemon) watch(ctx context.Context, leaseType string, self subnet.Lease,
 					v4++
 				}
 			}
-			d.cfg.Metrics.batch(added, removed, len(leases), v4, len(t)-v4, time.Since(start))
+			d.cfg.Metrics.batch(added, removed, len(peers.leases), v4, len(t)-v4, time.Since(start))
 		}
 	})
 	err := g.Wait()

@@ -18,6 +18,7 @@ type Metrics struct {
 	ready         prometheus.Gauge
 	events        *prometheus.CounterVec
 	tableUpdate   prometheus.Histogram
+	rejected      *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -42,8 +43,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		tableUpdate: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "weft_peer_table_build_seconds",
 			Help:    "Time to turn a batch of lease events into a new peer table and hand it to the dataplane.",
 			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 10)}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "weft_leases_rejected_total",
+			Help: "Subnet leases (keys, values, annotations) left out because they fail a check, by reason; each key once per reason."}, []string{"reason"}),
 	}
-	reg.MustRegister(m.leases, m.peers, m.acquisitions, m.leaseLost, m.renewals, m.renewFailures, m.ready, m.events, m.tableUpdate)
+	reg.MustRegister(m.rejected, m.leases, m.peers, m.acquisitions, m.leaseLost, m.renewals, m.renewFailures, m.ready, m.events, m.tableUpdate)
 	return m
 }
 
@@ -86,4 +89,11 @@ func (m *Metrics) batch(added, removed, leases, v4, v6 int, took time.Duration) 
 	m.peers.WithLabelValues("ipv4").Set(float64(v4))
 	m.peers.WithLabelValues("ipv6").Set(float64(v6))
 	m.tableUpdate.Observe(took.Seconds())
+}
+
+// LeaseRejected counts one rejected lease; see subnet.Rejections.
+func (m *Metrics) LeaseRejected(reason string) {
+	if m != nil {
+		m.rejected.WithLabelValues(reason).Inc()
+	}
 }

@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -107,6 +108,22 @@ func run(t *testing.T, bin string, args ...string) (string, int) {
 	}
 	t.Fatalf("weftctl %v: %v\n%s", args, err, out)
 	return "", -1
+}
+
+// runNoFatal is run for other goroutines than the test's: it returns -1
+// with the error as output instead of failing the test.
+func runNoFatal(bin string, args ...string) (string, int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return string(out), 0
+	case errors.As(err, &ee):
+		return string(out), ee.ExitCode()
+	}
+	return fmt.Sprintf("%v\n%s", err, out), -1
 }
 
 // ipIn runs iproute2 (or another tool) inside a namespace.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/weft-net/weft/internal/etcdlocal"
 	"github.com/weft-net/weft/internal/nettest"
@@ -105,7 +106,9 @@ func (l *Lab) startEtcd(ctx context.Context) error {
 	}
 	l.etcd = s
 	l.State.Etcd = s.Endpoint
-	l.cli, err = clientv3.New(clientv3.Config{Endpoints: []string{s.Endpoint}, DialTimeout: 5 * time.Second})
+	// The client's own logger prints JSON lines among lab up's report (for
+	// example while etcd stops at the end); errors come back as values.
+	l.cli, err = clientv3.New(clientv3.Config{Endpoints: []string{s.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return fmt.Errorf("etcd client: %w", err)
 	}

@@ -19,11 +19,13 @@ const (
 	BackendMixed  = "mixed" // odd nodes vxlan, even nodes uvxlan
 )
 
-// Options describe a lab. Zero values take the defaults shown.
+// Options describe a lab. Zero values take the defaults shown, except
+// Nodes and PodsPerNode, which are taken as given: zero nodes is refused,
+// zero pods per node is a lab of bare nodes.
 type Options struct {
 	StateDir    string       // DefaultStateDir
-	Nodes       int          // 3
-	PodsPerNode int          // 2
+	Nodes       int          // at least 1
+	PodsPerNode int          // 0..50
 	Backend     string       // BackendVXLAN
 	Weftd       string       // path of weftd; see FindBinaries
 	CNIBin      string       // directory holding the weft plugin; see FindBinaries
@@ -45,12 +47,6 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("state dir: %w", err)
 	}
 	o.StateDir = abs
-	if o.Nodes == 0 {
-		o.Nodes = 3
-	}
-	if o.PodsPerNode == 0 {
-		o.PodsPerNode = 2
-	}
 	if o.Backend == "" {
 		o.Backend = BackendVXLAN
 	}

@@ -51,9 +51,10 @@ func (e *nsExec) ExecPlugin(ctx context.Context, path string, stdin []byte, env 
 // runtime would read it from /etc/cni/net.d.
 func Conflist(subnetFile, dataDir string) ([]byte, error) {
 	return json.Marshal(map[string]any{
-		"cniVersion": "1.1.0",
-		"name":       NetworkName,
-		"plugins":    []any{map[string]any{"type": "weft", "subnetFile": subnetFile, "dataDir": dataDir}},
+		"cniVersion":  "1.0.0",
+		"cniVersions": []string{"1.0.0", "1.1.0"},
+		"name":        NetworkName,
+		"plugins":     []any{map[string]any{"type": "weft", "subnetFile": subnetFile, "dataDir": dataDir}},
 	})
 }
 

@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/weft-net/weft/internal/nettest"
 )
 
 func TestParseStat(t *testing.T) {
@@ -38,7 +40,7 @@ func TestProcAlive(t *testing.T) {
 	}
 	cmd := exec.Command("sh", "-c", "sleep 30; true", "/nonexistent/marker")
 	if err := cmd.Start(); err != nil {
-		t.Skip("no sh:", err)
+		nettest.SkipUnlessCI(t, "no sh: "+err.Error())
 	}
 	defer cmd.Process.Kill()
 	child, err := IdentifyProc(cmd.Process.Pid, "/nonexistent/marker")

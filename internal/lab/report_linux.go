@@ -7,9 +7,13 @@ import (
 	"sync"
 	"time"
 
+	"errors"
+	"net/netip"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/weft-net/weft/internal/lab/inspect"
+	"github.com/weft-net/weft/internal/connectivity"
+	"github.com/weft-net/weft/internal/inspect"
 	"github.com/weft-net/weft/internal/nettest"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
@@ -73,38 +77,53 @@ func (l *Lab) converged(ctx context.Context) error {
 	return nil
 }
 
-// PingMatrix pings every pod from every other pod once (sources in
-// parallel, destinations in turn) from inside the pod namespaces.
+// PingMatrix pings every pod from every other pod once and makes one
+// short TCP exchange per pair (sources in parallel, destinations in turn),
+// all from sockets opened inside the pod namespaces. Each pod runs a TCP
+// echo server on an ephemeral port for the duration.
 func PingMatrix(pods []PodState, nss map[string]*nettest.NS, timeout time.Duration) (*Matrix, error) {
 	names := make([]string, len(pods))
+	servers := make([]*connectivity.TCPServer, len(pods))
+	defer func() {
+		for _, s := range servers {
+			if s != nil {
+				s.Close()
+			}
+		}
+	}()
 	for i, p := range pods {
 		names[i] = p.Name
+		s, err := connectivity.ListenTCP(nss[p.NS].Do, netip.AddrPortFrom(netip.IPv4Unspecified(), 0))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p.Name, err)
+		}
+		servers[i] = s
 	}
 	m := NewMatrix(names)
 	var wg sync.WaitGroup
 	errs := make([]error, len(pods))
 	for i, src := range pods {
 		wg.Go(func() {
-			pg, err := newPinger(nss[src.NS])
+			do := connectivity.Do(nss[src.NS].Do)
+			pg, err := connectivity.NewPinger(do)
 			if err != nil {
-				errs[i] = err
+				errs[i] = fmt.Errorf("%s: %w", src.Name, err)
 				return
 			}
-			defer pg.close()
+			defer pg.Close()
 			for j, dst := range pods {
-				if i != j {
-					m.OK[i][j] = pg.ping(dst.IP, timeout) == nil
+				if i == j {
+					continue
 				}
+				_, err := pg.Ping(dst.IP, 84, false, timeout)
+				m.OK[i][j] = err == nil
+				_, err = connectivity.TCPExchange(context.Background(), do, netip.AddrPortFrom(dst.IP, servers[j].Addr().Port()), timeout)
+				m.TCP[i][j] = err == nil
 			}
 		})
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return m, err
-		}
-	}
-	return m, nil
+	return m, errors.Join(errs...)
 }
 
 // Matrix pings every pair of the lab's pods.
@@ -136,6 +155,6 @@ func (l *Lab) Report(ctx context.Context, w io.Writer) (*Matrix, error) {
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintln(w, "\nPod-to-pod connectivity (one ping each):")
+	fmt.Fprintln(w, "\nPod-to-pod connectivity (one ping and one TCP exchange per pair):")
 	return m, m.Render(w)
 }

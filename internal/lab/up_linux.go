@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/weft-net/weft/internal/lab/inspect"
+	"github.com/weft-net/weft/internal/inspect"
 )
 
 // ReadyLine is printed by Up once the lab is complete; scripts and tests

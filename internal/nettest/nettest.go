@@ -2,7 +2,9 @@
 // creates and always deletes: namespaces, veth pairs, an underlay switch,
 // commands run inside a namespace. It never changes the root namespace.
 //
-// Tests that use it skip (not fail) when not run as root.
+// Tests that use it skip when not run as root, except under CI (CI=true),
+// where a test that cannot run fails: CI must never pass a test it did not
+// run.
 package nettest
 
 import (
@@ -16,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,12 +43,29 @@ type NS struct {
 	Handle *netlink.Handle
 }
 
-// RequireRoot skips the test when not running as root.
+// RequireRoot skips the test when not running as root; under CI it fails.
 func RequireRoot(tb testing.TB) {
 	tb.Helper()
 	if os.Geteuid() != 0 {
-		tb.Skip("needs root (network namespaces)")
+		SkipUnlessCI(tb, "needs root (network namespaces)")
 	}
+}
+
+// InCI reports whether the tests run under CI: CI set to a true value
+// ("true", "1"), as CI systems and .ci/run set it.
+func InCI() bool {
+	ci, err := strconv.ParseBool(os.Getenv("CI"))
+	return err == nil && ci
+}
+
+// SkipUnlessCI skips the test for reason, or fails it under CI, where a
+// test that cannot run must not look like a pass.
+func SkipUnlessCI(tb testing.TB, reason string) {
+	tb.Helper()
+	if InCI() {
+		tb.Fatalf("cannot run under CI (CI=%s): %s", os.Getenv("CI"), reason)
+	}
+	tb.Skip(reason)
 }
 
 // NewNS creates a namespace named NamePrefix+label+random suffix, with lo up,

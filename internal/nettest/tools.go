@@ -41,6 +41,9 @@ func Binary(tb testing.TB, name string) string {
 	out := filepath.Join(buildDir, name)
 	cmd := exec.Command("go", "build", "-o", out, "./cmd/"+name)
 	cmd.Dir = ModuleRoot(tb)
+	// Static, as the image and the README build them: the tests and
+	// benchmarks run the binaries users run.
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		tb.Fatalf("go build ./cmd/%s: %v\n%s", name, err, b)
 	}

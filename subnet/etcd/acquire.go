@@ -46,7 +46,7 @@ func (r *Registry) Acquire(ctx context.Context, attrs subnet.LeaseAttrs, hint ne
 		return subnet.Lease{}, fmt.Errorf("acquire lease: %w", err)
 	}
 	for attempt := 0; ; attempt++ {
-		l, err := r.tryAcquire(ctx, cfg, attrs, value, hint, attempt == 0)
+		l, err := r.tryAcquire(ctx, cfg, attrs, value, hint)
 		if !errors.Is(err, errRace) {
 			return l, err
 		}
@@ -65,10 +65,10 @@ func (r *Registry) Acquire(ctx context.Context, attrs subnet.LeaseAttrs, hint ne
 
 // tryAcquire makes one attempt on one listing. It returns errRace when the
 // listing went stale under it.
-func (r *Registry) tryAcquire(ctx context.Context, cfg *subnet.Config, attrs subnet.LeaseAttrs, value []byte, hint netip.Prefix, warn bool) (subnet.Lease, error) {
-	entries, _, err := r.list(ctx, warn)
+func (r *Registry) tryAcquire(ctx context.Context, cfg *subnet.Config, attrs subnet.LeaseAttrs, value []byte, hint netip.Prefix) (subnet.Lease, error) {
+	entries, _, err := r.list(ctx)
 	if err != nil {
-		return subnet.Lease{}, fmt.Errorf("acquire lease: %w", err)
+		return subnet.Lease{}, fmt.Errorf("acquire lease: etcd %s: %w", r.endpoints(), err)
 	}
 	own, stale := findOwn(cfg, entries, attrs)
 	if len(stale) > 0 {

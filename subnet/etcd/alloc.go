@@ -17,13 +17,13 @@ const pickAmong = 100
 // fits and is free, else a random one among the first free ones.
 func pick(cfg *subnet.Config, entries []entry, hint netip.Prefix) (v4, v6 netip.Prefix, err error) {
 	if cfg.EnableIPv4 {
-		t := newTaken(cfg.SubnetLen, entries, false)
+		t := newTaken(cfg.Network, cfg.SubnetLen, entries, false)
 		if v4, err = pickFamily(cfg, false, t, hint); err != nil {
 			return netip.Prefix{}, netip.Prefix{}, err
 		}
 	}
 	if cfg.EnableIPv6 {
-		t := newTaken(cfg.IPv6SubnetLen, entries, true)
+		t := newTaken(cfg.IPv6Network, cfg.IPv6SubnetLen, entries, true)
 		if v6, err = pickFamily(cfg, true, t, hint); err != nil {
 			return netip.Prefix{}, netip.Prefix{}, err
 		}
@@ -62,13 +62,16 @@ func pickFamily(cfg *subnet.Config, v6 bool, t *taken, hint netip.Prefix) (netip
 }
 
 // taken is the set of subnets of one family held by existing keys,
-// including keys whose value does not parse (the subnet is still claimed).
+// including keys whose value does not parse (the key exists, so its subnet
+// cannot be created). Keys whose subnet is not inside the Network, or is the
+// whole Network or wider (a foreign or hostile key such as "0.0.0.0-1"),
+// claim nothing: they never make free subnets look taken.
 type taken struct {
 	exact map[netip.Prefix]bool // keys of the configured subnet length
 	other []netip.Prefix        // keys of another length (an older config)
 }
 
-func newTaken(l int, entries []entry, v6 bool) *taken {
+func newTaken(network netip.Prefix, l int, entries []entry, v6 bool) *taken {
 	t := &taken{exact: make(map[netip.Prefix]bool, len(entries))}
 	for _, e := range entries {
 		p := e.lease.Subnet
@@ -76,7 +79,7 @@ func newTaken(l int, entries []entry, v6 bool) *taken {
 			p = e.lease.IPv6Subnet
 		}
 		switch {
-		case !p.IsValid():
+		case !p.IsValid(), p.Bits() <= network.Bits(), !network.Contains(p.Addr()):
 		case p.Bits() == l:
 			t.exact[p] = true
 		default:

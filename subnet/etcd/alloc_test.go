@@ -58,7 +58,13 @@ func TestPick(t *testing.T) {
 			nil, []string{"fd00::8/126"}, false},
 		{"IPv6 exhausted by a wide old key",
 			`{"EnableIPv4": false, "EnableIPv6": true, "IPv6Network": "fd00::/120", "IPv6SubnetLen": 126}`,
-			[]string{"0.0.0.0-0&fd00::-120"}, "", nil, nil, true},
+			[]string{"0.0.0.0-0&fd00::-121", "0.0.0.0-0&fd00::80-121"}, "", nil, nil, true},
+		{"a key as wide as the Network claims nothing",
+			`{"EnableIPv4": false, "EnableIPv6": true, "IPv6Network": "fd00::/124"}`,
+			[]string{"0.0.0.0-0&fd00::-124", "0.0.0.0-0&fd00::4-126", "0.0.0.0-0&fd00::c-126"}, "", nil, []string{"fd00::8/126"}, false},
+		{"a route hijack key claims nothing", tinyConf, []string{"0.0.0.0-1", "10.1.0.4-30", "10.1.0.12-30"}, "", []string{"10.1.0.8/30"}, nil, false},
+		{"a key outside the Network claims nothing", tinyConf, []string{"10.250.0.0-24", "10.1.0.4-30", "10.1.0.8-30"}, "", []string{"10.1.0.12/30"}, nil, false},
+		{"a key wider than the Network claims nothing", tinyConf, []string{"10.0.0.0-8", "10.1.0.4-30", "10.1.0.8-30"}, "", []string{"10.1.0.12/30"}, nil, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -48,6 +48,10 @@ type Options struct {
 	// so that an unreachable etcd becomes an error the caller can retry
 	// instead of a call that never returns (DefaultRequestTimeout).
 	RequestTimeout time.Duration
+	// Rejections records keys that are not lease keys and values that do
+	// not parse (logged once per key, counted); nil: logged once per key to
+	// the registry's logger.
+	Rejections *subnet.Rejections
 }
 
 // Registry is the etcd subnet registry. It is safe for concurrent use.
@@ -58,6 +62,7 @@ type Registry struct {
 	retries int
 	timeout time.Duration
 	log     *slog.Logger
+	rej     *subnet.Rejections
 	err     error // bad options, returned by every method
 }
 
@@ -75,6 +80,10 @@ func New(client *clientv3.Client, opts Options, log *slog.Logger) *Registry {
 		retries: opts.RaceRetries,
 		timeout: opts.RequestTimeout,
 		log:     log.With("component", "etcd"),
+		rej:     opts.Rejections,
+	}
+	if r.rej == nil {
+		r.rej = subnet.NewRejections(r.log, nil)
 	}
 	if opts.Prefix == "" {
 		r.prefix = DefaultPrefix
@@ -119,7 +128,7 @@ func (r *Registry) Config(ctx context.Context) (*subnet.Config, error) {
 	defer cancel()
 	resp, err := r.client.Get(rctx, r.configKey())
 	if err != nil {
-		return nil, fmt.Errorf("etcd registry: read %s: %w", r.configKey(), err)
+		return nil, fmt.Errorf("etcd registry: read %s from etcd %s: %w", r.configKey(), r.endpoints(), err)
 	}
 	if len(resp.Kvs) == 0 {
 		return nil, fmt.Errorf("etcd registry: network config %s: key not found: write the network config (JSON) there", r.configKey())
@@ -129,6 +138,14 @@ func (r *Registry) Config(ctx context.Context) (*subnet.Config, error) {
 		return nil, fmt.Errorf("etcd registry: %s: %w", r.configKey(), err)
 	}
 	return cfg, nil
+}
+
+// endpoints names the etcd endpoints the client tries, for errors.
+func (r *Registry) endpoints() string {
+	if r.client == nil {
+		return "(no client)"
+	}
+	return strings.Join(r.client.Endpoints(), ",")
 }
 
 // entry is one lease key as listed from etcd.
@@ -161,9 +178,9 @@ func (r *Registry) decode(kv *mvccpb.KeyValue) (entry, error) {
 }
 
 // list reads every lease key, sorted by name. Keys that are not lease keys
-// are logged (when warn is set) and skipped; keys with bad values are
-// returned marked bad.
-func (r *Registry) list(ctx context.Context, warn bool) ([]entry, int64, error) {
+// are recorded as rejected and skipped; keys with bad values are recorded
+// and returned marked bad.
+func (r *Registry) list(ctx context.Context) ([]entry, int64, error) {
 	rctx, cancel := r.request(ctx)
 	defer cancel()
 	resp, err := r.client.Get(rctx, r.subnetsDir(), clientv3.WithPrefix())
@@ -174,13 +191,13 @@ func (r *Registry) list(ctx context.Context, warn bool) ([]entry, int64, error) 
 	for _, kv := range resp.Kvs {
 		e, err := r.decode(kv)
 		if err != nil {
-			if warn {
-				r.log.Warn("skipping a key that is not a subnet lease", "key", string(kv.Key), "err", err)
-			}
+			r.rej.Reject(string(kv.Key), subnet.RejectMalformedKey, err)
 			continue
 		}
-		if e.bad != nil && warn {
-			r.log.Warn("skipping a subnet lease whose value does not parse", "key", string(kv.Key), "err", e.bad)
+		if e.bad != nil {
+			r.rej.Reject(string(kv.Key), subnet.RejectMalformedValue, e.bad)
+		} else {
+			r.rej.Forget(string(kv.Key))
 		}
 		out = append(out, e)
 	}

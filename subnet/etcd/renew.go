@@ -30,7 +30,7 @@ func (r *Registry) Renew(ctx context.Context, l subnet.Lease) (subnet.Lease, err
 	key := r.subnetsDir() + l.Key()
 	value, err := json.Marshal(l.Attrs)
 	if err != nil {
-		return l, fmt.Errorf("renew lease %s: %w", key, err)
+		return l, fmt.Errorf("renew lease %s in etcd %s: %w", key, r.endpoints(), err)
 	}
 	rctx, cancel := r.request(ctx)
 	defer cancel()
@@ -47,7 +47,7 @@ func (r *Registry) Renew(ctx context.Context, l subnet.Lease) (subnet.Lease, err
 	if err != nil {
 		// The put may have happened: revoking the grant could delete our
 		// key, so leave it to expire by itself.
-		return l, fmt.Errorf("renew lease %s: %w", key, err)
+		return l, fmt.Errorf("renew lease %s in etcd %s: %w", key, r.endpoints(), err)
 	}
 	kvs := resp.Responses[0].GetResponseRange().GetKvs()
 	if !resp.Succeeded {

@@ -82,7 +82,7 @@ func (w *watcher) send(ctx context.Context, batch []subnet.Event) error {
 // resync lists the leases, sends the difference from what was sent before
 // and returns the listing's revision.
 func (w *watcher) resync(ctx context.Context) (int64, error) {
-	entries, rev, err := w.r.list(ctx, true)
+	entries, rev, err := w.r.list(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -121,7 +121,7 @@ func (w *watcher) follow(ctx context.Context, rev int64) (progressed bool, err e
 	wch := w.r.client.Watch(wctx, w.r.subnetsDir(), clientv3.WithPrefix(), clientv3.WithRev(rev))
 	for resp := range wch {
 		if err := resp.Err(); err != nil {
-			return progressed, fmt.Errorf("watch %s from revision %d: %w", w.r.subnetsDir(), rev, err)
+			return progressed, fmt.Errorf("watch %s in etcd %s from revision %d: %w", w.r.subnetsDir(), w.r.endpoints(), rev, err)
 		}
 		if len(resp.Events) == 0 {
 			continue
@@ -139,10 +139,13 @@ func (w *watcher) follow(ctx context.Context, rev int64) (progressed bool, err e
 func (w *watcher) apply(evs []*clientv3.Event) []subnet.Event {
 	var batch []subnet.Event
 	for _, ev := range evs {
+		key := string(ev.Kv.Key)
 		e, err := w.r.decode(ev.Kv)
 		if err != nil {
 			if ev.Type == mvccpb.PUT {
-				w.r.log.Warn("skipping a key that is not a subnet lease", "key", string(ev.Kv.Key), "err", err)
+				w.r.rej.Reject(key, subnet.RejectMalformedKey, err)
+			} else {
+				w.r.rej.Forget(key)
 			}
 			continue
 		}
@@ -150,7 +153,9 @@ func (w *watcher) apply(evs []*clientv3.Event) []subnet.Event {
 		switch {
 		case ev.Type == mvccpb.DELETE || e.bad != nil:
 			if ev.Type == mvccpb.PUT {
-				w.r.log.Warn("skipping a subnet lease whose value does not parse", "key", string(ev.Kv.Key), "err", e.bad)
+				w.r.rej.Reject(key, subnet.RejectMalformedValue, e.bad)
+			} else {
+				w.r.rej.Forget(key)
 			}
 			if known {
 				delete(w.known, e.name)
@@ -161,6 +166,7 @@ func (w *watcher) apply(evs []*clientv3.Event) []subnet.Event {
 		case known && sameValue(old.value, e.value):
 			w.known[e.name] = e // a renewal: nothing to tell
 		default:
+			w.r.rej.Forget(key)
 			w.known[e.name] = e
 			batch = append(batch, subnet.Event{Type: subnet.EventAdded, Lease: e.lease})
 		}

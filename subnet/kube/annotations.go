@@ -20,6 +20,7 @@ const DefaultAnnotationPrefix = "flannel.alpha.coreos.com"
 // annotations holds the full names of the node annotations weft writes
 // (the lease) and reads (the operator's public IP choices).
 type annotations struct {
+	prefix                                  string // "<prefix>/", which all of them start with
 	backendType, backendData, backendV6Data string
 	publicIP, publicIPv6                    string
 	managed                                 string // "true" on nodes that run a kube subnet manager
@@ -34,6 +35,7 @@ func newAnnotations(prefix string) (annotations, error) {
 	}
 	p := prefix + "/"
 	return annotations{
+		prefix:              p,
 		backendType:         p + "backend-type",
 		backendData:         p + "backend-data",
 		backendV6Data:       p + "backend-v6-data",

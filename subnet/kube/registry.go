@@ -20,9 +20,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/weft-net/weft/subnet"
 )
@@ -44,21 +41,26 @@ type Options struct {
 	// PodCIDRPoll is the first delay between looks at a node that has no
 	// podCIDR yet; it doubles up to 5 s. Defaults to 200 ms.
 	PodCIDRPoll time.Duration
+	// Rejections records nodes whose lease annotations do not parse (logged
+	// once per node, counted); nil: logged once per node to the registry's
+	// logger.
+	Rejections *subnet.Rejections
 }
 
 // Registry is a subnet.Registry on the Kubernetes API. Leases never expire:
 // a node keeps its podCIDR for its lifetime.
 type Registry struct {
-	client kubernetes.Interface
-	opts   Options
-	ann    annotations
-	log    *slog.Logger
+	nodes Nodes
+	opts  Options
+	ann   annotations
+	log   *slog.Logger
 }
 
 var _ subnet.Registry = (*Registry)(nil)
 
-// New returns a registry for the node opts.NodeName.
-func New(client kubernetes.Interface, opts Options, log *slog.Logger) (*Registry, error) {
+// New returns a registry for the node opts.NodeName, reading and patching
+// Node objects through nodes.
+func New(nodes Nodes, opts Options, log *slog.Logger) (*Registry, error) {
 	if opts.NodeName == "" {
 		return nil, errors.New("kube registry: node name is required (set NODE_NAME)")
 	}
@@ -75,35 +77,11 @@ func New(client kubernetes.Interface, opts Options, log *slog.Logger) (*Registry
 	if err != nil {
 		return nil, fmt.Errorf("kube registry: %w", err)
 	}
-	return &Registry{client: client, opts: opts, ann: ann, log: log.With("component", "kube-registry", "node", opts.NodeName)}, nil
-}
-
-// NewClient returns a clientset for the kubeconfig at path, or for the
-// in-cluster service account when path is empty.
-func NewClient(kubeconfigPath string) (kubernetes.Interface, error) {
-	return NewClientURL("", kubeconfigPath)
-}
-
-// NewClientURL is NewClient with the API server's URL overriding the one in
-// the kubeconfig (flanneld's --kube-api-url); with neither a URL nor a
-// kubeconfig it uses the pod's in-cluster config.
-func NewClientURL(apiURL, kubeconfigPath string) (kubernetes.Interface, error) {
-	var cfg *rest.Config
-	var err error
-	if kubeconfigPath == "" && apiURL == "" {
-		cfg, err = rest.InClusterConfig()
-	} else {
-		cfg, err = clientcmd.BuildConfigFromFlags(apiURL, kubeconfigPath)
+	log = log.With("component", "kube-registry", "node", opts.NodeName)
+	if opts.Rejections == nil {
+		opts.Rejections = subnet.NewRejections(log, nil)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client config: %w", err)
-	}
-	cfg.UserAgent = "weftd"
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	return c, nil
+	return &Registry{nodes: nodes, opts: opts, ann: ann, log: log}, nil
 }
 
 // Config reads and parses the network config file.
@@ -152,7 +130,7 @@ func (r *Registry) Acquire(ctx context.Context, attrs subnet.LeaseAttrs, _ netip
 		if err != nil {
 			return subnet.Lease{}, fmt.Errorf("kube registry: encode annotations: %w", err)
 		}
-		if _, err := r.client.CoreV1().Nodes().Patch(ctx, node.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		if _, err := r.nodes.Patch(ctx, node.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 			return subnet.Lease{}, fmt.Errorf("kube registry: annotate node %s: %w", node.Name, err)
 		}
 		r.log.Info("published lease annotations", "subnet", lease.Subnet, "ipv6Subnet", lease.IPv6Subnet)
@@ -199,7 +177,7 @@ func (r *Registry) waitForPodCIDR(ctx context.Context) (*corev1.Node, error) {
 	delay := r.opts.PodCIDRPoll
 	var lastLog time.Time
 	for {
-		node, err := r.client.CoreV1().Nodes().Get(ctx, r.opts.NodeName, metav1.GetOptions{})
+		node, err := r.nodes.Get(ctx, r.opts.NodeName, metav1.GetOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("kube registry: get node %s: %w", r.opts.NodeName, err)
 		}
@@ -230,7 +208,7 @@ const NetworkAvailableReason = "WeftIsUp"
 // daemon calls it once the dataplane is programmed. It writes nothing when
 // the condition is already False.
 func (r *Registry) SetNetworkAvailable(ctx context.Context) error {
-	node, err := r.client.CoreV1().Nodes().Get(ctx, r.opts.NodeName, metav1.GetOptions{})
+	node, err := r.nodes.Get(ctx, r.opts.NodeName, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("kube registry: get node %s: %w", r.opts.NodeName, err)
 	}
@@ -252,7 +230,7 @@ func (r *Registry) SetNetworkAvailable(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kube registry: encode node condition: %w", err)
 	}
-	if _, err := r.client.CoreV1().Nodes().PatchStatus(ctx, r.opts.NodeName, patch); err != nil {
+	if _, err := r.nodes.PatchStatus(ctx, r.opts.NodeName, patch); err != nil {
 		return fmt.Errorf("kube registry: set NetworkUnavailable=False on node %s: %w", r.opts.NodeName, err)
 	}
 	r.log.Info("node condition NetworkUnavailable=False set")

@@ -50,7 +50,11 @@ func writeNetConf(t *testing.T, js string) string {
 func (e *env) registry(t *testing.T, node, netConf string) (*kube.Registry, *testlog.Buffer) {
 	t.Helper()
 	logs := &testlog.Buffer{}
-	r, err := kube.New(e.client, kube.Options{NodeName: node, ConfigFile: netConf, PodCIDRPoll: 50 * time.Millisecond},
+	nodes, err := kube.NewClientForConfig(e.cluster.Admin) // weftd's own Node client, against the real API server
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := kube.New(nodes, kube.Options{NodeName: node, ConfigFile: netConf, PodCIDRPoll: 50 * time.Millisecond},
 		slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		t.Fatal(err)

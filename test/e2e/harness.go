@@ -56,6 +56,9 @@ type Options struct {
 	// NoConfig leaves the network config out of etcd, for tests of a
 	// daemon that starts before it is written.
 	NoConfig bool
+	// Weftd is the weftd executable to run; default: built from this tree.
+	// Benchmarks set it to compare with an earlier build.
+	Weftd string
 }
 
 // NewCluster builds the underlay, etcd and the nodes, and starts weftd on
@@ -67,7 +70,10 @@ func NewCluster(tb testing.TB, opts Options) *Cluster {
 		opts.Config = `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`
 	}
 	c := &Cluster{T: tb, Dir: tb.TempDir(), v6: opts.UnderlayV6,
-		weftd: nettest.Binary(tb, "weftd"), weft: nettest.Binary(tb, "weft")}
+		weftd: opts.Weftd, weft: nettest.Binary(tb, "weft")}
+	if c.weftd == "" {
+		c.weftd = nettest.Binary(tb, "weftd")
+	}
 	if err := os.MkdirAll(filepath.Join(c.Dir, "etcd"), 0o700); err != nil {
 		tb.Fatal(err)
 	}

@@ -49,7 +49,13 @@ func TestKubernetesMode(t *testing.T) {
 	n1, n2 := c.AddNode("n1", kubeArgs("n1")...), c.AddNode("n2", kubeArgs("n2")...)
 	n1.WaitReady()
 	n2.WaitReady()
-	time.Sleep(time.Second)
+	// n3's weftd must be waiting for its Node before the Node appears.
+	Eventually(t, 30*time.Second, "n3's weftd waiting for its Node", func() error {
+		if log, _ := os.ReadFile(n3.LogFile); !strings.Contains(string(log), "retrying") {
+			return errors.New("not yet")
+		}
+		return nil
+	})
 	createNode(ctx, t, k, "n3")
 	n3.WaitReady()
 

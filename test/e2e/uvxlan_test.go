@@ -18,10 +18,8 @@ func TestMixedBackends(t *testing.T) {
 	u := c.AddNode("user", "--backend", "uvxlan")
 	k.WaitReady()
 	u.WaitReady()
-	// A kernel VXLAN node on a veth leaves inner TCP checksums to an offload
-	// that never happens on veth; a real NIC would finish them. Turn the
-	// offload off, as on a real network (see uvxlan-notes).
-	k.MustRun(t, "ethtool", "-K", "eth0", "tx", "off")
+	// Both nodes keep the default offloads of their veth: the kernel node
+	// leaves inner checksums partial, and the uvxlan node must take them.
 	if out := u.MustRun(t, "ip", "-d", "link", "show", "weft-u.1"); !strings.Contains(out, "tun") {
 		t.Fatalf("uvxlan node has no TAP device:\n%s", out)
 	}
@@ -48,6 +46,9 @@ func TestMixedBackends(t *testing.T) {
 	if err := Ping(a.NS, b.IP, "-M", "do", "-s", "1423"); err == nil {
 		t.Error("DF ping above the MTU crossed")
 	}
+	if v, err := u.Metric("weft_dataplane_events_total", "event", "partial_checksum"); err != nil || v < 1 {
+		t.Errorf("weft_dataplane_events_total{event=partial_checksum} = %v (%v), want the kernel peer's partial checksums counted", v, err)
+	}
 	// Both dataplanes report frames through the same metric: uvxlan counts
 	// its own, the kernel backend reports its device's counters.
 	for _, n := range []*Node{u, k} {
@@ -65,7 +66,6 @@ func TestMixedBackends(t *testing.T) {
 func TestSwitchBackend(t *testing.T) {
 	c := NewCluster(t, Options{Nodes: 2})
 	n1, n2 := c.Nodes[0], c.Nodes[1]
-	n2.MustRun(t, "ethtool", "-K", "eth0", "tx", "off")
 	a, b := n1.CNI.AddPod(t, "a"), n2.CNI.AddPod(t, "b")
 	if err := Ping(a.NS, b.IP); err != nil {
 		t.Fatal(err)
@@ -102,7 +102,6 @@ func TestDualStackUserspace(t *testing.T) {
 	k := c.AddNode("kern")
 	u.WaitReady()
 	k.WaitReady()
-	k.MustRun(t, "ethtool", "-K", "eth0", "tx", "off")
 	links := u.MustRun(t, "ip", "-o", "link", "show")
 	if !strings.Contains(links, "weft-u.1") || !strings.Contains(links, "weft-u6.1") {
 		t.Fatalf("dual-stack uvxlan node needs a TAP per family:\n%s", links)
@@ -134,4 +133,38 @@ func podIPv6(t *testing.T, p *plugintest.Pod) netip.Addr {
 	}
 	t.Fatalf("pod %s has no IPv6 address: %v", p.ID, p.Result.IPs)
 	return netip.Addr{}
+}
+
+// TestFlannelDeviceToUVXLAN replaces flanneld by weftd's userspace
+// dataplane on one node: the kernel VXLAN devices flanneld left (flannel.1,
+// up, holding UDP 8472, and one of another VNI on the same port) are
+// removed, so weftd binds the port and pods talk.
+func TestFlannelDeviceToUVXLAN(t *testing.T) {
+	c := NewCluster(t, Options{Nodes: 0})
+	k := c.AddNode("kern")
+	c.OnNode = func(n *Node) {
+		for _, d := range []struct{ name, vni string }{{"flannel.1", "1"}, {"flannel.7", "7"}} {
+			n.MustRun(t, "ip", "link", "add", d.name, "type", "vxlan", "id", d.vni, "dstport", "8472",
+				"local", n.Addr.String(), "dev", "eth0", "nolearning")
+			n.MustRun(t, "ip", "link", "set", d.name, "up")
+		}
+		if out := n.MustRun(t, "ss", "-uanp"); !strings.Contains(out, ":8472") {
+			t.Fatalf("flannel.1 does not hold the port:\n%s", out)
+		}
+	}
+	u := c.AddNode("user", "--backend", "uvxlan")
+	c.OnNode = nil
+	k.WaitReady()
+	u.WaitReady()
+	if out := u.MustRun(t, "ip", "-o", "link", "show", "type", "vxlan"); strings.TrimSpace(out) != "" {
+		t.Fatalf("kernel vxlan devices left on the uvxlan node:\n%s", out)
+	}
+	a, b := k.CNI.AddPod(t, "a"), u.CNI.AddPod(t, "b")
+	Eventually(t, 5*time.Second, "ping to the uvxlan node", func() error { return Ping(a.NS, b.IP) })
+	if err := Ping(b.NS, a.IP); err != nil {
+		t.Fatalf("ping from the uvxlan node: %v", err)
+	}
+	if _, err := Transfer(a.NS, b.NS, b.IP, 10<<20); err != nil {
+		t.Fatal(err)
+	}
 }

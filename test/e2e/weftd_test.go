@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -152,7 +153,20 @@ func TestWeftdSurvivesEtcdLeaderKill(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(10 * time.Second) // several renewals of a 12 s lease, every ~3 s
+	// Renewals of a 12 s lease come every ~3 s: wait for two more on each
+	// node after the kill, so they went to the new leader.
+	before := make([]int, len(subnets))
+	for i := range subnets {
+		before[i] = renewals(c.Nodes[i])
+	}
+	for i := range subnets {
+		Eventually(t, 20*time.Second, fmt.Sprintf("two renewals on n%d after the kill", i+1), func() error {
+			if n := renewals(c.Nodes[i]); n < before[i]+2 {
+				return fmt.Errorf("%d renewals, want %d", n, before[i]+2)
+			}
+			return nil
+		})
+	}
 	for i, sn := range subnets {
 		if _, id := c.lease(t, sn); id == 0 {
 			t.Errorf("n%d's lease lost its TTL", i+1)
@@ -189,7 +203,13 @@ func TestReadiness(t *testing.T) {
 		}
 		return err
 	})
-	time.Sleep(time.Second)
+	// Not ready is only meaningful once weftd has looked for the config.
+	Eventually(t, 10*time.Second, "weftd has found no network config", func() error {
+		if log, _ := os.ReadFile(n.LogFile); !strings.Contains(string(log), "cannot read the network config") {
+			return errors.New("not yet")
+		}
+		return nil
+	})
 	if code, body, err := n.HTTPGet("http://127.0.0.1:9470/readyz"); err != nil || code != 503 {
 		t.Fatalf("/readyz without a network config: %d %q %v, want 503", code, body, err)
 	}
@@ -210,4 +230,10 @@ func TestReadiness(t *testing.T) {
 	if v, err := n.Metric("weft_ready"); err != nil || v != 1 {
 		t.Fatalf("weft_ready = %v (%v), want 1", v, err)
 	}
+}
+
+// renewals counts the lease renewals n's weftd has logged.
+func renewals(n *Node) int {
+	log, _ := os.ReadFile(n.LogFile)
+	return strings.Count(string(log), "renewed lease")
 }

@@ -12,7 +12,7 @@
 # dockerd runs with its own data/exec roots and socket, touches no network
 # state (no bridge, iptables, masquerade or ip_forward), and is stopped by
 # PID with its state removed on exit. Exit status 77: docker.io cannot be
-# installed (the Go test skips then).
+# installed (the Go test skips then, and fails under CI=true).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 # shellcheck source=/dev/null

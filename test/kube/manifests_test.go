@@ -120,7 +120,7 @@ func TestManifestContents(t *testing.T) {
 	if err := json.Unmarshal([]byte(cm.Data["cni-conf.json"]), &got); err != nil {
 		t.Fatalf("cni-conf.json: %v", err)
 	}
-	_ = json.Unmarshal([]byte(`{"cniVersion":"1.1.0","name":"weft","plugins":[{"type":"weft"},{"type":"portmap","capabilities":{"portMappings":true}}]}`), &want)
+	_ = json.Unmarshal([]byte(`{"cniVersion":"1.0.0","cniVersions":["1.0.0","1.1.0"],"name":"weft","plugins":[{"type":"weft"},{"type":"portmap","capabilities":{"portMappings":true}}]}`), &want)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("cni-conf.json = %s", cm.Data["cni-conf.json"])
 	}
@@ -202,6 +202,10 @@ func TestManifestsOnAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	saNodes, err := kubereg.NewClientForConfig(saCfg) // weftd's own Node client
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range []string{"node-1", "node-2"} {
 		if _, err := c.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -218,7 +222,7 @@ func TestManifestsOnAPIServer(t *testing.T) {
 	// status (Acquire), list and watch nodes (Watch), set the condition.
 	regs := map[string]*kubereg.Registry{}
 	for i, name := range []string{"node-1", "node-2"} {
-		r, err := kubereg.New(sa, kubereg.Options{NodeName: name, ConfigFile: netConf, PodCIDRPoll: 50 * time.Millisecond}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		r, err := kubereg.New(saNodes, kubereg.Options{NodeName: name, ConfigFile: netConf, PodCIDRPoll: 50 * time.Millisecond}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,7 +20,11 @@ import (
 // TAP. Every hop is checked against the leases.
 func Explain(h *netlink.Handle, leases []subnet.Lease, cfg *subnet.Config, src, dst netip.Addr) (*Path, error) {
 	p := &Path{Src: src, Dst: dst}
-	p.locate(leases)
+	p.locate(leases, cfg)
+	if p.Outside {
+		p.explainOut(h, cfg)
+		return p, nil
+	}
 	if p.DstLease == nil {
 		return p, nil
 	}
@@ -175,4 +179,32 @@ func gwString(r netlink.Route) string {
 		return "-"
 	}
 	return r.Gw.String()
+}
+
+// explainOut follows a packet to an address outside the cluster network:
+// the node's own routing table, and weftd's masquerade for a pod source.
+func (p *Path) explainOut(h *netlink.Handle, cfg *subnet.Config) {
+	r, err := routeTo(h, p.Dst)
+	if err != nil {
+		hop := p.add("route", "no route to %s on this node", p.Dst)
+		hop.Problem = err.Error() + ": the node needs a route (usually a default route) to it"
+		return
+	}
+	dev := fmt.Sprintf("link %d", r.LinkIndex)
+	if l, err := h.LinkByIndex(r.LinkIndex); err == nil {
+		dev = l.Attrs().Name
+	}
+	how := "on-link"
+	if r.Gw != nil {
+		how = "via " + gwString(r)
+	}
+	src, _ := netip.AddrFromSlice(r.Src)
+	p.UnderlayDev = dev
+	p.add("route", "%s %s dev %s (the node's routing table; no encapsulation)", p.Dst, how, dev)
+	if p.SrcLease == nil {
+		p.add("source", "%s is not a pod address: it leaves as it is", p.Src)
+		return
+	}
+	p.add("masquerade", "%s is a pod address leaving the cluster network %s: weftd's rule in table ip weft-ipv4 (with --ip-masq, the default) rewrites the source to %s's address %s, and conntrack reverses it for the replies",
+		p.Src, cfg.Network, dev, addrOrDash(src.Unmap()))
 }

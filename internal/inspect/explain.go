@@ -30,6 +30,7 @@ type Path struct {
 	InnerMTU     int
 	UnderlayMTU  int
 	Encapsulated bool
+	Outside      bool // the destination is outside the cluster network
 	Hops         []Hop
 }
 
@@ -75,8 +76,10 @@ func leaseLine(l subnet.Lease) string {
 	return fmt.Sprintf("subnet %s of node %s (VTEP MAC %s)", l.Subnet, addrOrDash(l.Attrs.PublicIP), mac)
 }
 
-// locate fills the first hops: which node owns each address.
-func (p *Path) locate(leases []subnet.Lease) {
+// locate fills the first hops: which node owns each address. A
+// destination outside the cluster network is no problem: it leaves
+// through the node's own routes (see explainOut).
+func (p *Path) locate(leases []subnet.Lease, cfg *subnet.Config) {
 	if l, ok := LeaseFor(leases, p.Src); ok {
 		p.SrcLease = &l
 		p.add("source", "%s is in %s", p.Src, leaseLine(l))
@@ -86,8 +89,14 @@ func (p *Path) locate(leases []subnet.Lease) {
 	if l, ok := LeaseFor(leases, p.Dst); ok {
 		p.DstLease = &l
 		p.add("destination", "%s is in %s", p.Dst, leaseLine(l))
+	} else if p.Outside = cfg != nil && !inNetwork(cfg, p.Dst); p.Outside {
+		p.add("destination", "%s is outside the cluster network: it leaves the overlay at the source's node", p.Dst)
 	} else {
 		h := p.add("destination", "%s is in no lease", p.Dst)
 		h.Problem = "no node owns the destination's subnet: it is not a pod address of this cluster (or its node's lease expired)"
 	}
+}
+
+func inNetwork(cfg *subnet.Config, a netip.Addr) bool {
+	return cfg.Network.IsValid() && cfg.Network.Contains(a) || cfg.IPv6Network.IsValid() && cfg.IPv6Network.Contains(a)
 }

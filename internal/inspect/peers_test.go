@@ -127,12 +127,18 @@ func TestRenderLeases(t *testing.T) {
 
 func TestPathRender(t *testing.T) {
 	p := &Path{Src: netip.MustParseAddr("10.244.1.2"), Dst: netip.MustParseAddr("10.244.77.2")}
-	p.locate([]subnet.Lease{{Subnet: snA, Attrs: subnet.LeaseAttrs{PublicIP: ipA}}})
+	cfg := &subnet.Config{Network: netip.MustParsePrefix("10.244.0.0/16")}
+	p.locate([]subnet.Lease{{Subnet: snA, Attrs: subnet.LeaseAttrs{PublicIP: ipA}}}, cfg)
 	var b strings.Builder
 	if err := p.Render(&b); err != nil {
 		t.Fatal(err)
 	}
 	if len(p.Problems()) != 1 || !strings.Contains(b.String(), "!! no node owns") || !strings.Contains(b.String(), "1 problem(s)") {
 		t.Fatalf("problems %v:\n%s", p.Problems(), b.String())
+	}
+	out := &Path{Src: netip.MustParseAddr("10.244.1.2"), Dst: netip.MustParseAddr("192.0.2.1")}
+	out.locate([]subnet.Lease{{Subnet: snA, Attrs: subnet.LeaseAttrs{PublicIP: ipA}}}, cfg)
+	if !out.Outside || len(out.Problems()) != 0 {
+		t.Fatalf("a destination outside the network: outside %v, problems %v", out.Outside, out.Problems())
 	}
 }

@@ -1,0 +1,116 @@
+package uvxlan
+
+import (
+	"encoding/binary"
+	"net/netip"
+
+	"golang.org/x/sys/unix"
+)
+
+// receiveSuper delivers a tunnel-GSO super-packet (decoder.tunnelGSO): its
+// inner TCP super-segment, after the same checks as any inner frame, goes
+// to the TAP as one GSO frame when the TAP takes offloads, as the kernel's
+// own VXLAN receive path would hand it on; otherwise it is cut here into
+// segments that fit the overlay MTU, with complete checksums. seg is the
+// sender's segment size when the kernel reported one (UDP GRO control
+// message), else 0. out is scratch room for the segments (plain TAP only).
+func (dp *datapath) receiveSuper(q int, pkt []byte, seg int, subnets []netip.Prefix, gro *coalescer, out []byte) {
+	frame, why := dp.b.dec.decodeAnySize(pkt)
+	var ip innerIP
+	var class csumClass
+	if why == DropNone {
+		ip, class, _, why = checkInnerFrame(frame, subnets, dp.b.cfg.AllowForeignSources)
+	}
+	if why == DropNone && (ip.proto != protoTCP || ip.fragged || ip.l4Len < tcpHeaderLenMin) {
+		why = DropOversize // only TCP super-segments are taken
+	}
+	if why != DropNone {
+		dp.b.ctr.drop(why)
+		return
+	}
+	if class == csumPartial {
+		dp.b.ctr.partialCsum.Add(1)
+	}
+	h, nseg, ok := superHeader(frame, ip, dp.b.cfg.MTU, seg)
+	if !ok {
+		dp.b.ctr.drop(DropInnerMalformed)
+		return
+	}
+	if !dp.vnet {
+		dp.writeSegments(q, frame, h, out)
+		return
+	}
+	if gro != nil {
+		gro.flush() // what the coalescer holds was received first
+	}
+	var hdr [virtioNetHdrLen]byte
+	h.encode(hdr[:])
+	if dp.writeTAPv(q, hdr[:], frame) == nil {
+		dp.b.ctr.rx.Add(uint64(nseg))
+	}
+}
+
+// superHeader returns the virtio-net GSO header for a TCP super-segment
+// (frame, whose IP layer is ip) and how many segments it stands for, and
+// puts the pseudo-header sum into its checksum field, as NEEDS_CSUM wants.
+// The segment size is the sender's (seg) when it fits the overlay MTU,
+// else the largest that does.
+func superHeader(frame []byte, ip innerIP, mtu, seg int) (vnetHdr, int, bool) {
+	hdrLen := ip.l4 + int(frame[ip.l4+12]>>4)*4
+	if hdrLen < ip.l4+tcpHeaderLenMin || hdrLen >= len(frame) {
+		return vnetHdr{}, 0, false
+	}
+	mss := mtu - (hdrLen - ethHeaderLen)
+	if seg > 0 && seg < mss {
+		mss = seg
+	}
+	if mss <= 0 {
+		return vnetHdr{}, 0, false
+	}
+	h := vnetHdr{flags: vnetFlagNeedsCsum, gsoType: vnetGSOTCPv4, hdrLen: uint16(hdrLen), gsoSize: uint16(mss),
+		csumStart: uint16(ip.l4), csumOffset: 16}
+	if ip.addrLen == 16 {
+		h.gsoType = vnetGSOTCPv6
+	}
+	pseudo := checksumAdd(frame[ip.addrOff:ip.addrOff+2*ip.addrLen], uint64(protoTCP)+uint64(ip.l4Len))
+	binary.BigEndian.PutUint16(frame[ip.l4+16:], checksumFold(pseudo))
+	payload := len(frame) - hdrLen
+	return h, (payload + mss - 1) / mss, true
+}
+
+// writeSegments cuts a super-segment into frames that fit the overlay MTU
+// and writes each to TAP queue q (no offloads: complete checksums).
+func (dp *datapath) writeSegments(q int, frame []byte, h vnetHdr, out []byte) {
+	stride, used, err := segmentTCP(frame, h, out)
+	if err != nil {
+		dp.b.ctr.drop(DropInnerMalformed)
+		return
+	}
+	for off := 0; off < used; off += stride {
+		if dp.writeTAP(q, out[off+vxlanHeaderLen:min(off+stride, used)]) == nil {
+			dp.b.ctr.rx.Add(1)
+		}
+	}
+}
+
+// writeTAPv writes a frame behind a separate virtio-net header to TAP queue
+// q in one writev, so the frame need not be copied behind the header.
+func (dp *datapath) writeTAPv(q int, hdr, frame []byte) error {
+	t := dp.taps[q].Load()
+	iov := [][]byte{hdr, frame}
+	var werr error
+	err := t.rc.Write(func(fd uintptr) bool {
+		_, werr = unix.Writev(int(fd), iov)
+		return werr != unix.EAGAIN
+	})
+	if err == nil {
+		err = werr
+	}
+	if err != nil {
+		dp.b.ctr.drop(DropTAPWrite)
+		if err == unix.EBADFD {
+			dp.lostTAP(q, err)
+		}
+	}
+	return err
+}

@@ -1,0 +1,195 @@
+package vxlan
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
+
+	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/vtep"
+)
+
+// pipeTable is n peers 10.<i/256>.<i%256>.0/24 behind 192.168.<...> with
+// MACs that depend on salt, so two tables differ in every MAC.
+func pipeTable(from, n int, salt byte) vtep.Table {
+	t := vtep.Table{}
+	for i := from; i < from+n; i++ {
+		sn := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(1 + i/256), byte(i), 0}), 24)
+		t[sn] = vtep.VTEP{MAC: subnet.MAC{0x0a, salt, 0, 0, byte(i >> 8), byte(i)},
+			Addr: netip.AddrFrom4([4]byte{100, 64, byte(i >> 8), byte(i)})}
+	}
+	return t
+}
+
+// pipeSide is one namespace with a VXLAN device and the overlay on it,
+// pipelined or not.
+type pipeSide struct {
+	ns  *nettest.NS
+	o   *backend.Overlay
+	fdb fdb
+}
+
+func newPipeSide(t *testing.T, name string, pipelined bool) *pipeSide {
+	return newPipeSideTB(t, name, pipelined)
+}
+
+func newPipeSideTB(t testing.TB, name string, pipelined bool) *pipeSide {
+	ns := nettest.NewNS(t, name)
+	ns.MustRun(t, "ip", "link", "add", "vx0", "address", "0a:00:00:00:00:01", "type", "vxlan", "id", "1", "dstport", "8472", "nolearning")
+	ns.MustRun(t, "ip", "link", "set", "vx0", "up")
+	l, err := ns.Handle.LinkByName("vx0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := l.Attrs().Index
+	s := &pipeSide{ns: ns, fdb: fdb{h: ns.Handle, link: idx}}
+	opts := backend.OverlayOptions{Family: netlink.FAMILY_V4}
+	if pipelined {
+		p := backend.NewLazyPipe(ns.Handle, ns.Path, idx)
+		if p.Get() == nil {
+			t.Fatalf("pipe: %v", p.Err())
+		}
+		s.fdb.pipe, opts.Pipe = p, p
+	}
+	opts.Step = s.fdb
+	s.o = backend.NewOverlay(ns.Handle, idx, opts)
+	return s
+}
+
+// dump is the kernel state of the side: routes, neighbours and FDB in
+// detail, lines sorted (the neighbour hash order is random per namespace).
+func (s *pipeSide) dump(t *testing.T) string {
+	var out []string
+	for _, argv := range [][]string{
+		{"ip", "-d", "-4", "route", "show", "table", "all"},
+		{"ip", "-d", "-6", "route", "show", "table", "all"},
+		{"ip", "-d", "neigh", "show", "dev", "vx0"},
+		{"bridge", "-d", "fdb", "show", "dev", "vx0"},
+	} {
+		lines := strings.Split(strings.TrimSpace(s.ns.MustRun(t, argv...)), "\n")
+		for i, l := range lines {
+			lines[i] = strings.TrimRight(l, " ") // ip prints a trailing space on some lines
+		}
+		slices.Sort(lines)
+		out = append(out, strings.Join(argv, " "), strings.Join(lines, "\n"))
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestPipelinedMatchesPerRequest programs the same tables into two
+// namespaces, one request at a time in one and pipelined in the other, and
+// compares the kernel state after every step: a first sync of 600 peers,
+// a sync that removes half, moves and re-keys others and adds new ones,
+// Apply of a difference, and removal of everything.
+func TestPipelinedMatchesPerRequest(t *testing.T) {
+	plain, piped := newPipeSide(t, "pplain", false), newPipeSide(t, "ppiped", true)
+	t1 := pipeTable(0, 600, 1)
+	t2 := pipeTable(300, 200, 2) // 300..499 changed MAC, 0..299 and 500..599 removed
+	for sn, v := range pipeTable(600, 100, 1) {
+		t2[sn] = v // and 100 new
+	}
+	t3 := pipeTable(350, 300, 3)
+	steps := []struct {
+		name string
+		do   func(o *backend.Overlay) (backend.SyncStats, error)
+	}{
+		{"sync 600", func(o *backend.Overlay) (backend.SyncStats, error) { return o.Sync(t1) }},
+		{"sync change", func(o *backend.Overlay) (backend.SyncStats, error) { return o.Sync(t2) }},
+		{"apply", func(o *backend.Overlay) (backend.SyncStats, error) { return o.Apply(t2, t3) }},
+		{"sync after apply", func(o *backend.Overlay) (backend.SyncStats, error) { return o.Sync(t3) }},
+		{"remove all", func(o *backend.Overlay) (backend.SyncStats, error) { return o.Sync(vtep.Table{}) }},
+	}
+	for i, st := range steps {
+		a, errA := st.do(plain.o)
+		b, errB := st.do(piped.o)
+		if errA != nil || errB != nil {
+			t.Fatalf("%s: per request: %v, pipelined: %v", st.name, errA, errB)
+		}
+		if a != b {
+			t.Errorf("%s: stats per request %+v, pipelined %+v", st.name, a, b)
+		}
+		if st.name == "sync after apply" && b.Changed() {
+			t.Errorf("a sync after the pipelined apply still changed %+v", b)
+		}
+		da, db := plain.dump(t), piped.dump(t)
+		if da != db {
+			t.Fatalf("%s: kernel state differs\nper request:\n%s\npipelined:\n%s", st.name, da, db)
+		}
+		routes := strings.Count(da, "proto 87")
+		if want := []int{600, 300, 300, 300, 0}[i]; routes != want {
+			t.Errorf("%s: %d weft routes, want %d", st.name, routes, want)
+		}
+	}
+}
+
+// BenchmarkSync5000 programs 5,000 peers into an empty device and removes
+// them again, one request at a time and pipelined:
+//
+//	go test -run '^$' -bench Sync5000 ./backend/vxlan
+func BenchmarkSync5000(b *testing.B) {
+	for _, piped := range []bool{false, true} {
+		name := map[bool]string{false: "per-request", true: "pipelined"}[piped]
+		b.Run(name, func(b *testing.B) {
+			s := newPipeSideTB(b, "pbench", piped)
+			table := pipeTable(0, 5000, 1)
+			for b.Loop() {
+				if _, err := s.o.Sync(table); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.o.Sync(vtep.Table{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestPipeReportsEachFailure writes a batch in which one request fails (a
+// neighbour on a link that does not exist): the others are written, counted,
+// and the error names the failing one.
+func TestPipeReportsEachFailure(t *testing.T) {
+	s := newPipeSide(t, "pfail", true)
+	l, err := s.ns.Handle.LinkByName("vx0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := backend.NewLazyPipe(s.ns.Handle, s.ns.Path, l.Attrs().Index).Get()
+	if p == nil {
+		t.Fatal("no pipe")
+	}
+	var reqs []*nl.NetlinkRequest
+	for i := range 300 {
+		n := &netlink.Neigh{LinkIndex: l.Attrs().Index, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
+			IP: netip.AddrFrom4([4]byte{10, 9, byte(i >> 8), byte(i)}).AsSlice(), HardwareAddr: subnet.MAC{0x0a, 9, 0, 0, byte(i >> 8), byte(i)}.HardwareAddr()}
+		if i == 200 {
+			n.LinkIndex = 9999
+		}
+		reqs = append(reqs, backend.NeighRequest(n, true))
+	}
+	done := 0
+	err = backend.PipeWrite(p, reqs, 0, &done, func(i int) string { return fmt.Sprintf("neighbour %d", i) })
+	if err == nil || !strings.HasPrefix(err.Error(), "neighbour 200: ") {
+		t.Errorf("error %v, want one naming neighbour 200", err)
+	}
+	if done != 299 {
+		t.Errorf("%d written, want 299", done)
+	}
+	if got := strings.Count(s.ns.MustRun(t, "ip", "neigh", "show", "dev", "vx0"), "PERMANENT"); got != 299 {
+		t.Errorf("%d neighbours in the kernel, want 299", got)
+	}
+	// Deleting what is gone is no error when the caller says so.
+	done = 0
+	del := []*nl.NetlinkRequest{backend.NeighRequest(&netlink.Neigh{LinkIndex: l.Attrs().Index, Family: netlink.FAMILY_V4,
+		IP: netip.MustParseAddr("10.9.99.99").AsSlice()}, false)}
+	if err := backend.PipeWrite(p, del, unix.ENOENT, &done, func(int) string { return "" }); err != nil || done != 0 {
+		t.Errorf("deleting a missing neighbour: %v, %d done", err, done)
+	}
+}

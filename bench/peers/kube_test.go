@@ -1,0 +1,141 @@
+package peers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/internal/kubetest"
+	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/test/e2e"
+)
+
+const kubeAnn = "flannel.alpha.coreos.com/"
+
+// kubeNode is Node number i as a kubelet and weftd would leave it: podCIDR,
+// lease annotations, and a status of the usual size (conditions, capacity,
+// addresses, a few dozen images), which the informer's transform drops.
+func kubeNode(i int) *corev1.Node {
+	n := i + 1
+	sn := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(n >> 8), byte(n), 0}), 24)
+	pub := netip.AddrFrom4([4]byte{100, 64 + byte(n>>16), byte(n >> 8), byte(n)})
+	bd, _ := json.Marshal(subnet.VXLANData{VNI: 1, VtepMAC: backend.VTEPMAC(pub, 1)})
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("peer-%05d", i),
+			Labels: map[string]string{"kubernetes.io/hostname": fmt.Sprintf("peer-%05d", i), "kubernetes.io/os": "linux"},
+			Annotations: map[string]string{kubeAnn + "kube-subnet-manager": "true", kubeAnn + "backend-type": "vxlan",
+				kubeAnn + "backend-data": string(bd), kubeAnn + "public-ip": pub.String()}},
+		Spec: corev1.NodeSpec{PodCIDR: sn.String(), PodCIDRs: []string{sn.String()}},
+		Status: corev1.NodeStatus{
+			Capacity:  corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi")},
+			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: pub.String()}},
+		},
+	}
+	for _, c := range []corev1.NodeConditionType{"Ready", "MemoryPressure", "DiskPressure", "PIDPressure"} {
+		node.Status.Conditions = append(node.Status.Conditions, corev1.NodeCondition{Type: c, Status: "False",
+			Reason: "KubeletHasSufficient" + string(c), Message: "kubelet has sufficient resources available for " + string(c)})
+	}
+	for j := range 30 {
+		node.Status.Images = append(node.Status.Images, corev1.ContainerImage{SizeBytes: 1 << 26,
+			Names: []string{fmt.Sprintf("registry.example.com/team/app-%02d@sha256:%064x", j, j), fmt.Sprintf("registry.example.com/team/app-%02d:v1.%d", j, j)}})
+	}
+	return node
+}
+
+// BenchmarkPeersKube1000 runs weftd --kube-subnet-mgr against a real
+// kube-apiserver holding 1,000 peer Nodes (with kubelet-sized status):
+// start to all routes programmed, new Node to route, and the daemon's
+// memory. WEFT_BENCH_BASE_WEFTD interleaves an earlier build as for
+// BenchmarkPeers5000.
+func BenchmarkPeersKube1000(b *testing.B) {
+	const peers = 1000
+	k := kubetest.Start(b)
+	ctx := context.Background()
+	fast := rest.CopyConfig(k.Admin)
+	fast.QPS, fast.Burst = 500, 1000
+	cs, err := kubernetes.NewForConfig(fast)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var g errgroup.Group
+	g.SetLimit(16)
+	for i := range peers {
+		g.Go(func() error {
+			_, err := cs.CoreV1().Nodes().Create(ctx, kubeNode(i), metav1.CreateOptions{})
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
+	}
+	netConf := filepath.Join(b.TempDir(), "net-conf.json")
+	if err := os.WriteFile(netConf, []byte(config), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	bins := []struct{ label, path string }{{"this tree", ""}}
+	if base := os.Getenv("WEFT_BENCH_BASE_WEFTD"); base != "" {
+		bins = append(bins, struct{ label, path string }{"base " + base, base})
+	}
+	round := 0
+	for range b.N {
+		for _, bin := range bins {
+			round++
+			r := kubeRound(b, k, cs, bin.path, netConf, round)
+			fmt.Printf("kube round %d %s: nodes=%d %s\n", round, bin.label, peers, r)
+		}
+	}
+}
+
+func kubeRound(b *testing.B, k *kubetest.Cluster, cs kubernetes.Interface, weftd, netConf string, round int) string {
+	ctx := context.Background()
+	self := fmt.Sprintf("self-%d", round)
+	sn := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 200, byte(round), 0}), 24)
+	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: self},
+		Spec: corev1.NodeSpec{PodCIDR: sn.String(), PodCIDRs: []string{sn.String()}}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	defer cs.CoreV1().Nodes().Delete(ctx, self, metav1.DeleteOptions{}) //nolint:errcheck // best effort between rounds
+	c := e2e.NewCluster(b, e2e.Options{Nodes: 0, Config: config, Weftd: weftd})
+	apiserver := strings.TrimPrefix(k.Admin.Host, "https://")
+	c.OnNode = func(n *e2e.Node) { n.ForwardLoopback(b, apiserver) }
+	load := loadAvg()
+	start := time.Now()
+	node := c.AddNode("k1", "--kube-subnet-mgr", "--kubeconfig", k.Kubeconfig(), "--node-name", self, "--net-config-path", netConf)
+	defer node.Stop()
+	var startup time.Duration
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		if n := countRoutes(b, node.Handle); n >= 1000 {
+			startup = time.Since(start)
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("only %d routes after 3 minutes", countRoutes(b, node.Handle))
+		}
+	}
+	node.WaitReady()
+	lat := probeLatency(b, node, 50, func(i int) netip.Prefix {
+		n := kubeNode(5000 + 100*round + i)
+		if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		return netip.MustParsePrefix(n.Spec.PodCIDR)
+	})
+	anon, file := rssOf(b, node)
+	return fmt.Sprintf("startup_to_all_programmed=%s new_node_to_route p50=%s p99=%s weftd_rss anon=%.1fMB file=%.1fMB total=%.1fMB load=%s",
+		startup.Round(time.Millisecond), lat[len(lat)/2].Round(time.Microsecond), lat[len(lat)*99/100].Round(time.Microsecond),
+		anon, file, anon+file, load)
+}

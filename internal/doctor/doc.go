@@ -1,0 +1,12 @@
+// Package doctor checks a weft node for what breaks an overlay before a
+// user has to find it: weftd and its lease, the subnet file and the CNI
+// config the runtime reads, the kernel settings weft depends on, the
+// underlay and its MTU, other firewalls and VXLAN devices in the way, and,
+// actively, whether every peer answers over the overlay.
+//
+// Each check yields a Check: a status (ok, warn, fail), the evidence it
+// read, and the fix in one line. It reads the node's state and sends probe
+// packets to the peers' overlay and underlay addresses; it changes nothing.
+// It runs in the network namespace of a node (a real node, or a lab node
+// through a netlink handle and a function that enters its namespace).
+package doctor

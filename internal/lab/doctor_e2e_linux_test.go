@@ -1,0 +1,213 @@
+package lab
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// doctorCheck is one check of `weftctl doctor -o json`.
+type doctorCheck struct {
+	Name, Status, Evidence, Fix string
+}
+
+// doctor runs `weftctl doctor --lab --node node -o json` and returns its
+// exit code and checks.
+func doctor(t *testing.T, bin, dir, node string) (int, []doctorCheck) {
+	t.Helper()
+	out, code := run(t, bin, "doctor", "--lab", "--state-dir", dir, "--node", node, "-o", "json", "--timeout", "500ms")
+	var doc struct {
+		Status string
+		Nodes  []struct{ Checks []doctorCheck }
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || len(doc.Nodes) != 1 {
+		t.Fatalf("doctor -o json: exit %d, %v:\n%s", code, err, out)
+	}
+	if want := []string{"ok", "warn", "fail"}[code]; doc.Status != want {
+		t.Errorf("doctor: status %q with exit code %d", doc.Status, code)
+	}
+	return code, doc.Nodes[0].Checks
+}
+
+// expectCheck asserts that exactly the named check (one of them, for
+// repeated names) has the status and evidence matching re, and that no
+// other check failed or warned.
+func expectCheck(t *testing.T, checks []doctorCheck, code, wantCode int, name, status, re string) {
+	t.Helper()
+	found := false
+	for _, c := range checks {
+		if c.Name == name && c.Status == status && regexp.MustCompile(re).MatchString(c.Evidence) {
+			found = true
+			if c.Fix == "" {
+				t.Errorf("%s: %s without a fix", name, status)
+			}
+			continue
+		}
+		if c.Status != "ok" {
+			t.Errorf("unexpected %s %s: %s", c.Status, c.Name, c.Evidence)
+		}
+	}
+	if !found || code != wantCode {
+		t.Errorf("want %s %s matching %q and exit %d; got exit %d:\n%+v", status, name, re, wantCode, code, checks)
+	}
+}
+
+// TestDoctorFaults builds a 3-node kernel-VXLAN lab, checks that a healthy
+// lab passes every doctor check and the connectivity matrix, then injects
+// one fault at a time inside a node's namespace and checks that doctor
+// names it with the right status and exit code, and that connectivity
+// fails exactly the pairs of a node whose VXLAN port is blocked.
+func TestDoctorFaults(t *testing.T) {
+	bin := weftctl(t)
+	rootBefore := rootNetState(t)
+	dir := filepath.Join(t.TempDir(), "lab")
+	labUp(t, bin, dir, "--nodes", "3", "--pods-per-node", "1", "--backend", "vxlan")
+	st, err := LoadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1, n2, n3 := st.Nodes[0], st.Nodes[1], st.Nodes[2]
+	t.Run("healthy", func(t *testing.T) {
+		for _, n := range st.Nodes {
+			code, checks := doctor(t, bin, dir, n.Name)
+			probes := 0
+			for _, c := range checks {
+				if c.Status != "ok" {
+					t.Errorf("%s: %s %s: %s", n.Name, c.Status, c.Name, c.Evidence)
+				}
+				if strings.HasPrefix(c.Name, "probe/") && strings.Contains(c.Evidence, "3/3") && strings.Contains(c.Evidence, "DF 1450 bytes ok") {
+					probes++
+				}
+			}
+			if code != 0 || probes != 2 || len(checks) < 18 {
+				t.Errorf("%s: exit %d, %d good probes, %d checks", n.Name, code, probes, len(checks))
+			}
+		}
+		out, code := run(t, bin, "connectivity", "--lab", "--state-dir", dir)
+		if code != 0 || strings.Count(out, "6/6 pairs ok") != 2 {
+			t.Errorf("connectivity: exit %d:\n%s", code, out)
+		}
+	})
+	t.Run("connectivity on each host through etcd", func(t *testing.T) {
+		// As on plain etcd hosts: one weftctl per node, run inside the
+		// node's namespace, meeting the others through the lab's etcd.
+		type result struct {
+			out  string
+			code int
+		}
+		res := make(chan result, len(st.Nodes))
+		for _, n := range st.Nodes {
+			go func() {
+				out, code := runNoFatal(bin, "lab", "exec", "--state-dir", dir, n.Name, "--", bin, "connectivity",
+					"--cni-conf-dir", filepath.Dir(n.SubnetFile), "--cni-bin-dir", filepath.Dir(bin), "--wait", "40s")
+				res <- result{out, code}
+			}()
+		}
+		for range st.Nodes {
+			r := <-res
+			if r.code != 0 || strings.Count(r.out, "6/6 pairs ok") != 2 || !strings.Contains(r.out, "3 of 3 nodes took part; 3 published their results") {
+				t.Errorf("connectivity on a node: exit %d:\n%s", r.code, r.out)
+			}
+		}
+	})
+	t.Run("explain the way out", func(t *testing.T) {
+		// explain reads routes; it sends nothing to the address.
+		out, code := run(t, bin, "explain", "--lab", "--state-dir", dir, st.Pods[0].IP.String(), "192.0.2.1")
+		for _, want := range []string{"192.0.2.1 is outside the cluster network", "192.0.2.1 via 192.168.77.254 dev eth0",
+			"rewrites the source to eth0's address " + n1.Addr.String()} {
+			if !strings.Contains(out, want) {
+				t.Errorf("explain lacks %q", want)
+			}
+		}
+		if code != 0 {
+			t.Errorf("explain to an outside address: exit %d:\n%s", code, out)
+		}
+	})
+	t.Run("UDP 8472 blocked", func(t *testing.T) {
+		ipIn(t, n2.NS, "nft", "add table inet wefttest; add chain inet wefttest in { type filter hook input priority 0; }; add rule inet wefttest in udp dport 8472 drop")
+		defer ipIn(t, n2.NS, "nft", "delete table inet wefttest")
+		code, checks := doctor(t, bin, dir, n1.Name)
+		expectCheck(t, checks, code, 2, "probe/"+n2.Addr.String(), "fail", "UDP 8472 blocked on the path: "+regexp.QuoteMeta(n2.Addr.String())+" answers on the underlay")
+		out, code := run(t, bin, "connectivity", "--lab", "--state-dir", dir, "--count", "1", "--timeout", "300ms")
+		if code != 2 {
+			t.Errorf("connectivity: exit %d", code)
+		}
+		for _, l := range strings.Split(out, "\n") {
+			f := strings.Fields(strings.TrimPrefix(l, "✗"))
+			if len(f) < 2 || !strings.HasPrefix(f[0], "node") {
+				continue
+			}
+			involves := strings.HasPrefix(f[0], "node2") || strings.HasPrefix(f[1], "node2")
+			if failed := strings.HasPrefix(l, "✗"); failed != involves {
+				t.Errorf("pair %s → %s: failed %v, but node2's port is the one blocked:\n%s", f[0], f[1], failed, out)
+			}
+		}
+		if strings.Count(out, "2/6 pairs ok") != 2 {
+			t.Errorf("want 4 of 6 pairs failing in both matrices:\n%s", out)
+		}
+	})
+	t.Run("underlay MTU lowered", func(t *testing.T) {
+		ipIn(t, n1.NS, "ip", "link", "set", "eth0", "mtu", "1400")
+		defer ipIn(t, n1.NS, "ip", "link", "set", "eth0", "mtu", "1500")
+		code, checks := doctor(t, bin, dir, n1.Name)
+		// The DF probes at 1450 bytes no longer fit either: they are the
+		// active proof of the same fault.
+		var rest []doctorCheck
+		for _, c := range checks {
+			if !strings.HasPrefix(c.Name, "probe/") || c.Status == "ok" || !strings.Contains(c.Evidence, "MTU black hole") {
+				rest = append(rest, c)
+			}
+		}
+		expectCheck(t, rest, code, 2, "underlay/mtu", "fail", `weft.1 MTU 1450 \+ 50 bytes of VXLAN = 1500 > eth0 MTU 1400`)
+	})
+	t.Run("subnet file removed", func(t *testing.T) {
+		if err := os.Rename(n3.SubnetFile, n3.SubnetFile+".away"); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Rename(n3.SubnetFile+".away", n3.SubnetFile)
+		code, checks := doctor(t, bin, dir, n3.Name)
+		expectCheck(t, checks, code, 2, "subnetfile/present", "fail", regexp.QuoteMeta(n3.SubnetFile))
+	})
+	t.Run("FORWARD drop policy", func(t *testing.T) {
+		ipIn(t, n1.NS, "nft", "add table ip filter; add chain ip filter FORWARD { type filter hook forward priority 0; policy drop; }")
+		defer ipIn(t, n1.NS, "nft", "delete table ip filter")
+		code, checks := doctor(t, bin, dir, n1.Name)
+		expectCheck(t, checks, code, 2, "firewall/forward", "fail", `table ip filter chain FORWARD has policy drop`)
+	})
+	t.Run("flannel.1 on port 8472", func(t *testing.T) {
+		ipIn(t, n1.NS, "ip", "link", "add", "flannel.1", "type", "vxlan", "id", "2", "dstport", "8472", "dev", "eth0")
+		defer ipIn(t, n1.NS, "ip", "link", "del", "flannel.1")
+		code, checks := doctor(t, bin, dir, n1.Name)
+		expectCheck(t, checks, code, 1, "vxlan/port", "warn", `flannel.1 \(VNI 2\) holds UDP port 8472`)
+	})
+	t.Run("rp_filter strict", func(t *testing.T) {
+		ipIn(t, n1.NS, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=1")
+		defer ipIn(t, n1.NS, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0")
+		code, checks := doctor(t, bin, dir, n1.Name)
+		expectCheck(t, checks, code, 1, "kernel/rp_filter", "warn", `strict reverse-path filter on weft.1, eth0`)
+	})
+	t.Run("ip_forward off", func(t *testing.T) {
+		ipIn(t, n1.NS, "sysctl", "-qw", "net.ipv4.ip_forward=0")
+		defer ipIn(t, n1.NS, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+		code, checks := doctor(t, bin, dir, n1.Name)
+		expectCheck(t, checks, code, 2, "kernel/ip_forward", "fail", `net.ipv4.ip_forward = 0`)
+	})
+	t.Run("healthy again", func(t *testing.T) {
+		for end := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			code, checks := doctor(t, bin, dir, n1.Name)
+			if code == 0 {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("node1 not healthy after the faults were removed: exit %d\n%+v", code, checks)
+			}
+		}
+	})
+	if after := rootNetState(t); after != rootBefore {
+		t.Errorf("root namespace sysctls or nftables changed:\nbefore %s\nafter  %s", rootBefore, after)
+	}
+}
