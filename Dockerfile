@@ -18,8 +18,12 @@ COPY . .
 RUN set -e; \
     pkgs="./cmd/weftd ./cmd/weft"; \
     if ls cmd/weftctl/*.go >/dev/null 2>&1; then pkgs="$pkgs ./cmd/weftctl"; fi; \
-    mkdir -p /out; \
-    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ $pkgs
+    mkdir -p /out /fs/opt/bin /fs/bin; \
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ $pkgs; \
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /fs/opt/bin/install-conf ./cmd/install-conf; \
+    ln -s /usr/local/bin/weftd /fs/opt/bin/flanneld; \
+    ln -s /usr/local/bin/weft /fs/flannel; \
+    ln -s busybox /fs/bin/cp
 
 FROM ${BUSYBOX_IMAGE} AS busybox
 
@@ -31,7 +35,15 @@ LABEL org.opencontainers.image.title="weft" \
       org.opencontainers.image.version="${VERSION}"
 COPY --from=busybox /bin/busybox /bin/busybox
 COPY --from=build /out/ /usr/local/bin/
-ENV PATH=/usr/local/bin:/bin
+# Flannel's paths, so that Flannel's own manifest runs weft with only its
+# image references changed: weftd as /opt/bin/flanneld (started under that
+# name it takes flanneld's flags and defaults), the weft plugin as /flannel
+# (copied to /opt/cni/bin/flannel by `cp -f /flannel /opt/cni/bin/flannel`),
+# and /opt/bin/install-conf.
+# (/opt/bin/flanneld and /flannel are links to the binaries above, /bin/cp
+# to busybox.)
+COPY --from=build /fs/ /
+ENV PATH=/usr/local/bin:/opt/bin:/bin
 # No entrypoint: the binaries are on PATH, so `docker run weft weftd --version`,
 # `docker run weft weftctl leases` and the DaemonSet's commands all work; a
 # bare `docker run weft` runs weftd.

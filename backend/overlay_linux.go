@@ -50,6 +50,12 @@ type OverlayOptions struct {
 	// kernel reaches it with no gateway) straight over the underlay, via its
 	// underlay address, with no neighbour, no step and no encapsulation.
 	DirectRouting bool
+	// DirectOnly (with DirectRouting) programs nothing but direct routes:
+	// a peer that is not on-link gets no route at all and is listed by
+	// OffLink instead, and the overlay owns no link, so it reads and
+	// removes no neighbours and only weft's own routes (RouteProtocol).
+	// This is the host-gw backend, whose "overlay" is the underlay itself.
+	DirectOnly bool
 	// Step, if not nil, is run between neighbours and routes.
 	Step PeerStep
 	// Pipe, if not nil, writes batches of neighbours and routes without
@@ -81,10 +87,15 @@ type OverlayOptions struct {
 //
 // An Overlay is not safe for concurrent use; the handle may be shared.
 type Overlay struct {
-	h    *netlink.Handle
-	link int
-	opts OverlayOptions
+	h       *netlink.Handle
+	link    int
+	opts    OverlayOptions
+	offLink []vtep.Entry
 }
+
+// OffLink returns the peers the last Sync left out because, with
+// DirectOnly, they are not on-link. The slice is not modified afterwards.
+func (o *Overlay) OffLink() []vtep.Entry { return o.offLink }
 
 // NewOverlay returns the programmer for the link with index linkIndex, using
 // h (bound to the link's namespace).
@@ -224,6 +235,7 @@ func (o *Overlay) delRoutes(rs []Route, st *SyncStats) error {
 // routed directly.
 func (o *Overlay) peers(t vtep.Table) ([]Peer, error) {
 	var out []Peer
+	var off []vtep.Entry
 	for _, e := range t.Entries() {
 		if !o.carries(e.Subnet, e.VTEP) {
 			continue
@@ -236,8 +248,13 @@ func (o *Overlay) peers(t vtep.Table) ([]Peer, error) {
 			}
 			p.Direct = on
 		}
+		if o.opts.DirectOnly && !p.Direct {
+			off = append(off, e)
+			continue
+		}
 		out = append(out, p)
 	}
+	o.offLink = off
 	return out, nil
 }
 
@@ -284,6 +301,14 @@ func OnLink(h *netlink.Handle, addr netip.Addr) (bool, error) {
 func (o *Overlay) Programmed() (Programmed, error) {
 	var p Programmed
 	for _, fam := range o.families() {
+		if o.opts.DirectOnly {
+			rs, err := o.listRoutes(fam)
+			if err != nil {
+				return p, err
+			}
+			p.Routes = append(p.Routes, rs...)
+			continue
+		}
 		ns, err := ListNeighbours(o.h, o.link, fam)
 		if err != nil {
 			return p, err
@@ -308,10 +333,14 @@ func (o *Overlay) Programmed() (Programmed, error) {
 }
 
 func (o *Overlay) listRoutes(fam int) ([]Route, error) {
-	onLink, err := ListRoutes(o.h, fam, &netlink.Route{LinkIndex: o.link, Table: unix.RT_TABLE_MAIN},
-		netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
-	if err != nil {
-		return nil, err
+	var onLink []netlink.Route
+	if !o.opts.DirectOnly {
+		var err error
+		onLink, err = ListRoutes(o.h, fam, &netlink.Route{LinkIndex: o.link, Table: unix.RT_TABLE_MAIN},
+			netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return nil, err
+		}
 	}
 	direct, err := ListRoutes(o.h, fam, &netlink.Route{Protocol: RouteProtocol, Table: unix.RT_TABLE_MAIN},
 		netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)

@@ -19,40 +19,74 @@ type Underlay struct {
 	IPv6  netip.Addr // first global unicast IPv6 on the device; invalid if none
 }
 
-// UnderlayQuery says how to pick the underlay device. At most one of Iface
-// and Regex is set; with neither, the default route's device is used.
+// UnderlayQuery says how to pick the underlay device, in flanneld's order:
+// each of Ifaces (a device name or one of its addresses) in turn, then each
+// of Regexes (matched against device names and addresses), then the device
+// and source address the kernel would use to reach CanReach; with none of
+// them set, the default route's device. The first match wins.
 type UnderlayQuery struct {
-	Iface string // a device name or one of its addresses
-	Regex string // a regular expression matched against device names and addresses
+	Ifaces   []string
+	Regexes  []string
+	CanReach netip.Addr
 }
 
 // FindUnderlay picks the underlay device in the namespace of h.
 func FindUnderlay(h *netlink.Handle, q UnderlayQuery) (Underlay, error) {
+	if len(q.Ifaces) == 0 && len(q.Regexes) == 0 && !q.CanReach.IsValid() {
+		return defaultRouteUnderlay(h)
+	}
 	links, err := h.LinkList()
 	if err != nil {
 		return Underlay{}, fmt.Errorf("find underlay: list links: %w", err)
 	}
-	switch {
-	case q.Iface != "":
+	for _, name := range q.Ifaces {
 		for _, l := range links {
-			if u, ok := underlayMatch(h, l, func(s string) bool { return s == q.Iface }); ok {
+			if u, ok := underlayMatch(h, l, func(s string) bool { return s == name }); ok {
 				return u, nil
 			}
 		}
-		return Underlay{}, fmt.Errorf("find underlay: no device named or addressed %q", q.Iface)
-	case q.Regex != "":
-		re, err := regexp.Compile(q.Regex)
+	}
+	for _, expr := range q.Regexes {
+		re, err := regexp.Compile(expr)
 		if err != nil {
-			return Underlay{}, fmt.Errorf("find underlay: bad --iface-regex: %w", err)
+			return Underlay{}, fmt.Errorf("find underlay: bad --iface-regex %q: %w", expr, err)
 		}
 		for _, l := range links {
 			if u, ok := underlayMatch(h, l, re.MatchString); ok {
 				return u, nil
 			}
 		}
-		return Underlay{}, fmt.Errorf("find underlay: no device name or address matches %q", q.Regex)
 	}
-	return defaultRouteUnderlay(h)
+	if q.CanReach.IsValid() {
+		return canReachUnderlay(h, q.CanReach)
+	}
+	return Underlay{}, fmt.Errorf("find underlay: no device named or addressed %q, and none whose name or address matches %q",
+		q.Ifaces, q.Regexes)
+}
+
+// canReachUnderlay is the device, and the source address, of the kernel's
+// route to addr (`ip route get <addr>`).
+func canReachUnderlay(h *netlink.Handle, addr netip.Addr) (Underlay, error) {
+	rs, err := h.RouteGet(addr.AsSlice())
+	if err != nil || len(rs) == 0 || rs[0].LinkIndex == 0 {
+		return Underlay{}, fmt.Errorf("find underlay: no route to --iface-can-reach %s: %v", addr, err)
+	}
+	l, err := h.LinkByIndex(rs[0].LinkIndex)
+	if err != nil {
+		return Underlay{}, fmt.Errorf("find underlay: device of the route to %s: %w", addr, err)
+	}
+	u, err := underlayOf(h, l)
+	if err != nil {
+		return Underlay{}, err
+	}
+	if src, ok := netip.AddrFromSlice(rs[0].Src); ok && src.Unmap().IsGlobalUnicast() {
+		if src = src.Unmap(); src.Is4() {
+			u.IPv4 = src
+		} else {
+			u.IPv6 = src
+		}
+	}
+	return u, nil
 }
 
 func defaultRouteUnderlay(h *netlink.Handle) (Underlay, error) {

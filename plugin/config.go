@@ -26,6 +26,45 @@ type Config struct {
 	Bridge      string `json:"bridge"`
 	MTU         int    `json:"mtu"`
 	HairpinMode *bool  `json:"hairpinMode"` // default true, as kube-flannel's conflist sets it
+	// Delegate is Flannel's plugin configuration of the bridge it delegates
+	// to ({"type":"flannel","delegate":{"hairpinMode":true,...}}): weft,
+	// installed as "flannel", reads it from Flannel's conflist and wires the
+	// pod itself. Its keys apply where weft's own are not set.
+	Delegate *Delegate `json:"delegate"`
+}
+
+// Delegate is the part of Flannel's "delegate" object weft understands.
+type Delegate struct {
+	Type             string `json:"type"` // only "bridge" (Flannel's default)
+	Bridge           string `json:"bridge"`
+	MTU              int    `json:"mtu"`
+	HairpinMode      *bool  `json:"hairpinMode"`
+	IsDefaultGateway *bool  `json:"isDefaultGateway"`
+}
+
+// fold applies Flannel's delegate keys where weft's are unset, and refuses
+// what weft's wiring cannot do.
+func (c *Config) fold() error {
+	d := c.Delegate
+	if d == nil {
+		return nil
+	}
+	if d.Type != "" && d.Type != "bridge" {
+		return fmt.Errorf("delegate type %q: weft wires pods to its bridge itself and cannot delegate to another plugin", d.Type)
+	}
+	if d.IsDefaultGateway != nil && !*d.IsDefaultGateway {
+		return errors.New("delegate isDefaultGateway false: weft always makes the bridge the pods' default gateway")
+	}
+	if c.Bridge == "" {
+		c.Bridge = d.Bridge
+	}
+	if c.MTU == 0 {
+		c.MTU = d.MTU
+	}
+	if c.HairpinMode == nil {
+		c.HairpinMode = d.HairpinMode
+	}
+	return nil
 }
 
 // hairpin reports whether a pod may reach itself through a service
@@ -43,6 +82,9 @@ func ParseConfig(data []byte) (*Config, error) {
 		}
 		return nil, types.NewError(types.ErrInvalidNetworkConfig, "decode network config: "+err.Error(),
 			"check the types of the weft keys: subnetFile, dataDir, bridge (strings), mtu (number), hairpinMode (bool)")
+	}
+	if err := c.fold(); err != nil {
+		return nil, types.NewError(types.ErrUnsupportedField, "network config: "+err.Error(), "")
 	}
 	if c.SubnetFile == "" {
 		c.SubnetFile = subnet.DefaultSubnetFile

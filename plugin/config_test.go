@@ -23,6 +23,15 @@ func TestParseConfig(t *testing.T) {
 		{"all keys", `{"name":"n","subnetFile":"/s","dataDir":"/d","bridge":"br1","mtu":1400,"hairpinMode":false,"dns":{"nameservers":["10.96.0.10"]}}`, 0, func(c *Config) bool {
 			return c.SubnetFile == "/s" && c.DataDir == "/d" && c.Bridge == "br1" && c.MTU == 1400 && !c.hairpin() && c.DNS.Nameservers[0] == "10.96.0.10"
 		}},
+		{"Flannel's conflist entry", `{"type":"flannel","delegate":{"hairpinMode":true,"isDefaultGateway":true}}`, 0, func(c *Config) bool {
+			return c.SubnetFile == subnet.DefaultSubnetFile && c.Bridge == "cni0" && c.hairpin() && c.MTU == 0
+		}},
+		{"Flannel's delegate keys", `{"type":"flannel","delegate":{"bridge":"br9","mtu":1400,"hairpinMode":false}}`, 0, func(c *Config) bool {
+			return c.Bridge == "br9" && c.MTU == 1400 && !c.hairpin()
+		}},
+		{"weft's keys win over the delegate's", `{"type":"flannel","mtu":1300,"delegate":{"mtu":1400}}`, 0, func(c *Config) bool { return c.MTU == 1300 }},
+		{"delegate to another plugin", `{"type":"flannel","delegate":{"type":"calico"}}`, types.ErrUnsupportedField, nil},
+		{"delegate without default gateway", `{"type":"flannel","delegate":{"isDefaultGateway":false}}`, types.ErrUnsupportedField, nil},
 		{"not JSON", `{"name":`, types.ErrDecodingFailure, nil},
 		{"mtu string", `{"name":"n","mtu":"x"}`, types.ErrInvalidNetworkConfig, nil},
 		{"mtu too big", `{"name":"n","mtu":70000}`, types.ErrInvalidNetworkConfig, nil},

@@ -44,11 +44,14 @@ func RejectReason(err error) string {
 
 // LeaseBackendType is the backend type the nodes of this config write in
 // their leases, and so the only type a peer's lease may carry. A uvxlan node
-// advertises "vxlan": on the wire it is VXLAN. Every other type advertises
-// itself.
+// advertises "vxlan": on the wire it is VXLAN. An alloc node advertises no
+// type, as flanneld's. Every other type advertises itself.
 func LeaseBackendType(configType string) string {
-	if configType == BackendTypeUVXLAN {
+	switch configType {
+	case BackendTypeUVXLAN:
 		return BackendTypeVXLAN
+	case BackendTypeAlloc:
+		return ""
 	}
 	return configType
 }
@@ -79,10 +82,11 @@ func (c *Config) CheckLease(l Lease, lens PrefixLens) error {
 		bits    int
 		pub     netip.Addr
 		data    *VXLANData
+		wg      *WireGuardData
 		name    string
 	}{
-		{c.EnableIPv4, l.Subnet, c.Network, lens.V4, l.Attrs.PublicIP, l.Attrs.BackendData, "IPv4"},
-		{c.EnableIPv6, l.IPv6Subnet, c.IPv6Network, lens.V6, l.Attrs.PublicIPv6, l.Attrs.BackendV6Data, "IPv6"},
+		{c.EnableIPv4, l.Subnet, c.Network, lens.V4, l.Attrs.PublicIP, l.Attrs.BackendData, l.Attrs.WireGuard, "IPv4"},
+		{c.EnableIPv6, l.IPv6Subnet, c.IPv6Network, lens.V6, l.Attrs.PublicIPv6, l.Attrs.BackendV6Data, l.Attrs.WireGuardV6, "IPv6"},
 	}
 	if want := LeaseBackendType(c.Backend.Type); l.Attrs.BackendType != want {
 		return reject(RejectBackendType, "backend type %q, the cluster's is %q", l.Attrs.BackendType, want)
@@ -104,6 +108,9 @@ func (c *Config) CheckLease(l Lease, lens PrefixLens) error {
 			return reject(RejectPublicIP, "%s public address: %w", f.name, err)
 		}
 		if err := c.checkBackendData(l.Attrs.BackendType, f.data); err != nil {
+			return reject(RejectBackendData, "%s backend data: %w", f.name, err)
+		}
+		if err := checkWireGuardData(l.Attrs.BackendType, f.wg); err != nil {
 			return reject(RejectBackendData, "%s backend data: %w", f.name, err)
 		}
 	}

@@ -105,7 +105,7 @@ func TestCheckLease(t *testing.T) {
 }
 
 func TestLeaseBackendType(t *testing.T) {
-	for cfg, want := range map[string]string{"vxlan": "vxlan", "uvxlan": "vxlan", "host-gw": "host-gw", "wireguard": "wireguard"} {
+	for cfg, want := range map[string]string{"vxlan": "vxlan", "uvxlan": "vxlan", "host-gw": "host-gw", "wireguard": "wireguard", "alloc": ""} {
 		if got := LeaseBackendType(cfg); got != want {
 			t.Errorf("LeaseBackendType(%q) = %q, want %q", cfg, got, want)
 		}
@@ -136,4 +136,39 @@ func TestRejectionsLogAndCountOncePerKey(t *testing.T) {
 	var nilRec *Rejections
 	nilRec.Reject("k", RejectFamily, err) // must not panic
 	nilRec.Forget("k")
+}
+
+func TestCheckLeaseOtherBackends(t *testing.T) {
+	hg := checkConfig(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}`)
+	wg := checkConfig(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard"}}`)
+	al := checkConfig(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"alloc"}}`)
+	base := func(typ string) Lease {
+		return Lease{Subnet: netip.MustParsePrefix("10.244.3.0/24"), Attrs: LeaseAttrs{PublicIP: netip.MustParseAddr("192.168.1.3"), BackendType: typ}}
+	}
+	wgLease := func(key string) Lease {
+		l := base(BackendTypeWireGuard)
+		l.Attrs.WireGuard = &WireGuardData{PublicKey: key, Port: 51820}
+		return l
+	}
+	tests := []struct {
+		name string
+		cfg  *Config
+		l    Lease
+		want string
+	}{
+		{"host-gw lease", hg, base(BackendTypeHostGW), ""},
+		{"vxlan lease in a host-gw cluster", hg, vxlanLease("10.244.3.0/24", "192.168.1.3", 1), RejectBackendType},
+		{"alloc lease (no type, as flanneld's)", al, base(""), ""},
+		{"wireguard lease", wg, wgLease("hBxRKTKWx1m2Q7V5rHeRbg0hJ3o4I3eAq6bqg0Q3HkA="), ""},
+		{"wireguard lease without data", wg, base(BackendTypeWireGuard), RejectBackendData},
+		{"wireguard lease with a bad key", wg, wgLease("not-a-key"), RejectBackendData},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.CheckLease(tt.l, PrefixLens{})
+			if got := map[bool]string{true: "", false: RejectReason(err)}[err == nil]; got != tt.want {
+				t.Fatalf("got %q (%v), want %q", got, err, tt.want)
+			}
+		})
+	}
 }

@@ -9,10 +9,25 @@ import (
 )
 
 // Backend type names. A uvxlan node still advertises BackendTypeVXLAN in its
-// lease: on the wire it is VXLAN.
+// lease: on the wire it is VXLAN. host-gw routes each peer's subnet via the
+// peer's public address, as Flannel's host-gw backend; alloc only leases a
+// subnet and programs nothing (its lease has no BackendType, as Flannel's).
 const (
-	BackendTypeVXLAN  = "vxlan"
-	BackendTypeUVXLAN = "uvxlan"
+	BackendTypeVXLAN     = "vxlan"
+	BackendTypeUVXLAN    = "uvxlan"
+	BackendTypeHostGW    = "host-gw"
+	BackendTypeAlloc     = "alloc"
+	BackendTypeWireGuard = "wireguard"
+)
+
+// WireGuard defaults and modes, Flannel's.
+const (
+	DefaultWireGuardPort   = 51820
+	DefaultWireGuardPortV6 = 51821
+	WireGuardSeparate      = "separate" // one device per family (flannel-wg, flannel-wg-v6)
+	WireGuardAuto          = "auto"     // one device; each peer over IPv4 or IPv6, chosen per peer
+	WireGuardIPv4          = "ipv4"     // one device; every peer over IPv4
+	WireGuardIPv6          = "ipv6"     // one device; every peer over IPv6
 )
 
 // Defaults shared with Flannel.
@@ -56,6 +71,12 @@ type BackendConfig struct {
 	// sending node's subnet). Routed setups that forward other sources
 	// through a node need it; the kernel VXLAN device never checks.
 	AllowForeignSources bool
+
+	// wireguard only (Flannel's names and defaults).
+	ListenPort, ListenPortV6    int    // UDP ports of the IPv4 and IPv6 devices
+	PSK                         string // optional preshared key, base64
+	PersistentKeepaliveInterval int    // seconds; 0: off
+	Mode                        string // WireGuardSeparate, Auto, IPv4 or IPv6
 }
 
 // rawConfig mirrors the JSON. encoding/json matches field names without
@@ -84,6 +105,11 @@ type rawBackend struct {
 	Learning            bool
 	DirectRouting       bool
 	AllowForeignSources bool
+
+	ListenPort, ListenPortV6    int
+	PSK                         string
+	PersistentKeepaliveInterval int
+	Mode                        string
 }
 
 // ParseConfig parses and validates a network config and fills its defaults
@@ -225,12 +251,13 @@ func parseBackend(raw *rawBackend) (BackendConfig, error) {
 		return b, nil
 	}
 	switch t := strings.ToLower(raw.Type); t {
-	case "", BackendTypeVXLAN, BackendTypeUVXLAN:
+	case "", BackendTypeVXLAN, BackendTypeUVXLAN, BackendTypeHostGW, BackendTypeAlloc, BackendTypeWireGuard:
 		if t != "" {
 			b.Type = t
 		}
 	default:
-		return b, fmt.Errorf("Backend.Type %q: unsupported, weft supports %q and %q", raw.Type, BackendTypeVXLAN, BackendTypeUVXLAN)
+		return b, fmt.Errorf("Backend.Type %q: unsupported, weft supports %q, %q, %q, %q and %q", raw.Type,
+			BackendTypeVXLAN, BackendTypeUVXLAN, BackendTypeHostGW, BackendTypeWireGuard, BackendTypeAlloc)
 	}
 	if raw.VNI != nil {
 		b.VNI = *raw.VNI
@@ -249,6 +276,9 @@ func parseBackend(raw *rawBackend) (BackendConfig, error) {
 	}
 	b.MTU, b.GBP, b.Learning, b.DirectRouting = raw.MTU, raw.GBP, raw.Learning, raw.DirectRouting
 	b.AllowForeignSources = raw.AllowForeignSources
+	if b.Type == BackendTypeWireGuard {
+		return parseWireGuard(b, raw)
+	}
 	if b.Type == BackendTypeUVXLAN && (b.GBP || b.Learning) {
 		return b, errors.New("Backend.GBP and Backend.Learning: not supported by the uvxlan backend (a TAP device sees neither the skb mark nor kernel learning)")
 	}

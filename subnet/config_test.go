@@ -123,6 +123,20 @@ func TestParseConfigDefaults(t *testing.T) {
 				Backend: vxlan},
 		},
 		{
+			name: "flannel host-gw example",
+			json: `{"Network": "10.244.0.0/16", "Backend": {"Type": "host-gw"}}`,
+			want: Config{EnableIPv4: true, Network: mustPrefix(t, "10.244.0.0/16"), SubnetLen: 24,
+				SubnetMin: mustAddr(t, "10.244.1.0"), SubnetMax: mustAddr(t, "10.244.255.0"),
+				Backend: BackendConfig{Type: BackendTypeHostGW, VNI: 1, Port: 8472}},
+		},
+		{
+			name: "alloc, type in other case",
+			json: `{"Network": "10.244.0.0/16", "Backend": {"Type": "Alloc"}}`,
+			want: Config{EnableIPv4: true, Network: mustPrefix(t, "10.244.0.0/16"), SubnetLen: 24,
+				SubnetMin: mustAddr(t, "10.244.1.0"), SubnetMax: mustAddr(t, "10.244.255.0"),
+				Backend: BackendConfig{Type: BackendTypeAlloc, VNI: 1, Port: 8472}},
+		},
+		{
 			name: "IPv6 /124 gets /126",
 			json: `{"EnableIPv4": false, "EnableIPv6": true, "IPv6Network": "fd00::/124"}`,
 			want: Config{EnableIPv6: true, IPv6Network: mustPrefix(t, "fd00::/124"), IPv6SubnetLen: 126,
@@ -173,7 +187,6 @@ func TestParseConfigErrors(t *testing.T) {
 		{"SubnetMin after SubnetMax", `{"Network": "10.1.0.0/16", "SubnetMin": "10.1.9.0", "SubnetMax": "10.1.8.0"}`, "SubnetMin 10.1.9.0: must not be after SubnetMax 10.1.8.0"},
 		{"IPv6SubnetMin unaligned", `{"EnableIPv4": false, "EnableIPv6": true, "IPv6Network": "fd00::/56", "IPv6SubnetMin": "fd00::1"}`, "IPv6SubnetMin fd00::1: not aligned to IPv6SubnetLen 64"},
 		{"unknown backend", `{"Network": "10.1.0.0/16", "Backend": {"Type": "udp", "Port": 7890}}`, `Backend.Type "udp": unsupported`},
-		{"host-gw backend", `{"Network": "10.1.0.0/16", "Backend": {"Type": "host-gw"}}`, `Backend.Type "host-gw": unsupported`},
 		{"VNI too big", `{"Network": "10.1.0.0/16", "Backend": {"VNI": 16777216}}`, "Backend.VNI 16777216: must be between 0 and 16777215"},
 		{"VNI negative", `{"Network": "10.1.0.0/16", "Backend": {"VNI": -1}}`, "Backend.VNI -1"},
 		{"Port too big", `{"Network": "10.1.0.0/16", "Backend": {"Port": 70000}}`, "Backend.Port 70000: must be between 1 and 65535"},

@@ -35,6 +35,9 @@ type LeaseAttrs struct {
 	BackendType   string
 	BackendData   *VXLANData // vxlan backend data of the IPv4 VTEP; nil for other backends
 	BackendV6Data *VXLANData // vxlan backend data of the IPv6 VTEP
+	// WireGuard and WireGuardV6 are the BackendData and BackendV6Data of a
+	// wireguard lease; nil for other backends.
+	WireGuard, WireGuardV6 *WireGuardData
 }
 
 // VXLANData is the BackendData of a vxlan lease.
@@ -74,13 +77,55 @@ func (a LeaseAttrs) MarshalJSON() ([]byte, error) {
 		w.PublicIPv6 = &v6
 	}
 	var err error
-	if w.BackendData, err = encodeVXLANData(a.BackendData); err != nil {
+	if w.BackendData, err = a.DataJSON(false); err != nil {
 		return nil, fmt.Errorf("marshal lease attrs: BackendData: %w", err)
 	}
-	if w.BackendV6Data, err = encodeVXLANData(a.BackendV6Data); err != nil {
+	if w.BackendV6Data, err = a.DataJSON(true); err != nil {
 		return nil, fmt.Errorf("marshal lease attrs: BackendV6Data: %w", err)
 	}
 	return json.Marshal(w)
+}
+
+// DataJSON is the JSON of the backend data of one family (BackendData, or
+// with v6 BackendV6Data), or nil when there is none.
+func (a LeaseAttrs) DataJSON(v6 bool) (json.RawMessage, error) {
+	vx, wg := a.BackendData, a.WireGuard
+	if v6 {
+		vx, wg = a.BackendV6Data, a.WireGuardV6
+	}
+	if wg != nil {
+		return json.Marshal(wg)
+	}
+	return encodeVXLANData(vx)
+}
+
+// SetDataJSON decodes the backend data of one family for the lease's
+// BackendType (vxlan or wireguard; other types' data is dropped).
+func (a *LeaseAttrs) SetDataJSON(v6 bool, b json.RawMessage) error {
+	switch a.BackendType {
+	case BackendTypeVXLAN:
+		d, err := decodeVXLANData(b)
+		if v6 {
+			a.BackendV6Data = d
+		} else {
+			a.BackendData = d
+		}
+		return err
+	case BackendTypeWireGuard:
+		if len(b) == 0 || bytes.Equal(b, []byte("null")) {
+			return nil
+		}
+		var d WireGuardData
+		if err := json.Unmarshal(b, &d); err != nil {
+			return err
+		}
+		if v6 {
+			a.WireGuardV6 = &d
+		} else {
+			a.WireGuard = &d
+		}
+	}
+	return nil
 }
 
 func encodeVXLANData(d *VXLANData) (json.RawMessage, error) {
@@ -111,14 +156,11 @@ func (a *LeaseAttrs) UnmarshalJSON(b []byte) error {
 	if out.PublicIPv6.IsValid() && (!out.PublicIPv6.Is6() || out.PublicIPv6.Is4In6()) {
 		return fmt.Errorf("PublicIPv6 %s: not an IPv6 address", out.PublicIPv6)
 	}
-	if w.BackendType == BackendTypeVXLAN {
-		var err error
-		if out.BackendData, err = decodeVXLANData(w.BackendData); err != nil {
-			return fmt.Errorf("BackendData: %w", err)
-		}
-		if out.BackendV6Data, err = decodeVXLANData(w.BackendV6Data); err != nil {
-			return fmt.Errorf("BackendV6Data: %w", err)
-		}
+	if err := out.SetDataJSON(false, w.BackendData); err != nil {
+		return fmt.Errorf("BackendData: %w", err)
+	}
+	if err := out.SetDataJSON(true, w.BackendV6Data); err != nil {
+		return fmt.Errorf("BackendV6Data: %w", err)
 	}
 	*a = out
 	return nil

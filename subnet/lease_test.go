@@ -45,7 +45,24 @@ func TestLeaseAttrsJSON(t *testing.T) {
 			json: `{"PublicIP":"0.0.0.0","PublicIPv6":"fd77::1","BackendType":"vxlan","BackendV6Data":{"VNI":3,"VtepMAC":"c6:1f:8a:3b:00:01"}}`,
 		},
 		{
-			name:  "no backend fields, as flanneld omits them",
+			name:  "host-gw, as flanneld writes it",
+			attrs: LeaseAttrs{PublicIP: mustAddr(t, "192.168.77.1"), BackendType: "host-gw"},
+			json:  `{"PublicIP":"192.168.77.1","PublicIPv6":null,"BackendType":"host-gw"}`,
+		},
+		{
+			name:  "host-gw dual-stack",
+			attrs: LeaseAttrs{PublicIP: mustAddr(t, "192.168.77.1"), PublicIPv6: mustAddr(t, "fd77::1"), BackendType: "host-gw"},
+			json:  `{"PublicIP":"192.168.77.1","PublicIPv6":"fd77::1","BackendType":"host-gw"}`,
+		},
+		{
+			name: "wireguard dual-stack, as flanneld writes it",
+			attrs: LeaseAttrs{PublicIP: mustAddr(t, "192.168.77.1"), PublicIPv6: mustAddr(t, "fd77::1"), BackendType: "wireguard",
+				WireGuard:   &WireGuardData{PublicKey: "Jd1Dnz8qQ3BvjmFh1lONkVbSpRd4q3gdTjgN8UqFKUY=", Port: 51820},
+				WireGuardV6: &WireGuardData{PublicKey: "Jd1Dnz8qQ3BvjmFh1lONkVbSpRd4q3gdTjgN8UqFKUY=", Port: 51821}},
+			json: `{"PublicIP":"192.168.77.1","PublicIPv6":"fd77::1","BackendType":"wireguard","BackendData":{"PublicKey":"Jd1Dnz8qQ3BvjmFh1lONkVbSpRd4q3gdTjgN8UqFKUY=","Port":51820},"BackendV6Data":{"PublicKey":"Jd1Dnz8qQ3BvjmFh1lONkVbSpRd4q3gdTjgN8UqFKUY=","Port":51821}}`,
+		},
+		{
+			name:  "no backend fields, as flanneld omits them (alloc)",
 			attrs: LeaseAttrs{PublicIP: mustAddr(t, "10.0.0.1")},
 			json:  `{"PublicIP":"10.0.0.1","PublicIPv6":null}`,
 		},

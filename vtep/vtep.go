@@ -10,10 +10,13 @@ import (
 	"github.com/weft-net/weft/subnet"
 )
 
-// VTEP is a remote tunnel endpoint: its device MAC and its underlay address.
+// VTEP is a remote tunnel endpoint: its device MAC and its underlay address;
+// for wireguard, its public key and UDP port instead of a MAC.
 type VTEP struct {
 	MAC  subnet.MAC
 	Addr netip.Addr
+	Key  string // wireguard: the peer's public key (base64)
+	Port int    // wireguard: the peer's UDP port (0: the same as ours)
 }
 
 // Table maps a remote node subnet (IPv4 or IPv6) to its VTEP. A Table handed
@@ -31,6 +34,65 @@ type Entry struct {
 // IPv4 backend data, and likewise for IPv6. Leases of other backends, and
 // ones that lack the data, are left out: they cannot be reached over VXLAN.
 func FromLeases(leases []subnet.Lease, self subnet.Lease) Table {
+	return FromLeasesOf(subnet.BackendTypeVXLAN, leases, self)
+}
+
+// FromLeasesOf builds the table of every lease of the lease type typ (see
+// subnet.LeaseType) but self's. For vxlan see FromLeases. For host-gw a
+// lease contributes each subnet that has a public address of its family,
+// with a zero MAC: the peer is reached by routing via that address. Other
+// types (alloc) have no peers.
+func FromLeasesOf(typ string, leases []subnet.Lease, self subnet.Lease) Table {
+	switch typ {
+	case subnet.BackendTypeVXLAN:
+		return fromVXLAN(leases, self)
+	case subnet.BackendTypeHostGW:
+		return fromHostGW(leases, self)
+	case subnet.BackendTypeWireGuard:
+		return fromWireGuard(leases, self)
+	}
+	return Table{}
+}
+
+func fromHostGW(leases []subnet.Lease, self subnet.Lease) Table {
+	t := make(Table, len(leases))
+	selfKey := self.Key()
+	for _, l := range leases {
+		if l.Key() == selfKey || l.Attrs.BackendType != subnet.BackendTypeHostGW {
+			continue
+		}
+		if l.Subnet.IsValid() && l.Attrs.PublicIP.IsValid() {
+			t[l.Subnet] = VTEP{Addr: l.Attrs.PublicIP}
+		}
+		if l.IPv6Subnet.IsValid() && l.Attrs.PublicIPv6.IsValid() {
+			t[l.IPv6Subnet] = VTEP{Addr: l.Attrs.PublicIPv6}
+		}
+	}
+	return t
+}
+
+// fromWireGuard: a wireguard lease contributes each subnet of a family for
+// which it has backend data with a public key; the address is the lease's
+// public address of that family (invalid when it has none: a single-device
+// mode may still reach the peer over the other family).
+func fromWireGuard(leases []subnet.Lease, self subnet.Lease) Table {
+	t := make(Table, len(leases))
+	selfKey := self.Key()
+	for _, l := range leases {
+		if l.Key() == selfKey || l.Attrs.BackendType != subnet.BackendTypeWireGuard {
+			continue
+		}
+		if d := l.Attrs.WireGuard; d != nil && l.Subnet.IsValid() && d.PublicKey != "" {
+			t[l.Subnet] = VTEP{Addr: l.Attrs.PublicIP, Key: d.PublicKey, Port: int(d.Port)}
+		}
+		if d := l.Attrs.WireGuardV6; d != nil && l.IPv6Subnet.IsValid() && d.PublicKey != "" {
+			t[l.IPv6Subnet] = VTEP{Addr: l.Attrs.PublicIPv6, Key: d.PublicKey, Port: int(d.Port)}
+		}
+	}
+	return t
+}
+
+func fromVXLAN(leases []subnet.Lease, self subnet.Lease) Table {
 	t := make(Table, len(leases))
 	selfKey := self.Key()
 	for _, l := range leases {

@@ -111,3 +111,32 @@ func TestEntriesSorted(t *testing.T) {
 		}
 	}
 }
+
+func TestFromLeasesOfHostGW(t *testing.T) {
+	hg := func(v4, v6, pub, pub6 string) subnet.Lease {
+		l := lease(v4, v6, pub, pub6, subnet.MAC{}, subnet.MAC{})
+		l.Attrs = subnet.LeaseAttrs{BackendType: "host-gw", PublicIP: l.Attrs.PublicIP, PublicIPv6: l.Attrs.PublicIPv6}
+		return l
+	}
+	self := hg("10.244.1.0/24", "", "192.168.77.1", "")
+	vx := lease("10.244.5.0/24", "", "192.168.77.5", "", macA, subnet.MAC{})
+	noIP := hg("10.244.6.0/24", "", "192.168.77.6", "")
+	noIP.Attrs.PublicIP = netip.Addr{}
+	leases := []subnet.Lease{self, vx, noIP,
+		hg("10.244.2.0/24", "fd00:10:244:2::/64", "192.168.77.2", "fd77::2"),
+		hg("", "fd00:10:244:3::/64", "", "fd77::3")}
+	want := Table{
+		pfx("10.244.2.0/24"):      {Addr: ip("192.168.77.2")},
+		pfx("fd00:10:244:2::/64"): {Addr: ip("fd77::2")},
+		pfx("fd00:10:244:3::/64"): {Addr: ip("fd77::3")},
+	}
+	if got := FromLeasesOf(subnet.BackendTypeHostGW, leases, self); !reflect.DeepEqual(got, want) {
+		t.Errorf("host-gw: got %v, want %v", got, want)
+	}
+	if got := FromLeasesOf(subnet.BackendTypeVXLAN, leases, self); !reflect.DeepEqual(got, Table{pfx("10.244.5.0/24"): {MAC: macA, Addr: ip("192.168.77.5")}}) {
+		t.Errorf("vxlan: got %v", got)
+	}
+	if got := FromLeasesOf("", leases, self); len(got) != 0 {
+		t.Errorf("alloc: got %v, want no peers", got)
+	}
+}

@@ -61,6 +61,9 @@ func runPeers(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // peers prints the overlay state in h's namespace against the leases and
 // fails with errMismatch when they differ.
 func peers(w io.Writer, h *netlink.Handle, device string, ls []subnet.Lease, from string) error {
+	if self, ok := inspect.SelfLeaseByAddr(h, ls); ok && device == "" && self.Attrs.BackendType == subnet.BackendTypeHostGW {
+		return hostGWPeers(w, h, self, ls, from)
+	}
 	k, err := inspect.ReadKernel(h, device)
 	if err != nil {
 		return err
@@ -89,4 +92,23 @@ func withLabNS(name string, f func(*netlink.Handle) error) error {
 	}
 	defer n.Handle.Close()
 	return f(n.Handle)
+}
+
+// hostGWPeers prints a host-gw node's routes against the leases and fails
+// with errMismatch when a peer is not routed as leased or not on-link.
+func hostGWPeers(w io.Writer, h *netlink.Handle, self subnet.Lease, ls []subnet.Lease, from string) error {
+	fmt.Fprintf(w, "this node: subnet %s, public IP %s; leases from %s\n", self.Subnet, self.Attrs.PublicIP, from)
+	routes, err := inspect.WeftRoutes(h)
+	if err != nil {
+		return err
+	}
+	ps := inspect.CompareHostGW(routes, vtep.FromLeasesOf(subnet.BackendTypeHostGW, ls, self), inspect.OnLinkFunc(h))
+	if err := inspect.RenderHostGWPeers(w, ps); err != nil {
+		return err
+	}
+	if n := inspect.HostGWMismatches(ps); n > 0 {
+		return fmt.Errorf("%d of %d peers: %w", n, len(ps), errMismatch)
+	}
+	fmt.Fprintf(w, "all %d peers routed as leased\n", len(ps))
+	return nil
 }

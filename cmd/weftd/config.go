@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,55 +17,88 @@ import (
 )
 
 // config is weftd's command line. Every flag falls back to an environment
-// variable WEFT_<FLAG> (upper case, dashes as underscores).
+// variable WEFT_<FLAG> (upper case, dashes as underscores), and then to
+// flanneld's FLANNELD_<FLAG>. weftd also takes every flanneld flag (see
+// flannel.go); started as flanneld or with --flannel-compat it takes
+// flanneld's defaults.
 type config struct {
 	etcd     flagenv.Etcd
 	leaseTTL time.Duration
 
 	kubeSubnetMgr   bool
 	kubeconfig      string
+	kubeAPIURL      string
 	kubeAnnotPrefix string
 	netConfPath     string
 	nodeName        string
+	setNodeNetUnav  bool
 
-	iface       string
-	ifaceRegex  string
-	publicIP    string
-	publicIPv6  string
-	subnetFile  string
-	ipMasq      bool
-	renewMargin time.Duration
-	backend     string
-	healthAddr  string
-	logFormat   string
-	logLevel    string
-	version     bool
+	ifaces        []string
+	ifaceRegexes  []string
+	ifaceCanReach string
+	publicIP      string
+	publicIPv6    string
+	subnetFile    string
+	ipMasq        bool
+	renewMargin   time.Duration
+	backend       string
+	healthAddr    string
+	logFormat     string
+	logLevel      string
+	version       bool
+
+	flannel flannelFlags
+	// compat is set when weftd runs as flanneld: started under that name
+	// or with --flannel-compat.
+	compat bool
+	// envApplied names the FLANNELD_* variables that set a flag.
+	envApplied []string
 }
 
-func parseFlags(args []string, stderr io.Writer) (*config, error) {
-	c := &config{}
+// defaults are the flag defaults that differ between weft and flanneld.
+type defaults struct {
+	etcdEndpoints string
+	ipMasq        bool
+	healthAddr    string
+}
+
+var (
+	weftDefaults    = defaults{etcdEndpoints: "http://127.0.0.1:2379", ipMasq: true, healthAddr: "127.0.0.1:9470"}
+	flannelDefaults = defaults{etcdEndpoints: "http://127.0.0.1:4001,http://127.0.0.1:2379", ipMasq: false, healthAddr: ""}
+)
+
+// parseFlags parses the command line of a weftd started as prog.
+func parseFlags(prog string, args []string, stderr io.Writer) (*config, error) {
+	c := &config{compat: wantsCompat(prog, args)}
+	def := weftDefaults
+	if c.compat {
+		def = flannelDefaults
+	}
 	fs := flag.NewFlagSet("weftd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	s := &flagenv.Set{FS: fs}
+	c.etcd.DefaultEndpoints = def.etcdEndpoints
 	c.etcd.Register(s)
 	s.String(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (Kubernetes mode; in-cluster config when empty)")
 	s.String(&c.kubeAnnotPrefix, "kube-annotation-prefix", "flannel.alpha.coreos.com", "prefix of the node annotations")
 	s.String(&c.netConfPath, "net-config-path", "/etc/kube-flannel/net-conf.json", "network config file (Kubernetes mode)")
 	s.String(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (Kubernetes mode; default $NODE_NAME)")
-	s.String(&c.iface, "iface", "", "underlay device, by name or address (default: the default route's device)")
-	s.String(&c.ifaceRegex, "iface-regex", "", "regular expression selecting the underlay device by name or address")
+	s.Strings(&c.ifaces, "iface", "underlay device, by name or address; repeat to try several in order (default: the default route's device)")
+	s.Strings(&c.ifaceRegexes, "iface-regex", "regular expression selecting the underlay device by name or address; repeatable, tried after --iface")
+	s.String(&c.ifaceCanReach, "iface-can-reach", "", "pick the underlay device and address the kernel would use to reach this IP")
 	s.String(&c.publicIP, "public-ip", "", "IPv4 address to advertise to other nodes (default: the underlay's)")
 	s.String(&c.publicIPv6, "public-ipv6", "", "IPv6 address to advertise to other nodes (default: the underlay's)")
 	s.String(&c.subnetFile, "subnet-file", "/run/flannel/subnet.env", "subnet file written for the CNI plugin")
-	s.String(&c.backend, "backend", "", "dataplane for this node, overriding the network config: vxlan or uvxlan")
-	s.String(&c.healthAddr, "health-addr", "127.0.0.1:9470", "address for /healthz, /readyz and /metrics (empty: off)")
+	s.String(&c.backend, "backend", "", "dataplane for this node, overriding the network config: vxlan, uvxlan, host-gw, wireguard or alloc")
+	s.String(&c.healthAddr, "health-addr", def.healthAddr, "address for /healthz, /readyz and /metrics (empty: off)")
 	s.String(&c.logFormat, "log-format", "text", "log format: text or json")
 	s.String(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	s.Bool(&c.kubeSubnetMgr, "kube-subnet-mgr", false, "lease the subnet from the Kubernetes API (Node.spec.podCIDR) instead of etcd")
-	s.Bool(&c.ipMasq, "ip-masq", true, "masquerade pod traffic that leaves the cluster network")
+	s.Bool(&c.ipMasq, "ip-masq", def.ipMasq, "masquerade pod traffic that leaves the cluster network")
 	s.Bool(&c.version, "version", false, "print the version and exit")
-	s.Duration(&c.renewMargin, "subnet-lease-renew-margin", time.Hour, "renew the lease this long before it expires")
+	s.Minutes(&c.renewMargin, "subnet-lease-renew-margin", time.Hour, "renew the lease this long before it expires: minutes (flanneld's unit) or a duration")
 	s.Duration(&c.leaseTTL, "subnet-lease-ttl", 24*time.Hour, "lifetime of a new etcd lease")
+	c.flannel.register(s, c)
 	if err := s.Err(); err != nil {
 		return nil, err
 	}
@@ -72,26 +108,46 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
+	applied, err := flagenv.ApplyPrefixed(fs, "FLANNELD")
+	if err != nil {
+		return nil, err
+	}
+	c.envApplied = applied
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	c.flannel.apply(c, given)
 	return c, c.validate()
 }
 
 func (c *config) validate() error {
-	if c.iface != "" && c.ifaceRegex != "" {
-		return errors.New("--iface and --iface-regex exclude each other")
-	}
 	switch c.backend {
-	case "", "vxlan", "uvxlan":
+	case "", "vxlan", "uvxlan", "host-gw", "wireguard", "alloc":
 	default:
-		return fmt.Errorf("--backend %q: must be vxlan or uvxlan", c.backend)
+		return fmt.Errorf("--backend %q: must be vxlan, uvxlan, host-gw, wireguard or alloc", c.backend)
 	}
-	if c.kubeSubnetMgr && c.nodeName == "" {
-		return errors.New("--kube-subnet-mgr needs the node name: set NODE_NAME or --node-name")
+	if c.ifaceCanReach != "" {
+		if _, err := netip.ParseAddr(c.ifaceCanReach); err != nil {
+			return fmt.Errorf("--iface-can-reach %q: not an IP address", c.ifaceCanReach)
+		}
+	}
+	if c.kubeSubnetMgr && c.nodeName == "" && !podNamed() {
+		return errors.New("--kube-subnet-mgr needs the node name: set NODE_NAME or --node-name (or POD_NAME and POD_NAMESPACE, as Flannel's manifest does)")
 	}
 	if c.renewMargin <= 0 || c.leaseTTL <= 0 {
 		return errors.New("--subnet-lease-renew-margin and --subnet-lease-ttl must be positive")
 	}
+	if c.compat && c.renewMargin >= 24*time.Hour {
+		return fmt.Errorf("--subnet-lease-renew-margin %s: flanneld takes 1 to 1439 minutes", c.renewMargin)
+	}
+	if p := c.flannel.healthzPort; p < 0 || p > 65535 {
+		return fmt.Errorf("--healthz-port %d: must be between 0 and 65535", p)
+	}
 	return nil
 }
+
+// healthzAddr is flanneld's health address, from --healthz-ip and
+// --healthz-port.
+func healthzAddr(ip string, port int) string { return net.JoinHostPort(ip, strconv.Itoa(port)) }
 
 func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
 	var lv slog.Level
@@ -107,3 +163,8 @@ func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
 	}
 	return nil, fmt.Errorf("--log-format %q: must be text or json", format)
 }
+
+// podNamed reports whether weftd runs in a pod that names itself through
+// POD_NAME and POD_NAMESPACE (Flannel's manifest), from which the node name
+// is read in the Kubernetes API.
+func podNamed() bool { return os.Getenv("POD_NAME") != "" && os.Getenv("POD_NAMESPACE") != "" }

@@ -19,7 +19,7 @@ var version = "dev"
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil {
+	if err := run(ctx, os.Args[0], os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) { // -h, --help: the usage was printed
 			return
 		}

@@ -14,8 +14,8 @@ import (
 	"github.com/weft-net/weft/subnet/etcd"
 )
 
-func run(ctx context.Context, args []string) error {
-	c, err := parseFlags(args, os.Stderr)
+func run(ctx context.Context, prog string, args []string) error {
+	c, err := parseFlags(prog, args, os.Stderr)
 	if err != nil {
 		return err
 	}
@@ -27,7 +27,8 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	log.Info("starting weftd", "version", version)
+	log.Info("starting weftd", "version", version, "flannelCompat", c.compat)
+	logFlannelFlags(c, log)
 
 	node, underlay, err := findNode(c)
 	if err != nil {
@@ -75,7 +76,7 @@ func run(ctx context.Context, args []string) error {
 
 // findNode picks the underlay device and the addresses to advertise.
 func findNode(c *config) (daemon.Node, underlayInfo, error) {
-	u, err := findUnderlay(c.iface, c.ifaceRegex)
+	u, err := findUnderlay(c)
 	if err != nil {
 		return daemon.Node{}, u, err
 	}
@@ -118,4 +119,15 @@ func newRegistry(ctx context.Context, c *config, rej *subnet.Rejections, log *sl
 	}
 	reg := etcd.New(client, etcd.Options{Prefix: c.etcd.Prefix, TTL: c.leaseTTL, Rejections: rej}, log)
 	return reg, func() { client.Close() }, nil
+}
+
+// logFlannelFlags logs the FLANNELD_* variables weftd read and the flanneld
+// flags it accepted but does not act on.
+func logFlannelFlags(c *config, log *slog.Logger) {
+	if len(c.envApplied) > 0 {
+		log.Info("flags set from flanneld's environment variables", "variables", c.envApplied)
+	}
+	for _, f := range c.ignored() {
+		log.Warn("flanneld flag accepted but ignored", "flag", f.flag, "reason", f.reason)
+	}
 }

@@ -5,13 +5,17 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
 	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/backend/alloc"
+	"github.com/weft-net/weft/backend/hostgw"
 	"github.com/weft-net/weft/backend/masq"
 	"github.com/weft-net/weft/backend/uvxlan"
 	"github.com/weft-net/weft/backend/vxlan"
+	"github.com/weft-net/weft/backend/wireguard"
 	"github.com/weft-net/weft/internal/daemon"
 	"github.com/weft-net/weft/subnet"
 )
@@ -24,13 +28,17 @@ type underlayInfo struct {
 	ipv4, ipv6 netip.Addr
 }
 
-func findUnderlay(iface, regex string) (underlayInfo, error) {
+func findUnderlay(c *config) (underlayInfo, error) {
 	h, err := netlink.NewHandle()
 	if err != nil {
 		return underlayInfo{}, fmt.Errorf("netlink: %w", err)
 	}
 	defer h.Close()
-	u, err := backend.FindUnderlay(h, backend.UnderlayQuery{Iface: iface, Regex: regex})
+	q := backend.UnderlayQuery{Ifaces: c.ifaces, Regexes: c.ifaceRegexes}
+	if c.ifaceCanReach != "" {
+		q.CanReach = netip.MustParseAddr(c.ifaceCanReach) // checked by validate
+	}
+	u, err := backend.FindUnderlay(h, q)
 	if err != nil {
 		return underlayInfo{}, err
 	}
@@ -40,6 +48,7 @@ func findUnderlay(iface, regex string) (underlayInfo, error) {
 // factories wires the dataplanes and the masquerade rules into the daemon.
 func factories(c *config, u underlayInfo, live *liveBackend, log *slog.Logger) daemon.Factories {
 	f := daemon.Factories{
+		LeaseData: wireGuardLeaseData,
 		Dataplane: func(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int) (daemon.Dataplane, error) {
 			if lease.IPv6Subnet.IsValid() {
 				if err := enableForwarding(forwardIPv6, log); err != nil {
@@ -47,15 +56,22 @@ func factories(c *config, u underlayInfo, live *liveBackend, log *slog.Logger) d
 				}
 			}
 			dp, err := newDataplane(typ, cfg, lease, mtu, u, log)
-			if err == nil {
-				live.set(dp.Backend)
+			if err != nil {
+				return dp, err
 			}
-			return dp, err
+			live.set(dp.Backend)
+			if c.flannel.blackholeRoute {
+				if err := addBlackholes(lease); err != nil {
+					log.Warn("cannot add the blackhole route (--ip-blackhole-route)", "err", err)
+				}
+			}
+			return dp, nil
 		},
 	}
 	if c.ipMasq {
 		f.Masquerade = func(cfg *subnet.Config) (daemon.Runner, error) {
-			return masq.New(masq.Config{Network: cfg.Network, IPv6Network: cfg.IPv6Network}, log)
+			return masq.New(masq.Config{Network: cfg.Network, IPv6Network: cfg.IPv6Network,
+				CheckInterval: time.Duration(c.flannel.resyncSeconds) * time.Second}, log)
 		}
 	} else if err := masq.Remove(""); err != nil {
 		log.Warn("cannot remove masquerade rules left from an earlier run", "err", err)
@@ -131,6 +147,12 @@ func newDataplane(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u
 
 func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, log *slog.Logger) (daemon.Dataplane, error) {
 	switch typ {
+	case subnet.BackendTypeHostGW:
+		return newHostGW(h, cfg, lease, u, log)
+	case subnet.BackendTypeWireGuard:
+		return newWireGuard(h, cfg, lease, mtu, u, log)
+	case subnet.BackendTypeAlloc:
+		return daemon.Dataplane{Backend: alloc.New(), Cleanup: func() error { return removeOthers(h, cfg, "", log) }}, nil
 	case subnet.BackendTypeVXLAN:
 		vc := vxlan.Config{
 			Handle:        h,
@@ -155,7 +177,9 @@ func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease sub
 		if err != nil {
 			return daemon.Dataplane{}, err
 		}
-		return daemon.Dataplane{Backend: b, Cleanup: func() error { return removeUVXLAN(h, vc.VNI) }}, nil
+		return daemon.Dataplane{Backend: b, Cleanup: func() error {
+			return errors.Join(removeUVXLAN(h, vc.VNI), wireguard.RemoveDevices(h))
+		}}, nil
 	case subnet.BackendTypeUVXLAN:
 		b, err := newUVXLAN(cfg, lease, mtu, u, log)
 		if err != nil {
@@ -163,8 +187,41 @@ func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease sub
 		}
 		// Any kernel VXLAN device on our port (weft's, or flannel.<VNI>
 		// when replacing flanneld) holds the socket this dataplane binds.
-		cleanup := func() error { return vxlan.RemovePortHolders(h, cfg.Backend.Port, log) }
+		cleanup := func() error {
+			return errors.Join(vxlan.RemovePortHolders(h, cfg.Backend.Port, log), wireguard.RemoveDevices(h))
+		}
 		return daemon.Dataplane{Backend: b, Cleanup: cleanup}, nil
 	}
 	return daemon.Dataplane{}, fmt.Errorf("backend %q: unsupported", typ)
+}
+
+// removeOthers removes what the other backends left on a node that now
+// runs keep (host-gw, wireguard or alloc, "" for alloc): the kernel VXLAN
+// devices (weft's or flanneld's), the uvxlan TAPs, and unless keep is
+// wireguard the wireguard devices, whose route for the whole cluster network
+// would catch pod traffic.
+func removeOthers(h *netlink.Handle, cfg *subnet.Config, keep string, log *slog.Logger) error {
+	errs := []error{vxlan.RemovePortHolders(h, cfg.Backend.Port, log), vxlan.RemoveDevices(h, cfg.Backend.VNI),
+		removeUVXLAN(h, cfg.Backend.VNI)}
+	if keep != subnet.BackendTypeWireGuard {
+		errs = append(errs, wireguard.RemoveDevices(h))
+	}
+	return errors.Join(errs...)
+}
+
+// newHostGW builds the host-gw dataplane. As Flannel's, it refuses a node
+// whose advertised address is not the underlay's own (a node behind NAT):
+// peers route to that address directly.
+func newHostGW(h *netlink.Handle, cfg *subnet.Config, lease subnet.Lease, u underlayInfo, log *slog.Logger) (daemon.Dataplane, error) {
+	a := lease.Attrs
+	if a.PublicIP.IsValid() && a.PublicIP != u.ipv4 || a.PublicIPv6.IsValid() && a.PublicIPv6 != u.ipv6 {
+		return daemon.Dataplane{}, fmt.Errorf("host-gw: the public address (%s %s) differs from the underlay's (%s %s): "+
+			"a node behind NAT cannot use host-gw, peers route to its public address directly", a.PublicIP, a.PublicIPv6, u.ipv4, u.ipv6)
+	}
+	b, err := hostgw.New(hostgw.Config{Handle: h, UnderlayIndex: u.index, Local: u.ipv4, LocalIPv6: u.ipv6,
+		Subnet: lease.Subnet, IPv6Subnet: lease.IPv6Subnet}, log)
+	if err != nil {
+		return daemon.Dataplane{}, err
+	}
+	return daemon.Dataplane{Backend: b, Cleanup: func() error { return removeOthers(h, cfg, subnet.BackendTypeHostGW, log) }}, nil
 }

@@ -51,6 +51,9 @@ type Factories struct {
 	Dataplane func(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int) (Dataplane, error)
 	// Masquerade builds the masquerade rules; nil when --ip-masq is off.
 	Masquerade func(cfg *subnet.Config) (Runner, error)
+	// LeaseData, if set, adds the backend data that only the dataplane
+	// knows to the lease value (the wireguard public key).
+	LeaseData func(typ string, cfg *subnet.Config, a *subnet.LeaseAttrs) error
 }
 
 // Config is the daemon's configuration.
@@ -123,8 +126,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.cfg.BackendType != "" {
 		typ = d.cfg.BackendType
 	}
-	if typ != subnet.BackendTypeVXLAN && typ != subnet.BackendTypeUVXLAN {
-		return fmt.Errorf("daemon: backend %q: unsupported, use %q or %q", typ, subnet.BackendTypeVXLAN, subnet.BackendTypeUVXLAN)
+	switch typ {
+	case subnet.BackendTypeVXLAN, subnet.BackendTypeUVXLAN, subnet.BackendTypeHostGW, subnet.BackendTypeAlloc, subnet.BackendTypeWireGuard:
+	default:
+		return fmt.Errorf("daemon: backend %q: unsupported, use %q, %q, %q, %q or %q", typ, subnet.BackendTypeVXLAN,
+			subnet.BackendTypeUVXLAN, subnet.BackendTypeHostGW, subnet.BackendTypeWireGuard, subnet.BackendTypeAlloc)
 	}
 	d.log.Info("network config", "network", cfg.Network, "ipv6Network", cfg.IPv6Network, "backend", typ, "vni", cfg.Backend.VNI, "port", cfg.Backend.Port)
 

@@ -26,7 +26,12 @@ type networkAvailabler interface {
 // leaseLoop acquires a lease and runs a session on it; when the lease is
 // lost it acquires again, preferring the same subnet.
 func (d *Daemon) leaseLoop(ctx context.Context, cfg *subnet.Config, typ string) error {
-	attrs := d.attrs(cfg)
+	attrs := d.attrs(cfg, typ)
+	if d.cfg.Factories.LeaseData != nil {
+		if err := d.cfg.Factories.LeaseData(typ, cfg, &attrs); err != nil {
+			return fmt.Errorf("daemon: lease data: %w", err)
+		}
+	}
 	hint := d.previousSubnet()
 	for {
 		lease, err := d.acquire(ctx, attrs, hint)
@@ -46,8 +51,20 @@ func (d *Daemon) leaseLoop(ctx context.Context, cfg *subnet.Config, typ string) 
 }
 
 // attrs is the lease value this node advertises. A uvxlan node advertises
-// "vxlan" as well: on the wire it is VXLAN.
-func (d *Daemon) attrs(cfg *subnet.Config) subnet.LeaseAttrs {
+// "vxlan" as well: on the wire it is VXLAN. host-gw and alloc leases carry
+// the public addresses and no backend data, as Flannel writes them; a
+// wireguard lease gets its data (the public key) from Factories.LeaseData.
+func (d *Daemon) attrs(cfg *subnet.Config, typ string) subnet.LeaseAttrs {
+	if typ == subnet.BackendTypeHostGW || typ == subnet.BackendTypeAlloc || typ == subnet.BackendTypeWireGuard {
+		a := subnet.LeaseAttrs{BackendType: subnet.LeaseBackendType(typ)}
+		if cfg.EnableIPv4 {
+			a.PublicIP = d.cfg.Node.PublicIP
+		}
+		if cfg.EnableIPv6 {
+			a.PublicIPv6 = d.cfg.Node.PublicIPv6
+		}
+		return a
+	}
 	a := subnet.LeaseAttrs{BackendType: subnet.BackendTypeVXLAN}
 	if cfg.EnableIPv4 {
 		a.PublicIP = d.cfg.Node.PublicIP
@@ -88,9 +105,19 @@ func (d *Daemon) acquire(ctx context.Context, attrs subnet.LeaseAttrs, hint neti
 	}
 }
 
-// overlayMTU is the MTU of the overlay device and of pods.
-func (d *Daemon) overlayMTU(cfg *subnet.Config) int {
+// overlayMTU is the MTU of the overlay device and of pods. Without
+// encapsulation (host-gw, alloc) it is the underlay's MTU, as Flannel's.
+func (d *Daemon) overlayMTU(cfg *subnet.Config, typ string) int {
 	underlay := d.cfg.Node.UnderlayMTU
+	if typ == subnet.BackendTypeHostGW || typ == subnet.BackendTypeAlloc {
+		return underlay
+	}
+	if typ == subnet.BackendTypeWireGuard { // Flannel's: the configured or underlay MTU minus 80
+		if cfg.Backend.MTU != 0 {
+			underlay = cfg.Backend.MTU
+		}
+		return underlay - wireGuardOverhead
+	}
 	if cfg.Backend.MTU != 0 {
 		underlay = cfg.Backend.MTU
 	}
@@ -100,7 +127,7 @@ func (d *Daemon) overlayMTU(cfg *subnet.Config) int {
 // session runs the dataplane, the watch and the renewals for one lease. It
 // returns errLeaseLost when the lease is gone, or ctx's error.
 func (d *Daemon) session(ctx context.Context, cfg *subnet.Config, typ string, lease subnet.Lease) error {
-	mtu := d.overlayMTU(cfg)
+	mtu := d.overlayMTU(cfg, typ)
 	dp, err := d.cfg.Factories.Dataplane(typ, cfg, lease, mtu)
 	if err != nil {
 		return fmt.Errorf("daemon: %s dataplane: %w", typ, err)
@@ -214,6 +241,7 @@ func (d *Daemon) renewOnce(ctx context.Context, lease subnet.Lease) (subnet.Leas
 
 // watch follows the registry and hands every new peer table to the backend.
 func (d *Daemon) watch(ctx context.Context, cfg *subnet.Config, self subnet.Lease, b backend.Backend) error {
+	leaseType := subnet.LeaseBackendType(cfg.Backend.Type)
 	events := make(chan []subnet.Event, 64)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return d.cfg.Registry.Watch(gctx, events) })
@@ -240,7 +268,7 @@ func (d *Daemon) watch(ctx context.Context, cfg *subnet.Config, self subnet.Leas
 					added++
 				}
 			}
-			t := vtep.FromLeases(peers.all(), self)
+			t := vtep.FromLeasesOf(leaseType, peers.all(), self)
 			b.Set(t)
 			v4 := 0
 			for p := range t {
@@ -267,3 +295,6 @@ func lostOwnLease(ev subnet.Event, self subnet.Lease) bool {
 	a, s := ev.Lease.Attrs, self.Attrs
 	return a.PublicIP != s.PublicIP || a.PublicIPv6 != s.PublicIPv6
 }
+
+// wireGuardOverhead is what Flannel's wireguard backend takes off the MTU.
+const wireGuardOverhead = 80

@@ -54,3 +54,43 @@ func TestBadEnvironmentValues(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+func TestStringsMinutesAndPrefixed(t *testing.T) {
+	t.Setenv("WEFT_IFACE", "eth9, eth8")
+	t.Setenv("FLANNELD_IFACE_REGEX", "^en,^eth")
+	t.Setenv("FLANNELD_MARGIN", "45")
+	t.Setenv("FLANNELD_NAME", "from-flanneld")
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	s := &Set{FS: fs}
+	var ifaces, regexes []string
+	var margin time.Duration
+	var name string
+	s.Strings(&ifaces, "iface", "")
+	s.Strings(&regexes, "iface-regex", "")
+	s.Minutes(&margin, "margin", time.Hour, "")
+	s.String(&name, "name", "def", "")
+	if err := fs.Parse([]string{"--name=cli"}); err != nil {
+		t.Fatal(err)
+	}
+	applied, err := ApplyPrefixed(fs, "FLANNELD")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(ifaces, "|") != "eth9|eth8" || strings.Join(regexes, "|") != "^en|^eth" || margin != 45*time.Minute || name != "cli" {
+		t.Fatalf("ifaces %q regexes %q margin %v name %q", ifaces, regexes, margin, name)
+	}
+	if strings.Join(applied, ",") != "FLANNELD_IFACE_REGEX,FLANNELD_MARGIN" {
+		t.Errorf("applied %v", applied)
+	}
+	// The command line replaces the environment's list instead of adding to it.
+	fs2 := flag.NewFlagSet("t", flag.ContinueOnError)
+	s2 := &Set{FS: fs2}
+	var ifaces2 []string
+	s2.Strings(&ifaces2, "iface", "")
+	if err := fs2.Parse([]string{"--iface=a", "--iface=b"}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(ifaces2, "|") != "a|b" {
+		t.Errorf("command line ifaces %q", ifaces2)
+	}
+}

@@ -32,6 +32,14 @@ func Explain(h *netlink.Handle, leases []subnet.Lease, cfg *subnet.Config, src, 
 		p.add("local", "same node: the node bridge delivers it, no encapsulation")
 		return p, nil
 	}
+	if p.DstLease.Attrs.BackendType == subnet.BackendTypeHostGW {
+		r, err := routeTo(h, dst)
+		if err != nil {
+			return nil, err
+		}
+		p.explainHostGW(h, r)
+		return p, nil
+	}
 	k, err := ReadKernel(h, "")
 	if err != nil {
 		return nil, err

@@ -120,22 +120,22 @@ func (a annotations) leaseAnnotations(cfg *subnet.Config, attrs subnet.LeaseAttr
 		if !attrs.PublicIP.IsValid() {
 			return nil, errors.New("IPv4 is enabled but the node has no IPv4 public IP")
 		}
-		bd, err := json.Marshal(attrs.BackendData)
+		bd, err := dataAnnotation(attrs, false)
 		if err != nil {
 			return nil, fmt.Errorf("encode backend data: %w", err)
 		}
-		out[a.backendData] = string(bd)
+		out[a.backendData] = bd
 		out[a.publicIP] = attrs.PublicIP.String()
 	}
 	if cfg.EnableIPv6 {
 		if !attrs.PublicIPv6.IsValid() {
 			return nil, errors.New("IPv6 is enabled but the node has no IPv6 public IP")
 		}
-		bd, err := json.Marshal(attrs.BackendV6Data)
+		bd, err := dataAnnotation(attrs, true)
 		if err != nil {
 			return nil, fmt.Errorf("encode backend v6 data: %w", err)
 		}
-		out[a.backendV6Data] = string(bd)
+		out[a.backendV6Data] = bd
 		out[a.publicIPv6] = attrs.PublicIPv6.String()
 	}
 	return out, nil
@@ -199,6 +199,13 @@ func (a annotations) nodeLease(cfg *subnet.Config, n *corev1.Node) (subnet.Lease
 			return subnet.Lease{}, fmt.Errorf("node %s: annotation %s: %w", n.Name, f.ipName, err)
 		}
 		*f.dstSubnet, *f.dstIP = f.cidr, ip
+		if typ == subnet.BackendTypeWireGuard {
+			l.Attrs.BackendType = typ
+			if err := l.Attrs.SetDataJSON(f.v6, json.RawMessage(n.Annotations[f.dataName])); err != nil {
+				return subnet.Lease{}, fmt.Errorf("node %s: annotation %s: %w", n.Name, f.dataName, err)
+			}
+			continue
+		}
 		if typ != subnet.BackendTypeVXLAN {
 			continue // other backends' data is not ours to read
 		}
@@ -220,10 +227,28 @@ func sameLease(a, b subnet.Lease) bool {
 	return a.Subnet == b.Subnet && a.IPv6Subnet == b.IPv6Subnet &&
 		a.Attrs.PublicIP == b.Attrs.PublicIP && a.Attrs.PublicIPv6 == b.Attrs.PublicIPv6 &&
 		a.Attrs.BackendType == b.Attrs.BackendType &&
-		sameData(a.Attrs.BackendData, b.Attrs.BackendData) && sameData(a.Attrs.BackendV6Data, b.Attrs.BackendV6Data)
+		sameData(a.Attrs.BackendData, b.Attrs.BackendData) && sameData(a.Attrs.BackendV6Data, b.Attrs.BackendV6Data) &&
+		sameWG(a.Attrs.WireGuard, b.Attrs.WireGuard) && sameWG(a.Attrs.WireGuardV6, b.Attrs.WireGuardV6)
+}
+
+// dataAnnotation is the backend-data annotation of one family: the JSON of
+// its data, "null" when there is none (as flanneld writes it).
+func dataAnnotation(attrs subnet.LeaseAttrs, v6 bool) (string, error) {
+	b, err := attrs.DataJSON(v6)
+	if err != nil || b == nil {
+		return "null", err
+	}
+	return string(b), nil
 }
 
 func sameData(a, b *subnet.VXLANData) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+func sameWG(a, b *subnet.WireGuardData) bool {
 	if a == nil || b == nil {
 		return a == b
 	}

@@ -160,3 +160,54 @@ func TestNewAnnotationsRejectsBadPrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestWireGuardAndHostGWAnnotations writes the annotations of a wireguard
+// and a host-gw node as flanneld writes them, and reads them back.
+func TestWireGuardAndHostGWAnnotations(t *testing.T) {
+	a, err := newAnnotations(DefaultAnnotationPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dual := mustConfig(t, `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"wireguard"}}`)
+	const key = "hBxRKTKWx1m2Q7V5rHeRbg0hJ3o4I3eAq6bqg0Q3HkA="
+	tests := []struct {
+		name  string
+		attrs subnet.LeaseAttrs
+		want  map[string]string
+	}{
+		{"wireguard", subnet.LeaseAttrs{PublicIP: netip.MustParseAddr("192.168.77.1"), PublicIPv6: netip.MustParseAddr("fd77::1"),
+			BackendType: "wireguard", WireGuard: &subnet.WireGuardData{PublicKey: key, Port: 51820},
+			WireGuardV6: &subnet.WireGuardData{PublicKey: key, Port: 51821}}, map[string]string{
+			p + "backend-type":    "wireguard",
+			p + "backend-data":    `{"PublicKey":"` + key + `","Port":51820}`,
+			p + "backend-v6-data": `{"PublicKey":"` + key + `","Port":51821}`,
+		}},
+		{"host-gw", subnet.LeaseAttrs{PublicIP: netip.MustParseAddr("192.168.77.1"), PublicIPv6: netip.MustParseAddr("fd77::1"),
+			BackendType: "host-gw"}, map[string]string{
+			p + "backend-type":    "host-gw",
+			p + "backend-data":    "null",
+			p + "backend-v6-data": "null",
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ann, err := a.leaseAnnotations(dual, tc.attrs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range tc.want {
+				if ann[k] != v {
+					t.Errorf("%s = %q, want %q", k, ann[k], v)
+				}
+			}
+			l, err := a.nodeLease(dual, testNode(ann, "10.244.5.0/24", "fd00:10:244:5::/64"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !sameWG(l.Attrs.WireGuard, tc.attrs.WireGuard) || !sameWG(l.Attrs.WireGuardV6, tc.attrs.WireGuardV6) ||
+				l.Attrs.BackendType != tc.attrs.BackendType || l.Attrs.PublicIPv6 != tc.attrs.PublicIPv6 {
+				t.Errorf("read back %+v", l.Attrs)
+			}
+		})
+	}
+}

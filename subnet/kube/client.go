@@ -2,6 +2,8 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -38,12 +40,19 @@ type Nodes interface {
 // which made them most of weftd's executable; weft only reads and patches
 // Nodes.
 func NewClient(kubeconfigPath string) (Nodes, error) {
+	return NewClientURL("", kubeconfigPath)
+}
+
+// NewClientURL is NewClient with the API server's URL overriding the one in
+// the kubeconfig (flanneld's --kube-api-url); with neither a URL nor a
+// kubeconfig it uses the pod's in-cluster config.
+func NewClientURL(apiURL, kubeconfigPath string) (Nodes, error) {
 	var cfg *rest.Config
 	var err error
-	if kubeconfigPath == "" {
+	if kubeconfigPath == "" && apiURL == "" {
 		cfg, err = rest.InClusterConfig()
 	} else {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfigPath)
+		cfg, err = clientcmd.BuildConfigFromFlags(apiURL, kubeconfigPath)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client config: %w", err)
@@ -109,4 +118,33 @@ func (c *nodeClient) Patch(ctx context.Context, name string, pt types.PatchType,
 
 func (c *nodeClient) PatchStatus(ctx context.Context, nodeName string, data []byte) (*corev1.Node, error) {
 	return c.Patch(ctx, nodeName, types.StrategicMergePatchType, data, metav1.PatchOptions{}, "status")
+}
+
+// PodNodeName returns the node a pod is bound to (spec.nodeName), read with
+// the client n returned by NewClient: weftd started as flanneld, without
+// NODE_NAME, finds its node through its own pod (POD_NAMESPACE, POD_NAME),
+// as flanneld does. It reads the pod as JSON and keeps only that field, so
+// the client stays one of Nodes.
+func PodNodeName(ctx context.Context, n Nodes, namespace, name string) (string, error) {
+	c, ok := n.(*nodeClient)
+	if !ok {
+		return "", errors.New("node name from the pod: not a client made by NewClient")
+	}
+	b, err := c.rc.Get().AbsPath("/api/v1/namespaces", namespace, "pods", name).
+		SetHeader("Accept", runtime.ContentTypeJSON).DoRaw(ctx)
+	if err != nil {
+		return "", fmt.Errorf("node name: get pod %s/%s: %w", namespace, name, err)
+	}
+	var pod struct {
+		Spec struct {
+			NodeName string `json:"nodeName"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(b, &pod); err != nil {
+		return "", fmt.Errorf("node name: pod %s/%s: %w", namespace, name, err)
+	}
+	if pod.Spec.NodeName == "" {
+		return "", fmt.Errorf("node name: pod %s/%s is not scheduled", namespace, name)
+	}
+	return pod.Spec.NodeName, nil
 }

@@ -129,9 +129,13 @@ type Node struct {
 	SubnetFile string
 	LogFile    string
 	Args       []string
-	CNI        *plugintest.Node
-	cmd        *exec.Cmd
-	done       chan error
+	// Prog, if set, is the daemon binary to start instead of weftd (for
+	// example weftd installed as flanneld); Env is added to its environment.
+	Prog string
+	Env  []string
+	CNI  *plugintest.Node
+	cmd  *exec.Cmd
+	done chan error
 }
 
 // AddNode plugs a new host into the underlay and starts weftd on it.
@@ -183,7 +187,11 @@ func (n *Node) Start() {
 	if n.cmd != nil {
 		n.c.T.Fatalf("weftd on %s already running", n.Label)
 	}
-	args := append([]string{n.c.weftd,
+	prog := n.c.weftd
+	if n.Prog != "" {
+		prog = n.Prog
+	}
+	args := append([]string{prog,
 		"--etcd-endpoints", n.c.endpoints,
 		"--subnet-file", n.SubnetFile,
 		"--iface", "eth0",
@@ -196,6 +204,9 @@ func (n *Node) Start() {
 	}
 	cmd := n.Command(context.Background(), args...)
 	cmd.Stdout, cmd.Stderr = log, log
+	if len(n.Env) > 0 {
+		cmd.Env = append(os.Environ(), n.Env...)
+	}
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		n.c.T.Fatalf("start weftd on %s: %v", n.Label, err)

@@ -108,7 +108,8 @@ func TestWeftdRejectsBadFlags(t *testing.T) {
 		want string
 	}{
 		{"bad backend", []string{"--backend", "udp"}, `--backend "udp"`},
-		{"iface and regex", []string{"--iface", "eth0", "--iface-regex", "eth.*"}, "exclude each other"},
+		{"renew margin neither minutes nor duration", []string{"--subnet-lease-renew-margin", "soon"}, "not a number of minutes"},
+		{"flanneld's renew margin range", []string{"--flannel-compat", "--subnet-lease-renew-margin", "1440"}, "1 to 1439 minutes"},
 		{"bad log format", []string{"--log-format", "xml"}, "--log-format"},
 		{"stray argument", []string{"extra"}, "unexpected arguments"},
 		{"kube without node name", []string{"--kube-subnet-mgr", "--node-name", ""}, "NODE_NAME"},

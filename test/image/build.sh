@@ -135,13 +135,26 @@ install_cmd="$(sed -n '/name: install-cni-plugin/,/volumeMounts/p' "$repo/kube-m
 [ -x "$d/cnibin/weft" ] || fail "the install command left no executable /opt/cni/bin/weft"
 ls -A "$d/cnibin" | grep -qv '^weft$' && fail "the install command left temporary files: $(ls -A "$d/cnibin")"
 
+# Flannel's paths: Flannel's manifest runs /opt/bin/flanneld (weftd, as
+# flanneld), `cp -f /flannel /opt/cni/bin/flannel` and /opt/bin/install-conf.
+out="$("$docker" run --rm --network=none --entrypoint /opt/bin/flanneld "$img" --version)"
+[ "$out" = "weftd $version" ] || fail "/opt/bin/flanneld --version printed '$out'"
+mkdir -p "$d/flcni" "$d/flconf"
+"$docker" run --rm --network=none -v "$d/flcni:/opt/cni/bin" --entrypoint cp "$img" -f /flannel /opt/cni/bin/flannel
+[ -x "$d/flcni/flannel" ] || fail "cp -f /flannel /opt/cni/bin/flannel left no executable"
+echo '{"name":"cbr0"}' >"$d/flconf/cni-conf.json"
+"$docker" run --rm --network=none -v "$d/flconf:/etc/kube-flannel" -v "$d/flcni:/etc/cni/net.d" \
+	--entrypoint /opt/bin/install-conf "$img" /etc/kube-flannel/cni-conf.json /etc/cni/net.d/10-flannel.conflist
+cmp -s "$d/flconf/cni-conf.json" "$d/flcni/10-flannel.conflist" || fail "install-conf did not install the conflist"
+
 # The image holds only the binaries: no Go toolchain, nothing else.
 cid="$("$docker" create "$img")"
 "$docker" export "$cid" >"$d/fs.tar"
 "$docker" rm "$cid" >/dev/null
-files="$(tar -tf "$d/fs.tar" | grep -v '/$' | grep -vE '^(\.dockerenv|etc/(hosts|hostname|resolv\.conf|mtab)|dev/.*|proc/.*|sys/.*)$' | sort | tr '\n' ' ')"
+files="$(tar -tf "$d/fs.tar" | grep -v '/$' | grep -vE '^(\.dockerenv|etc/(hosts|hostname|resolv\.conf|mtab)|dev/.*|proc/.*|sys/.*)$' | LC_ALL=C sort | tr '\n' ' ')"
 case "$files" in
-"bin/busybox usr/local/bin/weft usr/local/bin/weftd " | "bin/busybox usr/local/bin/weft usr/local/bin/weftctl usr/local/bin/weftd ") ;;
+"bin/busybox bin/cp flannel opt/bin/flanneld opt/bin/install-conf usr/local/bin/weft usr/local/bin/weftd " | \
+	"bin/busybox bin/cp flannel opt/bin/flanneld opt/bin/install-conf usr/local/bin/weft usr/local/bin/weftctl usr/local/bin/weftd ") ;;
 *) fail "unexpected files in the image: $files" ;;
 esac
 tar -tf "$d/fs.tar" | grep -qE '(^|/)go(/|$)|/go/bin' && fail "the image contains a Go toolchain"

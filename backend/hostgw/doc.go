@@ -1,0 +1,35 @@
+// Package hostgw is the host-gw dataplane, as Flannel's host-gw backend:
+// no tunnel and no device of its own; each remote node's subnet is routed
+// via that node's public address over the underlay.
+//
+// # What it programs
+//
+// Per remote node subnet in the table (IPv4 and IPv6 alike):
+//
+//	ip route replace <subnet> via <peer PublicIP> proto 87
+//
+// which the kernel sends out of the underlay device the peer is on. The lease
+// the node writes is Flannel's for host-gw: BackendType "host-gw", the public
+// addresses, and no backend data; the MTU of pods is the underlay's.
+//
+// # Peers on another segment
+//
+// host-gw works only between nodes on one L2 segment: the peer's public
+// address must be on-link (the kernel reaches it with no gateway). For a peer
+// that is not, a route via its address would be refused by the kernel or
+// silently send pod traffic to a router that knows nothing of pod subnets.
+// This backend programs no route for such a peer; it logs it once when it
+// becomes unreachable (and again when it becomes reachable), counts it
+// (Stats().Events["peer_off_link"]), and lists it (OffLink), and
+// `weftctl peers` shows it as off-link.
+//
+// # Repair
+//
+// The routes are backend.Overlay's direct routes (DirectOnly: it owns no
+// link, so it reads and removes only weft's own routes, RouteProtocol 87,
+// never the underlay's neighbours or other routes). backend.Reconciler runs
+// the sync on every new table, on a deleted or changed route of weft's and on
+// any change of the underlay device or its addresses (a peer may become
+// on-link or stop being), and every ResyncInterval; a repaired route is
+// counted in Stats().Repairs["route"].
+package hostgw

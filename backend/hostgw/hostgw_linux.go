@@ -1,0 +1,231 @@
+package hostgw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/vtep"
+)
+
+// DefaultResyncInterval is the period of the full resync, as the other
+// kernel dataplanes'.
+const DefaultResyncInterval = 10 * time.Second
+
+// Config describes the node. The zero value of an optional field means its
+// default.
+type Config struct {
+	// Handle is bound to the node's network namespace. Required.
+	Handle *netlink.Handle
+	// NetNS is the path of the namespace Handle is bound to, for change
+	// notifications; empty means the namespace weftd runs in.
+	NetNS string
+	// UnderlayIndex is the underlay device's link index: a change of it or
+	// of its addresses calls for a sync. Required.
+	UnderlayIndex int
+	// Local, LocalIPv6, Subnet and IPv6Subnet describe this node; a table
+	// row naming one of them is never programmed.
+	Local, LocalIPv6   netip.Addr
+	Subnet, IPv6Subnet netip.Prefix
+	// ResyncInterval is the period of the full resync; 0 means
+	// DefaultResyncInterval.
+	ResyncInterval time.Duration
+}
+
+// Backend is the host-gw dataplane (see the package documentation).
+type Backend struct {
+	cfg   Config
+	log   *slog.Logger
+	table atomic.Pointer[vtep.Table]
+	kick  chan struct{}
+	ready chan struct{}
+
+	readyOnce sync.Once
+	running   atomic.Bool
+	repairs   atomic.Uint64
+	offEvents atomic.Uint64
+	off       atomic.Pointer[[]vtep.Entry]
+
+	// Owned by Run.
+	overlay *backend.Overlay
+	applied vtep.Table // the table last programmed in full, nil before
+	routed  vtep.Table // its rows that got a route
+	offSet  map[netip.Prefix]vtep.VTEP
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// New validates cfg and returns a backend that programs nothing until Run.
+func New(cfg Config, log *slog.Logger) (*Backend, error) {
+	if cfg.Handle == nil {
+		return nil, errors.New("host-gw config: no netlink handle")
+	}
+	if cfg.UnderlayIndex <= 0 {
+		return nil, errors.New("host-gw config: no underlay link index")
+	}
+	if cfg.ResyncInterval <= 0 {
+		cfg.ResyncInterval = DefaultResyncInterval
+	}
+	b := &Backend{cfg: cfg, log: log.With("component", "host-gw"),
+		kick: make(chan struct{}, 1), ready: make(chan struct{})}
+	b.overlay = backend.NewOverlay(cfg.Handle, 0, backend.OverlayOptions{
+		Family: netlink.FAMILY_ALL, DirectRouting: true, DirectOnly: true})
+	return b, nil
+}
+
+// Set hands the backend the desired table; Run applies the latest one. It
+// never blocks. t must not be modified afterwards.
+func (b *Backend) Set(t vtep.Table) {
+	if t == nil {
+		t = vtep.Table{}
+	}
+	b.table.Store(&t)
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Ready is closed once the first table handed to Set has been programmed.
+func (b *Backend) Ready() <-chan struct{} { return b.ready }
+
+// OffLink returns the peers that got no route because their public address
+// is not on-link (not on this node's L2 segment), as of the last sync.
+func (b *Backend) OffLink() []vtep.Entry {
+	if p := b.off.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Run programs the latest table and keeps repairing drift until ctx is
+// done. It leaves the routes in place when it returns.
+func (b *Backend) Run(ctx context.Context) error {
+	if !b.running.CompareAndSwap(false, true) {
+		return errors.New("host-gw backend: already running")
+	}
+	defer b.running.Store(false)
+	r := &backend.Reconciler{
+		NetNS:  b.cfg.NetNS,
+		Log:    b.log,
+		Resync: b.cfg.ResyncInterval,
+		Kick:   b.kick,
+		Sync:   b.sync,
+		Drift:  b.drift,
+	}
+	if err := r.Run(ctx); err != nil {
+		return fmt.Errorf("host-gw backend: %w", err)
+	}
+	return nil
+}
+
+// sync makes the routes match the latest table. Every sync reads the
+// kernel: whether a peer is on-link depends on the underlay, not only on
+// the table.
+func (b *Backend) sync(bool) error {
+	tp := b.table.Load()
+	if tp == nil {
+		return nil
+	}
+	t := b.withoutSelf(*tp)
+	start := time.Now()
+	st, err := b.overlay.Sync(t)
+	off := b.overlay.OffLink()
+	b.reportOffLink(off)
+	if st.Changed() && b.applied != nil && maps.Equal(b.applied, t) {
+		b.repairs.Add(uint64(st.RouteSet + st.RouteDel))
+		b.log.Warn("repaired drift", "route", st.RouteSet+st.RouteDel)
+	}
+	if err != nil {
+		return fmt.Errorf("sync routes: %w", err)
+	}
+	b.log.Debug("synced routes", "peers", len(t), "offLink", len(off), "took", time.Since(start))
+	b.applied = t
+	b.routed = maps.Clone(t)
+	for _, e := range off {
+		delete(b.routed, e.Subnet)
+	}
+	b.readyOnce.Do(func() {
+		b.log.Info("dataplane ready", "peers", len(t), "offLink", len(off))
+		close(b.ready)
+	})
+	return nil
+}
+
+// reportOffLink logs and counts each peer that became unreachable, and logs
+// each that became reachable again.
+func (b *Backend) reportOffLink(off []vtep.Entry) {
+	now := make(map[netip.Prefix]vtep.VTEP, len(off))
+	for _, e := range off {
+		now[e.Subnet] = e.VTEP
+		if v, ok := b.offSet[e.Subnet]; !ok || v != e.VTEP {
+			b.offEvents.Add(1)
+			b.log.Warn("peer is not on this node's L2 segment: host-gw cannot reach it, no route programmed",
+				"subnet", e.Subnet, "publicIP", e.VTEP.Addr,
+				"hint", "host-gw needs every node on one L2 segment; use vxlan or wireguard across routers")
+		}
+	}
+	for p, v := range b.offSet {
+		if _, ok := now[p]; !ok {
+			b.log.Info("peer reachable on-link again, or gone", "subnet", p, "publicIP", v.Addr)
+		}
+	}
+	b.offSet = now
+	b.off.Store(&off)
+}
+
+// drift is what calls for a sync between two periodic ones: a route of
+// weft's deleted or changed, any route written for a peer subnet by someone
+// else (an `ip route replace` takes weft's place), and any change of the
+// underlay device or its addresses.
+func (b *Backend) drift() backend.Drift {
+	od := backend.NewOverlayDrift(b.routed, nil)
+	routed := b.routed
+	u := b.cfg.UnderlayIndex
+	return backend.Drift{
+		Link: func(l netlink.LinkUpdate) bool { return int(l.Index) == u },
+		Addr: func(a netlink.AddrUpdate) bool { return a.LinkIndex == u },
+		Route: func(r netlink.RouteUpdate) bool {
+			if od.Route(r) {
+				return true
+			}
+			if r.Dst == nil || r.Type != unix.RTM_NEWROUTE || r.Protocol == backend.RouteProtocol {
+				return false
+			}
+			ones, _ := r.Dst.Mask.Size()
+			dst, _ := netip.AddrFromSlice(r.Dst.IP)
+			_, ours := routed[netip.PrefixFrom(dst.Unmap(), ones)]
+			return ours
+		},
+	}
+}
+
+// withoutSelf drops rows that describe this node.
+func (b *Backend) withoutSelf(t vtep.Table) vtep.Table {
+	self := func(p netip.Prefix, v vtep.VTEP) bool {
+		return p == b.cfg.Subnet.Masked() || p == b.cfg.IPv6Subnet.Masked() ||
+			(v.Addr.IsValid() && (v.Addr == b.cfg.Local || v.Addr == b.cfg.LocalIPv6))
+	}
+	out := maps.Clone(t)
+	maps.DeleteFunc(out, self)
+	return out
+}
+
+// Stats reports the repaired routes and the peers found off-link. host-gw
+// has no device of its own, so it counts no frames.
+func (b *Backend) Stats() backend.Stats {
+	return backend.Stats{
+		Repairs: map[string]uint64{"route": b.repairs.Load()},
+		Events:  map[string]uint64{"peer_off_link": b.offEvents.Load()},
+	}
+}

@@ -1,0 +1,45 @@
+// Package wireguard is the wireguard dataplane, on the wire and in the
+// datastore the same as Flannel's wireguard backend, so weft and flanneld
+// nodes encrypt to each other.
+//
+// # What it programs
+//
+// In Mode "separate" (the default) one device per family, flannel-wg
+// (UDP ListenPort, 51820) and flannel-wg-v6 (ListenPortV6, 51821); in
+// "auto", "ipv4" and "ipv6" one device, flannel-wg, for both families. Each
+// device gets the node's private key, its port, MTU = underlay MTU − 80, the
+// address <own subnet>.0/32 (IPv6 <own subnet>::/128), and a route for the
+// whole cluster Network (IPv6Network) through it:
+//
+//	ip route replace <Network> dev flannel-wg scope link proto 87
+//
+// and per peer node, keyed by the public key of its lease: endpoint
+// <PublicIP>:<Port> (or the IPv6 one), allowed IPs = its subnet(s), the
+// cluster's PSK and PersistentKeepaliveInterval. "auto" picks each peer's
+// family as Flannel does: IPv4 unless the peer has only a public IPv6
+// address and this node has one too.
+//
+// # Kernel or in-process
+//
+// When the kernel has WireGuard (`ip link add type wireguard` works) the
+// devices are kernel devices configured with wgctrl. Otherwise weftd runs
+// WireGuard itself (wireguard-go) on a TUN device of the same name, as
+// uvxlan runs VXLAN without the kernel module; the packets on the wire are
+// the same. An in-process device lives as long as weftd: a restart
+// re-creates it with the same key, and peers reconnect on the next packet.
+//
+// # Keys
+//
+// The private key is kept in a file, $WIREGUARD_KEY_FILE or
+// /run/flannel/wgkey (Flannel's), created with mode 0400 when missing, so a
+// restarted node keeps its public key and its peers need no update.
+//
+// # Repair
+//
+// backend.Reconciler syncs on every new table, on notifications about the
+// devices, their addresses and routes, and every ResyncInterval: a missing
+// device is re-created, a missing address or route put back, and the
+// device's peers compared with the table (stale ones removed, missing or
+// changed ones set), without replacing unchanged peers (which would drop
+// their sessions).
+package wireguard

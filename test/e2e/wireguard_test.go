@@ -1,0 +1,305 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	"github.com/weft-net/weft/subnet"
+)
+
+// TestWireGuard runs three wireguard nodes (in-process WireGuard: this
+// kernel has no module) and checks Flannel's lease and key file, pod
+// traffic, that the underlay carries only WireGuard UDP to 51820 and no
+// plaintext pod packet, a restart that keeps the key, a peer whose key
+// changes, and a removed lease.
+func TestWireGuard(t *testing.T) {
+	c := NewCluster(t, Options{NoConfig: true})
+	c.Put(Prefix+"/config", `{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard"}}`)
+	keyFile := func(n *Node) string { return filepath.Join(c.Dir, n.Label, "wgkey") }
+	c.OnNode = func(n *Node) { n.Env = []string{"WIREGUARD_KEY_FILE=" + keyFile(n)} }
+	for _, l := range []string{"n1", "n2", "n3"} {
+		c.AddNode(l)
+	}
+	for _, n := range c.Nodes {
+		n.WaitReady()
+	}
+	n1, n2, n3 := c.Nodes[0], c.Nodes[1], c.Nodes[2]
+	pods := podsPerNode(t, c, 1)
+	pingAll := func(t *testing.T) {
+		t.Helper()
+		for i, from := range pods {
+			for j, to := range pods {
+				if i != j {
+					Eventually(t, 10*time.Second, fmt.Sprintf("n%d → n%d", i+1, j+1), func() error {
+						return Ping(from[0].NS, to[0].IP, "-W", "1")
+					})
+				}
+			}
+		}
+	}
+
+	t.Run("lease and key file as Flannel's", func(t *testing.T) {
+		for _, n := range c.Nodes {
+			key := readKey(t, keyFile(n))
+			fi, err := os.Stat(keyFile(n))
+			if err != nil || fi.Mode().Perm() != 0o400 {
+				t.Errorf("%s key file mode %v (%v), want 0400", n.Label, fi.Mode(), err)
+			}
+			raw := c.leaseJSON(t, n.Subnet())
+			want := fmt.Sprintf(`{"PublicIP":"%s","PublicIPv6":null,"BackendType":"wireguard","BackendData":{"PublicKey":"%s","Port":51820}}`,
+				n.Addr, key.PublicKey())
+			if raw != want {
+				t.Errorf("%s lease\n got %s\nwant %s", n.Label, raw, want)
+			}
+		}
+		if mtu := fileMTU(t, n1); mtu != 1420 {
+			t.Errorf("FLANNEL_MTU %d, want 1420", mtu)
+		}
+		if got := Output(t, n1.NS, "ip", "route", "show", "10.244.0.0/16"); !strings.HasPrefix(got, "10.244.0.0/16 dev flannel-wg proto 87 scope link") {
+			t.Errorf("cluster route %q", got)
+		}
+	})
+
+	t.Run("pods ping across, only WireGuard on the wire", func(t *testing.T) {
+		pingAll(t)
+		lines := capture(t, n1, func() {
+			if err := Ping(pods[0][0].NS, pods[1][0].IP); err != nil {
+				t.Error(err)
+			}
+			if _, err := Transfer(pods[0][0].NS, pods[2][0].NS, pods[2][0].IP, 1<<20); err != nil {
+				t.Error(err)
+			}
+		})
+		udp := 0
+		for _, l := range lines {
+			switch {
+			case strings.Contains(l, "10.244."):
+				t.Errorf("plaintext pod packet on the underlay: %s", l)
+			case strings.Contains(l, "ARP"):
+			case strings.Contains(l, ".51820") && strings.Contains(l, "UDP"):
+				udp++
+			default:
+				t.Errorf("not WireGuard UDP to 51820: %s", l)
+			}
+		}
+		if udp < 10 {
+			t.Errorf("only %d WireGuard datagrams captured", udp)
+		}
+	})
+
+	t.Run("a restarted node keeps its key and its peers reconnect", func(t *testing.T) {
+		before := readKey(t, keyFile(n2))
+		n2.Restart()
+		n2.WaitReady()
+		if after := readKey(t, keyFile(n2)); after != before {
+			t.Fatal("key changed across a restart")
+		}
+		if !strings.Contains(c.leaseJSON(t, n2.Subnet()), before.PublicKey().String()) {
+			t.Error("lease lost the key")
+		}
+		pingAll(t)
+	})
+
+	t.Run("a lease that changes key updates the peer", func(t *testing.T) {
+		old := readKey(t, keyFile(n3)).PublicKey().String()
+		n3.Stop()
+		if err := os.Remove(keyFile(n3)); err != nil {
+			t.Fatal(err)
+		}
+		n3.Start()
+		n3.WaitReady()
+		nu := readKey(t, keyFile(n3)).PublicKey().String()
+		Eventually(t, 10*time.Second, "n3's lease with the new key", func() error {
+			if !strings.Contains(c.leaseJSON(t, n3.Subnet()), nu) {
+				return fmt.Errorf("lease %s", c.leaseJSON(t, n3.Subnet()))
+			}
+			return nil
+		})
+		pingAll(t)
+		waitLog(t, n1, "peer removed", old)
+	})
+
+	t.Run("a removed lease removes the peer", func(t *testing.T) {
+		key := readKey(t, keyFile(n3)).PublicKey().String()
+		n3.Stop()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := c.Client.Delete(ctx, Prefix+"/subnets/"+subnet.MakeKey(n3.Subnet(), netip.Prefix{})); err != nil {
+			t.Fatal(err)
+		}
+		waitLog(t, n1, "peer removed", key)
+		if err := Ping(pods[0][0].NS, pods[1][0].IP); err != nil {
+			t.Errorf("n1 → n2 after n3 left: %v", err)
+		}
+	})
+}
+
+func readKey(t *testing.T, path string) wgtypes.Key {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := wgtypes.ParseKey(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// leaseJSON is the raw value of the lease of subnet sn.
+func (c *Cluster) leaseJSON(t *testing.T, sn netip.Prefix) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// A dual-stack key goes on with "&<IPv6 subnet>".
+	resp, err := c.Client.Get(ctx, Prefix+"/subnets/"+subnet.MakeKey(sn, netip.Prefix{}), clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("lease of %s: %v (%d keys)", sn, err, len(resp.Kvs))
+	}
+	var v json.RawMessage = resp.Kvs[0].Value
+	return string(v)
+}
+
+// waitLog waits until n's weftd log has a line with every one of words.
+func waitLog(t *testing.T, n *Node, words ...string) {
+	t.Helper()
+	Eventually(t, 15*time.Second, fmt.Sprintf("%s logs %q", n.Label, words), func() error {
+		b, _ := os.ReadFile(n.LogFile)
+		for _, l := range strings.Split(string(b), "\n") {
+			ok := true
+			for _, w := range words {
+				ok = ok && strings.Contains(l, w)
+			}
+			if ok {
+				return nil
+			}
+		}
+		return fmt.Errorf("no such line")
+	})
+}
+
+// capture runs tcpdump on n's underlay while f runs and returns the
+// decoded packets, one line each.
+func capture(t *testing.T, n *Node, f func()) []string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "underlay.pcap")
+	// The underlay is IPv4: its IPv6 chatter (the host's own multicast
+	// listener reports) is left out; ARP is kept and allowed.
+	cmd := n.Command(context.Background(), "tcpdump", "--immediate-mode", "-i", "eth0", "-n", "-U", "-w", file, "not", "ip6")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() && !strings.Contains(sc.Text(), "listening on") {
+	}
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	f()
+	cmd.Process.Signal(syscall.SIGINT)
+	cmd.Wait()
+	out := Output(t, n.NS, "tcpdump", "-nn", "-r", file)
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if l != "" && !strings.HasPrefix(l, "reading from file") {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// TestWireGuardDualStack runs two dual-stack nodes in Flannel's default
+// separate mode: flannel-wg carries IPv4 on 51820, flannel-wg-v6 IPv6 over
+// the IPv6 underlay on 51821.
+func TestWireGuardDualStack(t *testing.T) {
+	c := NewCluster(t, Options{NoConfig: true, UnderlayV6: netip.MustParsePrefix("fd77::/64")})
+	c.Put(Prefix+"/config", `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"wireguard"}}`)
+	c.OnNode = func(n *Node) { n.Env = []string{"WIREGUARD_KEY_FILE=" + filepath.Join(c.Dir, n.Label, "wgkey")} }
+	n1, n2 := c.AddNode("n1"), c.AddNode("n2")
+	n1.WaitReady()
+	n2.WaitReady()
+	raw := c.leaseJSON(t, n2.Subnet())
+	key := readKey(t, filepath.Join(c.Dir, "n2", "wgkey")).PublicKey().String()
+	for _, want := range []string{`"BackendType":"wireguard"`, `"BackendData":{"PublicKey":"` + key + `","Port":51820}`,
+		`"BackendV6Data":{"PublicKey":"` + key + `","Port":51821}`} {
+		if !strings.Contains(raw, want) {
+			t.Errorf("lease %s lacks %s", raw, want)
+		}
+	}
+	links := Output(t, n1.NS, "ip", "-o", "link")
+	if !strings.Contains(links, "flannel-wg:") || !strings.Contains(links, "flannel-wg-v6:") {
+		t.Fatalf("devices:\n%s", links)
+	}
+	a, b := n1.CNI.AddPod(t, "a"), n2.CNI.AddPod(t, "b")
+	Eventually(t, 10*time.Second, "IPv4 a → b", func() error { return Ping(a.NS, b.IP, "-W", "1") })
+	Eventually(t, 10*time.Second, "IPv6 a → b", func() error { return Ping(a.NS, podIPv6(t, b), "-W", "1") })
+	out := captureV6(t, n1, func() {
+		if err := Ping(a.NS, podIPv6(t, b)); err != nil {
+			t.Error(err)
+		}
+	})
+	udp := 0
+	for _, l := range out {
+		switch {
+		case strings.Contains(l, "fd00:10:244"):
+			t.Errorf("plaintext pod packet on the underlay: %s", l)
+		case strings.Contains(l, "fd77::2.51821") && strings.Contains(l, "UDP"):
+			udp++
+		case strings.Contains(l, "ICMP6"): // the underlay's own neighbour discovery
+		default:
+			t.Errorf("not WireGuard UDP to 51821: %s", l)
+		}
+	}
+	if udp == 0 {
+		t.Errorf("no WireGuard datagram to [fd77::2]:51821 captured:\n%s", strings.Join(out, "\n"))
+	}
+}
+
+// captureV6 captures the underlay's IPv6 packets while f runs.
+func captureV6(t *testing.T, n *Node, f func()) []string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "underlay6.pcap")
+	cmd := n.Command(context.Background(), "tcpdump", "--immediate-mode", "-i", "eth0", "-n", "-U", "-w", file, "ip6")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() && !strings.Contains(sc.Text(), "listening on") {
+	}
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	f()
+	cmd.Process.Signal(syscall.SIGINT)
+	cmd.Wait()
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(Output(t, n.NS, "tcpdump", "-nn", "-r", file)), "\n") {
+		if l != "" && !strings.HasPrefix(l, "reading from file") {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
