@@ -107,7 +107,7 @@ func TestParallelAddDel(t *testing.T) {
 	record(t, row{fmt.Sprintf("%d parallel ADDs, then %d parallel DELs repeated 3×", pods, pods),
 		"ADD failures; duplicate addresses; DEL failures; leftover addresses, links, files",
 		fmt.Sprintf("%d; %d; %d; %d, %d, %d", addErrs, dups, delErrs, addrs, links, files),
-		"0; 0; 0; 0, 0, 0", addErrs == 0 && dups == 0 && delErrs == 0 && addrs+links+files == 0})
+		"0; 0; 0; 0, 0, 0", addErrs == 0 && dups == 0 && delErrs == 0 && addrs+links+files == 0, ""})
 }
 
 // each runs f(0..n-1) concurrently and returns how many failed.
@@ -160,7 +160,7 @@ func TestKilledAdd(t *testing.T) {
 	record(t, row{fmt.Sprintf("kill -9 of the CNI plugin at a random point (0–40 ms) of ADD ×%d, then DEL and GC", runs),
 		"ADDs killed before they finished; DEL failures; leaked addresses, leftover links, files",
 		fmt.Sprintf("%d; %d; %d, %d, %d", killed, delErrs, addrs, links, files),
-		"—; 0; 0, 0, 0", delErrs == 0 && addrs+links+files == 0})
+		"—; 0; 0, 0, 0", delErrs == 0 && addrs+links+files == 0, ""})
 }
 
 // killAdd starts ADD for id and kills it after d; it reports whether the

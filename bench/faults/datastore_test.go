@@ -99,7 +99,7 @@ func TestHostileDatastore(t *testing.T) {
 	record(t, row{"garbage and hostile leases (9 keys: 0.0.0.0-1, outside the Network, wrong length, VNI, type, public IP, unparsable), garbage config during a restart, random datagrams on the VXLAN port",
 		"nodes alive and ready of 3; hostile subnets routed; leases counted (3 nodes × 9); pods reachable during and after; datagrams sent",
 		fmt.Sprintf("%d; %d; %.0f; %s; %d", alive, hijacked, counted, yesNo(pingOK && pingAfter), garbage),
-		"3; 0; 27; yes", alive == 3 && hijacked == 0 && counted == 27 && pingOK && pingAfter})
+		"3; 0; 27; yes", alive == 3 && hijacked == 0 && counted == 27 && pingOK && pingAfter, ""})
 }
 
 func containsRoute(routes, prefix string) bool {

@@ -77,7 +77,7 @@ func TestEtcdOutage(t *testing.T) {
 	record(t, row{fmt.Sprintf("etcd stopped for %s, then back (lease renewals due every ~5 s)", outage),
 		"pings lost (10 ms interval); routes removed on n1; time until every node renewed after etcd's return",
 		fmt.Sprintf("%d (of %d); %d; %.1f s", p.lost, count, removed, worst.Seconds()),
-		"0; 0; ≤ 10 s", p.lost == 0 && removed == 0 && worst <= 10*time.Second})
+		"0; 0; ≤ 10 s", p.lost == 0 && removed == 0 && worst <= 10*time.Second, ""})
 }
 
 // renewalsSince counts the "renewed lease" lines n's weftd logged after t

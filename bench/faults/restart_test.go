@@ -67,10 +67,19 @@ func restarts(t *testing.T, backend string) {
 		t.Fatal(p.err)
 	}
 	serr := <-stream
-	record(t, row{fmt.Sprintf("%d weftd restarts (half SIGTERM, half SIGKILL) on two nodes, backend %s, ping every 10 ms and a %s TCP stream", n, backend, streamFor),
-		"pings lost (of sent); stream completed intact",
-		fmt.Sprintf("%d (of %d); %s", p.lost, count, yesNo(serr == nil)),
-		"0; yes", p.lost == 0 && serr == nil})
+	r := row{Fault: fmt.Sprintf("%d weftd restarts (half SIGTERM, half SIGKILL) on two nodes, backend %s, ping every 10 ms and a %s TCP stream", n, backend, streamFor),
+		Measured: "pings lost (of sent); stream completed intact",
+		Figure:   fmt.Sprintf("%d (of %d); %s", p.lost, count, yesNo(serr == nil)),
+		Goal:     "0; yes", Pass: p.lost == 0 && serr == nil}
+	if backend == "uvxlan" {
+		// uvxlan encapsulates in weftd itself: while weftd restarts nothing
+		// forwards, so pings sent then are lost (TCP retransmits).
+		r.Gap = "uvxlan forwards in weftd, so a restart pauses its dataplane"
+		if perRestart := 25; serr != nil || p.lost > perRestart*n {
+			t.Errorf("uvxlan: %d pings lost over %d restarts (bound %d each), stream: %v", p.lost, n, perRestart, serr)
+		}
+	}
+	record(t, r)
 	if serr != nil {
 		t.Log(serr)
 	}
