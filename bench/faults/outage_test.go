@@ -2,6 +2,7 @@ package faults
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/weft-net/weft/internal/etcdlocal"
+	"github.com/weft-net/weft/internal/nettest"
 	"github.com/weft-net/weft/test/e2e"
 )
 
@@ -35,7 +37,7 @@ func TestEtcdOutage(t *testing.T) {
 	}
 	pings := make(chan pingResult, 1)
 	go func() {
-		lost, _, err := e2e.PingLoss(a.NS, b.IP, 10*time.Millisecond, count)
+		lost, err := pingLoss(a.NS, b.IP, count)
 		pings <- pingResult{lost, err}
 	}()
 	c.Etcd.Close()
@@ -98,4 +100,19 @@ func renewalsSince(n *e2e.Node, since time.Time) int {
 		}
 	}
 	return count
+}
+
+// pingLoss pings dst every 10 ms, count times, in runs short enough for
+// nettest's two-minute command limit, and returns the replies lost.
+func pingLoss(ns *nettest.NS, dst netip.Addr, count int) (int, error) {
+	lost := 0
+	for count > 0 {
+		n := min(count, 9000)
+		l, _, err := e2e.PingLoss(ns, dst, 10*time.Millisecond, n)
+		if err != nil {
+			return lost, err
+		}
+		lost, count = lost+l, count-n
+	}
+	return lost, nil
 }
