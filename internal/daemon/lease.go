@@ -231,7 +231,9 @@ func (d *Daemon) renewOnce(ctx context.Context, lease subnet.Lease) (subnet.Leas
 		case ctx.Err() != nil:
 			return subnet.Lease{}, nil
 		}
-		retry := min(d.cfg.RetryInterval, max(time.Until(lease.Expiration)/4, 100*time.Millisecond))
+		// At most 5 s apart (retryDelay), so that a node renews within
+		// seconds of the datastore's return (bench/faults: etcd outage).
+		retry := min(d.retryDelay(), max(time.Until(lease.Expiration)/4, 100*time.Millisecond))
 		d.log.Warn("cannot renew the lease, retrying", "err", err, "retryIn", retry, "expires", lease.Expiration)
 		if sleep(ctx, retry) != nil {
 			return subnet.Lease{}, nil

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -30,6 +31,8 @@ type Server struct {
 	// ("unix:///…/etcd.sock", or "https://127.0.0.1:port" for StartTLS).
 	Endpoint string
 	Dir      string
+
+	closeOnce sync.Once
 }
 
 // Start starts a single-member etcd with its data and socket under dir.
@@ -117,8 +120,8 @@ func waitReady(e *embed.Etcd) error {
 	}
 }
 
-// Close stops the server.
-func (s *Server) Close() { s.etcd.Close() }
+// Close stops the server; closing again does nothing.
+func (s *Server) Close() { s.closeOnce.Do(s.etcd.Close) }
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func freePort() (int, error) {

@@ -12,6 +12,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 )
 
 // DefaultDialTimeout bounds the client's first contact with etcd.
@@ -53,6 +55,13 @@ func NewClient(cfg ClientConfig) (*clientv3.Client, error) {
 		Username:    cfg.Username,
 		Password:    cfg.Password,
 		Logger:      zap.NewNop(),
+		// Reconnect at most 5 s apart: gRPC's default backoff grows to 2
+		// minutes, so after a long etcd outage a node would keep failing
+		// long after etcd is back (bench/faults: etcd outage).
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: time.Second, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		})},
 	}
 	if cc.DialTimeout == 0 {
 		cc.DialTimeout = DefaultDialTimeout

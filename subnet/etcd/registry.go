@@ -128,7 +128,7 @@ func (r *Registry) Config(ctx context.Context) (*subnet.Config, error) {
 	defer cancel()
 	resp, err := r.client.Get(rctx, r.configKey())
 	if err != nil {
-		return nil, fmt.Errorf("etcd registry: read %s from etcd %s: %w", r.configKey(), r.endpoints(), err)
+		return nil, fmt.Errorf("etcd registry: read %s from etcd %s: %w%s", r.configKey(), r.endpoints(), err, noAnswerHint(err))
 	}
 	if len(resp.Kvs) == 0 {
 		return nil, fmt.Errorf("etcd registry: network config %s: key not found: write the network config (JSON) there", r.configKey())
@@ -146,6 +146,17 @@ func (r *Registry) endpoints() string {
 		return "(no client)"
 	}
 	return strings.Join(r.client.Endpoints(), ",")
+}
+
+// noAnswerHint explains a request that got no answer in time: etcd is not
+// reachable, or refuses the connection's TLS (a server requiring client
+// certificates looks exactly like that to the client).
+func noAnswerHint(err error) string {
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return ""
+	}
+	return " (no answer: check that etcd serves clients at that address, and, if it requires client certificates," +
+		" that --etcd-certfile and --etcd-keyfile name a certificate signed by its CA, with --etcd-cafile for its own)"
 }
 
 // entry is one lease key as listed from etcd.

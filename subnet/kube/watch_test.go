@@ -125,8 +125,7 @@ func testWatch(ctx context.Context, t *testing.T, e *env) {
 	}, "")
 	e.annotate(t, "node-b", map[string]any{prefix + "public-ip": "not-an-ip"})
 	s.none(t, time.Second)
-	if !strings.Contains(logs.String(), "fails a check") || !strings.Contains(logs.String(), "node/node-b") ||
-		!strings.Contains(logs.String(), subnet.RejectMalformedValue) {
+	if !strings.Contains(logs.String(), "reason=malformed_value") || !strings.Contains(logs.String(), "node/node-b") {
 		t.Errorf("no log line for node-b's bad annotation; logs:\n%s", logs)
 	}
 

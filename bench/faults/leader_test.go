@@ -1,0 +1,76 @@
+package faults
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weft-net/weft/test/e2e"
+)
+
+// TestEtcdLeaderKills: a 3-member etcd whose leader is killed every 5 s
+// (and brought back before the next kill), while leases are renewed every
+// ~5 s and a pod pings across nodes every 10 ms. Goal: no lease lost, no
+// peer removed, no ping lost.
+func TestEtcdLeaderKills(t *testing.T) {
+	span := time.Duration(scale(15, 60)) * time.Second
+	c := e2e.NewCluster(t, e2e.Options{Nodes: 2, EtcdMembers: 3,
+		Args: []string{"--subnet-lease-ttl", "30s", "--subnet-lease-renew-margin", "25s"}})
+	n1 := c.Nodes[0]
+	a, b := n1.CNI.AddPod(t, "a"), c.Nodes[1].CNI.AddPod(t, "b")
+	if err := e2e.Ping(a.NS, b.IP); err != nil {
+		t.Fatal(err)
+	}
+	before := n1.MustRun(t, "ip", "route", "show", "dev", "weft.1")
+	count := int((span + 2*time.Second) / (10 * time.Millisecond))
+	type pingResult struct {
+		lost int
+		err  error
+	}
+	pings := make(chan pingResult, 1)
+	go func() {
+		lost, err := pingLoss(a.NS, b.IP, count)
+		pings <- pingResult{lost, err}
+	}()
+	kills := 0
+	for start := time.Now(); time.Since(start) < span; {
+		leader, err := c.EtcdHA.Leader(10 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		killedAt := time.Now()
+		leader.Kill()
+		kills++
+		if err := leader.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if wait := 5*time.Second - time.Since(killedAt); wait > 0 {
+			time.Sleep(wait) // the fault's period: timing, not synchronisation
+		}
+	}
+	p := <-pings
+	if p.err != nil {
+		t.Fatal(p.err)
+	}
+	lost, removed := 0, 0
+	for _, n := range c.Nodes {
+		log, _ := os.ReadFile(n.LogFile)
+		lost += strings.Count(string(log), "acquiring again")
+		v, err := n.Metric("weft_lease_events_total", "type", "removed")
+		if err == nil {
+			removed += int(v)
+		}
+	}
+	after := n1.MustRun(t, "ip", "route", "show", "dev", "weft.1")
+	for _, l := range splitLines(before) {
+		if !strings.Contains(after, l) {
+			removed++
+		}
+	}
+	record(t, row{fmt.Sprintf("3-member etcd, leader killed every 5 s for %s (%d kills), renewals every ~5 s", span, kills),
+		"leases lost; spurious peer removals (watch events and routes); pings lost (10 ms interval)",
+		fmt.Sprintf("%d; %d; %d (of %d)", lost, removed, p.lost, count),
+		"0; 0; 0", lost == 0 && removed == 0 && p.lost == 0, ""})
+}

@@ -1,0 +1,5 @@
+package faults
+
+import "strings"
+
+func splitLines(s string) []string { return strings.Split(strings.TrimSpace(s), "\n") }
