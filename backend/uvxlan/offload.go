@@ -86,6 +86,9 @@ func tsoLayout(frame []byte, h vnetHdr) (v6 bool, tcpOff, hdrLen, mss int, err e
 		return false, 0, 0, 0, errBadOffload
 	}
 	tcpOff = int(h.csumStart)
+	if !v6 && (frame[ethHeaderLen]>>4 != 4 || frame[ethHeaderLen]&0x0f < 5) {
+		return false, 0, 0, 0, errBadOffload // not IPv4, or a header shorter than 20 bytes
+	}
 	if !v6 && tcpOff != ethHeaderLen+int(frame[ethHeaderLen]&0x0f)*4 || v6 && tcpOff < ethHeaderLen+ipv6HeaderLen {
 		return false, 0, 0, 0, errBadOffload
 	}
