@@ -31,9 +31,15 @@ go test -count=1 -timeout 45m "$@" ./...
 # the -race build of etcd's server adds minutes when the cache is cold.
 race=()
 for p in $(go list ./...); do
+	case "$p" in */backend | */backend/*) continue ;; esac # all of them below
 	deps=$(go list -test -deps "$p")
 	if ! grep -qE 'weft/internal/(nettest|kubetest)$' <<<"$deps"; then
 		race+=("$p")
 	fi
 done
 go test -race -count=1 -timeout 20m "$@" "${race[@]}"
+
+# The dataplanes under the race detector too (they need root and network
+# namespaces): the packet loops, the reconciler and Set run concurrently
+# while traffic flows (uvxlan's TestPeerChurn, the repair tests).
+go test -race -count=1 -timeout 20m "$@" ./backend/...

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,13 +43,10 @@ type Config struct {
 
 // Backend is the host-gw dataplane (see the package documentation).
 type Backend struct {
-	cfg   Config
-	log   *slog.Logger
-	table atomic.Pointer[vtep.Table]
-	kick  chan struct{}
-	ready chan struct{}
+	cfg              Config
+	log              *slog.Logger
+	*backend.Desired // Set, Ready
 
-	readyOnce sync.Once
 	running   atomic.Bool
 	repairs   atomic.Uint64
 	offEvents atomic.Uint64
@@ -77,27 +73,11 @@ func New(cfg Config, log *slog.Logger) (*Backend, error) {
 		cfg.ResyncInterval = DefaultResyncInterval
 	}
 	b := &Backend{cfg: cfg, log: log.With("component", "host-gw"),
-		kick: make(chan struct{}, 1), ready: make(chan struct{})}
+		Desired: backend.NewDesired()}
 	b.overlay = backend.NewOverlay(cfg.Handle, 0, backend.OverlayOptions{
 		Family: netlink.FAMILY_ALL, DirectRouting: true, DirectOnly: true})
 	return b, nil
 }
-
-// Set hands the backend the desired table; Run applies the latest one. It
-// never blocks. t must not be modified afterwards.
-func (b *Backend) Set(t vtep.Table) {
-	if t == nil {
-		t = vtep.Table{}
-	}
-	b.table.Store(&t)
-	select {
-	case b.kick <- struct{}{}:
-	default:
-	}
-}
-
-// Ready is closed once the first table handed to Set has been programmed.
-func (b *Backend) Ready() <-chan struct{} { return b.ready }
 
 // OffLink returns the peers that got no route because their public address
 // is not on-link (not on this node's L2 segment), as of the last sync.
@@ -119,7 +99,7 @@ func (b *Backend) Run(ctx context.Context) error {
 		NetNS:  b.cfg.NetNS,
 		Log:    b.log,
 		Resync: b.cfg.ResyncInterval,
-		Kick:   b.kick,
+		Kick:   b.Kick(),
 		Sync:   b.sync,
 		Drift:  b.drift,
 	}
@@ -133,7 +113,7 @@ func (b *Backend) Run(ctx context.Context) error {
 // kernel: whether a peer is on-link depends on the underlay, not only on
 // the table.
 func (b *Backend) sync(bool) error {
-	tp := b.table.Load()
+	tp := b.Table()
 	if tp == nil {
 		return nil
 	}
@@ -155,10 +135,9 @@ func (b *Backend) sync(bool) error {
 	for _, e := range off {
 		delete(b.routed, e.Subnet)
 	}
-	b.readyOnce.Do(func() {
+	if b.MarkReady() {
 		b.log.Info("dataplane ready", "peers", len(t), "offLink", len(off))
-		close(b.ready)
-	})
+	}
 	return nil
 }
 

@@ -34,7 +34,7 @@ func (dp *datapath) sync(full bool) error {
 			dp.b.log.Warn("repaired device address")
 		}
 	}
-	tp := dp.b.table.Load()
+	tp := dp.b.Table()
 	if tp == nil {
 		return nil
 	}
@@ -42,7 +42,7 @@ func (dp *datapath) sync(full bool) error {
 		return err
 	}
 	dp.programmed = true
-	dp.b.readyOnce.Do(func() { close(dp.b.ready) })
+	dp.b.MarkReady()
 	return nil
 }
 

@@ -135,15 +135,12 @@ type Backend struct {
 	log *slog.Logger
 	dec decoder
 
-	peers atomic.Pointer[peers]      // read by the packet loops
-	table atomic.Pointer[vtep.Table] // latest table handed to Set
-	kick  chan struct{}              // Set → reconciler, capacity 1
+	peers            atomic.Pointer[peers] // read by the packet loops
+	*backend.Desired                       // the latest table, Ready
 
-	ready     chan struct{}
-	readyOnce sync.Once
-	ctr       counters
-	running   atomic.Bool
-	dp        atomic.Pointer[datapath] // the running datapath, for tests
+	ctr     counters
+	running atomic.Bool
+	dp      atomic.Pointer[datapath] // the running datapath, for tests
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -157,11 +154,10 @@ func New(cfg Config, log *slog.Logger) (*Backend, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	b := &Backend{
-		cfg:   cfg,
-		log:   log.With("component", "uvxlan", "dev", cfg.Name),
-		dec:   decoder{vni: uint32(cfg.VNI), mac: cfg.MAC, maxFrame: ethHeaderLen + cfg.MTU},
-		kick:  make(chan struct{}, 1),
-		ready: make(chan struct{}),
+		cfg:     cfg,
+		log:     log.With("component", "uvxlan", "dev", cfg.Name),
+		dec:     decoder{vni: uint32(cfg.VNI), mac: cfg.MAC, maxFrame: ethHeaderLen + cfg.MTU},
+		Desired: backend.NewDesired(),
 	}
 	b.peers.Store(newPeers(nil, cfg.Port, cfg.Local.Is6()))
 	return b, nil
@@ -171,17 +167,9 @@ func New(cfg Config, log *slog.Logger) (*Backend, error) {
 // (an atomic pointer swap); neighbours and routes follow in Run. t must not
 // be modified afterwards.
 func (b *Backend) Set(t vtep.Table) {
-	b.table.Store(&t)
 	b.peers.Store(newPeers(t, b.cfg.Port, b.cfg.Local.Is6()))
-	select {
-	case b.kick <- struct{}{}:
-	default:
-	}
+	b.Desired.Set(t)
 }
-
-// Ready is closed once the device is up and the first table handed to Set
-// is programmed.
-func (b *Backend) Ready() <-chan struct{} { return b.ready }
 
 // Stats returns the frame, drop, repair and event counters; drops are
 // keyed by DropReason.String().
@@ -218,7 +206,7 @@ func (b *Backend) Run(ctx context.Context) error {
 		NetNS:  b.cfg.NetNS,
 		Log:    b.log,
 		Resync: b.cfg.Reconcile,
-		Kick:   b.kick,
+		Kick:   b.Kick(),
 		Repair: dp.repair,
 		Sync:   dp.sync,
 		Drift:  dp.drift,

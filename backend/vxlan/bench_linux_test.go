@@ -42,19 +42,19 @@ func BenchmarkSync(b *testing.B) {
 		table := bigTable(n)
 		b.Run(fmt.Sprintf("program+remove/peers=%d", n), func(b *testing.B) {
 			for b.Loop() {
-				be.table.Store(&table)
+				be.Desired.Set(table)
 				if err := be.reconcile(true); err != nil {
 					b.Fatal(err)
 				}
 				empty := vtep.Table{}
-				be.table.Store(&empty)
+				be.Desired.Set(empty)
 				if err := be.reconcile(true); err != nil {
 					b.Fatal(err)
 				}
 			}
 		})
 		b.Run(fmt.Sprintf("resync/peers=%d", n), func(b *testing.B) {
-			be.table.Store(&table)
+			be.Desired.Set(table)
 			if err := be.reconcile(true); err != nil {
 				b.Fatal(err)
 			}

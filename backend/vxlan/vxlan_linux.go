@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,15 +17,12 @@ import (
 
 // Backend is the kernel VXLAN dataplane (see the package documentation).
 type Backend struct {
-	cfg   Config
-	log   *slog.Logger
-	table atomic.Pointer[vtep.Table]
-	kick  chan struct{}
-	ready chan struct{}
+	cfg              Config
+	log              *slog.Logger
+	*backend.Desired // Set, Ready
 
-	readyOnce sync.Once
-	running   atomic.Bool
-	repairs   repairCounters
+	running atomic.Bool
+	repairs repairCounters
 
 	// Owned by Run.
 	devs    []*devState
@@ -48,33 +44,15 @@ func New(cfg Config, log *slog.Logger) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{
-		cfg:   cfg,
-		log:   log.With("component", "vxlan"),
-		kick:  make(chan struct{}, 1),
-		ready: make(chan struct{}),
+		cfg:     cfg,
+		log:     log.With("component", "vxlan"),
+		Desired: backend.NewDesired(),
 	}
 	for _, s := range cfg.specs() {
 		b.devs = append(b.devs, &devState{spec: s})
 	}
 	return b, nil
 }
-
-// Set hands the backend the desired peer table; Run applies the latest one.
-// It never blocks. t must not be modified afterwards.
-func (b *Backend) Set(t vtep.Table) {
-	if t == nil {
-		t = vtep.Table{}
-	}
-	b.table.Store(&t)
-	select {
-	case b.kick <- struct{}{}:
-	default:
-	}
-}
-
-// Ready is closed once the devices are up and the first table handed to Set
-// has been programmed.
-func (b *Backend) Ready() <-chan struct{} { return b.ready }
 
 // MAC returns the MAC of the IPv4 device, and MACv6 of the IPv6 device, as
 // configured (the ones to advertise in the lease).
@@ -94,7 +72,7 @@ func (b *Backend) Run(ctx context.Context) error {
 		NetNS:  b.cfg.NetNS,
 		Log:    b.log,
 		Resync: b.cfg.ResyncInterval,
-		Kick:   b.kick,
+		Kick:   b.Kick(),
 		Sync:   b.reconcile,
 		Drift:  b.drift,
 	}
@@ -109,7 +87,7 @@ func (b *Backend) Run(ctx context.Context) error {
 // writes only the difference between the two tables; a full reconcile reads
 // the kernel and repairs drift.
 func (b *Backend) reconcile(full bool) error {
-	tp := b.table.Load()
+	tp := b.Table()
 	if tp != nil {
 		t := b.withoutSelf(*tp)
 		tp = &t
@@ -124,10 +102,9 @@ func (b *Backend) reconcile(full bool) error {
 		return errors.Join(errs...)
 	}
 	b.applied = *tp
-	b.readyOnce.Do(func() {
+	if b.MarkReady() {
 		b.log.Info("dataplane ready", "peers", len(*tp))
-		close(b.ready)
-	})
+	}
 	return nil
 }
 

@@ -20,16 +20,13 @@ import (
 
 // Backend is the wireguard dataplane (see the package documentation).
 type Backend struct {
-	cfg   Config
-	log   *slog.Logger
-	table atomic.Pointer[vtep.Table]
-	kick  chan struct{}
-	ready chan struct{}
+	cfg              Config
+	log              *slog.Logger
+	*backend.Desired // Set, Ready
 
-	readyOnce sync.Once
-	running   atomic.Bool
-	repairs   sync.Map // kind → *atomic.Uint64
-	kernel    atomic.Bool
+	running atomic.Bool
+	repairs sync.Map // kind → *atomic.Uint64
+	kernel  atomic.Bool
 
 	// Owned by Run.
 	devs    []*devState
@@ -51,27 +48,12 @@ func New(cfg Config, log *slog.Logger) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{cfg: cfg, log: log.With("component", "wireguard"), kick: make(chan struct{}, 1), ready: make(chan struct{})}
+	b := &Backend{cfg: cfg, log: log.With("component", "wireguard"), Desired: backend.NewDesired()}
 	for _, s := range cfg.specs() {
 		b.devs = append(b.devs, &devState{spec: s})
 	}
 	return b, nil
 }
-
-// Set hands the backend the desired table; Run applies the latest one.
-func (b *Backend) Set(t vtep.Table) {
-	if t == nil {
-		t = vtep.Table{}
-	}
-	b.table.Store(&t)
-	select {
-	case b.kick <- struct{}{}:
-	default:
-	}
-}
-
-// Ready is closed once the devices are up and the first table is set.
-func (b *Backend) Ready() <-chan struct{} { return b.ready }
 
 // Kernel reports whether the devices are the kernel's (after the first sync).
 func (b *Backend) Kernel() bool { return b.kernel.Load() }
@@ -92,7 +74,7 @@ func (b *Backend) Run(ctx context.Context) error {
 		}
 	}()
 	r := &backend.Reconciler{NetNS: b.cfg.NetNS, Log: b.log, Resync: b.cfg.ResyncInterval,
-		Kick: b.kick, Sync: b.sync, Drift: b.drift}
+		Kick: b.Kick(), Sync: b.sync, Drift: b.drift}
 	if err := r.Run(ctx); err != nil {
 		return fmt.Errorf("wireguard backend: %w", err)
 	}
@@ -100,7 +82,7 @@ func (b *Backend) Run(ctx context.Context) error {
 }
 
 func (b *Backend) sync(bool) error {
-	tp := b.table.Load()
+	tp := b.Table()
 	var errs []error
 	for _, d := range b.devs {
 		if err := b.syncDevice(d, tp); err != nil {
@@ -111,10 +93,9 @@ func (b *Backend) sync(bool) error {
 		return errors.Join(errs...)
 	}
 	b.applied = *tp
-	b.readyOnce.Do(func() {
+	if b.MarkReady() {
 		b.log.Info("dataplane ready", "peers", len(*tp), "kernel", b.kernel.Load())
-		close(b.ready)
-	})
+	}
 	return nil
 }
 
