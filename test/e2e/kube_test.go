@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,12 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/restmapper"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/weft-net/weft/internal/kubetest"
 )
@@ -33,7 +26,7 @@ func TestKubernetesMode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	netConf := applyManifests(ctx, t, k)
-	kubeconfig := serviceAccountKubeconfig(ctx, t, k)
+	kubeconfig := saKubeconfig(ctx, t, k, "kube-weft", "weft")
 
 	c := NewCluster(t, Options{Nodes: 0})
 	apiserver := strings.TrimPrefix(k.Admin.Host, "https://")
@@ -123,75 +116,17 @@ func createNode(ctx context.Context, t *testing.T, k *kubetest.Cluster, name str
 	}
 }
 
-// applyManifests creates every object of kube-manifests/kube-weft.yml and
-// returns a file with the net-conf.json of its ConfigMap.
+// applyManifests creates every object of kube-manifests/kube-weft.yml,
+// with strict field validation, and returns a file with the net-conf.json
+// of its ConfigMap.
 func applyManifests(ctx context.Context, t *testing.T, k *kubetest.Cluster) string {
 	t.Helper()
-	f, err := os.Open(filepath.Join(ModuleRootDir(t), "kube-manifests", "kube-weft.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	dyn, err := dynamic.NewForConfig(k.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	groups, err := restmapper.GetAPIGroupResources(k.Client.Discovery())
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDiscoveryRESTMapper(groups)
+	objs := applyStrict(ctx, t, k, filepath.Join(ModuleRootDir(t), "kube-manifests", "kube-weft.yml"))
+	var cm corev1.ConfigMap
+	fromObjs(t, objs, "ConfigMap", &cm)
 	netConf := filepath.Join(t.TempDir(), "net-conf.json")
-	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
-	for {
-		var m map[string]any
-		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		if len(m) == 0 {
-			continue
-		}
-		o := &unstructured.Unstructured{Object: m}
-		gvk := o.GroupVersionKind()
-		rm, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ri dynamic.ResourceInterface = dyn.Resource(rm.Resource)
-		if o.GetNamespace() != "" {
-			ri = dyn.Resource(rm.Resource).Namespace(o.GetNamespace())
-		}
-		if _, err := ri.Create(ctx, o, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("create %s %s: %v", gvk.Kind, o.GetName(), err)
-		}
-		if gvk.Kind == "ConfigMap" {
-			conf, _, _ := unstructured.NestedString(o.Object, "data", "net-conf.json")
-			if err := os.WriteFile(netConf, []byte(conf), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
+	if err := os.WriteFile(netConf, []byte(cm.Data["net-conf.json"]), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	return netConf
-}
-
-// serviceAccountKubeconfig writes a kubeconfig that authenticates as the
-// manifests' ServiceAccount.
-func serviceAccountKubeconfig(ctx context.Context, t *testing.T, k *kubetest.Cluster) string {
-	t.Helper()
-	cfg, err := k.ServiceAccountConfig(ctx, "kube-weft", "weft")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["k"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData, CertificateAuthority: cfg.CAFile}
-	kc.AuthInfos["weft"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
-	kc.Contexts["weft"] = &clientcmdapi.Context{Cluster: "k", AuthInfo: "weft"}
-	kc.CurrentContext = "weft"
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
