@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"runtime"
 	"syscall"
 
 	"github.com/vishvananda/netlink"
@@ -199,8 +198,9 @@ func (p *Pipe) window(reqs []*nl.NetlinkRequest, res []error) error {
 
 // LazyPipe opens a Pipe on first use, for the overlay and its step to
 // share; when it cannot be opened, Get returns nil ever after and callers
-// write one request at a time. The socket is closed when the LazyPipe is
-// garbage.
+// write one request at a time. The pipe's socket is closed when nothing
+// refers to the Pipe any more (its file's finalizer does it), never while
+// someone holds the *Pipe that Get returned.
 type LazyPipe struct {
 	h     *netlink.Handle
 	ns    string
@@ -223,9 +223,7 @@ func (l *LazyPipe) Get() *Pipe {
 	}
 	if !l.tried {
 		l.tried = true
-		if l.p, l.err = OpenPipe(l.h, l.ns, l.link); l.p != nil {
-			runtime.AddCleanup(l, func(p *Pipe) { p.Close() }, l.p)
-		}
+		l.p, l.err = OpenPipe(l.h, l.ns, l.link)
 	}
 	return l.p
 }

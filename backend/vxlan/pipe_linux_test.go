@@ -3,6 +3,7 @@ package vxlan
 import (
 	"fmt"
 	"net/netip"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -165,6 +166,9 @@ func TestPipeReportsEachFailure(t *testing.T) {
 	if p == nil {
 		t.Fatal("no pipe")
 	}
+	// The LazyPipe is garbage now; the Pipe in hand must stay open.
+	runtime.GC()
+	runtime.GC()
 	var reqs []*nl.NetlinkRequest
 	for i := range 300 {
 		n := &netlink.Neigh{LinkIndex: l.Attrs().Index, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
