@@ -25,15 +25,7 @@ func TestEtcdLeaderKills(t *testing.T) {
 	}
 	before := n1.MustRun(t, "ip", "route", "show", "dev", "weft.1")
 	count := int((span + 2*time.Second) / (10 * time.Millisecond))
-	type pingResult struct {
-		lost int
-		err  error
-	}
-	pings := make(chan pingResult, 1)
-	go func() {
-		lost, err := pingLoss(a.NS, b.IP, count)
-		pings <- pingResult{lost, err}
-	}()
+	waitPings := startPingLoss(a.NS, b.IP, count)
 	kills := 0
 	for start := time.Now(); time.Since(start) < span; {
 		leader, err := c.EtcdHA.Leader(10 * time.Second)
@@ -50,9 +42,9 @@ func TestEtcdLeaderKills(t *testing.T) {
 			time.Sleep(wait) // the fault's period: timing, not synchronisation
 		}
 	}
-	p := <-pings
-	if p.err != nil {
-		t.Fatal(p.err)
+	pingsLost, err := waitPings()
+	if err != nil {
+		t.Fatal(err)
 	}
 	lost, removed := 0, 0
 	for _, n := range c.Nodes {
@@ -71,6 +63,6 @@ func TestEtcdLeaderKills(t *testing.T) {
 	}
 	record(t, row{fmt.Sprintf("3-member etcd, leader killed every 5 s for %s (%d kills), renewals every ~5 s", span, kills),
 		"leases lost; spurious peer removals (watch events and routes); pings lost (10 ms interval)",
-		fmt.Sprintf("%d; %d; %d (of %d)", lost, removed, p.lost, count),
-		"0; 0; 0", lost == 0 && removed == 0 && p.lost == 0, ""})
+		fmt.Sprintf("%d; %d; %d (of %d)", lost, removed, pingsLost, count),
+		"0; 0; 0", lost == 0 && removed == 0 && pingsLost == 0, ""})
 }

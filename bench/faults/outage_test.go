@@ -31,15 +31,7 @@ func TestEtcdOutage(t *testing.T) {
 	}
 	before := n1.MustRun(t, "ip", "route", "show", "dev", "weft.1")
 	count := int((outage + 4*time.Second) / (10 * time.Millisecond))
-	type pingResult struct {
-		lost int
-		err  error
-	}
-	pings := make(chan pingResult, 1)
-	go func() {
-		lost, err := pingLoss(a.NS, b.IP, count)
-		pings <- pingResult{lost, err}
-	}()
+	waitPings := startPingLoss(a.NS, b.IP, count)
 	c.Etcd.Close()
 	stopped := time.Now()
 	for time.Since(stopped) < outage {
@@ -65,9 +57,9 @@ func TestEtcdOutage(t *testing.T) {
 		})
 		worst = max(worst, time.Since(back)) // nodes are checked in turn: the last is the slowest
 	}
-	p := <-pings
-	if p.err != nil {
-		t.Fatal(p.err)
+	pingsLost, err := waitPings()
+	if err != nil {
+		t.Fatal(err)
 	}
 	after := n1.MustRun(t, "ip", "route", "show", "dev", "weft.1")
 	removed := 0
@@ -78,8 +70,8 @@ func TestEtcdOutage(t *testing.T) {
 	}
 	record(t, row{fmt.Sprintf("etcd stopped for %s, then back (lease renewals due every ~5 s)", outage),
 		"pings lost (10 ms interval); routes removed on n1; time until every node renewed after etcd's return",
-		fmt.Sprintf("%d (of %d); %d; %.1f s", p.lost, count, removed, worst.Seconds()),
-		"0; 0; ≤ 10 s", p.lost == 0 && removed == 0 && worst <= 10*time.Second, ""})
+		fmt.Sprintf("%d (of %d); %d; %.1f s", pingsLost, count, removed, worst.Seconds()),
+		"0; 0; ≤ 10 s", pingsLost == 0 && removed == 0 && worst <= 10*time.Second, ""})
 }
 
 // renewalsSince counts the "renewed lease" lines n's weftd logged after t
@@ -100,6 +92,24 @@ func renewalsSince(n *e2e.Node, since time.Time) int {
 		}
 	}
 	return count
+}
+
+// startPingLoss runs pingLoss in the background; the returned function
+// waits for it and returns its result.
+func startPingLoss(ns *nettest.NS, dst netip.Addr, count int) func() (int, error) {
+	type result struct {
+		lost int
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		lost, err := pingLoss(ns, dst, count)
+		done <- result{lost, err}
+	}()
+	return func() (int, error) {
+		r := <-done
+		return r.lost, r.err
+	}
 }
 
 // pingLoss pings dst every 10 ms, count times, in runs short enough for
