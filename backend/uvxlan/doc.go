@@ -114,9 +114,10 @@
 // # Latency
 //
 // A round trip crosses four goroutine wake-ups (egress and ingress on both
-// nodes), which the kernel's softirq path does not pay: expect about twice
-// the kernel's round-trip time. Busy-polling before sleeping would trade
-// CPU for it and is not done.
+// nodes), which the kernel's softirq path does not pay: pod to pod on a
+// quiet 2-core machine, bench/dataplane measured a median round trip 3 to 7
+// times the kernel's (135-226 µs against 32-41 µs, 2026-11-30).
+// Busy-polling before sleeping would trade CPU for it and is not done.
 //
 // GBP is not supported: it lives in the skb mark, which a TAP cannot see.
 package uvxlan
