@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
+	"github.com/weft-net/weft/internal/nettest"
 	"github.com/weft-net/weft/subnet"
 )
 
@@ -74,7 +75,7 @@ func TestWireGuard(t *testing.T) {
 
 	t.Run("pods ping across, only WireGuard on the wire", func(t *testing.T) {
 		pingAll(t)
-		lines := capture(t, n1, func() {
+		lines := capture(t, n1, "not ip6", func() {
 			if err := Ping(pods[0][0].NS, pods[1][0].IP); err != nil {
 				t.Error(err)
 			}
@@ -87,7 +88,7 @@ func TestWireGuard(t *testing.T) {
 			switch {
 			case strings.Contains(l, "10.244."):
 				t.Errorf("plaintext pod packet on the underlay: %s", l)
-			case strings.Contains(l, "ARP"):
+			case linkControl(l):
 			case strings.Contains(l, ".51820") && strings.Contains(l, "UDP"):
 				udp++
 			default:
@@ -95,7 +96,7 @@ func TestWireGuard(t *testing.T) {
 			}
 		}
 		if udp < 10 {
-			t.Errorf("only %d WireGuard datagrams captured", udp)
+			t.Errorf("only %d WireGuard datagrams captured:\n%s", udp, strings.Join(lines, "\n"))
 		}
 	})
 
@@ -191,14 +192,12 @@ func waitLog(t *testing.T, n *Node, words ...string) {
 	})
 }
 
-// capture runs tcpdump on n's underlay while f runs and returns the
-// decoded packets, one line each.
-func capture(t *testing.T, n *Node, f func()) []string {
+// capture runs tcpdump with filter on n's underlay while f runs and
+// returns the decoded packets, one line each.
+func capture(t *testing.T, n *Node, filter string, f func()) []string {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "underlay.pcap")
-	// The underlay is IPv4: its IPv6 chatter (the host's own multicast
-	// listener reports) is left out; ARP is kept and allowed.
-	cmd := n.Command(context.Background(), "tcpdump", "--immediate-mode", "-i", "eth0", "-n", "-U", "-w", file, "not", "ip6")
+	cmd := n.Command(context.Background(), "tcpdump", "--immediate-mode", "-i", "eth0", "-n", "-U", "-w", file, filter)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -249,9 +248,14 @@ func TestWireGuardDualStack(t *testing.T) {
 		t.Fatalf("devices:\n%s", links)
 	}
 	a, b := n1.CNI.AddPod(t, "a"), n2.CNI.AddPod(t, "b")
-	Eventually(t, 10*time.Second, "IPv4 a → b", func() error { return Ping(a.NS, b.IP, "-W", "1") })
-	Eventually(t, 10*time.Second, "IPv6 a → b", func() error { return Ping(a.NS, podIPv6(t, b), "-W", "1") })
-	out := captureV6(t, n1, func() {
+	t.Cleanup(func() {
+		if t.Failed() {
+			logState(t, n1.NS, n2.NS, a.NS, b.NS)
+		}
+	})
+	Eventually(t, 20*time.Second, "IPv4 a → b", func() error { return Ping(a.NS, b.IP, "-W", "1") })
+	Eventually(t, 20*time.Second, "IPv6 a → b", func() error { return Ping(a.NS, podIPv6(t, b), "-W", "1") })
+	out := capture(t, n1, "ip6", func() {
 		if err := Ping(a.NS, podIPv6(t, b)); err != nil {
 			t.Error(err)
 		}
@@ -263,7 +267,7 @@ func TestWireGuardDualStack(t *testing.T) {
 			t.Errorf("plaintext pod packet on the underlay: %s", l)
 		case strings.Contains(l, "fd77::2.51821") && strings.Contains(l, "UDP"):
 			udp++
-		case strings.Contains(l, "ICMP6"): // the underlay's own neighbour discovery
+		case linkControl(l):
 		default:
 			t.Errorf("not WireGuard UDP to 51821: %s", l)
 		}
@@ -273,33 +277,29 @@ func TestWireGuardDualStack(t *testing.T) {
 	}
 }
 
-// captureV6 captures the underlay's IPv6 packets while f runs.
-func captureV6(t *testing.T, n *Node, f func()) []string {
+// linkControl tells the underlay's own link-layer and multicast control
+// traffic, which the hosts' kernels send whatever the overlay does: ARP,
+// IGMP membership reports, and ICMPv6 neighbour discovery and multicast
+// listener reports.
+func linkControl(line string) bool {
+	for _, w := range []string{" ARP, ", ": igmp ", " ICMP6, neighbor ", " ICMP6, router ", " ICMP6, multicast listener "} {
+		if strings.Contains(line, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// logState logs the addresses, routes and neighbours of each namespace,
+// for a failure that a lost packet explains.
+func logState(t *testing.T, nss ...*nettest.NS) {
 	t.Helper()
-	file := filepath.Join(t.TempDir(), "underlay6.pcap")
-	cmd := n.Command(context.Background(), "tcpdump", "--immediate-mode", "-i", "eth0", "-n", "-U", "-w", file, "ip6")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(stderr)
-	for sc.Scan() && !strings.Contains(sc.Text(), "listening on") {
-	}
-	go func() {
-		for sc.Scan() {
+	for _, ns := range nss {
+		var b strings.Builder
+		for _, argv := range [][]string{{"ip", "addr"}, {"ip", "route"}, {"ip", "-6", "route"}, {"ip", "neigh"}} {
+			out, err := ns.Run(argv...)
+			fmt.Fprintf(&b, "$ %s (%v)\n%s\n", strings.Join(argv, " "), err, out)
 		}
-	}()
-	f()
-	cmd.Process.Signal(syscall.SIGINT)
-	cmd.Wait()
-	var lines []string
-	for _, l := range strings.Split(strings.TrimSpace(Output(t, n.NS, "tcpdump", "-nn", "-r", file)), "\n") {
-		if l != "" && !strings.HasPrefix(l, "reading from file") {
-			lines = append(lines, l)
-		}
+		t.Logf("state of %s:\n%s", ns.Name, b.String())
 	}
-	return lines
 }
