@@ -78,20 +78,86 @@ func (dp *datapath) txSocket(frame []byte) *udpSocket {
 	return dp.tx[uint64(flowHash(frame))*uint64(len(dp.tx))>>32]
 }
 
+// maxGatherHeader is the longest header run (Ethernet, IP, TCP) that
+// sendSegments gathers from its header buffer; a longer one (IPv6
+// extension headers) takes the copying path.
+const maxGatherHeader = 192
+
+// segmenter is the egress state for TSO super-frames.
+type segmenter struct {
+	g    *gatherSender
+	hdrs []byte // a VXLAN header and a header run per segment of one send
+	s    *sender
+	out  []byte // room for whole segments, for the copying path
+}
+
+func newSegmenter() *segmenter {
+	return &segmenter{
+		g:    newGatherSender(2 * maxGSOSegments),
+		hdrs: make([]byte, maxGSOSegments*(vxlanHeaderLen+maxGatherHeader)),
+		s:    newSender(),
+		out:  make([]byte, 2*(ethHeaderLen+maxIPPacket)),
+	}
+}
+
 // sendSegments segments a TSO super-frame and sends the segments to its
-// peer in as few UDP GSO sends as the 64 KB datagram limit allows.
-func (dp *datapath) sendSegments(s *sender, frame []byte, h vnetHdr, out []byte) {
+// peer in as few UDP GSO sends as the 64 KB datagram limit allows. Each
+// segment's headers are built in a small buffer and its payload is
+// gathered from the frame where it lies (no copy in userspace).
+func (dp *datapath) sendSegments(sg *segmenter, frame []byte, h vnetHdr) {
 	p, ok := dp.b.peers.Load().byMAC[dstMAC(frame)]
 	if !ok {
 		dp.b.ctr.drop(DropUnknownMAC)
 		return
 	}
-	stride, used, err := segmentTCP(frame, h, out)
+	plan, err := planTSO(frame, h)
+	if err != nil {
+		dp.b.ctr.drop(DropMalformed)
+		return
+	}
+	if plan.hdrLen > maxGatherHeader {
+		dp.sendSegmentsCopied(sg, p, frame, h)
+		return
+	}
+	sock := dp.txSocket(frame)
+	stride := vxlanHeaderLen + plan.hdrLen + plan.mss
+	per := min(maxUDPPayload/stride, maxGSOSegments)
+	for first := 0; first < plan.nseg; first += per {
+		last := min(first+per, plan.nseg)
+		sg.g.reset(p)
+		sg.gather(&plan, frame, dp.b.dec.vni, first, last)
+		sg.g.segment(gsoSize(last-first, stride))
+		dp.countSend(last-first, sock.sendGather(sg.g))
+	}
+}
+
+// gather adds segments [first, last) of plan to sg.g, each as its VXLAN
+// header and headers (built in sg.hdrs) followed by its payload in frame.
+func (sg *segmenter) gather(plan *tsoPlan, frame []byte, vni uint32, first, last int) {
+	slot := vxlanHeaderLen + plan.hdrLen
+	for i := first; i < last; i++ {
+		hdr := sg.hdrs[(i-first)*slot : (i-first+1)*slot]
+		putVXLANHeader(hdr, vni)
+		copy(hdr[vxlanHeaderLen:], frame[:plan.hdrLen])
+		chunk := plan.chunk(i)
+		plan.fixHeader(hdr[vxlanHeaderLen:], chunk, i)
+		sg.g.add(hdr)
+		if len(chunk) > 0 {
+			sg.g.add(chunk)
+		}
+	}
+}
+
+// sendSegmentsCopied is sendSegments for a super-frame whose headers are
+// too long to gather: the segments are written whole to sg.out first.
+func (dp *datapath) sendSegmentsCopied(sg *segmenter, p *peer, frame []byte, h vnetHdr) {
+	stride, used, err := segmentTCP(frame, h, sg.out)
 	if err != nil {
 		dp.b.ctr.drop(DropMalformed)
 		return
 	}
 	sock := dp.txSocket(frame)
+	s, out := sg.s, sg.out
 	per := min(maxUDPPayload/stride, maxGSOSegments)
 	for off := 0; off < used; {
 		end := min(off+per*stride, used)
@@ -100,17 +166,27 @@ func (dp *datapath) sendSegments(s *sender, frame []byte, h vnetHdr, out []byte)
 		}
 		s.buf, s.to = out[off:end], p.sa
 		nseg := (end - off + stride - 1) / stride
-		if nseg > 1 {
-			s.setSegment(stride)
-		} else {
-			s.setSegment(0)
-		}
-		if err := sock.send(s); err != nil {
-			dp.b.ctr.drops[DropSend].Add(uint64(nseg))
-		} else {
-			dp.b.ctr.tx.Add(uint64(nseg))
-		}
+		s.setSegment(gsoSize(nseg, stride))
+		dp.countSend(nseg, sock.send(s))
 		off = end
+	}
+}
+
+// gsoSize is the UDP_SEGMENT size of a send of nseg segments of stride
+// bytes: 0 (a plain datagram) for one.
+func gsoSize(nseg, stride int) int {
+	if nseg > 1 {
+		return stride
+	}
+	return 0
+}
+
+// countSend counts n datagrams sent, or dropped when err is not nil.
+func (dp *datapath) countSend(n int, err error) {
+	if err != nil {
+		dp.b.ctr.drops[DropSend].Add(uint64(n))
+	} else {
+		dp.b.ctr.tx.Add(uint64(n))
 	}
 }
 

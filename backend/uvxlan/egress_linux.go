@@ -66,10 +66,9 @@ func (dp *datapath) egress(q int) {
 	}
 	tb := newTAPBatch(count, vxlanHeaderLen+virtioNetHdrLen+ethHeaderLen+maxIPPacket, at)
 	sb := newSendBatch(count)
-	s := newSender()
-	var out []byte
+	var sg *segmenter
 	if dp.vnet {
-		out = make([]byte, 2*(ethHeaderLen+maxIPPacket))
+		sg = newSegmenter()
 	}
 	for {
 		t := dp.taps[q].Load()
@@ -79,7 +78,7 @@ func (dp *datapath) egress(q int) {
 		}
 		for i := range tb.n {
 			if dp.vnet {
-				dp.egressOffloaded(sb, s, tb.frame(i), out)
+				dp.egressOffloaded(sb, sg, tb.frame(i))
 			} else {
 				dp.queue(sb, tb.frame(i))
 			}
@@ -98,7 +97,7 @@ func (dp *datapath) egress(q int) {
 }
 
 // egressOffloaded handles one read of a TAP with a virtio-net header.
-func (dp *datapath) egressOffloaded(sb *sendBatch, s *sender, in, out []byte) {
+func (dp *datapath) egressOffloaded(sb *sendBatch, sg *segmenter, in []byte) {
 	if len(in) < virtioNetHdrLen+ethHeaderLen {
 		dp.b.ctr.drop(DropMalformed)
 		return
@@ -115,7 +114,7 @@ func (dp *datapath) egressOffloaded(sb *sendBatch, s *sender, in, out []byte) {
 		dp.queue(sb, in[virtioNetHdrLen-vxlanHeaderLen:])
 	case vnetGSOTCPv4, vnetGSOTCPv6:
 		dp.flush(sb) // keep the order of the frames
-		dp.sendSegments(s, frame, h, out)
+		dp.sendSegments(sg, frame, h)
 	default:
 		dp.b.ctr.drop(DropMalformed)
 	}

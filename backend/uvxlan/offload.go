@@ -103,61 +103,96 @@ func tsoLayout(frame []byte, h vnetHdr) (v6 bool, tcpOff, hdrLen, mss int, err e
 	return v6, tcpOff, hdrLen, mss, nil
 }
 
-// segmentTCP cuts a TSO super-frame from the TAP into frames that fit the
-// overlay MTU, each written to out behind room for a VXLAN header. It
-// returns the stride of the segments in out (VXLAN header + full frame; the
-// last may be shorter) and the bytes used. Each segment gets its own IPv4
-// length, ID and header checksum (IPv6 payload length), TCP sequence number
-// and a complete TCP checksum; FIN and PSH stay on the last segment only,
-// CWR on the first only.
-func segmentTCP(frame []byte, h vnetHdr, out []byte) (stride, used int, err error) {
+// tsoPlan is how a TSO super-frame from the TAP is cut into frames that
+// fit the overlay MTU: segment i carries payload[i*mss:] (at most mss
+// bytes) behind a copy of the super-frame's hdrLen bytes of headers, which
+// fixHeader adjusts.
+type tsoPlan struct {
+	v6                  bool
+	tcpOff, hdrLen, mss int
+	nseg                int
+	payload             []byte
+	seq                 uint32
+	flags               byte
+	ipID                uint16
+	pseudo              uint64 // the pseudo-header sum without the length
+}
+
+func planTSO(frame []byte, h vnetHdr) (tsoPlan, error) {
 	v6, tcpOff, hdrLen, mss, err := tsoLayout(frame, h)
+	if err != nil {
+		return tsoPlan{}, err
+	}
+	p := tsoPlan{v6: v6, tcpOff: tcpOff, hdrLen: hdrLen, mss: mss, payload: frame[hdrLen:],
+		seq: binary.BigEndian.Uint32(frame[tcpOff+4:]), flags: frame[tcpOff+13]}
+	p.nseg = max(1, (len(p.payload)+mss-1)/mss)
+	addrOff, addrLen := ethHeaderLen+12, 4
+	if v6 {
+		addrOff, addrLen = ethHeaderLen+8, 16
+	} else {
+		p.ipID = binary.BigEndian.Uint16(frame[ethHeaderLen+4:])
+	}
+	p.pseudo = checksumAdd(frame[addrOff:addrOff+2*addrLen], 0) + 6 // src, dst, protocol
+	return p, nil
+}
+
+// chunk is the payload of segment i.
+func (p *tsoPlan) chunk(i int) []byte {
+	return p.payload[min(i*p.mss, len(p.payload)):min((i+1)*p.mss, len(p.payload))]
+}
+
+// fixHeader turns hdr, a copy of the super-frame's headers, into the
+// headers of segment i, whose payload is chunk: its own IPv4 length, ID
+// and header checksum (IPv6 payload length), TCP sequence number and a
+// complete TCP checksum; FIN and PSH stay on the last segment only, CWR on
+// the first only.
+func (p *tsoPlan) fixHeader(hdr, chunk []byte, i int) {
+	ip := hdr[ethHeaderLen:]
+	n := p.hdrLen + len(chunk) // the frame's length
+	if p.v6 {
+		binary.BigEndian.PutUint16(ip[4:], uint16(n-ethHeaderLen-ipv6HeaderLen))
+	} else {
+		binary.BigEndian.PutUint16(ip[2:], uint16(n-ethHeaderLen))
+		binary.BigEndian.PutUint16(ip[4:], p.ipID+uint16(i))
+		ip[10], ip[11] = 0, 0
+		binary.BigEndian.PutUint16(ip[10:], ^checksumFold(checksumAdd(ip[:p.tcpOff-ethHeaderLen], 0)))
+	}
+	tcp := hdr[p.tcpOff:p.hdrLen]
+	binary.BigEndian.PutUint32(tcp[4:], p.seq+uint32(i*p.mss))
+	f := p.flags
+	if i != p.nseg-1 {
+		f &^= tcpFlagFIN | tcpFlagPSH
+	}
+	if i != 0 {
+		f &^= tcpFlagCWR
+	}
+	tcp[13] = f
+	tcp[16], tcp[17] = 0, 0
+	// The TCP header is a whole number of 32-bit words: its sum and the
+	// payload's add up to the sum of the segment.
+	sum := checksumAdd(chunk, checksumAdd(tcp, p.pseudo+uint64(len(tcp)+len(chunk))))
+	binary.BigEndian.PutUint16(tcp[16:], ^checksumFold(sum))
+}
+
+// segmentTCP cuts a TSO super-frame from the TAP into frames that fit the
+// overlay MTU, each written whole to out behind room for a VXLAN header
+// (tsoPlan). It returns the stride of the segments in out (VXLAN header +
+// full frame; the last may be shorter) and the bytes used.
+func segmentTCP(frame []byte, h vnetHdr, out []byte) (stride, used int, err error) {
+	p, err := planTSO(frame, h)
 	if err != nil {
 		return 0, 0, err
 	}
-	payload := frame[hdrLen:]
-	stride = vxlanHeaderLen + hdrLen + mss
-	nseg := (len(payload) + mss - 1) / mss
-	if nseg == 0 {
-		nseg = 1
-	}
-	if vxlanHeaderLen*nseg+hdrLen*nseg+len(payload) > len(out) {
+	stride = vxlanHeaderLen + p.hdrLen + p.mss
+	if vxlanHeaderLen*p.nseg+p.hdrLen*p.nseg+len(p.payload) > len(out) {
 		return 0, 0, errBadOffload
 	}
-	seq := binary.BigEndian.Uint32(frame[tcpOff+4:])
-	flags := frame[tcpOff+13]
-	ipOff := ethHeaderLen
-	addrOff, addrLen := ipOff+12, 4
-	if v6 {
-		addrOff, addrLen = ipOff+8, 16
-	}
-	pseudo := checksumAdd(frame[addrOff:addrOff+2*addrLen], 0) + 6 // src, dst, protocol
-	for i := range nseg {
-		chunk := payload[min(i*mss, len(payload)):min((i+1)*mss, len(payload))]
-		seg := out[used+vxlanHeaderLen : used+vxlanHeaderLen+hdrLen+len(chunk)]
-		copy(seg, frame[:hdrLen])
-		copy(seg[hdrLen:], chunk)
-		ip := seg[ipOff:]
-		if v6 {
-			binary.BigEndian.PutUint16(ip[4:], uint16(len(seg)-ipOff-ipv6HeaderLen))
-		} else {
-			binary.BigEndian.PutUint16(ip[2:], uint16(len(seg)-ipOff))
-			binary.BigEndian.PutUint16(ip[4:], binary.BigEndian.Uint16(frame[ipOff+4:])+uint16(i))
-			ip[10], ip[11] = 0, 0
-			binary.BigEndian.PutUint16(ip[10:], ^checksumFold(checksumAdd(ip[:tcpOff-ipOff], 0)))
-		}
-		tcp := seg[tcpOff:]
-		binary.BigEndian.PutUint32(tcp[4:], seq+uint32(i*mss))
-		f := flags
-		if i != nseg-1 {
-			f &^= tcpFlagFIN | tcpFlagPSH
-		}
-		if i != 0 {
-			f &^= tcpFlagCWR
-		}
-		tcp[13] = f
-		tcp[16], tcp[17] = 0, 0
-		binary.BigEndian.PutUint16(tcp[16:], ^checksumFold(checksumAdd(tcp, pseudo+uint64(len(tcp)))))
+	for i := range p.nseg {
+		chunk := p.chunk(i)
+		seg := out[used+vxlanHeaderLen : used+vxlanHeaderLen+p.hdrLen+len(chunk)]
+		copy(seg, frame[:p.hdrLen])
+		copy(seg[p.hdrLen:], chunk)
+		p.fixHeader(seg[:p.hdrLen], chunk, i)
 		used += vxlanHeaderLen + len(seg)
 	}
 	return stride, used, nil

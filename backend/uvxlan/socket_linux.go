@@ -240,6 +240,77 @@ func (u *udpSocket) send(s *sender) error {
 	return s.err
 }
 
+// gatherSender is a reusable sendmsg(2) call whose datagram is gathered
+// from up to len(iovs) pieces, optionally with UDP_SEGMENT: the segments of
+// a TSO super-frame leave with their headers from a small buffer and their
+// payload from where the TAP read put it, without a copy in between.
+type gatherSender struct {
+	msg  unix.Msghdr
+	iovs []unix.Iovec
+	n    int
+	seg  []byte // backing store of the UDP_SEGMENT control message
+	err  error
+	fn   func(fd uintptr) bool
+}
+
+func newGatherSender(pieces int) *gatherSender {
+	g := &gatherSender{iovs: make([]unix.Iovec, pieces), seg: make([]byte, unix.CmsgSpace(2))}
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&g.seg[0]))
+	h.Level, h.Type = unix.IPPROTO_UDP, unix.UDP_SEGMENT
+	h.SetLen(unix.CmsgLen(2))
+	g.msg.Iov = &g.iovs[0]
+	g.fn = g.write
+	return g
+}
+
+// reset starts a datagram to p.
+func (g *gatherSender) reset(p *peer) {
+	g.n = 0
+	g.msg.Name = (*byte)(unsafe.Pointer(&p.raw))
+	g.msg.Namelen = p.rawLen
+}
+
+// add appends b (not empty) to the datagram.
+func (g *gatherSender) add(b []byte) {
+	g.iovs[g.n].Base = &b[0]
+	g.iovs[g.n].SetLen(len(b))
+	g.n++
+}
+
+// segment makes the datagram a UDP GSO send cut into size-byte datagrams
+// (0: a single datagram).
+func (g *gatherSender) segment(size int) {
+	if size == 0 {
+		g.msg.Control = nil
+		g.msg.SetControllen(0)
+		return
+	}
+	*(*uint16)(unsafe.Pointer(&g.seg[unix.CmsgLen(0)])) = uint16(size)
+	g.msg.Control = &g.seg[0]
+	g.msg.SetControllen(len(g.seg))
+}
+
+func (g *gatherSender) write(fd uintptr) bool {
+	g.msg.SetIovlen(g.n)
+	_, _, e := unix.Syscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(&g.msg)), 0)
+	if e == unix.EAGAIN || e == unix.EINTR {
+		return false
+	}
+	g.err = nil
+	if e != 0 {
+		g.err = e
+	}
+	return true
+}
+
+// send sends the datagram gathered in g.
+func (u *udpSocket) sendGather(g *gatherSender) error {
+	if err := u.rc.Write(g.fn); err != nil {
+		return err
+	}
+	return g.err
+}
+
 // rawSockaddr returns ap as the raw socket address sendmmsg takes, and its length.
 func rawSockaddr(ap netip.AddrPort) (unix.RawSockaddrInet6, uint32) {
 	var raw unix.RawSockaddrInet6
