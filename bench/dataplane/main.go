@@ -1,16 +1,24 @@
 // Command dataplane benchmarks weft's userspace VXLAN dataplane against the
-// kernel's VXLAN and the raw underlay, inside network namespaces that it
-// creates and deletes. Run it as root from the repository root:
+// kernel's VXLAN (and optionally the raw underlay), inside network
+// namespaces that it creates and deletes. Run it as root from the
+// repository root:
 //
-//	go run ./bench/dataplane            # 10 s runs, median of 3
-//	go run ./bench/dataplane -quick     # 3 s runs, one each
-//	go run ./bench/dataplane -modes uvxlan,uvxlan-plain
+//	go run ./bench/dataplane                     # kernel and uvxlan, quiet and loaded, 3 rounds of 10 s
+//	go run ./bench/dataplane -quick              # 3 s runs, 1 round, quiet only
+//	go run ./bench/dataplane -readme bench/dataplane/README.md
 //
-// For each mode it measures iperf3 TCP throughput with 1 and 4 streams
-// (pod to pod over the overlay; host to host on the underlay), ping latency
-// (p50/p99 of 200 pings) and CPU use (busy cores from /proc/stat during the
-// 1-stream run, and for uvxlan the share of this process, which runs both
-// nodes' dataplanes). It prints a table and the ratio uvxlan/kernel. It
+// The modes are measured in interleaved rounds (kernel, uvxlan, kernel,
+// uvxlan, ...), each on a freshly built topology, and the median of the
+// rounds is reported with the spread (lowest–highest). Under -load busy a
+// child process of the benchmark keeps one core busy throughout, so that
+// a good figure is not a lucky one. For each mode: iperf3 TCP throughput
+// with 1 and 4 streams (pod to pod over the overlay; host to host on the
+// underlay), ping round trip p50/p99, busy cores from /proc/stat during
+// the 1-stream run, for uvxlan the cores this process used (both nodes'
+// dataplanes) and Gb/s per dataplane core. Then the ratios against the
+// kernel, the idle CPU of a uvxlan node pair, and where the CPU of a 64 KB
+// super-frame goes (from a CPU profile of a separate 1-stream run). With
+// -readme it writes the figures between the markers of that file. It
 // asserts nothing: the figures depend on the machine. See README.md.
 package main
 
@@ -22,7 +30,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -30,14 +37,22 @@ import (
 
 type options struct {
 	modes   []string
+	loads   []string // "quiet", "busy"
 	dur     time.Duration
-	reps    int
+	rounds  int
 	pings   int
 	queues  int
 	verbose bool
 }
 
+// spinEnv makes the binary a busy loop: the background load of -load busy.
+const spinEnv = "WEFT_BENCH_SPIN"
+
 func main() {
+	if os.Getenv(spinEnv) != "" {
+		for {
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:]); err != nil {
@@ -48,22 +63,30 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("dataplane", flag.ContinueOnError)
-	modes := fs.String("modes", "underlay,kernel,weft-vxlan,uvxlan", "comma-separated modes: underlay, kernel (hand-made kernel VXLAN), weft-vxlan (weft's kernel backend), uvxlan, uvxlan-plain")
-	quick := fs.Bool("quick", false, "3 s runs, one repetition")
+	modes := fs.String("modes", "kernel,uvxlan", "comma-separated modes: underlay, kernel (hand-made kernel VXLAN), weft-vxlan (weft's kernel backend), uvxlan, uvxlan-plain")
+	loads := fs.String("load", "quiet,busy", "comma-separated conditions: quiet, busy (a child process keeps one core busy)")
+	quick := fs.Bool("quick", false, "3 s runs, 1 round, quiet only, no breakdown")
 	var o options
 	fs.DurationVar(&o.dur, "time", 10*time.Second, "duration of one iperf3 run")
-	fs.IntVar(&o.reps, "reps", 3, "repetitions per figure (the median is reported)")
-	fs.IntVar(&o.pings, "pings", 200, "pings for the latency percentiles")
+	fs.IntVar(&o.rounds, "rounds", 3, "interleaved rounds per condition (the median is reported)")
+	fs.IntVar(&o.pings, "pings", 200, "pings per round for the latency percentiles")
 	fs.IntVar(&o.queues, "queues", 1, "uvxlan TAP queues / receive sockets per node (Config.Queues)")
 	fs.BoolVar(&o.verbose, "v", false, "log the backend")
-	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of this process (the uvxlan dataplanes) to `file`")
+	breakdown := fs.Bool("breakdown", true, "profile a separate uvxlan 1-stream run and print where the CPU of a 64 KB super-frame goes")
+	idle := fs.Duration("idle", 10*time.Second, "measure the CPU of an idle uvxlan node pair for this long (0: skip)")
+	readme := fs.String("readme", "", "write the report between the markers of this README")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *quick {
-		o.dur, o.reps, o.pings = 3*time.Second, 1, 100
+		o.dur, o.rounds, o.pings, *loads, *breakdown, *idle = 3*time.Second, 1, 100, "quiet", false, 0
 	}
-	o.modes = strings.Split(*modes, ",")
+	o.modes, o.loads = strings.Split(*modes, ","), strings.Split(*loads, ",")
+	for _, l := range o.loads {
+		if l != "quiet" && l != "busy" {
+			return fmt.Errorf("unknown load %q (quiet, busy)", l)
+		}
+	}
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (network namespaces)")
 	}
@@ -71,26 +94,51 @@ func run(ctx context.Context, args []string) error {
 	if o.verbose {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
+	var rep report
+	rep.header = header(o)
+	for _, l := range o.loads {
+		c, err := measureCondition(ctx, l, o, log)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		rep.conds = append(rep.conds, c)
 	}
-	var results []result
-	for _, m := range o.modes {
-		fmt.Fprintf(os.Stderr, "measuring %s ...\n", m)
-		r, err := measure(ctx, m, o, log)
-		if err != nil {
-			return fmt.Errorf("%s: %w", m, err)
+	if *idle > 0 {
+		var err error
+		if rep.idle, err = idleCPU(ctx, o, *idle, log); err != nil {
+			return fmt.Errorf("idle: %w", err)
 		}
-		results = append(results, r)
 	}
-	report(os.Stdout, results, o)
+	if *breakdown {
+		var err error
+		if rep.breakdown, err = profileBreakdown(ctx, o, log); err != nil {
+			return fmt.Errorf("breakdown: %w", err)
+		}
+	}
+	rep.write(os.Stdout)
+	if *readme != "" {
+		return rep.updateReadme(*readme)
+	}
 	return nil
+}
+
+// withLoad runs f while the condition's background load runs.
+func withLoad(load string, f func() error) error {
+	if load != "busy" {
+		return f()
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	p, err := os.StartProcess(self, []string{self}, &os.ProcAttr{
+		Env: append(os.Environ(), spinEnv+"=1"), Files: []*os.File{nil, nil, os.Stderr}})
+	if err != nil {
+		return fmt.Errorf("start the background load: %w", err)
+	}
+	defer func() {
+		p.Kill() // ours, by PID
+		p.Wait()
+	}()
+	return f()
 }

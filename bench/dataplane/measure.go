@@ -17,59 +17,120 @@ import (
 	"time"
 )
 
-// result holds the figures of one mode.
-type result struct {
-	mode         string
+// sample is one round of one mode.
+type sample struct {
 	gbps1, gbps4 float64
-	p50, p99     time.Duration
-	busyCores    float64 // whole machine, during the 1-stream runs
-	procCores    float64 // this process (the uvxlan dataplanes), same runs
-	drops        map[string]uint64
+	p50, p99     float64 // µs
+	busy         float64 // busy cores of the whole machine, during the 1-stream run
+	proc         float64 // cores this process used (the uvxlan dataplanes), same run
 }
 
-func measure(ctx context.Context, mode string, o options, log *slog.Logger) (result, error) {
-	r := result{mode: mode}
-	t, err := build(ctx, mode, o.queues, log)
+// modeResult is every round of one mode under one condition.
+type modeResult struct {
+	mode    string
+	samples []sample
+	drops   map[string]uint64
+}
+
+// condition is one background load and the results of every mode under it.
+type condition struct {
+	load    string
+	loadavg string // at the end
+	modes   []*modeResult
+}
+
+// measureCondition measures every mode in o.rounds interleaved rounds
+// under the given background load.
+func measureCondition(ctx context.Context, load string, o options, log *slog.Logger) (condition, error) {
+	c := condition{load: load}
+	for _, m := range o.modes {
+		c.modes = append(c.modes, &modeResult{mode: m, drops: map[string]uint64{}})
+	}
+	err := withLoad(load, func() error {
+		for round := range o.rounds {
+			for _, mr := range c.modes {
+				fmt.Fprintf(os.Stderr, "%s, round %d of %d: %s\n", load, round+1, o.rounds, mr.mode)
+				s, err := measureOnce(ctx, mr, o, log)
+				if err != nil {
+					return fmt.Errorf("%s, %s: %w", load, mr.mode, err)
+				}
+				mr.samples = append(mr.samples, s)
+			}
+		}
+		return nil
+	})
+	c.loadavg = loadavg()
+	return c, err
+}
+
+// measureOnce builds the topology of mr.mode and measures one round.
+func measureOnce(ctx context.Context, mr *modeResult, o options, log *slog.Logger) (s sample, err error) {
+	t, err := build(ctx, mr.mode, o.queues, log)
 	if err != nil {
-		return r, err
+		return s, err
 	}
 	defer t.close()
 	// Warm up (and fail early when the path is broken).
 	if _, err := t.a.runNS().Run("ping", "-c", "3", "-i", "0.2", "-W", "2", t.b.target().String()); err != nil {
-		return r, err
+		return s, err
 	}
-	if r.p50, r.p99, err = pingLatency(t, o.pings); err != nil {
-		return r, err
+	p50, p99, err := pingLatency(t, o.pings)
+	if err != nil {
+		return s, err
 	}
-	var runs1, runs4, busy, proc []float64
-	for range o.reps {
-		c0, p0 := readCPU(), procCPU()
-		g, err := iperf(ctx, t, 1, o.dur)
-		if err != nil {
-			return r, err
-		}
-		c1, p1 := readCPU(), procCPU()
-		runs1 = append(runs1, g)
-		busy = append(busy, c1.busyCores(c0))
-		proc = append(proc, (p1-p0).Seconds()/c1.wall.Sub(c0.wall).Seconds())
-		if g, err = iperf(ctx, t, 4, o.dur); err != nil {
-			return r, err
-		}
-		runs4 = append(runs4, g)
+	s.p50, s.p99 = float64(p50)/1e3, float64(p99)/1e3
+	c0, p0 := readCPU(), procCPU()
+	if s.gbps1, err = iperf(ctx, t, 1, o.dur); err != nil {
+		return s, err
 	}
-	r.gbps1, r.gbps4, r.busyCores, r.procCores = median(runs1), median(runs4), median(busy), median(proc)
-	if !strings.HasPrefix(mode, "uvxlan") {
-		r.procCores = math.NaN()
+	c1, p1 := readCPU(), procCPU()
+	s.busy = c1.busyCores(c0)
+	s.proc = math.NaN()
+	if strings.HasPrefix(mr.mode, "uvxlan") {
+		s.proc = (p1 - p0).Seconds() / c1.wall.Sub(c0.wall).Seconds()
 	}
-	r.drops = map[string]uint64{}
+	if s.gbps4, err = iperf(ctx, t, 4, o.dur); err != nil {
+		return s, err
+	}
 	for _, b := range t.backend {
 		for k, v := range b.Stats().Drops {
 			if v > 0 {
-				r.drops[k] += v
+				mr.drops[k] += v
 			}
 		}
 	}
-	return r, nil
+	return s, nil
+}
+
+// idleCPU measures the cores this process (both uvxlan nodes) uses while
+// the overlay carries nothing, over d.
+func idleCPU(ctx context.Context, o options, d time.Duration, log *slog.Logger) (float64, error) {
+	fmt.Fprintf(os.Stderr, "idle uvxlan nodes, %s\n", d)
+	t, err := build(ctx, "uvxlan", o.queues, log)
+	if err != nil {
+		return 0, err
+	}
+	defer t.close()
+	if _, err := t.a.runNS().Run("ping", "-c", "3", "-i", "0.2", "-W", "2", t.b.target().String()); err != nil {
+		return 0, err
+	}
+	time.Sleep(time.Second) // let the reconcilers settle after the start
+	p0, w0 := procCPU(), time.Now()
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	return (procCPU() - p0).Seconds() / time.Since(w0).Seconds(), nil
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // iperf runs one iperf3 TCP test from a to b and returns Gb/s received.
@@ -179,51 +240,12 @@ func procCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func median(v []float64) float64 {
+// spread returns the median, lowest and highest of v.
+func spread(v []float64) (med, lo, hi float64) {
 	s := slices.Clone(v)
 	slices.Sort(s)
 	if len(s) == 0 {
-		return 0
+		return math.NaN(), math.NaN(), math.NaN()
 	}
-	return s[len(s)/2]
-}
-
-func report(w io.Writer, rs []result, o options) {
-	load, _ := os.ReadFile("/proc/loadavg")
-	fmt.Fprintf(w, "iperf3 TCP %s per run, median of %d; ping p50/p99 of %d; %d CPUs; load average %s\n",
-		o.dur, o.reps, o.pings, runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " "))
-	fmt.Fprintf(w, "(other load on the machine lowers and equalises every figure: compare runs made together)\n\n")
-	fmt.Fprintf(w, "%-13s %9s %9s %9s %9s %11s %11s %9s\n", "mode", "1 stream", "4 streams", "p50", "p99", "busy cores", "dataplane", "Gb/s/core")
-	var kernel *result
-	for i := range rs {
-		r := rs[i]
-		if r.mode == "kernel" {
-			kernel = &rs[i]
-		}
-		dp := "-"
-		if !math.IsNaN(r.procCores) {
-			dp = fmt.Sprintf("%.2f", r.procCores)
-		}
-		fmt.Fprintf(w, "%-13s %8.2fG %8.2fG %9s %9s %11.2f %11s %9.2f\n", r.mode, r.gbps1, r.gbps4,
-			r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.busyCores, dp, r.gbps1/math.Max(r.busyCores, 0.01))
-	}
-	if kernel == nil {
-		return
-	}
-	fmt.Fprintln(w)
-	for _, r := range rs {
-		if r.mode == "weft-vxlan" {
-			fmt.Fprintf(w, "weft-vxlan/kernel (weft's kernel backend vs the same device made by hand): 1 stream %.0f%%, 4 streams %.0f%%\n",
-				100*r.gbps1/kernel.gbps1, 100*r.gbps4/kernel.gbps4)
-		}
-		if !strings.HasPrefix(r.mode, "uvxlan") {
-			continue
-		}
-		fmt.Fprintf(w, "%s/kernel: 1 stream %.0f%%, 4 streams %.0f%%, p50 latency ×%.1f, p99 ×%.1f\n", r.mode,
-			100*r.gbps1/kernel.gbps1, 100*r.gbps4/kernel.gbps4,
-			float64(r.p50)/float64(kernel.p50), float64(r.p99)/float64(kernel.p99))
-		if len(r.drops) > 0 {
-			fmt.Fprintf(w, "  %s drops: %v\n", r.mode, r.drops)
-		}
-	}
+	return s[len(s)/2], s[0], s[len(s)-1]
 }

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// report is everything one run of the benchmark measured.
+type report struct {
+	header    string
+	conds     []condition
+	idle      float64 // cores; 0 when not measured
+	breakdown *breakdown
+}
+
+func header(o options) string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s, %s; %d CPUs (%s); iperf3 TCP %s per run; %d interleaved rounds per condition (median, and lowest–highest); %d pings per round",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), host, runtime.NumCPU(), kernelRelease(), o.dur, o.rounds, o.pings)
+}
+
+func kernelRelease() string {
+	b, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	return "Linux " + strings.TrimSpace(string(b))
+}
+
+func (r *report) write(w io.Writer) {
+	fmt.Fprintf(w, "%s\n", r.header)
+	for _, c := range r.conds {
+		c.write(w)
+	}
+	if r.idle > 0 {
+		fmt.Fprintf(w, "\nIdle: two uvxlan nodes carrying no traffic used %.2f %% of a core together.\n", 100*r.idle)
+	}
+	if r.breakdown != nil {
+		fmt.Fprintln(w)
+		r.breakdown.write(w)
+	}
+}
+
+func (c condition) write(w io.Writer) {
+	what := "quiet: nothing else started by the benchmark"
+	if c.load == "busy" {
+		what = "busy: one core kept busy by a child process of the benchmark"
+	}
+	fmt.Fprintf(w, "\n### %s (load average at the end %s)\n\n", what, c.loadavg)
+	fmt.Fprintln(w, "| mode | 1 stream Gb/s | 4 streams Gb/s | p50 RTT µs | p99 RTT µs | busy cores | dataplane cores | Gb/s per busy core | Gb/s per dataplane core |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	for _, m := range c.modes {
+		col := func(f func(sample) float64, prec int) string {
+			var v []float64
+			for _, s := range m.samples {
+				v = append(v, f(s))
+			}
+			med, lo, hi := spread(v)
+			if math.IsNaN(med) {
+				return "–"
+			}
+			return fmt.Sprintf("%.*f (%.*f–%.*f)", prec, med, prec, lo, prec, hi)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", m.mode,
+			col(func(s sample) float64 { return s.gbps1 }, 2), col(func(s sample) float64 { return s.gbps4 }, 2),
+			col(func(s sample) float64 { return s.p50 }, 0), col(func(s sample) float64 { return s.p99 }, 0),
+			col(func(s sample) float64 { return s.busy }, 2), col(func(s sample) float64 { return s.proc }, 2),
+			col(func(s sample) float64 { return s.gbps1 / math.Max(s.busy, 0.01) }, 2),
+			col(func(s sample) float64 { return s.gbps1 / s.proc }, 2))
+	}
+	k := c.mode("kernel")
+	if k == nil {
+		return
+	}
+	fmt.Fprintln(w)
+	for _, m := range c.modes {
+		if !strings.HasPrefix(m.mode, "uvxlan") {
+			continue
+		}
+		ratio := func(f func(sample) float64) float64 { return m.median(f) / k.median(f) }
+		fmt.Fprintf(w, "- %s/kernel: 1 stream %.0f %% (goal ≥ 75 %%, floor 60 %%), 4 streams %.0f %% (goal ≥ 65 %%), p50 RTT ×%.1f (goal ≤ 1.5), p99 RTT ×%.1f (goal ≤ 3); %.1f Gb/s per dataplane core (goal ≥ 9; the kernel moves %.1f Gb/s per busy core of the whole machine)\n",
+			m.mode, 100*ratio(func(s sample) float64 { return s.gbps1 }), 100*ratio(func(s sample) float64 { return s.gbps4 }),
+			ratio(func(s sample) float64 { return s.p50 }), ratio(func(s sample) float64 { return s.p99 }),
+			m.median(func(s sample) float64 { return s.gbps1 / s.proc }),
+			k.median(func(s sample) float64 { return s.gbps1 / math.Max(s.busy, 0.01) }))
+		if len(m.drops) > 0 {
+			fmt.Fprintf(w, "- %s drops: %v\n", m.mode, m.drops)
+		}
+	}
+}
+
+func (c condition) mode(name string) *modeResult {
+	for _, m := range c.modes {
+		if m.mode == name {
+			return m
+		}
+	}
+	return nil
+}
+
+func (m *modeResult) median(f func(sample) float64) float64 {
+	var v []float64
+	for _, s := range m.samples {
+		v = append(v, f(s))
+	}
+	med, _, _ := spread(v)
+	return med
+}
+
+// Markers in README.md between which -readme writes the report.
+const (
+	beginMarker = "<!-- bench/dataplane report: begin (written by the benchmark; do not edit) -->"
+	endMarker   = "<!-- bench/dataplane report: end -->"
+)
+
+// updateReadme replaces what lies between the markers of path with the
+// report and the command that made it.
+func (r *report) updateReadme(path string) error {
+	old, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	i, j := bytes.Index(old, []byte(beginMarker)), bytes.Index(old, []byte(endMarker))
+	if i < 0 || j < i {
+		return fmt.Errorf("%s has no report markers", path)
+	}
+	var b bytes.Buffer
+	b.Write(old[:i+len(beginMarker)])
+	fmt.Fprintf(&b, "\n\nMade by `go run ./bench/dataplane %s`:\n\n", strings.Join(os.Args[1:], " "))
+	r.write(&b)
+	b.WriteString("\n")
+	b.Write(old[j:])
+	return os.WriteFile(path, b.Bytes(), 0o644)
+}
