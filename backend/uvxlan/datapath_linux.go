@@ -202,8 +202,9 @@ func (dp *datapath) ingress(q int) {
 	deliver := func(b []byte, _ l4Csum) error { return dp.writeTAP(q, b) }
 	var gro *coalescer
 	var segOut []byte // room to cut super-packets into segments, without offloads
+	tg := newTAPGather()
 	if dp.vnet {
-		gro = newCoalescer(func(b []byte) error { return dp.writeTAP(q, b) })
+		gro = newGatherCoalescer(func(iov [][]byte) error { return dp.writeTAPv(q, tg, iov...) })
 		deliver = gro.add
 	} else {
 		segOut = make([]byte, 2*(ethHeaderLen+maxIPPacket))
@@ -227,7 +228,7 @@ func (dp *datapath) ingress(q int) {
 			}
 			if dp.b.dec.tunnelGSO(pkt) {
 				if subnets, ok := ps.byAddr[src]; ok {
-					dp.receiveSuper(q, pkt, seg, subnets, gro, segOut)
+					dp.receiveSuper(q, pkt, seg, subnets, gro, tg, segOut)
 				} else {
 					dp.b.ctr.drop(DropNotPeer)
 				}

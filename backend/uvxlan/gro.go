@@ -46,18 +46,20 @@ var errFrameTooLong = errors.New("frame too long for the tap")
 // DF, IPv4 IDs must count up by one (rules of the kernel's GRO). Frames of
 // different flows may overtake each other.
 //
-// Runs hold references to the frames, not copies: a frame is copied once,
-// when its run is written. The caller must leave every frame it added
-// unchanged until flush returns (the ingress loop reuses its receive
-// buffers only after flush).
+// Runs hold references to the frames, not copies, and a run is written
+// as a gather list: the virtio-net header and the run's headers from a
+// small buffer, then each segment's payload where it lies. The caller must
+// leave every frame it added unchanged until flush returns (the ingress
+// loop reuses its receive buffers only after flush).
 //
 // Checksums are not verified here: every frame handed to add has a correct
 // L4 checksum, or a partial one described by its l4Csum. A merged frame
 // carries NEEDS_CSUM with the pseudo-header sum, as the kernel's GRO leaves
 // it.
 type coalescer struct {
-	write  func([]byte) error
-	out    []byte // virtio-net header + the frame being written
+	writev func(iov [][]byte) error // writes one frame gathered from iov
+	iov    [][]byte                 // the gather list being written
+	hdr    []byte                   // virtio-net header + the headers of the frame being written
 	seed   maphash.Seed
 	gen    uint64 // flow slots of an older generation are free
 	flows  [groTableSize]groFlow
@@ -99,15 +101,34 @@ type groRun struct {
 	cs         l4Csum // checksum state of the only segment while count == 1
 }
 
-func newCoalescer(write func([]byte) error) *coalescer {
-	c := &coalescer{
-		write: write,
-		out:   make([]byte, virtioNetHdrLen+ethHeaderLen+maxIPPacket),
-		seed:  maphash.MakeSeed(),
-		gen:   1,
-		open:  make([]int32, 0, groMaxFlows),
+// maxMergeHeader bounds the headers (Ethernet to TCP options) of a frame
+// the coalescer merges: 14 + 60 + 60 for IPv4, 14 + 40 + 60 for IPv6.
+const maxMergeHeader = ethHeaderLen + 60 + 60
+
+// newGatherCoalescer returns a coalescer that writes each frame as a gather
+// list (a writev).
+func newGatherCoalescer(writev func(iov [][]byte) error) *coalescer {
+	return &coalescer{
+		writev: writev,
+		iov:    make([][]byte, 0, 1+maxGSOSegments),
+		hdr:    make([]byte, virtioNetHdrLen+maxMergeHeader),
+		seed:   maphash.MakeSeed(),
+		gen:    1,
+		open:   make([]int32, 0, groMaxFlows),
 	}
-	return c
+}
+
+// newCoalescer returns a coalescer that writes each frame whole, from one
+// buffer: write gets the virtio-net header and the frame.
+func newCoalescer(write func([]byte) error) *coalescer {
+	buf := make([]byte, 0, virtioNetHdrLen+ethHeaderLen+maxIPPacket)
+	return newGatherCoalescer(func(iov [][]byte) error {
+		b := buf[:0]
+		for _, p := range iov {
+			b = append(b, p...)
+		}
+		return write(b)
+	})
 }
 
 // segKind is what add does with a frame.
@@ -372,16 +393,19 @@ func sameHeaders(a, b []byte, tcp, hdr int, v6 bool) bool {
 // header if its checksum is complete, else with NEEDS_CSUM and where the
 // kernel is to complete the checksum.
 func (c *coalescer) single(frame []byte, cs l4Csum) error {
-	if virtioNetHdrLen+len(frame) > len(c.out) {
+	if len(frame) > ethHeaderLen+maxIPPacket {
 		return errFrameTooLong
 	}
 	h := vnetHdr{}
 	if cs.start != 0 {
 		h = vnetHdr{flags: vnetFlagNeedsCsum, csumStart: cs.start, csumOffset: cs.offset}
 	}
-	h.encode(c.out)
-	n := copy(c.out[virtioNetHdrLen:], frame)
-	return c.write(c.out[:virtioNetHdrLen+n])
+	h.encode(c.hdr)
+	c.iov = append(c.iov[:0], c.hdr[:virtioNetHdrLen])
+	if len(frame) > 0 {
+		c.iov = append(c.iov, frame)
+	}
+	return c.writev(c.iov)
 }
 
 // flush writes every held run; the ingress loop calls it at the end of
@@ -410,11 +434,13 @@ func (c *coalescer) emit(f *groFlow) error {
 		r.head = -1
 		return c.single(head, r.cs)
 	}
-	b := c.out[:virtioNetHdrLen+r.hdr+r.bytes]
-	frame := b[virtioNetHdrLen:]
-	n := copy(frame, head[:r.hdr])
+	b := c.hdr[:virtioNetHdrLen+r.hdr] // parseSeg's layouts keep r.hdr within maxMergeHeader
+	frame := b[virtioNetHdrLen:] // the headers of the merged frame
+	copy(frame, head[:r.hdr])
+	n := r.hdr + r.bytes // the merged frame's length
+	c.iov = append(c.iov[:0], b)
 	for i := r.head; i >= 0; i = c.segs[i].next {
-		n += copy(frame[n:], c.segs[i].frame[r.hdr:])
+		c.iov = append(c.iov, c.segs[i].frame[r.hdr:]) // merge takes segments with payload only
 	}
 	if r.last < 0 {
 		frame[r.tcp+13] |= tcpFlagPSH
@@ -442,5 +468,5 @@ func (c *coalescer) emit(f *groFlow) error {
 	binary.BigEndian.PutUint16(frame[r.tcp+16:], checksumFold(pseudo))
 	h.encode(b)
 	r.head = -1
-	return c.write(b)
+	return c.writev(c.iov)
 }

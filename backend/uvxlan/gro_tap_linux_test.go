@@ -52,12 +52,26 @@ func newTapPeer(t *testing.T, v6 bool) *tapPeer {
 		n.MustRun(t, "ip", "neigh", "add", "10.99.0.2", "lladdr", mac, "dev", "wgro0", "nud", "permanent")
 		p.f.src, p.f.dst = netip.MustParseAddr("10.99.0.2").AsSlice(), p.addr.AsSlice()
 	}
-	p.c = newCoalescer(func(b []byte) error {
-		if b[1] != vnetGSONone {
+	// The datapath's writer: each frame gathered from its pieces in one
+	// writev, as the ingress loop writes it.
+	rc, err := tap.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newTAPGather()
+	p.c = newGatherCoalescer(func(iov [][]byte) error {
+		if iov[0][1] != vnetGSONone {
 			p.gso++
 		}
-		_, err := tap.Write(b)
-		return err
+		g.n = 0
+		for _, b := range iov {
+			g.iovs[g.n].Base, g.n = &b[0], g.n+1
+			g.iovs[g.n-1].SetLen(len(b))
+		}
+		if err := rc.Write(g.fn); err != nil {
+			return err
+		}
+		return g.err
 	})
 	return p
 }

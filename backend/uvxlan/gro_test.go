@@ -2,6 +2,7 @@ package uvxlan
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"testing"
 )
@@ -265,8 +266,9 @@ func BenchmarkEgressSegment(b *testing.B) {
 }
 
 // BenchmarkIngressDecodeCoalesce measures the receive side for the same
-// data: decoding 45 VXLAN datagrams and merging them into one super-frame
-// (the checksums are the caller's business now).
+// data as the ingress loop does it: decoding 45 VXLAN datagrams, checking
+// each inner frame (source and TCP checksum) and merging them into one
+// super-frame gathered for a writev.
 func BenchmarkIngressDecodeCoalesce(b *testing.B) {
 	super := ipv4TCPFrame(testMAC, otherMAC, 1, 1, tcpFlagACK, 45*1386)
 	h := tsoHeader(super, 1386)
@@ -282,12 +284,20 @@ func BenchmarkIngressDecodeCoalesce(b *testing.B) {
 		pkts = append(pkts, p)
 	}
 	d := decoder{vni: 1, mac: testMAC, maxFrame: ethHeaderLen + 1450}
-	c := newCoalescer(func([]byte) error { return nil })
+	c := newGatherCoalescer(func([][]byte) error { return nil })
+	subnets := []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}
 	b.SetBytes(int64(len(super)))
 	for b.Loop() {
 		for _, p := range pkts {
-			f, _ := d.decode(p)
-			c.add(f, l4Csum{})
+			f, why := d.decode(p)
+			var cs l4Csum
+			if why == DropNone {
+				_, _, cs, why = checkInnerFrame(f, subnets, false)
+			}
+			if why != DropNone {
+				b.Fatal(why)
+			}
+			c.add(f, cs)
 		}
 		c.flush()
 	}

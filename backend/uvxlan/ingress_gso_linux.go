@@ -2,7 +2,9 @@ package uvxlan
 
 import (
 	"encoding/binary"
+	"errors"
 	"net/netip"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -13,8 +15,8 @@ import (
 // own VXLAN receive path would hand it on; otherwise it is cut here into
 // segments that fit the overlay MTU, with complete checksums. seg is the
 // sender's segment size when the kernel reported one (UDP GRO control
-// message), else 0. out is scratch room for the segments (plain TAP only).
-func (dp *datapath) receiveSuper(q int, pkt []byte, seg int, subnets []netip.Prefix, gro *coalescer, out []byte) {
+// message), else 0. tg writes to the TAP; out is scratch room for the segments (plain TAP only).
+func (dp *datapath) receiveSuper(q int, pkt []byte, seg int, subnets []netip.Prefix, gro *coalescer, tg *tapGather, out []byte) {
 	frame, why := dp.b.dec.decodeAnySize(pkt)
 	var ip innerIP
 	var class csumClass
@@ -45,7 +47,7 @@ func (dp *datapath) receiveSuper(q int, pkt []byte, seg int, subnets []netip.Pre
 	}
 	var hdr [virtioNetHdrLen]byte
 	h.encode(hdr[:])
-	if dp.writeTAPv(q, hdr[:], frame) == nil {
+	if dp.writeTAPv(q, tg, hdr[:], frame) == nil {
 		dp.b.ctr.rx.Add(uint64(nseg))
 	}
 }
@@ -93,22 +95,57 @@ func (dp *datapath) writeSegments(q int, frame []byte, h vnetHdr, out []byte) {
 	}
 }
 
-// writeTAPv writes a frame behind a separate virtio-net header to TAP queue
-// q in one writev, so the frame need not be copied behind the header.
-func (dp *datapath) writeTAPv(q int, hdr, frame []byte) error {
-	t := dp.taps[q].Load()
-	iov := [][]byte{hdr, frame}
-	var werr error
-	err := t.rc.Write(func(fd uintptr) bool {
-		_, werr = unix.Writev(int(fd), iov)
-		return werr != unix.EAGAIN
-	})
+// tapGather is a reusable writev(2) of one frame to a TAP queue, gathered
+// from several pieces (the coalescer's gather lists).
+type tapGather struct {
+	iovs []unix.Iovec
+	n    int
+	err  error
+	fn   func(fd uintptr) bool
+}
+
+func newTAPGather() *tapGather {
+	g := &tapGather{iovs: make([]unix.Iovec, 2+maxGSOSegments)}
+	g.fn = g.write
+	return g
+}
+
+func (g *tapGather) write(fd uintptr) bool {
+	_, _, e := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&g.iovs[0])), uintptr(g.n))
+	if e == unix.EAGAIN || e == unix.EINTR {
+		return false
+	}
+	g.err = nil
+	if e != 0 {
+		g.err = e
+	}
+	return true
+}
+
+// writeTAPv writes one frame, gathered from iov (empty pieces are
+// skipped), to TAP queue q in one writev: the pieces need not be copied
+// together first.
+func (dp *datapath) writeTAPv(q int, g *tapGather, iov ...[]byte) error {
+	g.n = 0
+	for _, p := range iov {
+		if len(p) == 0 {
+			continue
+		}
+		if g.n == len(g.iovs) {
+			dp.b.ctr.drop(DropTAPWrite)
+			return errFrameTooLong
+		}
+		g.iovs[g.n].Base = &p[0]
+		g.iovs[g.n].SetLen(len(p))
+		g.n++
+	}
+	err := dp.taps[q].Load().rc.Write(g.fn)
 	if err == nil {
-		err = werr
+		err = g.err
 	}
 	if err != nil {
 		dp.b.ctr.drop(DropTAPWrite)
-		if err == unix.EBADFD {
+		if errors.Is(err, unix.EBADFD) {
 			dp.lostTAP(q, err)
 		}
 	}
