@@ -72,6 +72,11 @@ func profileBreakdown(ctx context.Context, o options, log *slog.Logger) (*breakd
 	for k, v := range before {
 		bd.frames[k] -= v
 	}
+	if o.profile != "" {
+		if err := os.WriteFile(o.profile, prof.Bytes(), 0o644); err != nil {
+			return nil, err
+		}
+	}
 	p, err := profile.Parse(&prof)
 	if err != nil {
 		return nil, fmt.Errorf("parse the cpu profile: %w", err)

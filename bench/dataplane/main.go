@@ -43,6 +43,7 @@ type options struct {
 	pings   int
 	queues  int
 	verbose bool
+	profile string // where to keep the breakdown run's CPU profile
 }
 
 // spinEnv makes the binary a busy loop: the background load of -load busy.
@@ -74,6 +75,7 @@ func run(ctx context.Context, args []string) error {
 	fs.BoolVar(&o.verbose, "v", false, "log the backend")
 	breakdown := fs.Bool("breakdown", true, "profile a separate uvxlan 1-stream run and print where the CPU of a 64 KB super-frame goes")
 	idle := fs.Duration("idle", 10*time.Second, "measure the CPU of an idle uvxlan node pair for this long (0: skip)")
+	fs.StringVar(&o.profile, "cpuprofile", "", "keep the CPU profile of the breakdown run in `file` (go tool pprof)")
 	readme := fs.String("readme", "", "write the report between the markers of this README")
 	if err := fs.Parse(args); err != nil {
 		return err
