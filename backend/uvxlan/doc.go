@@ -96,28 +96,40 @@
 //
 // By default the TAP is opened with a virtio-net header (IFF_VNET_HDR) and
 // TSO/checksum offloads, so the kernel hands over TCP super-frames of up to
-// 64 KB. These are segmented in userspace into MTU-sized frames with
-// complete checksums and sent with UDP GSO (UDP_SEGMENT), one send per
-// 64 KB. Each wake-up of the egress loop reads every frame queued on the
-// TAP; the small ones (ACKs, UDP, ICMP) leave together in one sendmmsg per
-// source socket. The receive socket uses UDP GRO and recvmmsg; consecutive TCP
-// segments of a flow, once their checksums are checked, are merged into one
-// super-frame written to the TAP with NEEDS_CSUM (software GRO). The
-// coalescer keeps a run per flow and never reorders a flow: a segment that
-// cannot join its flow's run (FIN, RST, a data-less ACK, a gap) first
-// writes what the flow holds. Socket
-// buffers are 4 MB. Each loop owns its buffers, allocated once: the hot
-// path does not allocate. Config.Plain turns all this off: the TAP is then opened
-// with songgao/water (which cannot set IFF_VNET_HDR) and each frame costs a
-// syscall on the TAP side (the sockets still batch).
+// 64 KB. These are cut in userspace into MTU-sized segments with complete
+// checksums and sent with UDP GSO (UDP_SEGMENT), as few sends per 64 KB as
+// the datagram limit allows: each segment's headers are built in a small
+// buffer and its payload is gathered by the send from where the TAP read
+// put it, so userspace copies no payload. Each wake-up of the egress loop
+// reads every frame queued on the TAP; the small ones (ACKs, UDP, ICMP)
+// leave together in one sendmmsg per source socket. The receive socket uses
+// UDP GRO and recvmmsg; consecutive TCP segments of a flow, once their
+// checksums are checked, are merged into one super-frame written to the
+// TAP with NEEDS_CSUM (software GRO), again as a gather list (one writev:
+// the merged headers, then each segment's payload in the receive buffer).
+// The coalescer keeps a run per flow and never reorders a flow: a segment
+// that cannot join its flow's run (FIN, RST, a data-less ACK, a gap) first
+// writes what the flow holds. Socket buffers are 4 MB. Each loop owns its
+// buffers, allocated once: the hot path does not allocate. Config.Plain
+// turns all this off: the TAP is then opened with songgao/water (which
+// cannot set IFF_VNET_HDR) and each frame costs a syscall on the TAP side
+// (the sockets still batch).
+//
+// Where the CPU goes, per 64 KB, is measured by bench/dataplane (its
+// README has the latest report): most of it is in the system calls, that
+// is the kernel's copies to and from userspace and the network stack work
+// the kernel does inline for each send and TAP write; checksums are the
+// largest userspace part.
 //
 // # Latency
 //
 // A round trip crosses four goroutine wake-ups (egress and ingress on both
-// nodes), which the kernel's softirq path does not pay: pod to pod on a
-// quiet 2-core machine, bench/dataplane measured a median round trip 3 to 7
-// times the kernel's (135-226 µs against 32-41 µs, 2026-11-30).
-// Busy-polling before sleeping would trade CPU for it and is not done.
+// nodes), which the kernel's softirq path does not pay: bench/dataplane
+// measures a median round trip two to five times the kernel's on a 2-core
+// machine. One loop per queue for both directions, sleeping in ppoll after
+// a bounded busy-poll (so that a reply is caught without a wake-up), was
+// built and measured (2026-11-30): it was slower than Go's netpoller on
+// every figure, round trip included, and is not used.
 //
 // GBP is not supported: it lives in the skb mark, which a TAP cannot see.
 package uvxlan
