@@ -435,7 +435,7 @@ func (c *coalescer) emit(f *groFlow) error {
 		return c.single(head, r.cs)
 	}
 	b := c.hdr[:virtioNetHdrLen+r.hdr] // parseSeg's layouts keep r.hdr within maxMergeHeader
-	frame := b[virtioNetHdrLen:] // the headers of the merged frame
+	frame := b[virtioNetHdrLen:]       // the headers of the merged frame
 	copy(frame, head[:r.hdr])
 	n := r.hdr + r.bytes // the merged frame's length
 	c.iov = append(c.iov[:0], b)
