@@ -55,7 +55,7 @@ func profileBreakdown(ctx context.Context, o options, log *slog.Logger) (*breakd
 		return nil, err
 	}
 	defer t.close()
-	if _, err := t.a.runNS().Run("ping", "-c", "3", "-i", "0.2", "-W", "2", t.b.target().String()); err != nil {
+	if _, err := t.a.runNS().Run(pod("ping", "-c", "3", "-i", "0.2", "-W", "2", t.b.target().String())...); err != nil {
 		return nil, err
 	}
 	before := t.frames()

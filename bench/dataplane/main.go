@@ -30,9 +30,12 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/weft-net/weft/backend"
 )
 
 type options struct {
@@ -44,6 +47,7 @@ type options struct {
 	queues  int
 	verbose bool
 	profile string // where to keep the breakdown run's CPU profile
+	nice    int    // the nice value of this process, which runs the uvxlan dataplanes
 }
 
 // spinEnv makes the binary a busy loop: the background load of -load busy.
@@ -51,6 +55,7 @@ const spinEnv = "WEFT_BENCH_SPIN"
 
 func main() {
 	if os.Getenv(spinEnv) != "" {
+		backend.SetProcessNice(0) // a pod's priority, not the dataplane's
 		for {
 		}
 	}
@@ -76,6 +81,7 @@ func run(ctx context.Context, args []string) error {
 	breakdown := fs.Bool("breakdown", true, "profile a separate uvxlan 1-stream run and print where the CPU of a 64 KB super-frame goes")
 	idle := fs.Duration("idle", 10*time.Second, "measure the CPU of an idle uvxlan node pair for this long (0: skip)")
 	fs.StringVar(&o.profile, "cpuprofile", "", "keep the CPU profile of the breakdown run in `file` (go tool pprof)")
+	fs.IntVar(&o.nice, "dataplane-nice", -10, "nice value of the uvxlan dataplanes (this process), as weftd's --dataplane-nice; iperf3, ping and the background load run at 0 as pods do")
 	readme := fs.String("readme", "", "write the report between the markers of this README")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -91,6 +97,9 @@ func run(ctx context.Context, args []string) error {
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (network namespaces)")
+	}
+	if err := backend.SetProcessNice(o.nice); err != nil {
+		return err
 	}
 	log := slog.New(slog.DiscardHandler)
 	if o.verbose {
@@ -143,4 +152,14 @@ func withLoad(load string, f func() error) error {
 		p.Wait()
 	}()
 	return f()
+}
+
+// pod returns argv to run a program at nice 0, as in a pod, whatever this
+// process's own nice value (which its children would inherit).
+func pod(argv ...string) []string {
+	n, err := backend.ThreadNice(0)
+	if err != nil || n == 0 {
+		return argv
+	}
+	return append([]string{"nice", "-n", strconv.Itoa(-n)}, argv...)
 }

@@ -71,7 +71,7 @@ func measureOnce(ctx context.Context, mr *modeResult, o options, log *slog.Logge
 	}
 	defer t.close()
 	// Warm up (and fail early when the path is broken).
-	if _, err := t.a.runNS().Run("ping", "-c", "3", "-i", "0.2", "-W", "2", t.b.target().String()); err != nil {
+	if _, err := t.a.runNS().Run(pod("ping", "-c", "3", "-i", "0.2", "-W", "2", t.b.target().String())...); err != nil {
 		return s, err
 	}
 	p50, p99, err := pingLatency(t, o.pings)
@@ -111,7 +111,7 @@ func idleCPU(ctx context.Context, o options, d time.Duration, log *slog.Logger) 
 		return 0, err
 	}
 	defer t.close()
-	if _, err := t.a.runNS().Run("ping", "-c", "3", "-i", "0.2", "-W", "2", t.b.target().String()); err != nil {
+	if _, err := t.a.runNS().Run(pod("ping", "-c", "3", "-i", "0.2", "-W", "2", t.b.target().String())...); err != nil {
 		return 0, err
 	}
 	time.Sleep(time.Second) // let the reconcilers settle after the start
@@ -138,7 +138,7 @@ func iperf(ctx context.Context, t *topology, streams int, dur time.Duration) (fl
 	dst := t.b.target().String()
 	ctx, cancel := context.WithTimeout(ctx, dur+30*time.Second)
 	defer cancel()
-	srv := t.b.runNS().Command(ctx, "iperf3", "-s", "-1", "-B", dst)
+	srv := t.b.runNS().Command(ctx, pod("iperf3", "-s", "-1", "-B", dst)...)
 	srv.Stdout, srv.Stderr = io.Discard, io.Discard
 	if err := srv.Start(); err != nil {
 		return 0, fmt.Errorf("start iperf3 server: %w", err)
@@ -158,7 +158,7 @@ func iperf(ctx context.Context, t *topology, streams int, dur time.Duration) (fl
 }
 
 func iperfClient(t *topology, dst string, streams int, dur time.Duration) (float64, error) {
-	out, err := t.a.runNS().Run("iperf3", "-c", dst, "-t", strconv.Itoa(int(dur.Seconds())), "-P", strconv.Itoa(streams), "-J")
+	out, err := t.a.runNS().Run(pod("iperf3", "-c", dst, "-t", strconv.Itoa(int(dur.Seconds())), "-P", strconv.Itoa(streams), "-J")...)
 	var rep struct {
 		Error string `json:"error"`
 		End   struct {
@@ -178,7 +178,7 @@ func iperfClient(t *topology, dst string, streams int, dur time.Duration) (float
 
 // pingLatency pings b from a and returns the p50 and p99 round trip.
 func pingLatency(t *topology, n int) (p50, p99 time.Duration, err error) {
-	out, err := t.a.runNS().Run("ping", "-c", strconv.Itoa(n), "-i", "0.01", "-W", "2", t.b.target().String())
+	out, err := t.a.runNS().Run(pod("ping", "-c", strconv.Itoa(n), "-i", "0.01", "-W", "2", t.b.target().String())...)
 	if err != nil {
 		return 0, 0, err
 	}

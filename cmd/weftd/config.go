@@ -42,6 +42,7 @@ type config struct {
 	ipMasq        bool
 	renewMargin   time.Duration
 	backend       string
+	dataplaneNice int
 	healthAddr    string
 	logFormat     string
 	logLevel      string
@@ -90,6 +91,7 @@ func parseFlags(prog string, args []string, stderr io.Writer) (*config, error) {
 	s.String(&c.publicIPv6, "public-ipv6", "", "IPv6 address to advertise to other nodes (default: the underlay's)")
 	s.String(&c.subnetFile, "subnet-file", "/run/flannel/subnet.env", "subnet file written for the CNI plugin")
 	s.String(&c.backend, "backend", "", "dataplane for this node, overriding the network config: vxlan, uvxlan, host-gw, wireguard or alloc")
+	s.Int(&c.dataplaneNice, "dataplane-nice", -10, "nice value of weftd's threads while it forwards packets itself (uvxlan), so that busy pods do not starve the dataplane as they cannot starve the kernel's; 0 leaves it")
 	s.String(&c.healthAddr, "health-addr", def.healthAddr, "address for /healthz, /readyz and /metrics (empty: off)")
 	s.String(&c.logFormat, "log-format", "text", "log format: text or json")
 	s.String(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -124,6 +126,9 @@ func (c *config) validate() error {
 	case "", "vxlan", "uvxlan", "host-gw", "wireguard", "alloc":
 	default:
 		return fmt.Errorf("--backend %q: must be vxlan, uvxlan, host-gw, wireguard or alloc", c.backend)
+	}
+	if c.dataplaneNice < -20 || c.dataplaneNice > 19 {
+		return fmt.Errorf("--dataplane-nice %d: must be -20..19", c.dataplaneNice)
 	}
 	if c.ifaceCanReach != "" {
 		if _, err := netip.ParseAddr(c.ifaceCanReach); err != nil {

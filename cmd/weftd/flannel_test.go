@@ -190,6 +190,7 @@ func TestFlanneldFlagErrors(t *testing.T) {
 		{"kube without node", "flanneld", []string{"--kube-subnet-mgr"}, nil, "needs the node name"},
 		{"bad FLANNELD_ value", "flanneld", nil, map[string]string{"FLANNELD_HEALTHZ_PORT": "http"}, "FLANNELD_HEALTHZ_PORT"},
 		{"unknown flag", "flanneld", []string{"--no-such-flag"}, nil, "no-such-flag"},
+		{"dataplane nice range", "weftd", []string{"--dataplane-nice=-21"}, nil, "must be -20..19"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

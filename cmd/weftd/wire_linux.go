@@ -59,6 +59,13 @@ func factories(c *config, u underlayInfo, live *liveBackend, log *slog.Logger) d
 			if err != nil {
 				return dp, err
 			}
+			if typ == "uvxlan" && c.dataplaneNice != 0 {
+				if err := backend.SetProcessNice(c.dataplaneNice); err != nil {
+					log.Warn("cannot raise the priority of the userspace dataplane (--dataplane-nice)", "err", err)
+				} else {
+					log.Info("dataplane runs in weftd: raised its priority", "nice", c.dataplaneNice)
+				}
+			}
 			live.set(dp.Backend)
 			if c.flannel.blackholeRoute {
 				if err := addBlackholes(lease); err != nil {
