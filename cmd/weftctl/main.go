@@ -13,11 +13,14 @@ import (
 	"os/exec"
 	"os/signal"
 	"syscall"
+
+	"github.com/weft-net/weft/subnet/kube"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	kube.LogClientGo(logger(os.Stderr)) // client-go's klog errors as weftctl's warnings are
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		code := exitCode(err)
 		var exit *exec.ExitError // lab exec: the command's own status, already explained by it
