@@ -49,9 +49,9 @@ func TestConnectivityKubernetes(t *testing.T) {
 	weftctl := nettest.Binary(t, "weftctl")
 	kl := startKubelet(t, k, "weft-connectivity", c.Nodes, map[string]string{"weftctl": weftctl})
 
-	run := func(want int) map[string]bool {
+	run := func(want int, wait string) (map[string]bool, string) {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, weftctl, "connectivity", "--kubeconfig", runner, "--image", "weft:e2e", "--count", "2", "--wait", "60s")
+		cmd := exec.CommandContext(ctx, weftctl, "connectivity", "--kubeconfig", runner, "--image", "weft:e2e", "--count", "2", "--wait", wait)
 		out, err := cmd.CombinedOutput()
 		code := 0
 		var ee *exec.ExitError
@@ -64,11 +64,11 @@ func TestConnectivityKubernetes(t *testing.T) {
 		if code != want {
 			t.Fatalf("exit %d, want %d; probe logs:\n%s", code, want, kl.Logs())
 		}
-		checkCleanedUp(ctx, t, k, kl)
-		return pairs(t, string(out))
+		return pairs(t, string(out)), string(out)
 	}
 
-	got := run(0)
+	got, _ := run(0, "60s")
+	checkCleanedUp(ctx, t, k, kl)
 	for pair, ok := range got {
 		if !ok {
 			t.Errorf("%s failed on a healthy cluster", pair)
@@ -79,7 +79,8 @@ func TestConnectivityKubernetes(t *testing.T) {
 	}
 
 	c.Nodes[2].MustRun(t, "nft", "add table inet wefttest; add chain inet wefttest in { type filter hook input priority 0; }; add rule inet wefttest in udp dport 8472 drop")
-	got = run(2)
+	got, _ = run(2, "60s")
+	checkCleanedUp(ctx, t, k, kl)
 	var failed []string
 	for pair, ok := range got {
 		if !ok {
@@ -90,6 +91,33 @@ func TestConnectivityKubernetes(t *testing.T) {
 	if want := []string{"n1→n3", "n2→n3", "n3→n1", "n3→n2"}; strings.Join(failed, " ") != strings.Join(want, " ") || len(got) != 6 {
 		t.Errorf("failed pairs %v of %d, want %v of 6", failed, len(got), want)
 	}
+
+	// A fourth node without a kubelet (down): its probe stays Pending and is
+	// named; the others are measured; its pod stays terminating, which
+	// weftctl reports, until the test removes it as the node controller
+	// would.
+	c.Nodes[2].MustRun(t, "nft", "delete table inet wefttest")
+	createNode(ctx, t, k, "n4")
+	got, out := run(2, "5s")
+	if len(got) != 6 || !regexp.MustCompile(`(?m)^✗ node n4: probe pod weft-probe-\w+-\w+ not ready \(Pending\)$`).MatchString(out) ||
+		!strings.Contains(out, "6/6 pairs ok") || !strings.Contains(out, "1 probe(s) did not take part") || !strings.Contains(out, "is still being deleted") {
+		t.Errorf("with n4 down: pairs %v", got)
+	}
+	pods, err := k.Client.CoreV1().Pods("weft-connectivity").List(ctx, metav1.ListOptions{})
+	if err != nil || len(pods.Items) != 1 || pods.Items[0].Spec.NodeName != "n4" {
+		t.Fatalf("pods left: %v %v", pods, err)
+	}
+	zero := int64(0)
+	if err := k.Client.CoreV1().Pods("weft-connectivity").Delete(ctx, pods.Items[0].Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 30*time.Second, "the DaemonSet gone", func() error {
+		dss, err := k.Client.AppsV1().DaemonSets("weft-connectivity").List(ctx, metav1.ListOptions{})
+		if err == nil && len(dss.Items) > 0 {
+			err = errors.New("still there")
+		}
+		return err
+	})
 }
 
 // pairs reads the matrix: from→to and whether the pair passed.

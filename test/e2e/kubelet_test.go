@@ -103,7 +103,7 @@ func (kl *kubelet) sync(ctx context.Context, p *corev1.Pod) {
 	rp := kl.running[p.UID]
 	kl.mu.Unlock()
 	switch {
-	case p.DeletionTimestamp != nil:
+	case p.DeletionTimestamp != nil && (rp != nil || kl.nodes[p.Spec.NodeName] != nil || p.Spec.NodeName == ""):
 		if rp != nil {
 			kl.stop(rp)
 			kl.mu.Lock()

@@ -3,7 +3,6 @@ package kubeprobe
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -50,6 +49,10 @@ func (r *Result) Render(w io.Writer) error {
 			return err
 		}
 	}
+	if len(r.Missing) > 0 {
+		_, err := fmt.Fprintf(w, "%d probe(s) did not take part: their nodes are not in the matrix\n", len(r.Missing))
+		return err
+	}
 	return nil
 }
 
@@ -63,8 +66,11 @@ func Run(ctx context.Context, c *Client, o Options) (res *Result, err error) {
 	}
 	o.Log.Info("created the probe DaemonSet", "namespace", c.Namespace, "name", ds.Name)
 	defer func() {
+		// A DaemonSet left behind is reported, not failed on: the
+		// measurements stand, and a node that is down keeps its pod
+		// terminating until it returns.
 		if derr := deleteAndWait(context.WithoutCancel(ctx), c, ds.Name, o); derr != nil {
-			err = errors.Join(err, derr)
+			o.Log.Warn("cleanup", "err", derr)
 		}
 	}()
 	res = &Result{DaemonSet: ds.Name, Matrix: &connectivity.Matrix{Title: fmt.Sprintf("Pod to pod (probe DaemonSet %s/%s, a pod per node):", c.Namespace, ds.Name)}}
@@ -218,7 +224,8 @@ func deleteAndWait(ctx context.Context, c *Client, name string, o Options) error
 			return nil
 		}
 		if err := sleep(ctx, poll); err != nil {
-			return fmt.Errorf("the probe DaemonSet %s/%s is still being deleted after %s (its pods terminating?): %w", c.Namespace, name, o.Wait, err)
+			return fmt.Errorf("the probe DaemonSet %s/%s is still being deleted after %s, its pods terminating (a node down?): kubectl -n %s get pods -l %s=%s: %w",
+				c.Namespace, name, o.Wait, c.Namespace, LabelRun, o.Spec.Run, err)
 		}
 	}
 }
