@@ -82,4 +82,3 @@ func awaitTargets(ctx context.Context, c *Client, pc ProbeConfig) ([]Target, err
 		}
 	}
 }
-
