@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/weft-net/weft/internal/kubetest"
 	"github.com/weft-net/weft/internal/nettest"
@@ -33,6 +36,7 @@ func TestConnectivityKubernetes(t *testing.T) {
 	defer cancel()
 	netConf := applyManifests(ctx, t, k)
 	applyStrict(ctx, t, k, filepath.Join(ModuleRootDir(t), "kube-manifests", "weft-connectivity.yml"))
+	checkConnectivityRBAC(ctx, t, k)
 	weftKubeconfig := saKubeconfig(ctx, t, k, "kube-weft", "weft")
 	runner := saKubeconfig(ctx, t, k, "weft-connectivity", "weftctl")
 
@@ -145,5 +149,60 @@ func checkCleanedUp(ctx context.Context, t *testing.T, k *kubetest.Cluster, kl *
 	}
 	if len(dss.Items) != 0 || len(pods.Items) != 0 || kl.Running() != 0 {
 		t.Errorf("after weftctl: %d DaemonSets, %d pods, %d probes running", len(dss.Items), len(pods.Items), kl.Running())
+	}
+}
+
+// checkConnectivityRBAC checks that the two ServiceAccounts of
+// weft-connectivity.yml may do nothing beyond what a run needs (what it
+// needs, the run itself shows).
+func checkConnectivityRBAC(ctx context.Context, t *testing.T, k *kubetest.Cluster) {
+	t.Helper()
+	client := func(name string) kubernetes.Interface {
+		cfg, err := k.ServiceAccountConfig(ctx, "weft-connectivity", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	probe, runner := client("weft-probe"), client("weftctl")
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "rogue"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}
+	for _, f := range []struct {
+		name string
+		do   func() error
+	}{
+		{"probe lists pods", func() error {
+			_, err := probe.CoreV1().Pods("weft-connectivity").List(ctx, metav1.ListOptions{})
+			return err
+		}},
+		{"probe gets pods elsewhere", func() error {
+			_, err := probe.CoreV1().Pods("kube-weft").Get(ctx, "x", metav1.GetOptions{})
+			return err
+		}},
+		{"probe gets DaemonSets", func() error {
+			_, err := probe.AppsV1().DaemonSets("weft-connectivity").Get(ctx, "x", metav1.GetOptions{})
+			return err
+		}},
+		{"weftctl creates pods", func() error {
+			_, err := runner.CoreV1().Pods("weft-connectivity").Create(ctx, pod, metav1.CreateOptions{})
+			return err
+		}},
+		{"weftctl lists pods elsewhere", func() error { _, err := runner.CoreV1().Pods("kube-weft").List(ctx, metav1.ListOptions{}); return err }},
+		{"weftctl gets DaemonSets elsewhere", func() error {
+			_, err := runner.AppsV1().DaemonSets("kube-weft").Get(ctx, "weft", metav1.GetOptions{})
+			return err
+		}},
+		{"weftctl lists nodes", func() error { _, err := runner.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); return err }},
+		{"weftctl reads secrets", func() error {
+			_, err := runner.CoreV1().Secrets("weft-connectivity").List(ctx, metav1.ListOptions{})
+			return err
+		}},
+	} {
+		if err := f.do(); !apierrors.IsForbidden(err) {
+			t.Errorf("%s: %v, want Forbidden", f.name, err)
+		}
 	}
 }
