@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -31,13 +30,8 @@ func (k *kubeFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&k.port, "port", connectivity.DefaultTCPPort, "with --kubeconfig: the probes' TCP echo port")
 }
 
-// defaultImage is weft's image of this weftctl's version.
-func defaultImage() string {
-	if version == "dev" || strings.ContainsAny(version, "+ ") {
-		return "ghcr.io/weft-net/weft:latest"
-	}
-	return "ghcr.io/weft-net/weft:" + version
-}
+// defaultImage is the image kube-manifests/kube-weft.yml runs.
+func defaultImage() string { return "ghcr.io/weft-net/weft:latest" }
 
 // kube measures the pod network of a Kubernetes cluster with a probe
 // DaemonSet that it creates and deletes.

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/weft-net/weft/internal/connectivity/kubeprobe"
 	"github.com/weft-net/weft/internal/kubetest"
 	"github.com/weft-net/weft/internal/nettest"
 )
@@ -102,7 +103,19 @@ func TestConnectivityKubernetes(t *testing.T) {
 	// would.
 	c.Nodes[2].MustRun(t, "nft", "delete table inet wefttest")
 	createNode(ctx, t, k, "n4")
+	// and a probe DaemonSet left by a killed run (placed on no node).
+	left := kubeprobe.Spec{Run: "killed", Image: "weft:e2e", Port: 9471, Count: 1, Timeout: "1s"}.DaemonSet()
+	left.Spec.Template.Spec.NodeSelector = map[string]string{"nowhere": "true"}
+	if _, err := k.Client.AppsV1().DaemonSets("weft-connectivity").Create(ctx, left, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	got, out := run(2, "5s")
+	if !strings.Contains(out, "another run's probe DaemonSet") || !strings.Contains(out, "name=weft-probe-killed") {
+		t.Errorf("the leftover DaemonSet is not named")
+	}
+	if err := k.Client.AppsV1().DaemonSets("weft-connectivity").Delete(ctx, left.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	if len(got) != 6 || !regexp.MustCompile(`(?m)^✗ node n4: probe pod weft-probe-\w+-\w+ not ready \(Pending\)$`).MatchString(out) ||
 		!strings.Contains(out, "6/6 pairs ok") || !strings.Contains(out, "1 probe(s) did not take part") || !strings.Contains(out, "is still being deleted") {
 		t.Errorf("with n4 down: pairs %v", got)

@@ -75,6 +75,14 @@ func (c *Client) GetDaemonSet(ctx context.Context, name string) (*appsv1.DaemonS
 	return out, err
 }
 
+// ListDaemonSets lists the DaemonSets matching the label selector.
+func (c *Client) ListDaemonSets(ctx context.Context, selector string) (*appsv1.DaemonSetList, error) {
+	out := &appsv1.DaemonSetList{}
+	opts := metav1.ListOptions{LabelSelector: selector}
+	err := c.apps.Get().Namespace(c.Namespace).Resource("daemonsets").VersionedParams(&opts, c.pc).Do(ctx).Into(out)
+	return out, err
+}
+
 // DeleteDaemonSet deletes the DaemonSet name; with foreground propagation
 // it stays (with a deletion timestamp) until its pods are gone.
 func (c *Client) DeleteDaemonSet(ctx context.Context, name string) error {

@@ -20,6 +20,9 @@ const (
 	AnnotationTargets = Prefix + "targets"
 	// AnnotationResult on a probe pod is its JSON row, written by the probe.
 	AnnotationResult = Prefix + "result"
+	// LabelName=NameProbe marks every probe DaemonSet and pod.
+	LabelName = "app.kubernetes.io/name"
+	NameProbe = "weft-probe"
 	// ServiceAccount is the probes' account (kube-manifests/weft-connectivity.yml).
 	ServiceAccount = "weft-probe"
 )
@@ -45,7 +48,7 @@ type Spec struct {
 // every taint), on the pod network, with NET_RAW for ICMP and nothing
 // else, ready when its TCP echo server answers.
 func (s Spec) DaemonSet() *appsv1.DaemonSet {
-	labels := map[string]string{"app.kubernetes.io/name": "weft-probe", "app.kubernetes.io/managed-by": "weftctl", LabelRun: s.Run}
+	labels := map[string]string{LabelName: NameProbe, "app.kubernetes.io/managed-by": "weftctl", LabelRun: s.Run}
 	field := func(path string) *corev1.EnvVarSource {
 		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
 	}

@@ -31,8 +31,11 @@ func Probe(ctx context.Context, c *Client, pc ProbeConfig) error {
 	defer srv.Close()
 	pc.Log.Info("probe serving", "pod", pc.Pod, "node", pc.Node, "port", pc.Port)
 	targets, err := awaitTargets(ctx, c, pc)
-	if err != nil {
+	if ctx.Err() != nil {
 		return nil // deleted before the run began measuring
+	}
+	if err != nil {
+		return err
 	}
 	var eps []connectivity.Endpoint
 	for _, t := range targets {

@@ -60,6 +60,7 @@ func (r *Result) Render(w io.Writer) error {
 // each other, collects their rows and deletes the DaemonSet (also when ctx
 // is cancelled), waiting until its pods are gone.
 func Run(ctx context.Context, c *Client, o Options) (res *Result, err error) {
+	warnLeftovers(ctx, c, o.Log)
 	ds, err := c.CreateDaemonSet(ctx, o.Spec.DaemonSet())
 	if err != nil {
 		return nil, fmt.Errorf("create the probe DaemonSet in namespace %s: %w (kube-manifests/weft-connectivity.yml creates the namespace, the probes' ServiceAccount and the Role weftctl needs)", c.Namespace, err)
@@ -103,6 +104,20 @@ func Run(ctx context.Context, c *Client, o Options) (res *Result, err error) {
 		res.Matrix.Pairs = append(res.Matrix.Pairs, connectivity.FromJSON(r.Pods)...)
 	}
 	return res, nil
+}
+
+// warnLeftovers names the probe DaemonSets of other runs: one still
+// running (whose probes load the nodes too), or one a killed weftctl left.
+func warnLeftovers(ctx context.Context, c *Client, log *slog.Logger) {
+	l, err := c.ListDaemonSets(ctx, LabelName+"="+NameProbe)
+	if err != nil {
+		log.Warn("list the probe DaemonSets of other runs", "err", err)
+		return
+	}
+	for _, ds := range l.Items {
+		log.Warn("another run's probe DaemonSet: still running, or left by a killed weftctl (delete it with kubectl -n "+c.Namespace+" delete daemonset "+ds.Name+")",
+			"name", ds.Name, "created", ds.CreationTimestamp.UTC().Format(time.RFC3339))
+	}
 }
 
 // waitReady waits until every pod the DaemonSet wants is ready with an IP,
