@@ -52,6 +52,9 @@ func (c *connFlags) kube(ctx context.Context, w, stderr io.Writer) error {
 			return rerr
 		}
 	}
+	if err != nil && ctx.Err() != nil {
+		return errors.New("interrupted (the probe DaemonSet was deleted)")
+	}
 	if err != nil {
 		return err
 	}

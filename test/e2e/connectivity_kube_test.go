@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -96,6 +97,26 @@ func TestConnectivityKubernetes(t *testing.T) {
 	if want := []string{"n1→n3", "n2→n3", "n3→n1", "n3→n2"}; strings.Join(failed, " ") != strings.Join(want, " ") || len(got) != 6 {
 		t.Errorf("failed pairs %v of %d, want %v of 6", failed, len(got), want)
 	}
+
+	// Interrupted while it waits for its probes: it still deletes them.
+	cmd := exec.CommandContext(ctx, weftctl, "connectivity", "--kubeconfig", runner, "--image", "weft:e2e", "--wait", "60s")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 30*time.Second, "a probe pod running", func() error {
+		if kl.Running() == 0 {
+			return errors.New("none yet")
+		}
+		return nil
+	})
+	cmd.Process.Signal(os.Interrupt)
+	if err := cmd.Wait(); err == nil || !strings.Contains(stderr.String(), "weftctl: interrupted (the probe DaemonSet was deleted)") {
+		t.Errorf("weftctl interrupted: %v", err)
+	}
+	t.Logf("weftctl interrupted:\n%s", stderr.String())
+	checkCleanedUp(ctx, t, k, kl)
 
 	// A fourth node without a kubelet (down): its probe stays Pending and is
 	// named; the others are measured; its pod stays terminating, which
