@@ -77,10 +77,11 @@ func runID() string {
 
 const probeUsage = `usage: weftctl connectivity probe [flags]
 
-The program of the probe DaemonSet's pods (weftctl connectivity --kubeconfig
-creates them): it answers TCP exchanges on --port, waits for the list of the
-other probes on its own pod, measures them, writes its results on its own pod
-and serves until the pod is deleted. It reads POD_NAME, POD_NAMESPACE and
+The program of the probe DaemonSets' pods (weftctl connectivity --kubeconfig
+creates them): it answers TCP exchanges on --port (with --host, on the node's
+network, on the node's VTEP address, which it writes on its own pod), waits
+for the list of the other probes on its own pod, measures them, writes its
+results on its own pod and serves until the pod is deleted. It reads POD_NAME, POD_NAMESPACE and
 NODE_NAME, and the pod's service account (or --kubeconfig).
 `
 
@@ -91,6 +92,7 @@ func runProbe(ctx context.Context, args []string, stderr io.Writer) error {
 	count := fs.Int("count", 3, "echo requests per peer")
 	timeout := fs.Duration("timeout", time.Second, "wait for each reply and TCP exchange")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig (default: the pod's service account)")
+	host := fs.Bool("host", false, "on the node's network: listen on the node's VTEP address and measure the others' (node to node)")
 	fs.Usage = func() { fmt.Fprint(stderr, probeUsage); fs.PrintDefaults() }
 	if err := parse(fs, args, 0); err != nil {
 		return err
@@ -114,6 +116,6 @@ func runProbe(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	return kubeprobe.Probe(ctx, cli, kubeprobe.ProbeConfig{Pod: pod, Node: node, Port: *port,
+	return kubeprobe.Probe(ctx, cli, kubeprobe.ProbeConfig{Pod: pod, Node: node, Port: *port, Host: *host,
 		Options: connectivity.Options{Count: *count, Timeout: *timeout}, Log: log})
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,10 +56,10 @@ func TestConnectivityKubernetes(t *testing.T) {
 	weftctl := nettest.Binary(t, "weftctl")
 	kl := startKubelet(t, k, "weft-connectivity", c.Nodes, map[string]string{"weftctl": weftctl})
 
-	run := func(want int, wait string) (map[string]bool, string) {
+	run := func(want int, wait string) (pods, nodes map[string]bool, out string) {
 		t.Helper()
 		cmd := exec.CommandContext(ctx, weftctl, "connectivity", "--kubeconfig", runner, "--image", "weft:e2e", "--count", "2", "--wait", wait)
-		out, err := cmd.CombinedOutput()
+		b, err := cmd.CombinedOutput()
 		code := 0
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
@@ -66,36 +67,42 @@ func TestConnectivityKubernetes(t *testing.T) {
 		} else if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("weftctl connectivity (exit %d):\n%s", code, out)
+		t.Logf("weftctl connectivity (exit %d):\n%s", code, b)
 		if code != want {
 			t.Fatalf("exit %d, want %d; probe logs:\n%s", code, want, kl.Logs())
 		}
-		return pairs(t, string(out)), string(out)
+		pod, node, ok := strings.Cut(string(b), "Node to node")
+		if !ok {
+			t.Fatal("no node-to-node matrix")
+		}
+		return pairs(t, pod), pairs(t, node), string(b)
+	}
+	failed := func(m map[string]bool) string {
+		var f []string
+		for pair, ok := range m {
+			if !ok {
+				f = append(f, pair)
+			}
+		}
+		sort.Strings(f)
+		return fmt.Sprintf("%d pairs, failed %v", len(m), f)
 	}
 
-	got, _ := run(0, "60s")
+	pods, nodes, _ := run(0, "60s")
 	checkCleanedUp(ctx, t, k, kl)
-	for pair, ok := range got {
-		if !ok {
-			t.Errorf("%s failed on a healthy cluster", pair)
+	for what, m := range map[string]map[string]bool{"pod to pod": pods, "node to node": nodes} {
+		if got := failed(m); got != "6 pairs, failed []" {
+			t.Errorf("healthy cluster, %s: %s", what, got)
 		}
-	}
-	if len(got) != 6 {
-		t.Errorf("%d pairs, want 6: %v", len(got), got)
 	}
 
 	c.Nodes[2].MustRun(t, "nft", "add table inet wefttest; add chain inet wefttest in { type filter hook input priority 0; }; add rule inet wefttest in udp dport 8472 drop")
-	got, _ = run(2, "60s")
+	pods, nodes, _ = run(2, "60s")
 	checkCleanedUp(ctx, t, k, kl)
-	var failed []string
-	for pair, ok := range got {
-		if !ok {
-			failed = append(failed, pair)
+	for what, m := range map[string]map[string]bool{"pod to pod": pods, "node to node": nodes} {
+		if got, want := failed(m), "6 pairs, failed [n1→n3 n2→n3 n3→n1 n3→n2]"; got != want {
+			t.Errorf("n3's port blocked, %s: %s, want %s", what, got, want)
 		}
-	}
-	sort.Strings(failed)
-	if want := []string{"n1→n3", "n2→n3", "n3→n1", "n3→n2"}; strings.Join(failed, " ") != strings.Join(want, " ") || len(got) != 6 {
-		t.Errorf("failed pairs %v of %d, want %v of 6", failed, len(got), want)
 	}
 
 	// Interrupted while it waits for its probes: it still deletes them.
@@ -130,24 +137,31 @@ func TestConnectivityKubernetes(t *testing.T) {
 	if _, err := k.Client.AppsV1().DaemonSets("weft-connectivity").Create(ctx, left, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	got, out := run(2, "5s")
+	pods, nodes, out := run(2, "8s")
 	if !strings.Contains(out, "another run's probe DaemonSet") || !strings.Contains(out, "name=weft-probe-killed") {
 		t.Errorf("the leftover DaemonSet is not named")
 	}
 	if err := k.Client.AppsV1().DaemonSets("weft-connectivity").Delete(ctx, left.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 6 || !regexp.MustCompile(`(?m)^✗ node n4: probe pod weft-probe-\w+-\w+ not ready \(Pending\)$`).MatchString(out) ||
-		!strings.Contains(out, "6/6 pairs ok") || !strings.Contains(out, "1 probe(s) did not take part") || !strings.Contains(out, "is still being deleted") {
-		t.Errorf("with n4 down: pairs %v", got)
+	if failed(pods) != "6 pairs, failed []" || failed(nodes) != "6 pairs, failed []" ||
+		!regexp.MustCompile(`(?m)^✗ node n4: probe pod weft-probe-\w+-\w+ not ready \(Pending\)$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^✗ node n4: probe pod weft-probe-host-\w+-\w+ not ready \(Pending\)$`).MatchString(out) ||
+		!strings.Contains(out, "2 probe(s) did not take part") || !strings.Contains(out, "is still being deleted") {
+		t.Errorf("with n4 down: pods %s, nodes %s", failed(pods), failed(nodes))
 	}
-	pods, err := k.Client.CoreV1().Pods("weft-connectivity").List(ctx, metav1.ListOptions{})
-	if err != nil || len(pods.Items) != 1 || pods.Items[0].Spec.NodeName != "n4" {
-		t.Fatalf("pods left: %v %v", pods, err)
+	left4, err := k.Client.CoreV1().Pods("weft-connectivity").List(ctx, metav1.ListOptions{})
+	if err != nil || len(left4.Items) != 2 {
+		t.Fatalf("pods left: %v %v", left4, err)
 	}
 	zero := int64(0)
-	if err := k.Client.CoreV1().Pods("weft-connectivity").Delete(ctx, pods.Items[0].Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
-		t.Fatal(err)
+	for _, p := range left4.Items {
+		if p.Spec.NodeName != "n4" {
+			t.Errorf("pod %s on %s left", p.Name, p.Spec.NodeName)
+		}
+		if err := k.Client.CoreV1().Pods("weft-connectivity").Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	Eventually(t, 30*time.Second, "the DaemonSet gone", func() error {
 		dss, err := k.Client.AppsV1().DaemonSets("weft-connectivity").List(ctx, metav1.ListOptions{})

@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +21,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/weft-net/weft/internal/kubetest"
 	"github.com/weft-net/weft/internal/nettest"
@@ -28,7 +33,8 @@ import (
 // one namespace on the test's nodes (this cluster runs neither): it binds
 // each pod the DaemonSet controller creates to the node its affinity
 // names, runs the container's command in a pod namespace wired by the
-// node's weft CNI config (the image's weftctl stands for the image), with
+// node's weft CNI config (in the node's namespace for a hostNetwork pod;
+// the image's weftctl stands for the image), with
 // the service-account token, CA and namespace mounted where
 // rest.InClusterConfig reads them and the API server reachable at
 // KUBERNETES_SERVICE_HOST:PORT from inside the pod, waits for the
@@ -46,14 +52,19 @@ type kubelet struct {
 
 	mu      sync.Mutex
 	running map[types.UID]*runningPod
-	tried   map[types.UID]bool // only the loop's goroutine uses it
+	tried       map[types.UID]bool // only the loop's goroutine uses it
+	startingUID map[types.UID]bool
+	starting    sync.WaitGroup
+	client      kubernetes.Interface // the admin's, without client-side throttling
 	started int
 }
 
 type runningPod struct {
 	name string
 	node *Node
-	pod  *plugintest.Pod
+	pod  *plugintest.Pod // nil for a pod on the node's network
+	ns   *nettest.NS     // the pod's network namespace, or the node's
+	ip   netip.Addr
 	cmd  *exec.Cmd
 	done chan error
 	log  string
@@ -62,7 +73,13 @@ type runningPod struct {
 // startKubelet runs the kubelet until the test ends.
 func startKubelet(t *testing.T, k *kubetest.Cluster, ns string, nodes []*Node, images map[string]string) *kubelet {
 	kl := &kubelet{t: t, k: k, ns: ns, nodes: map[string]*Node{}, images: images, dir: t.TempDir(),
-		apiserver: strings.TrimPrefix(k.Admin.Host, "https://"), running: map[types.UID]*runningPod{}, tried: map[types.UID]bool{}}
+		apiserver: strings.TrimPrefix(k.Admin.Host, "https://"), running: map[types.UID]*runningPod{}, tried: map[types.UID]bool{}, startingUID: map[types.UID]bool{}}
+	cfg := rest.CopyConfig(k.Admin)
+	cfg.QPS, cfg.Burst = 1000, 1000 // a kubelet per node would each have its own budget
+	var err error
+	if kl.client, err = kubernetes.NewForConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
 	for _, n := range nodes {
 		kl.nodes[n.Label] = n
 	}
@@ -72,6 +89,7 @@ func startKubelet(t *testing.T, k *kubetest.Cluster, ns string, nodes []*Node, i
 	t.Cleanup(func() {
 		cancel()
 		<-done
+		kl.starting.Wait()
 		kl.mu.Lock()
 		defer kl.mu.Unlock()
 		for _, rp := range kl.running {
@@ -81,14 +99,25 @@ func startKubelet(t *testing.T, k *kubetest.Cluster, ns string, nodes []*Node, i
 	return kl
 }
 
-// loop syncs every pod of the namespace, a few times a second.
+// loop syncs every pod of the namespace, a few times a second, and stops
+// the containers of pods that are gone.
 func (kl *kubelet) loop(ctx context.Context) {
 	for {
-		pods, err := kl.k.Client.CoreV1().Pods(kl.ns).List(ctx, metav1.ListOptions{})
+		pods, err := kl.client.CoreV1().Pods(kl.ns).List(ctx, metav1.ListOptions{})
 		if err == nil {
+			live := map[types.UID]bool{}
 			for i := range pods.Items {
+				live[pods.Items[i].UID] = true
 				kl.sync(ctx, &pods.Items[i])
 			}
+			kl.mu.Lock()
+			for uid, rp := range kl.running {
+				if !live[uid] {
+					kl.stop(rp)
+					delete(kl.running, uid)
+				}
+			}
+			kl.mu.Unlock()
 		}
 		select {
 		case <-ctx.Done():
@@ -100,9 +129,10 @@ func (kl *kubelet) loop(ctx context.Context) {
 
 func (kl *kubelet) sync(ctx context.Context, p *corev1.Pod) {
 	kl.mu.Lock()
-	rp := kl.running[p.UID]
+	rp, starting := kl.running[p.UID], kl.startingUID[p.UID]
 	kl.mu.Unlock()
 	switch {
+	case starting: // its start finishes first
 	case p.DeletionTimestamp != nil && (rp != nil || kl.nodes[p.Spec.NodeName] != nil || p.Spec.NodeName == ""):
 		if rp != nil {
 			kl.stop(rp)
@@ -111,7 +141,7 @@ func (kl *kubelet) sync(ctx context.Context, p *corev1.Pod) {
 			kl.mu.Unlock()
 		}
 		zero := int64(0)
-		err := kl.k.Client.CoreV1().Pods(kl.ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &p.UID}})
+		err := kl.client.CoreV1().Pods(kl.ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &p.UID}})
 		if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
 			kl.t.Errorf("kubelet: remove pod %s: %v", p.Name, err)
 		}
@@ -119,7 +149,17 @@ func (kl *kubelet) sync(ctx context.Context, p *corev1.Pod) {
 		kl.bind(ctx, p)
 	case rp == nil && kl.nodes[p.Spec.NodeName] != nil && !kl.tried[p.UID]:
 		kl.tried[p.UID] = true // a pod that failed to start stays Pending
-		kl.start(ctx, p)
+		kl.mu.Lock()
+		kl.startingUID[p.UID] = true
+		kl.mu.Unlock()
+		kl.starting.Add(1)
+		go func() { // pods start in parallel, as on real kubelets
+			defer kl.starting.Done()
+			kl.start(ctx, p)
+			kl.mu.Lock()
+			delete(kl.startingUID, p.UID)
+			kl.mu.Unlock()
+		}()
 	}
 }
 
@@ -134,7 +174,7 @@ func (kl *kubelet) bind(ctx context.Context, p *corev1.Pod) {
 			if f.Key == "metadata.name" && len(f.Values) == 1 {
 				b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: p.Name, UID: p.UID},
 					Target: corev1.ObjectReference{Kind: "Node", Name: f.Values[0]}}
-				if err := kl.k.Client.CoreV1().Pods(kl.ns).Bind(ctx, b, metav1.CreateOptions{}); err != nil && ctx.Err() == nil {
+				if err := kl.client.CoreV1().Pods(kl.ns).Bind(ctx, b, metav1.CreateOptions{}); err != nil && ctx.Err() == nil {
 					kl.t.Logf("kubelet: bind %s to %s: %v", p.Name, f.Values[0], err)
 				}
 				return
@@ -150,16 +190,30 @@ func (kl *kubelet) start(ctx context.Context, p *corev1.Pod) {
 	kl.started++
 	id := fmt.Sprintf("kp%d", kl.started)
 	kl.mu.Unlock()
-	pod, err := n.CNI.Add(nettest.NewNS(kl.t, id), id)
-	if err != nil {
-		kl.t.Errorf("kubelet: CNI ADD for %s on %s: %v", p.Name, n.Label, err)
-		return
+	rp := &runningPod{name: p.Name, node: n, ns: n.NS, ip: n.Addr, done: make(chan error, 1), log: filepath.Join(kl.dir, p.Name+".log")}
+	if !p.Spec.HostNetwork { // the node's namespace forwards the API server already
+		ns, err := nettest.Create(id)
+		if err != nil {
+			kl.t.Errorf("kubelet: %s: %v", p.Name, err)
+			return
+		}
+		kl.t.Cleanup(func() { ns.Delete() })
+		pod, err := n.CNI.Add(ns, id)
+		if err != nil {
+			kl.t.Errorf("kubelet: CNI ADD for %s on %s: %v", p.Name, n.Label, err)
+			return
+		}
+		if err := forwardAPI(kl.t, pod.NS, kl.apiserver); err != nil {
+			kl.t.Errorf("kubelet: %s: %v", p.Name, err)
+			return
+		}
+		rp.pod, rp.ns, rp.ip = pod, pod.NS, pod.IP
 	}
-	pod.NS.ForwardLoopback(kl.t, kl.apiserver)
-	rp := &runningPod{name: p.Name, node: n, pod: pod, done: make(chan error, 1), log: filepath.Join(kl.dir, p.Name+".log")}
 	if err := kl.exec(ctx, p, rp); err != nil {
 		kl.t.Errorf("kubelet: start %s: %v", p.Name, err)
-		n.CNI.Del(pod)
+		if rp.pod != nil {
+			n.CNI.Del(rp.pod)
+		}
 		return
 	}
 	kl.mu.Lock()
@@ -172,7 +226,7 @@ func (kl *kubelet) start(ctx context.Context, p *corev1.Pod) {
 			return
 		}
 	}
-	if err := kl.reportRunning(ctx, p, rp); err != nil && ctx.Err() == nil {
+	if err := kl.reportRunning(ctx, p, rp); err != nil && ctx.Err() == nil && !apierrors.IsNotFound(err) {
 		kl.t.Errorf("kubelet: status of %s: %v", p.Name, err)
 	}
 }
@@ -195,14 +249,14 @@ func (kl *kubelet) exec(ctx context.Context, p *corev1.Pod, rp *runningPod) erro
 	const mount = `d=$1; shift; mount -t tmpfs tmpfs /run && mkdir -p /run/secrets/kubernetes.io/serviceaccount && ` +
 		`mount --bind "$d" /run/secrets/kubernetes.io/serviceaccount && exec "$@"`
 	args := append([]string{"unshare", "--mount", "--propagation", "private", "sh", "-c", mount, "sh", sa}, argv...)
-	cmd := rp.pod.NS.Command(context.Background(), args...)
+	cmd := rp.ns.Command(context.Background(), args...)
 	_, port, _ := strings.Cut(kl.apiserver, ":")
 	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT="+port)
 	for _, e := range c.Env {
 		v := e.Value
 		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
 			v = map[string]string{"metadata.name": p.Name, "metadata.namespace": p.Namespace,
-				"spec.nodeName": p.Spec.NodeName, "status.podIP": rp.pod.IP.String()}[e.ValueFrom.FieldRef.FieldPath]
+				"spec.nodeName": p.Spec.NodeName, "status.podIP": rp.ip.String()}[e.ValueFrom.FieldRef.FieldPath]
 		}
 		cmd.Env = append(cmd.Env, e.Name+"="+v)
 	}
@@ -224,7 +278,7 @@ func (kl *kubelet) exec(ctx context.Context, p *corev1.Pod, rp *runningPod) erro
 // projects it), the cluster CA and the namespace into a directory.
 func (kl *kubelet) serviceAccount(ctx context.Context, p *corev1.Pod) (string, error) {
 	exp := int64(3600)
-	tr, err := kl.k.Client.CoreV1().ServiceAccounts(p.Namespace).CreateToken(ctx, p.Spec.ServiceAccountName,
+	tr, err := kl.client.CoreV1().ServiceAccounts(p.Namespace).CreateToken(ctx, p.Spec.ServiceAccountName,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp,
 			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID}}},
 		metav1.CreateOptions{})
@@ -245,7 +299,7 @@ func (kl *kubelet) serviceAccount(ctx context.Context, p *corev1.Pod) (string, e
 
 // awaitReady dials the pod's port from its node until it answers.
 func (kl *kubelet) awaitReady(ctx context.Context, rp *runningPod, port int) error {
-	addr := rp.pod.IP.String() + ":" + strconv.Itoa(port)
+	addr := rp.ip.String() + ":" + strconv.Itoa(port)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		dctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -271,7 +325,7 @@ func (kl *kubelet) awaitReady(ctx context.Context, rp *runningPod, port int) err
 // reportRunning writes the status a kubelet reports for a started, ready
 // container.
 func (kl *kubelet) reportRunning(ctx context.Context, p *corev1.Pod, rp *runningPod) error {
-	cur, err := kl.k.Client.CoreV1().Pods(kl.ns).Get(ctx, p.Name, metav1.GetOptions{})
+	cur, err := kl.client.CoreV1().Pods(kl.ns).Get(ctx, p.Name, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
@@ -279,8 +333,8 @@ func (kl *kubelet) reportRunning(ctx context.Context, p *corev1.Pod, rp *running
 	cur.Status.Phase = corev1.PodRunning
 	cur.Status.HostIP = rp.node.Addr.String()
 	cur.Status.HostIPs = []corev1.HostIP{{IP: rp.node.Addr.String()}}
-	cur.Status.PodIP = rp.pod.IP.String()
-	cur.Status.PodIPs = []corev1.PodIP{{IP: rp.pod.IP.String()}}
+	cur.Status.PodIP = rp.ip.String()
+	cur.Status.PodIPs = []corev1.PodIP{{IP: rp.ip.String()}}
 	cur.Status.StartTime = &now
 	cur.Status.Conditions = nil
 	for _, c := range []corev1.PodConditionType{corev1.PodScheduled, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady} {
@@ -288,9 +342,9 @@ func (kl *kubelet) reportRunning(ctx context.Context, p *corev1.Pod, rp *running
 	}
 	c := p.Spec.Containers[0]
 	cur.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: c.Name, Image: c.Image, ImageID: "e2e://" + c.Image,
-		ContainerID: "e2e://" + rp.pod.ID, Ready: true, Started: &yes,
+		ContainerID: "e2e://" + p.Name, Ready: true, Started: &yes,
 		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}}
-	_, err = kl.k.Client.CoreV1().Pods(kl.ns).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+	_, err = kl.client.CoreV1().Pods(kl.ns).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 	return err
 }
 
@@ -306,6 +360,9 @@ func (kl *kubelet) stop(rp *runningPod) {
 			<-rp.done
 			kl.t.Errorf("kubelet: %s did not stop within 10s of SIGTERM\n%s", rp.name, readTail(rp.log))
 		}
+	}
+	if rp.pod == nil {
+		return
 	}
 	if err := rp.node.CNI.Del(rp.pod); err != nil {
 		kl.t.Errorf("kubelet: CNI DEL for %s: %v", rp.name, err)
@@ -332,4 +389,35 @@ func (kl *kubelet) Logs() string {
 func readTail(path string) string {
 	b, _ := os.ReadFile(path)
 	return tail(string(b), 30)
+}
+
+// forwardAPI makes the API server reachable on the same address inside ns
+// (nettest's ForwardLoopback, without failing the test from this goroutine).
+func forwardAPI(t *testing.T, ns *nettest.NS, target string) error {
+	ln, err := ns.Listen("tcp", target)
+	if err != nil {
+		return err
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				up, err := net.DialTimeout("tcp", target, 5*time.Second)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				done := make(chan struct{}, 2)
+				go func() { io.Copy(up, c); done <- struct{}{} }()
+				go func() { io.Copy(c, up); done <- struct{}{} }()
+				<-done
+			}()
+		}
+	}()
+	return nil
 }

@@ -20,6 +20,15 @@ const (
 	AnnotationTargets = Prefix + "targets"
 	// AnnotationResult on a probe pod is its JSON row, written by the probe.
 	AnnotationResult = Prefix + "result"
+	// LabelKind says which probes a DaemonSet runs: KindPod (on the pod
+	// network) or KindHost (on the node's network, for node to node).
+	LabelKind = Prefix + "kind"
+	KindPod   = "pod"
+	KindHost  = "host"
+	// AnnotationEndpoint on a host probe's pod is the address it answers
+	// on, the node's VTEP address, or "none: <why>" without an overlay
+	// device; written by the probe once it listens.
+	AnnotationEndpoint = Prefix + "endpoint"
 	// LabelName=NameProbe marks every probe DaemonSet and pod.
 	LabelName = "app.kubernetes.io/name"
 	NameProbe = "weft-probe"
@@ -42,13 +51,34 @@ type Spec struct {
 	Port    int    // the probes' TCP echo port
 	Count   int    // echo requests per pair
 	Timeout string // per request and TCP exchange, as a duration flag
+	// Host makes the probes run on the nodes' network and measure the
+	// nodes' VTEP addresses (node to node, over the overlay).
+	Host bool
 }
+
+func (s Spec) kind() string {
+	if s.Host {
+		return KindHost
+	}
+	return KindPod
+}
+
+// Name is the DaemonSet's name.
+func (s Spec) Name() string {
+	if s.Host {
+		return "weft-probe-host-" + s.Run
+	}
+	return "weft-probe-" + s.Run
+}
+
+// Selector selects the DaemonSet's pods.
+func (s Spec) Selector() string { return LabelRun + "=" + s.Run + "," + LabelKind + "=" + s.kind() }
 
 // DaemonSet returns the probe DaemonSet: a pod on every node (it tolerates
 // every taint), on the pod network, with NET_RAW for ICMP and nothing
 // else, ready when its TCP echo server answers.
 func (s Spec) DaemonSet() *appsv1.DaemonSet {
-	labels := map[string]string{LabelName: NameProbe, "app.kubernetes.io/managed-by": "weftctl", LabelRun: s.Run}
+	labels := map[string]string{LabelName: NameProbe, "app.kubernetes.io/managed-by": "weftctl", LabelRun: s.Run, LabelKind: s.kind()}
 	field := func(path string) *corev1.EnvVarSource {
 		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
 	}
@@ -72,14 +102,22 @@ func (s Spec) DaemonSet() *appsv1.DaemonSet {
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"NET_RAW"}},
 		},
 	}
+	if s.Host {
+		// On the node's network the port is not the pod's own: the probe
+		// listens on the VTEP address only and says when it does.
+		c.Args = append(c.Args, "--host")
+		c.Ports, c.ReadinessProbe = nil, nil
+	}
 	return &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "weft-probe-" + s.Run, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: s.Name(), Labels: labels},
 		Spec: appsv1.DaemonSetSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelRun: s.Run}},
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelRun: s.Run, LabelKind: s.kind()}},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
 					ServiceAccountName:            ServiceAccount,
+					HostNetwork:                   s.Host,
+					DNSPolicy:                     dnsPolicy(s.Host),
 					TerminationGracePeriodSeconds: &grace,
 					Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 					Containers:                    []corev1.Container{c},
@@ -87,4 +125,11 @@ func (s Spec) DaemonSet() *appsv1.DaemonSet {
 			},
 		},
 	}
+}
+
+func dnsPolicy(host bool) corev1.DNSPolicy {
+	if host {
+		return corev1.DNSClusterFirstWithHostNet
+	}
+	return corev1.DNSClusterFirst
 }

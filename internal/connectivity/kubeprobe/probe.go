@@ -14,6 +14,7 @@ import (
 type ProbeConfig struct {
 	Pod, Node string // its pod's name (in the client's namespace) and node
 	Port      int    // the TCP echo port, the same in every probe
+	Host      bool   // on the node's network: listen on the VTEP address
 	Options   connectivity.Options
 	Log       *slog.Logger
 }
@@ -24,12 +25,30 @@ type ProbeConfig struct {
 // namespace, publishes its row on its own pod, and serves until ctx ends
 // (the pod is deleted).
 func Probe(ctx context.Context, c *Client, pc ProbeConfig) error {
-	srv, err := connectivity.ListenTCP(nil, netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(pc.Port)))
+	listen := netip.IPv4Unspecified()
+	if pc.Host {
+		vtep, err := VTEPAddr()
+		if err != nil {
+			pc.Log.Warn("no node-to-node probe on this node", "err", err)
+			if err := announce(ctx, c, pc, "none: "+err.Error()); err != nil {
+				return err
+			}
+			<-ctx.Done()
+			return nil
+		}
+		listen = vtep
+	}
+	srv, err := connectivity.ListenTCP(nil, netip.AddrPortFrom(listen, uint16(pc.Port)))
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
-	pc.Log.Info("probe serving", "pod", pc.Pod, "node", pc.Node, "port", pc.Port)
+	if pc.Host {
+		if err := announce(ctx, c, pc, listen.String()); err != nil {
+			return err
+		}
+	}
+	pc.Log.Info("probe serving", "pod", pc.Pod, "node", pc.Node, "addr", srv.Addr())
 	targets, err := awaitTargets(ctx, c, pc)
 	if ctx.Err() != nil {
 		return nil // deleted before the run began measuring
@@ -51,19 +70,32 @@ func Probe(ctx context.Context, c *Client, pc ProbeConfig) error {
 	if err != nil {
 		return err
 	}
-	for {
-		err := c.Annotate(ctx, pc.Pod, AnnotationResult, string(b))
-		if err == nil {
-			break
-		}
-		pc.Log.Warn("publish the result", "err", err)
-		if sleep(ctx, poll) != nil {
-			return nil
-		}
+	if err := publish(ctx, c, pc, AnnotationResult, string(b)); err != nil {
+		return nil // deleted meanwhile
 	}
 	pc.Log.Info("result published", "pairs", len(pairs))
 	<-ctx.Done()
 	return nil
+}
+
+// announce says where a host probe listens (or why it does not).
+func announce(ctx context.Context, c *Client, pc ProbeConfig, v string) error {
+	return publish(ctx, c, pc, AnnotationEndpoint, v)
+}
+
+// publish sets an annotation on the probe's own pod, retrying until it
+// works or ctx ends.
+func publish(ctx context.Context, c *Client, pc ProbeConfig, key, value string) error {
+	for {
+		err := c.Annotate(ctx, pc.Pod, key, value)
+		if err == nil {
+			return nil
+		}
+		pc.Log.Warn("annotate this probe's pod", "key", key, "err", err)
+		if err := sleep(ctx, poll); err != nil {
+			return err
+		}
+	}
 }
 
 // awaitTargets reads its own pod until the targets annotation is there.

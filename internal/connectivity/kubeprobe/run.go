@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,26 +29,36 @@ type Options struct {
 	Log     *slog.Logger  // progress at info, trouble at warn
 }
 
-// Result is a run's outcome: the pairs the probes measured, and the
-// nodes whose probe did not take part.
+// Result is a run's outcome: a matrix per kind of probe (pod to pod, node
+// to node), the probes that did not take part, and notes.
 type Result struct {
-	DaemonSet string
-	Matrix    *connectivity.Matrix
-	Missing   []string // one line per probe that was not ready or sent no result
+	Matrices []*connectivity.Matrix
+	Missing  []string // one line per probe that was not ready or sent no result
+	Notes    []string // nodes not measured by design (no overlay device)
 }
 
 // Failures counts the failed pairs and the missing probes.
-func (r *Result) Failures() int { return r.Matrix.Failures() + len(r.Missing) }
-
-// Render prints the matrix and the missing probes.
-func (r *Result) Render(w io.Writer) error {
-	if err := r.Matrix.Render(w); err != nil {
-		return err
+func (r *Result) Failures() int {
+	n := len(r.Missing)
+	for _, m := range r.Matrices {
+		n += m.Failures()
 	}
-	for _, m := range r.Missing {
-		if _, err := fmt.Fprintf(w, "✗ %s\n", m); err != nil {
+	return n
+}
+
+// Render prints the matrices, the missing probes and the notes.
+func (r *Result) Render(w io.Writer) error {
+	for _, m := range r.Matrices {
+		if err := m.Render(w); err != nil {
 			return err
 		}
+		fmt.Fprintln(w)
+	}
+	for _, m := range r.Missing {
+		fmt.Fprintf(w, "✗ %s\n", m)
+	}
+	for _, m := range r.Notes {
+		fmt.Fprintf(w, "note: %s\n", m)
 	}
 	if len(r.Missing) > 0 {
 		_, err := fmt.Fprintf(w, "%d probe(s) did not take part: their nodes are not in the matrix\n", len(r.Missing))
@@ -56,54 +67,87 @@ func (r *Result) Render(w io.Writer) error {
 	return nil
 }
 
-// Run creates the probe DaemonSet, waits for its pods, has them measure
-// each other, collects their rows and deletes the DaemonSet (also when ctx
-// is cancelled), waiting until its pods are gone.
+// set is one probe DaemonSet of a run and what it yields.
+type set struct {
+	spec    Spec
+	title   string
+	ready   []corev1.Pod
+	targets []Target
+}
+
+// Run creates the probe DaemonSets (one on the pod network, one on the
+// nodes' network), waits for their pods, has them measure each other,
+// collects their rows and deletes the DaemonSets (also when ctx is
+// cancelled), waiting until their pods are gone.
 func Run(ctx context.Context, c *Client, o Options) (res *Result, err error) {
 	warnLeftovers(ctx, c, o.Log)
-	ds, err := c.CreateDaemonSet(ctx, o.Spec.DaemonSet())
-	if err != nil {
-		return nil, fmt.Errorf("create the probe DaemonSet in namespace %s: %w (kube-manifests/weft-connectivity.yml creates the namespace, the probes' ServiceAccount and the Role weftctl needs)", c.Namespace, err)
+	host := o.Spec
+	host.Host = true
+	sets := []*set{
+		{spec: o.Spec, title: "Pod to pod (probe DaemonSet %s/%s, a pod per node):"},
+		{spec: host, title: "Node to node (VTEP addresses over the overlay; probe DaemonSet %s/%s on the nodes' network):"},
 	}
-	o.Log.Info("created the probe DaemonSet", "namespace", c.Namespace, "name", ds.Name)
+	var created []string
 	defer func() {
 		// A DaemonSet left behind is reported, not failed on: the
 		// measurements stand, and a node that is down keeps its pod
 		// terminating until it returns.
-		if derr := deleteAndWait(context.WithoutCancel(ctx), c, ds.Name, o); derr != nil {
+		if derr := deleteAndWait(context.WithoutCancel(ctx), c, created, o); derr != nil {
 			o.Log.Warn("cleanup", "err", derr)
 		}
 	}()
-	res = &Result{DaemonSet: ds.Name, Matrix: &connectivity.Matrix{Title: fmt.Sprintf("Pod to pod (probe DaemonSet %s/%s, a pod per node):", c.Namespace, ds.Name)}}
-	selector := LabelRun + "=" + o.Spec.Run
-	ready, notReady, err := waitReady(ctx, c, ds.Name, selector, o)
-	if err != nil {
-		return nil, err
+	for _, s := range sets {
+		ds, err := c.CreateDaemonSet(ctx, s.spec.DaemonSet())
+		if err != nil {
+			return nil, fmt.Errorf("create the probe DaemonSet in namespace %s: %w (kube-manifests/weft-connectivity.yml creates the namespace, the probes' ServiceAccount and the Role weftctl needs)", c.Namespace, err)
+		}
+		o.Log.Info("created a probe DaemonSet", "namespace", c.Namespace, "name", ds.Name)
+		created = append(created, ds.Name)
 	}
-	res.Missing = notReady
-	targets := make([]Target, 0, len(ready))
-	for _, p := range ready {
-		targets = append(targets, Target{Node: p.Spec.NodeName, IP: p.Status.PodIP})
+	res = &Result{}
+	for _, s := range sets {
+		var notReady, notes []string
+		s.ready, s.targets, notReady, notes, err = waitReady(ctx, c, s.spec, o)
+		if err != nil {
+			return nil, err
+		}
+		res.Missing, res.Notes = append(res.Missing, notReady...), append(res.Notes, notes...)
 	}
-	b, _ := json.Marshal(targets)
-	for _, p := range ready {
-		if err := c.Annotate(ctx, p.Name, AnnotationTargets, string(b)); err != nil {
-			return nil, fmt.Errorf("hand the targets to probe %s: %w", p.Name, err)
+	for _, s := range sets {
+		if err := handOut(ctx, c, s); err != nil {
+			return nil, err
 		}
 	}
-	o.Log.Info("probes measuring", "ready", len(ready), "notReady", len(notReady))
-	// Each probe measures the others in turn: count echo requests and one
-	// TCP exchange per peer, each up to Timeout.
-	measuring := time.Duration(len(ready)) * time.Duration(o.Spec.Count+1) * o.Timeout
-	rows, missing, err := collect(ctx, c, ready, selector, o.Wait+measuring)
-	if err != nil {
-		return nil, err
-	}
-	res.Missing = append(res.Missing, missing...)
-	for _, r := range rows {
-		res.Matrix.Pairs = append(res.Matrix.Pairs, connectivity.FromJSON(r.Pods)...)
+	o.Log.Info("probes measuring", "pods", len(sets[0].ready), "nodes", len(sets[1].ready))
+	for _, s := range sets {
+		// Each probe measures the others in turn: count echo requests
+		// and one TCP exchange per peer, each up to Timeout.
+		measuring := time.Duration(len(s.ready)) * time.Duration(o.Spec.Count+1) * o.Timeout
+		rows, missing, err := collect(ctx, c, s.ready, s.spec.Selector(), o.Wait+measuring)
+		if err != nil {
+			return nil, err
+		}
+		m := &connectivity.Matrix{Title: fmt.Sprintf(s.title, c.Namespace, s.spec.Name())}
+		for _, r := range rows {
+			m.Pairs = append(m.Pairs, connectivity.FromJSON(r.Pods)...)
+		}
+		res.Matrices, res.Missing = append(res.Matrices, m), append(res.Missing, missing...)
 	}
 	return res, nil
+}
+
+// handOut gives every ready probe of s the list of all of them.
+func handOut(ctx context.Context, c *Client, s *set) error {
+	b, err := json.Marshal(s.targets)
+	if err != nil {
+		return err
+	}
+	for _, p := range s.ready {
+		if err := c.Annotate(ctx, p.Name, AnnotationTargets, string(b)); err != nil {
+			return fmt.Errorf("hand the targets to probe %s: %w", p.Name, err)
+		}
+	}
+	return nil
 }
 
 // warnLeftovers names the probe DaemonSets of other runs: one still
@@ -120,66 +164,82 @@ func warnLeftovers(ctx context.Context, c *Client, log *slog.Logger) {
 	}
 }
 
-// waitReady waits until every pod the DaemonSet wants is ready with an IP,
-// or until o.Wait passes; it returns the ready pods (ordered by node) and a
-// line for each that is not.
-func waitReady(ctx context.Context, c *Client, name, selector string, o Options) ([]corev1.Pod, []string, error) {
+// waitReady waits until every pod the DaemonSet wants is ready with an
+// address, or until o.Wait passes; it returns the ready pods (ordered by
+// node) with their targets, a line for each pod that is not ready, and a
+// note for each host probe without an overlay device.
+func waitReady(ctx context.Context, c *Client, spec Spec, o Options) ([]corev1.Pod, []Target, []string, []string, error) {
 	deadline := time.Now().Add(o.Wait)
 	for {
-		ds, err := c.GetDaemonSet(ctx, name)
+		ds, err := c.GetDaemonSet(ctx, spec.Name())
 		if err != nil {
-			return nil, nil, fmt.Errorf("read the probe DaemonSet: %w", err)
+			return nil, nil, nil, nil, fmt.Errorf("read the probe DaemonSet: %w", err)
 		}
-		pods, err := c.ListPods(ctx, selector)
+		pods, err := c.ListPods(ctx, spec.Selector())
 		if err != nil {
-			return nil, nil, fmt.Errorf("list the probe pods: %w", err)
+			return nil, nil, nil, nil, fmt.Errorf("list the probe pods: %w", err)
 		}
-		ready, notReady := splitReady(pods.Items)
+		ready, targets, notReady, notes := splitReady(pods.Items, spec.Host)
 		want := int(ds.Status.DesiredNumberScheduled)
 		settled := ds.Status.ObservedGeneration >= ds.Generation && want > 0
-		if settled && len(ready) >= want {
-			return ready, nil, nil
+		if settled && len(ready)+len(notes) >= want {
+			return ready, targets, nil, notes, nil
 		}
 		if time.Now().After(deadline) {
-			if len(ready)+len(notReady) < want {
-				notReady = append(notReady, fmt.Sprintf("the DaemonSet wants %d pods, %d exist (see its events)", want, len(ready)+len(notReady)))
+			if n := len(ready) + len(notReady) + len(notes); n < want {
+				notReady = append(notReady, fmt.Sprintf("%s: the DaemonSet wants %d pods, %d exist (see its events)", spec.Name(), want, n))
 			}
-			if len(ready) == 0 {
-				return nil, nil, fmt.Errorf("no probe pod ready within --wait %s (the DaemonSet wants %d): %v", o.Wait, want, notReady)
+			if len(ready) == 0 && !spec.Host {
+				return nil, nil, nil, nil, fmt.Errorf("no probe pod ready within --wait %s (the DaemonSet wants %d): %v", o.Wait, want, notReady)
 			}
-			return ready, notReady, nil
+			return ready, targets, notReady, notes, nil
 		}
 		if err := sleep(ctx, poll); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 	}
 }
 
-// splitReady sorts the live pods into ready (with an IP) and not.
-func splitReady(pods []corev1.Pod) (ready []corev1.Pod, notReady []string) {
+// splitReady sorts the live pods into ready (with the address the others
+// measure) and not. A host probe is ready once it says where it listens;
+// one without an overlay device is a note.
+func splitReady(pods []corev1.Pod, host bool) (ready []corev1.Pod, targets []Target, notReady, notes []string) {
+	sort.Slice(pods, func(i, j int) bool { return pods[i].Spec.NodeName < pods[j].Spec.NodeName })
 	for _, p := range pods {
 		if p.DeletionTimestamp != nil {
 			continue
 		}
-		if isReady(p) && p.Status.PodIP != "" && p.Spec.NodeName != "" {
-			ready = append(ready, p)
+		addr := p.Status.PodIP
+		if host {
+			addr = p.Annotations[AnnotationEndpoint]
+		}
+		if why, ok := strings.CutPrefix(addr, "none: "); ok && host {
+			notes = append(notes, fmt.Sprintf("node %s: not measured node to node: %s", p.Spec.NodeName, why))
 			continue
 		}
-		node := p.Spec.NodeName
-		if node == "" {
-			node = "(not scheduled)"
+		if isReady(p) && addr != "" && p.Spec.NodeName != "" {
+			ready = append(ready, p)
+			targets = append(targets, Target{Node: p.Spec.NodeName, IP: addr})
+			continue
 		}
-		why := string(p.Status.Phase)
-		for _, cs := range p.Status.ContainerStatuses {
-			if cs.State.Waiting != nil {
-				why += ": " + cs.State.Waiting.Reason + " " + cs.State.Waiting.Message
-			}
-		}
-		notReady = append(notReady, fmt.Sprintf("node %s: probe pod %s not ready (%s)", node, p.Name, why))
+		notReady = append(notReady, notReadyLine(p))
 	}
-	sort.Slice(ready, func(i, j int) bool { return ready[i].Spec.NodeName < ready[j].Spec.NodeName })
 	sort.Strings(notReady)
-	return ready, notReady
+	return ready, targets, notReady, notes
+}
+
+func notReadyLine(p corev1.Pod) string {
+	node := p.Spec.NodeName
+	if node == "" {
+		node = "(not scheduled)"
+	}
+	why := string(p.Status.Phase)
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Waiting != nil {
+			why += ": " + cs.State.Waiting.Reason + " " + cs.State.Waiting.Message
+		}
+	}
+	return fmt.Sprintf("node %s: probe pod %s not ready (%s)", node, p.Name, why)
 }
 
 func isReady(p corev1.Pod) bool {
@@ -224,25 +284,30 @@ func collect(ctx context.Context, c *Client, ready []corev1.Pod, selector string
 	}
 }
 
-// deleteAndWait deletes the DaemonSet with foreground propagation and
-// waits until it is gone, which is after its pods are.
-func deleteAndWait(ctx context.Context, c *Client, name string, o Options) error {
+// deleteAndWait deletes the DaemonSets with foreground propagation and
+// waits until they are gone, which is after their pods are.
+func deleteAndWait(ctx context.Context, c *Client, names []string, o Options) error {
 	ctx, cancel := context.WithTimeout(ctx, o.Wait)
 	defer cancel()
-	if err := c.DeleteDaemonSet(ctx, name); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete the probe DaemonSet %s/%s: %w", c.Namespace, name, err)
-	}
-	for {
-		_, err := c.GetDaemonSet(ctx, name)
-		if apierrors.IsNotFound(err) {
-			o.Log.Info("deleted the probe DaemonSet and its pods", "name", name)
-			return nil
-		}
-		if err := sleep(ctx, poll); err != nil {
-			return fmt.Errorf("the probe DaemonSet %s/%s is still being deleted after %s, its pods terminating (a node down?): kubectl -n %s get pods -l %s=%s: %w",
-				c.Namespace, name, o.Wait, c.Namespace, LabelRun, o.Spec.Run, err)
+	for _, name := range names {
+		if err := c.DeleteDaemonSet(ctx, name); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete the probe DaemonSet %s/%s: %w", c.Namespace, name, err)
 		}
 	}
+	for _, name := range names {
+		for {
+			_, err := c.GetDaemonSet(ctx, name)
+			if apierrors.IsNotFound(err) {
+				o.Log.Info("deleted a probe DaemonSet and its pods", "name", name)
+				break
+			}
+			if err := sleep(ctx, poll); err != nil {
+				return fmt.Errorf("the probe DaemonSet %s/%s is still being deleted after %s, its pods terminating (a node down?): kubectl -n %s get pods -l %s=%s: %w",
+					c.Namespace, name, o.Wait, c.Namespace, LabelRun, o.Spec.Run, err)
+			}
+		}
+	}
+	return nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
