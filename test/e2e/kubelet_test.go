@@ -50,13 +50,13 @@ type kubelet struct {
 	apiserver string            // host:port of the API server
 	dir       string
 
-	mu      sync.Mutex
-	running map[types.UID]*runningPod
+	mu          sync.Mutex
+	running     map[types.UID]*runningPod
 	tried       map[types.UID]bool // only the loop's goroutine uses it
 	startingUID map[types.UID]bool
 	starting    sync.WaitGroup
 	client      kubernetes.Interface // the admin's, without client-side throttling
-	started int
+	started     int
 }
 
 type runningPod struct {
