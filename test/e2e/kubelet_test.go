@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/weft-net/weft/internal/kubetest"
 	"github.com/weft-net/weft/internal/nettest"
@@ -325,6 +326,10 @@ func (kl *kubelet) awaitReady(ctx context.Context, rp *runningPod, port int) err
 // reportRunning writes the status a kubelet reports for a started, ready
 // container.
 func (kl *kubelet) reportRunning(ctx context.Context, p *corev1.Pod, rp *runningPod) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error { return kl.updateStatus(ctx, p, rp) })
+}
+
+func (kl *kubelet) updateStatus(ctx context.Context, p *corev1.Pod, rp *runningPod) error {
 	cur, err := kl.client.CoreV1().Pods(kl.ns).Get(ctx, p.Name, metav1.GetOptions{})
 	if err != nil {
 		return err
