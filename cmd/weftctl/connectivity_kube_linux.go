@@ -53,7 +53,7 @@ func (c *connFlags) kube(ctx context.Context, w, stderr io.Writer) error {
 		}
 	}
 	if err != nil && ctx.Err() != nil {
-		return errors.New("interrupted (the probe DaemonSet was deleted)")
+		return errors.New("interrupted (probe DaemonSets deleted, unless a warning above says otherwise)")
 	}
 	if err != nil {
 		return err

@@ -36,10 +36,11 @@ every node at the same time (within --wait): each node publishes its probe
 under <etcd-prefix>/connectivity/ (with a short etcd lease), measures the
 others, and every node prints the whole matrix.
 
-With --kubeconfig (from anywhere) it creates a probe DaemonSet in --namespace,
-waits for a probe pod on every node, has each probe measure the others (pod
-to pod: loss, round trip, a TCP exchange), collects their results from
-annotations on their pods, prints the matrix and deletes the DaemonSet. Apply
+With --kubeconfig (from anywhere) it creates two probe DaemonSets in
+--namespace, one on the pod network and one on the nodes' network (probes on
+the VTEP addresses), waits for a probe of each on every node, has each probe
+measure the others, collects their results from annotations on their pods,
+prints both matrices and deletes the DaemonSets. Apply
 kube-manifests/weft-connectivity.yml first (namespace, RBAC).
 `
 

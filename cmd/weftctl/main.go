@@ -44,7 +44,7 @@ the Kubernetes API; --lab for the local lab):
   explain <src-ip> <dst-ip>  the hops a packet takes, from live state
   doctor                     check this node for what breaks an overlay; probe every peer
   connectivity               pod-to-pod and node-to-node matrix: loss, round trip, TCP
-                             (Kubernetes: through a probe DaemonSet it creates and deletes)
+                             (Kubernetes: through probe DaemonSets it creates and deletes)
 
 A plain Docker host:
   docker-opts [-f subnet-file] [-d env-file] [-daemon-json file]   dockerd's --bip, --mtu, --ip-masq
