@@ -2,6 +2,7 @@ package kube
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -21,12 +22,19 @@ func TestLogClientGo(t *testing.T) {
 	}
 	stderr := os.Stderr
 	os.Stderr = w
-	var buf bytes.Buffer
-	LogClientGo(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	var warn, debug bytes.Buffer
+	LogClientGo(slog.New(slog.NewTextHandler(&warn, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	klog.ErrorS(errors.New("connection refused"), "Failed to watch", "reflector", "nodes")
 	klog.Error("unhandled error")
 	klog.Info("a line for info")
 	klog.V(4).Info("a verbose line")
+	// At debug level: info passes, verbose lines (also through the
+	// contextual logger client-go's informers use) do not.
+	LogClientGo(slog.New(slog.NewTextHandler(&debug, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	klog.Info("a line for info")
+	klog.V(1).Info("a verbose line")
+	klog.FromContext(context.Background()).V(3).Info("a verbose contextual line")
+	klog.Background().Info("a contextual line for info")
 	klog.Flush()
 	os.Stderr = stderr
 	w.Close()
@@ -35,7 +43,7 @@ func TestLogClientGo(t *testing.T) {
 	if len(leaked) != 0 {
 		t.Errorf("klog wrote to stderr: %q", leaked)
 	}
-	out := buf.String()
+	out := warn.String()
 	for _, want := range []string{`level=ERROR msg="Failed to watch" component=client-go err="connection refused" reflector=nodes`, `level=ERROR msg="unhandled error" component=client-go`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in:\n%s", want, out)
@@ -43,5 +51,9 @@ func TestLogClientGo(t *testing.T) {
 	}
 	if strings.Contains(out, "a line for info") || strings.Contains(out, "verbose") {
 		t.Errorf("info or verbose lines above the logger's level:\n%s", out)
+	}
+	out = debug.String()
+	if !strings.Contains(out, `level=INFO msg="a line for info" component=client-go`) || !strings.Contains(out, `msg="a contextual line for info"`) || strings.Contains(out, "verbose") {
+		t.Errorf("at debug level, want the info lines and no verbose one:\n%s", out)
 	}
 }
