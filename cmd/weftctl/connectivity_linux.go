@@ -35,10 +35,18 @@ With --lab it does this for every lab node at once. On etcd hosts, run it on
 every node at the same time (within --wait): each node publishes its probe
 under <etcd-prefix>/connectivity/ (with a short etcd lease), measures the
 others, and every node prints the whole matrix.
+
+With --kubeconfig (from anywhere) it creates two probe DaemonSets in
+--namespace, one on the pod network and one on the nodes' network (probes on
+the VTEP addresses), waits for a probe of each on every node, has each probe
+measure the others, collects their results from annotations on their pods,
+prints both matrices and deletes the DaemonSets. Apply
+kube-manifests/weft-connectivity.yml first (namespace, RBAC).
 `
 
 type connFlags struct {
 	s                     store
+	k                     kubeFlags
 	count                 int
 	timeout, wait         time.Duration
 	cniBin                string
@@ -46,16 +54,20 @@ type connFlags struct {
 }
 
 func runConnectivity(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "probe" {
+		return runProbe(ctx, args[1:], stderr)
+	}
 	fs := flag.NewFlagSet("weftctl connectivity", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c connFlags
 	c.s.register(fs)
+	c.k.register(fs)
 	fs.IntVar(&c.count, "count", 3, "echo requests per pair")
 	fs.DurationVar(&c.timeout, "timeout", time.Second, "wait for each reply and TCP exchange")
 	fs.StringVar(&c.cniBin, "cni-bin", "", "with --lab: directory holding the weft plugin (default: next to weftctl, else from PATH)")
 	fs.StringVar(&c.cniConfDir, "cni-conf-dir", "/etc/cni/net.d", "on a host: the runtime's CNI config directory (its first file wires the probe)")
 	fs.StringVar(&c.cniBinDir, "cni-bin-dir", "/opt/cni/bin", "on a host: the CNI plugin directories (colon-separated)")
-	fs.DurationVar(&c.wait, "wait", 30*time.Second, "on a host: how long to wait for the other nodes to join, and for their results")
+	fs.DurationVar(&c.wait, "wait", 30*time.Second, "on a host: how long to wait for the other nodes to join, and for their results; with --kubeconfig: for the probe pods to be ready, for their results (beyond the measuring), and for their deletion")
 	fs.Usage = func() { fmt.Fprint(stderr, connectivityUsage); fs.PrintDefaults() }
 	if err := parse(fs, args, 0); err != nil {
 		return err
@@ -65,7 +77,7 @@ func runConnectivity(ctx context.Context, args []string, stdout, stderr io.Write
 		return err
 	}
 	if st == nil && c.s.kubeconfig != "" {
-		return errors.New("connectivity: not in Kubernetes mode yet; run `weftctl doctor` on a node, which probes every peer over the overlay")
+		return c.kube(ctx, stdout, stderr)
 	}
 	ls, _, _, err := c.s.leases(ctx, logger(stderr))
 	if err != nil {

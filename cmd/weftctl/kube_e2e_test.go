@@ -58,4 +58,23 @@ func TestLeasesKubernetes(t *testing.T) {
 	if regexp.MustCompile(`10\.244\.3\.0`).Match(out) {
 		t.Errorf("the unmanaged node is listed:\n%s", out)
 	}
+
+	// A ServiceAccount without RBAC: client-go's reflector fails to list
+	// the nodes and logs it through klog, which must come out as weftctl's
+	// own log lines, not klog's.
+	if _, err := c.Client.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "nobody"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	nobody, err := c.ServiceAccountKubeconfig(ctx, t.TempDir(), "default", "nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = exec.CommandContext(ctx, bin, "leases", "--kubeconfig", nobody, "--net-config-path", conf).CombinedOutput()
+	if err == nil {
+		t.Fatalf("weftctl leases as nobody: no error:\n%s", out)
+	}
+	t.Logf("weftctl leases as nobody:\n%s", out)
+	if klogLine := regexp.MustCompile(`(?m)^[IWEF]\d{4} \d\d:\d\d:\d\d`); klogLine.Match(out) || !regexp.MustCompile(`level=ERROR .*component=client-go.*forbidden`).Match(out) {
+		t.Errorf("want client-go's errors as weftctl log lines and no klog line:\n%s", out)
+	}
 }

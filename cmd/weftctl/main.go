@@ -13,11 +13,14 @@ import (
 	"os/exec"
 	"os/signal"
 	"syscall"
+
+	"github.com/weft-net/weft/subnet/kube"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	kube.LogClientGo(logger(os.Stderr)) // client-go's klog errors as weftctl's warnings are
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		code := exitCode(err)
 		var exit *exec.ExitError // lab exec: the command's own status, already explained by it
@@ -41,6 +44,7 @@ the Kubernetes API; --lab for the local lab):
   explain <src-ip> <dst-ip>  the hops a packet takes, from live state
   doctor                     check this node for what breaks an overlay; probe every peer
   connectivity               pod-to-pod and node-to-node matrix: loss, round trip, TCP
+                             (Kubernetes: through probe DaemonSets it creates and deletes)
 
 A plain Docker host:
   docker-opts [-f subnet-file] [-d env-file] [-daemon-json file]   dockerd's --bip, --mtu, --ip-masq

@@ -13,6 +13,7 @@ import (
 )
 
 func TestRunArguments(t *testing.T) {
+	t.Setenv("POD_NAME", "") // "connectivity probe outside a pod"
 	tests := []struct {
 		name     string
 		args     []string
@@ -42,6 +43,9 @@ func TestRunArguments(t *testing.T) {
 		{"doctor -h", []string{"doctor", "-h"}, flag.ErrHelp.Error(), 0},
 		{"connectivity -h", []string{"connectivity", "-h"}, flag.ErrHelp.Error(), 0},
 		{"help doctor", []string{"help", "doctor"}, flag.ErrHelp.Error(), 0},
+		{"connectivity probe -h", []string{"connectivity", "probe", "-h"}, flag.ErrHelp.Error(), 0},
+		{"connectivity probe outside a pod", []string{"connectivity", "probe", "--port", "0"}, "POD_NAME, POD_NAMESPACE and NODE_NAME must be set", 1},
+		{"connectivity with a missing kubeconfig", []string{"connectivity", "--kubeconfig", "/nonexistent/kubeconfig"}, "kubeconfig /nonexistent/kubeconfig", 1},
 		{"--help", []string{"--help"}, "", 0},
 		{"--version", []string{"--version"}, "", 0},
 		{"version", []string{"version"}, "", 0},

@@ -12,6 +12,7 @@ import (
 	"github.com/weft-net/weft/internal/daemon"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/subnet/etcd"
+	"github.com/weft-net/weft/subnet/kube"
 )
 
 func run(ctx context.Context, prog string, args []string) error {
@@ -27,6 +28,7 @@ func run(ctx context.Context, prog string, args []string) error {
 	if err != nil {
 		return err
 	}
+	kube.LogClientGo(log) // client-go's klog lines in weftd's log format
 	log.Info("starting weftd", "version", version, "flannelCompat", c.compat)
 	logFlannelFlags(c, log)
 

@@ -32,7 +32,7 @@ func (c dropChain) String() string {
 // checkFirewall looks for other firewalls that drop forwarded pod traffic:
 // nftables chains on the forward hook with policy drop (iptables-nft's
 // FORWARD included, where Docker sets DROP), and iptables-legacy tables,
-// which nftables does not show.
+// which nftables does not show (their filter FORWARD policy is read too).
 func checkFirewall(s *state) {
 	chains, err := s.forwardDropChains()
 	if err != nil {
@@ -63,6 +63,7 @@ func checkFirewall(s *state) {
 	if names, err := s.procNet("ip_tables_names"); err == nil && strings.TrimSpace(names) != "" {
 		s.r.add("firewall/iptables-legacy", Warn, "check them with `iptables-legacy -S` (and migrate them to iptables-nft or nft)",
 			"iptables-legacy tables %s are loaded: their rules run beside nftables and `nft list ruleset` does not show them", strings.Join(strings.Fields(names), ", "))
+		checkLegacyForward(s, names)
 	}
 }
 

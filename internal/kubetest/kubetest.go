@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,6 +136,15 @@ func (c *Cluster) startEtcd(ctx context.Context, t testing.TB) (string, error) {
 // is only failed on error); it runs until the cluster stops.
 func (c *Cluster) StartControllerManager(t testing.TB) {
 	t.Helper()
+	c.StartControllers(t, "nodeipam")
+}
+
+// StartControllers is StartControllerManager with the named controllers
+// (for example "nodeipam", "daemonset", "garbagecollector"). No scheduler
+// and no kubelet run: a test that needs pods placed and started plays
+// their part.
+func (c *Cluster) StartControllers(t testing.TB, controllers ...string) {
+	t.Helper()
 	if c.cm != nil {
 		t.Fatal("kubetest: controller-manager already started")
 	}
@@ -149,7 +159,7 @@ func (c *Cluster) StartControllerManager(t testing.TB) {
 		"--bind-address=127.0.0.1",
 		"--secure-port="+strconv.Itoa(port[0]),
 		"--cert-dir="+filepath.Join(c.Dir, "cm-certs"),
-		"--controllers=nodeipam",
+		"--controllers="+strings.Join(controllers, ","),
 		"--allocate-node-cidrs=true",
 		"--cluster-cidr="+ClusterCIDR,
 		"--node-cidr-mask-size="+strconv.Itoa(NodeMaskSize),
