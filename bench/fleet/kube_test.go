@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,7 +30,6 @@ import (
 type kubeFleet struct {
 	watchers int
 	cur      atomic.Pointer[probe]
-	started  sync.WaitGroup // the initial batch of every watch arrived
 }
 
 // createNodes creates Nodes 0..n-1 (kubetest.PeerNode), 16 at a time.
@@ -61,16 +59,18 @@ func fastClientset(tb testing.TB, k *kubetest.Cluster) kubernetes.Interface {
 	return cs
 }
 
-// startKubeFleet starts w watchers, 32 at a time, and returns when every
-// one has sent its first batch (the informer listed every Node). Each is
-// named after Node i, as the weftd on that node would be.
+// startKubeFleet starts w watchers and returns when every one has sent its
+// first batch (its informer listed every Node). Each is named after Node i,
+// as the weftd on that node would be. At most 32 start at once, each
+// waiting for its first batch, as a DaemonSet rolls out: a thousand
+// informers listing a thousand Nodes at the same moment overload the API
+// server and this process on two cores (lists time out and start over).
 func startKubeFleet(ctx context.Context, tb testing.TB, k *kubetest.Cluster, w int) *kubeFleet {
 	netConf := filepath.Join(tb.TempDir(), "net-conf.json")
 	if err := os.WriteFile(netConf, []byte(config), 0o644); err != nil {
 		tb.Fatal(err)
 	}
 	f := &kubeFleet{watchers: w}
-	f.started.Add(w)
 	var g errgroup.Group
 	g.SetLimit(32)
 	for i := range w {
@@ -89,30 +89,34 @@ func startKubeFleet(ctx context.Context, tb testing.TB, k *kubetest.Cluster, w i
 			if err != nil {
 				return err
 			}
-			events := make(chan []subnet.Event, 16)
+			events, first := make(chan []subnet.Event, 16), make(chan struct{})
 			go reg.Watch(ctx, events) //nolint:errcheck // ends with ctx
-			go f.consume(ctx, i, events)
-			return nil
+			go f.consume(ctx, i, events, first)
+			select {
+			case <-first:
+				return nil
+			case <-time.After(5 * time.Minute):
+				return fmt.Errorf("watcher %d: no first batch after 5 minutes", i)
+			}
 		})
 	}
 	if err := g.Wait(); err != nil {
 		tb.Fatal(err)
 	}
-	f.started.Wait()
 	return f
 }
 
-// consume reads watcher i's events and reports those of the current probe.
-func (f *kubeFleet) consume(ctx context.Context, i int, events <-chan []subnet.Event) {
-	first := true
+// consume reads watcher i's events, closes first on the first batch and
+// reports the events of the current probe.
+func (f *kubeFleet) consume(ctx context.Context, i int, events <-chan []subnet.Event, first chan struct{}) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case batch := <-events:
-			if first {
-				first = false
-				f.started.Done()
+			if first != nil {
+				close(first)
+				first = nil
 			}
 			if p := f.cur.Load(); p != nil {
 				p.saw(i, batch)
