@@ -74,9 +74,18 @@ func (d OverlayDrift) Neigh(u netlink.NeighUpdate) bool {
 }
 
 // Route: a wanted route removed, or one of weft's (on an overlay link or
-// with RouteProtocol) that is not wanted or goes elsewhere.
+// with RouteProtocol) that is not wanted or goes elsewhere. Only the routes
+// that Sync reads and repairs count: unicast routes of the main table that
+// the kernel did not add itself. The kernel's own routes for the link's
+// addresses (the IPv6 link-local address's, which appears a second after
+// the link comes up, among them) are not drift: each used to cost a full
+// sync of every peer right after start-up.
 func (d OverlayDrift) Route(u netlink.RouteUpdate) bool {
 	if !d.Index[u.LinkIndex] && u.Protocol != RouteProtocol {
+		return false
+	}
+	if u.Protocol == unix.RTPROT_KERNEL || u.Route.Type != unix.RTN_UNICAST ||
+		(u.Table != 0 && u.Table != unix.RT_TABLE_MAIN) {
 		return false
 	}
 	if u.Dst == nil {

@@ -74,8 +74,20 @@ func (o *Overlay) addPeer(e vtep.Entry, step EntryStep, st *SyncStats) error {
 }
 
 // own returns the rows of t that this overlay handles (its family, with an
-// underlay address of the same family, as Sync selects them).
+// underlay address of the same family, as Sync selects them): t itself when
+// it handles them all, the usual case, which saves two copies of the table
+// per change (tables are never modified once handed over).
 func (o *Overlay) own(t vtep.Table) vtep.Table {
+	all := true
+	for p, v := range t {
+		if !o.carries(p, v) {
+			all = false
+			break
+		}
+	}
+	if all {
+		return t
+	}
 	out := make(vtep.Table, len(t))
 	for p, v := range t {
 		if o.carries(p, v) {

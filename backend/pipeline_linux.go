@@ -15,12 +15,13 @@ import (
 
 // Pipe writes many neighbour, FDB and route changes over a netlink socket
 // of its own without waiting for each acknowledgement: it sends a window of
-// requests in one sendmsg, then reads their acknowledgements, so thousands
-// of peers cost a few dozen system calls instead of two per entry. The
-// kernel handles the requests of a window in order, exactly as it would
-// one at a time; Write returns only when every request of the batch is
-// answered, so a caller that must order two kinds of change (a neighbour
-// before its route) writes them as two batches.
+// requests in one sendmsg, then reads the answers (each failure, and the
+// acknowledgement of the window's last request), so thousands of peers cost
+// a few dozen system calls instead of two per entry. The kernel handles the
+// requests of a window in order, exactly as it would one at a time; Write
+// returns only when every request of the batch is handled, so a caller that
+// must order two kinds of change (a neighbour before its route) writes them
+// as two batches.
 //
 // A Pipe is not safe for concurrent use.
 type Pipe struct {
@@ -28,10 +29,11 @@ type Pipe struct {
 	seq uint32
 }
 
-// pipeWindow is how many requests are in flight at once: their
-// acknowledgements (each an skb of under 1 KB) must fit the socket's receive
-// buffer, which OpenPipe raises but which may stay at the usual 208 KB
-// default when the process may not raise it.
+// pipeWindow is how many requests are in flight at once: their failures
+// (each answered by an skb of under 1 KB; successes are not answered, see
+// window) must fit the socket's receive buffer, which OpenPipe raises but
+// which may stay at the usual 208 KB default when the process may not raise
+// it.
 const pipeWindow = 128
 
 // OpenPipe opens a Pipe in the network namespace at nsPath ("" is the
@@ -165,19 +167,28 @@ func (p *Pipe) Write(reqs []*nl.NetlinkRequest) ([]error, error) {
 	return res, nil
 }
 
+// window sends reqs in one sendmsg and collects their outcomes. Only the
+// last request asks for an acknowledgement: the kernel answers a request
+// without NLM_F_ACK only when it fails, and handles the requests of one
+// message in order, so the last one's acknowledgement says that all are
+// done and every failure before it has been reported. That saves the
+// kernel an answer per success (most of a window).
 func (p *Pipe) window(reqs []*nl.NetlinkRequest, res []error) error {
 	first := p.seq + 1
 	var buf []byte
-	for _, r := range reqs {
+	for i, r := range reqs {
 		p.seq++
 		r.Seq = p.seq
-		r.Flags |= unix.NLM_F_ACK
+		r.Flags &^= unix.NLM_F_ACK
+		if i == len(reqs)-1 {
+			r.Flags |= unix.NLM_F_ACK
+		}
 		buf = append(buf, r.Serialize()...)
 	}
 	if err := unix.Sendto(p.s.GetFd(), buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("netlink pipe: send: %w", err)
 	}
-	for left := len(reqs); left > 0; {
+	for {
 		msgs, _, err := p.s.Receive()
 		if err != nil {
 			return fmt.Errorf("netlink pipe: receive: %w", err)
@@ -190,10 +201,11 @@ func (p *Pipe) window(reqs []*nl.NetlinkRequest, res []error) error {
 			if e := ackErrno(m.Data); e != 0 {
 				res[i] = e
 			}
-			left--
+			if i == len(reqs)-1 {
+				return nil
+			}
 		}
 	}
-	return nil
 }
 
 // LazyPipe opens a Pipe on first use, for the overlay and its step to

@@ -174,14 +174,21 @@ type watch struct {
 // resubscription and a full resync.
 const notifyBuffer = 8 << 20
 
+// notifyQueue is the channel buffer of the neighbour and route
+// subscriptions. A burst waits in the socket's receive buffer
+// (notifyBuffer), not here: a channel's buffer is allocated up front and
+// stays resident (a RouteUpdate is 384 bytes, so 4,096 of them held 1.5 MB
+// for the daemon's whole life).
+const notifyQueue = 256
+
 // subscribe opens the four subscriptions in the namespace at path (""
 // means the current one).
 func subscribe(path string, log *slog.Logger) (*watch, error) {
 	w := &watch{
 		links:  make(chan netlink.LinkUpdate, 64),
 		addrs:  make(chan netlink.AddrUpdate, 64),
-		neighs: make(chan netlink.NeighUpdate, 4096),
-		routes: make(chan netlink.RouteUpdate, 4096),
+		neighs: make(chan netlink.NeighUpdate, notifyQueue),
+		routes: make(chan netlink.RouteUpdate, notifyQueue),
 		done:   make(chan struct{}),
 	}
 	var nsh *netns.NsHandle

@@ -4,6 +4,7 @@
 package vtep
 
 import (
+	"iter"
 	"net/netip"
 	"slices"
 
@@ -43,22 +44,44 @@ func FromLeases(leases []subnet.Lease, self subnet.Lease) Table {
 // with a zero MAC: the peer is reached by routing via that address. Other
 // types (alloc) have no peers.
 func FromLeasesOf(typ string, leases []subnet.Lease, self subnet.Lease) Table {
+	return FromLeaseSeq(typ, len(leases), slices.Values(leases), self)
+}
+
+// FromLeaseSeq is FromLeasesOf on a sequence of n leases (the values of a
+// map, without copying them into a slice first).
+func FromLeaseSeq(typ string, n int, leases iter.Seq[subnet.Lease], self subnet.Lease) Table {
 	switch typ {
 	case subnet.BackendTypeVXLAN:
-		return fromVXLAN(leases, self)
+		return fromVXLAN(n, leases, self)
 	case subnet.BackendTypeHostGW:
-		return fromHostGW(leases, self)
+		return fromHostGW(n, leases, self)
 	case subnet.BackendTypeWireGuard:
-		return fromWireGuard(leases, self)
+		return fromWireGuard(n, leases, self)
 	}
 	return Table{}
 }
 
-func fromHostGW(leases []subnet.Lease, self subnet.Lease) Table {
-	t := make(Table, len(leases))
-	selfKey := self.Key()
-	for _, l := range leases {
-		if l.Key() == selfKey || l.Attrs.BackendType != subnet.BackendTypeHostGW {
+// isSelf reports whether l has self's key without building the keys (a
+// string per lease, for every table). Different subnets make different keys,
+// except that a missing IPv4 subnet is written as 0.0.0.0/0 is: only then are
+// the keys compared.
+func isSelf(l, self subnet.Lease) bool {
+	if l.IPv6Subnet != self.IPv6Subnet {
+		return false
+	}
+	if l.Subnet == self.Subnet {
+		return true
+	}
+	if !l.Subnet.IsValid() || !self.Subnet.IsValid() {
+		return l.Key() == self.Key()
+	}
+	return false
+}
+
+func fromHostGW(n int, leases iter.Seq[subnet.Lease], self subnet.Lease) Table {
+	t := make(Table, n)
+	for l := range leases {
+		if isSelf(l, self) || l.Attrs.BackendType != subnet.BackendTypeHostGW {
 			continue
 		}
 		if l.Subnet.IsValid() && l.Attrs.PublicIP.IsValid() {
@@ -75,11 +98,10 @@ func fromHostGW(leases []subnet.Lease, self subnet.Lease) Table {
 // which it has backend data with a public key; the address is the lease's
 // public address of that family (invalid when it has none: a single-device
 // mode may still reach the peer over the other family).
-func fromWireGuard(leases []subnet.Lease, self subnet.Lease) Table {
-	t := make(Table, len(leases))
-	selfKey := self.Key()
-	for _, l := range leases {
-		if l.Key() == selfKey || l.Attrs.BackendType != subnet.BackendTypeWireGuard {
+func fromWireGuard(n int, leases iter.Seq[subnet.Lease], self subnet.Lease) Table {
+	t := make(Table, n)
+	for l := range leases {
+		if isSelf(l, self) || l.Attrs.BackendType != subnet.BackendTypeWireGuard {
 			continue
 		}
 		if d := l.Attrs.WireGuard; d != nil && l.Subnet.IsValid() && d.PublicKey != "" {
@@ -92,11 +114,10 @@ func fromWireGuard(leases []subnet.Lease, self subnet.Lease) Table {
 	return t
 }
 
-func fromVXLAN(leases []subnet.Lease, self subnet.Lease) Table {
-	t := make(Table, len(leases))
-	selfKey := self.Key()
-	for _, l := range leases {
-		if l.Key() == selfKey || l.Attrs.BackendType != subnet.BackendTypeVXLAN {
+func fromVXLAN(n int, leases iter.Seq[subnet.Lease], self subnet.Lease) Table {
+	t := make(Table, n)
+	for l := range leases {
+		if isSelf(l, self) || l.Attrs.BackendType != subnet.BackendTypeVXLAN {
 			continue
 		}
 		if d := l.Attrs.BackendData; d != nil && l.Subnet.IsValid() && l.Attrs.PublicIP.IsValid() && !d.VtepMAC.IsZero() {

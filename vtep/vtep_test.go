@@ -140,3 +140,23 @@ func TestFromLeasesOfHostGW(t *testing.T) {
 		t.Errorf("alloc: got %v, want no peers", got)
 	}
 }
+
+// TestIsSelfMatchesKeys: isSelf says exactly what comparing the keys says.
+func TestIsSelfMatchesKeys(t *testing.T) {
+	pfx := []netip.Prefix{{}, netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("10.244.1.0/24"),
+		netip.MustParsePrefix("10.244.2.0/24"), netip.MustParsePrefix("10.244.1.0/25"), netip.MustParsePrefix("::ffff:10.244.1.0/120")}
+	pfx6 := []netip.Prefix{{}, netip.MustParsePrefix("::/0"), netip.MustParsePrefix("fd00:1::/64"), netip.MustParsePrefix("fd00:2::/64")}
+	var ls []subnet.Lease
+	for _, v4 := range pfx {
+		for _, v6 := range pfx6 {
+			ls = append(ls, subnet.Lease{Subnet: v4, IPv6Subnet: v6})
+		}
+	}
+	for _, a := range ls {
+		for _, b := range ls {
+			if got, want := isSelf(a, b), a.Key() == b.Key(); got != want {
+				t.Errorf("isSelf(%s, %s) = %v, keys say %v", a.Key(), b.Key(), got, want)
+			}
+		}
+	}
+}

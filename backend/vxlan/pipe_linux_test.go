@@ -153,9 +153,10 @@ func BenchmarkSync5000(b *testing.B) {
 	}
 }
 
-// TestPipeReportsEachFailure writes a batch in which one request fails (a
-// neighbour on a link that does not exist): the others are written, counted,
-// and the error names the failing one.
+// TestPipeReportsEachFailure writes a batch in which three requests fail (a
+// neighbour on a link that does not exist): the first of all, the last of a
+// window (the one whose acknowledgement ends it) and one in the middle. The
+// others are written and counted, and the error names the first failure.
 func TestPipeReportsEachFailure(t *testing.T) {
 	s := newPipeSide(t, "pfail", true)
 	l, err := s.ns.Handle.LinkByName("vx0")
@@ -173,21 +174,31 @@ func TestPipeReportsEachFailure(t *testing.T) {
 	for i := range 300 {
 		n := &netlink.Neigh{LinkIndex: l.Attrs().Index, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
 			IP: netip.AddrFrom4([4]byte{10, 9, byte(i >> 8), byte(i)}).AsSlice(), HardwareAddr: subnet.MAC{0x0a, 9, 0, 0, byte(i >> 8), byte(i)}.HardwareAddr()}
-		if i == 200 {
+		if i == 0 || i == 127 || i == 200 {
 			n.LinkIndex = 9999
 		}
 		reqs = append(reqs, backend.NeighRequest(n, true))
 	}
 	done := 0
 	err = backend.PipeWrite(p, reqs, 0, &done, func(i int) string { return fmt.Sprintf("neighbour %d", i) })
-	if err == nil || !strings.HasPrefix(err.Error(), "neighbour 200: ") {
-		t.Errorf("error %v, want one naming neighbour 200", err)
+	if err == nil || !strings.HasPrefix(err.Error(), "neighbour 0: ") {
+		t.Errorf("error %v, want one naming neighbour 0", err)
 	}
-	if done != 299 {
-		t.Errorf("%d written, want 299", done)
+	if done != 297 {
+		t.Errorf("%d written, want 297", done)
 	}
-	if got := strings.Count(s.ns.MustRun(t, "ip", "neigh", "show", "dev", "vx0"), "PERMANENT"); got != 299 {
-		t.Errorf("%d neighbours in the kernel, want 299", got)
+	if got := strings.Count(s.ns.MustRun(t, "ip", "neigh", "show", "dev", "vx0"), "PERMANENT"); got != 297 {
+		t.Errorf("%d neighbours in the kernel, want 297", got)
+	}
+	// The failures themselves, not just the first: each in its place.
+	res, err := p.Write(reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range res {
+		if fail := i == 0 || i == 127 || i == 200; fail != (e != nil) {
+			t.Errorf("request %d: %v", i, e)
+		}
 	}
 	// Deleting what is gone is no error when the caller says so.
 	done = 0

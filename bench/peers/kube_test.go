@@ -2,7 +2,6 @@ package peers
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -13,48 +12,13 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/internal/kubetest"
-	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/test/e2e"
 )
-
-const kubeAnn = "flannel.alpha.coreos.com/"
-
-// kubeNode is Node number i as a kubelet and weftd would leave it: podCIDR,
-// lease annotations, and a status of the usual size (conditions, capacity,
-// addresses, a few dozen images), which the informer's transform drops.
-func kubeNode(i int) *corev1.Node {
-	n := i + 1
-	sn := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(n >> 8), byte(n), 0}), 24)
-	pub := netip.AddrFrom4([4]byte{100, 64 + byte(n>>16), byte(n >> 8), byte(n)})
-	bd, _ := json.Marshal(subnet.VXLANData{VNI: 1, VtepMAC: backend.VTEPMAC(pub, 1)})
-	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("peer-%05d", i),
-			Labels: map[string]string{"kubernetes.io/hostname": fmt.Sprintf("peer-%05d", i), "kubernetes.io/os": "linux"},
-			Annotations: map[string]string{kubeAnn + "kube-subnet-manager": "true", kubeAnn + "backend-type": "vxlan",
-				kubeAnn + "backend-data": string(bd), kubeAnn + "public-ip": pub.String()}},
-		Spec: corev1.NodeSpec{PodCIDR: sn.String(), PodCIDRs: []string{sn.String()}},
-		Status: corev1.NodeStatus{
-			Capacity:  corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi")},
-			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: pub.String()}},
-		},
-	}
-	for _, c := range []corev1.NodeConditionType{"Ready", "MemoryPressure", "DiskPressure", "PIDPressure"} {
-		node.Status.Conditions = append(node.Status.Conditions, corev1.NodeCondition{Type: c, Status: "False",
-			Reason: "KubeletHasSufficient" + string(c), Message: "kubelet has sufficient resources available for " + string(c)})
-	}
-	for j := range 30 {
-		node.Status.Images = append(node.Status.Images, corev1.ContainerImage{SizeBytes: 1 << 26,
-			Names: []string{fmt.Sprintf("registry.example.com/team/app-%02d@sha256:%064x", j, j), fmt.Sprintf("registry.example.com/team/app-%02d:v1.%d", j, j)}})
-	}
-	return node
-}
 
 // BenchmarkPeersKube1000 runs weftd --kube-subnet-mgr against a real
 // kube-apiserver holding 1,000 peer Nodes (with kubelet-sized status):
@@ -75,7 +39,7 @@ func BenchmarkPeersKube1000(b *testing.B) {
 	g.SetLimit(16)
 	for i := range peers {
 		g.Go(func() error {
-			_, err := cs.CoreV1().Nodes().Create(ctx, kubeNode(i), metav1.CreateOptions{})
+			_, err := cs.CoreV1().Nodes().Create(ctx, kubetest.PeerNode(i), metav1.CreateOptions{})
 			return err
 		})
 	}
@@ -128,7 +92,7 @@ func kubeRound(b *testing.B, k *kubetest.Cluster, cs kubernetes.Interface, weftd
 	}
 	node.WaitReady()
 	lat := probeLatency(b, node, 50, func(i int) netip.Prefix {
-		n := kubeNode(5000 + 100*round + i)
+		n := kubetest.PeerNode(5000 + 100*round + i)
 		if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
 		}

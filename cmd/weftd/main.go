@@ -17,6 +17,7 @@ import (
 var version = "dev"
 
 func main() {
+	tuneGC()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[0], os.Args[1:]); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"time"
 
@@ -270,7 +271,7 @@ func (d *Daemon) watch(ctx context.Context, cfg *subnet.Config, self subnet.Leas
 					added++
 				}
 			}
-			t := vtep.FromLeasesOf(leaseType, peers.all(), self)
+			t := vtep.FromLeaseSeq(leaseType, len(peers.leases), maps.Values(peers.leases), self)
 			b.Set(t)
 			v4 := 0
 			for p := range t {

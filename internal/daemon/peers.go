@@ -45,12 +45,3 @@ func (p *peerSet) apply(ev subnet.Event) {
 	p.rej.Forget(key)
 	p.leases[key] = ev.Lease
 }
-
-// all returns the accepted leases.
-func (p *peerSet) all() []subnet.Lease {
-	out := make([]subnet.Lease, 0, len(p.leases))
-	for _, l := range p.leases {
-		out = append(out, l)
-	}
-	return out
-}

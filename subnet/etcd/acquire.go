@@ -66,10 +66,11 @@ func (r *Registry) Acquire(ctx context.Context, attrs subnet.LeaseAttrs, hint ne
 // tryAcquire makes one attempt on one listing. It returns errRace when the
 // listing went stale under it.
 func (r *Registry) tryAcquire(ctx context.Context, cfg *subnet.Config, attrs subnet.LeaseAttrs, value []byte, hint netip.Prefix) (subnet.Lease, error) {
-	entries, _, err := r.list(ctx)
+	entries, rev, err := r.list(ctx)
 	if err != nil {
 		return subnet.Lease{}, fmt.Errorf("acquire lease: etcd %s: %w", r.endpoints(), err)
 	}
+	r.kept.keep(entries, rev)
 	own, stale := findOwn(cfg, entries, attrs)
 	if len(stale) > 0 {
 		if err := r.deleteStale(ctx, stale); err != nil {
@@ -162,6 +163,8 @@ func (r *Registry) reuse(ctx context.Context, e entry, attrs subnet.LeaseAttrs, 
 			return subnet.Lease{}, errRace
 		}
 		l.Revision = resp.Header.Revision
+		r.kept.wrote(entry{name: e.name, lease: subnet.Lease{Subnet: l.Subnet, IPv6Subnet: l.IPv6Subnet, Attrs: attrs,
+			Revision: l.Revision}, value: value, leaseID: e.leaseID}, l.Revision)
 	}
 	if e.leaseID == 0 {
 		r.log.Info("reusing the subnet reserved for us", "key", key)
@@ -204,6 +207,8 @@ func (r *Registry) create(ctx context.Context, l subnet.Lease, value []byte) (su
 	}
 	l.Expiration = start.Add(time.Duration(grant.TTL) * time.Second)
 	l.Revision = resp.Header.Revision
+	r.kept.wrote(entry{name: l.Key(), lease: subnet.Lease{Subnet: l.Subnet, IPv6Subnet: l.IPv6Subnet, Attrs: l.Attrs,
+		Revision: l.Revision}, value: value, leaseID: grant.ID}, l.Revision)
 	r.log.Info("created a lease", "key", key, "expires", l.Expiration)
 	return l, nil
 }

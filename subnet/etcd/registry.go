@@ -63,7 +63,8 @@ type Registry struct {
 	timeout time.Duration
 	log     *slog.Logger
 	rej     *subnet.Rejections
-	err     error // bad options, returned by every method
+	err     error   // bad options, returned by every method
+	kept    listing // Acquire's last listing, for the next Watch
 }
 
 var _ subnet.Registry = (*Registry)(nil)

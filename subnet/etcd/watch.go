@@ -29,6 +29,9 @@ const (
 // Expiration (finding it would cost one request per lease). Keys that are
 // not lease keys and values that do not parse are logged and skipped; a
 // lease overwritten by a value that does not parse is reported removed.
+// The first listing is the one the last Acquire made, if it is at most
+// listingMaxAge old and nothing was written to etcd since: a node starting
+// up then lists its thousands of leases once, not twice.
 func (r *Registry) Watch(ctx context.Context, events chan<- []subnet.Event) error {
 	if r.err != nil {
 		return r.err
@@ -36,7 +39,7 @@ func (r *Registry) Watch(ctx context.Context, events chan<- []subnet.Event) erro
 	if events == nil {
 		return errors.New("watch subnet leases: nil event channel")
 	}
-	w := &watcher{r: r, events: events, known: map[string]entry{}}
+	w := &watcher{r: r, events: events, known: map[string]entry{}, first: true}
 	delay := relistMinDelay
 	for {
 		rev, err := w.resync(ctx)
@@ -65,6 +68,7 @@ type watcher struct {
 	r      *Registry
 	events chan<- []subnet.Event
 	known  map[string]entry // by key name; only leases whose value parses
+	first  bool             // the first listing may be the one Acquire made
 }
 
 func (w *watcher) send(ctx context.Context, batch []subnet.Event) error {
@@ -82,7 +86,11 @@ func (w *watcher) send(ctx context.Context, batch []subnet.Event) error {
 // resync lists the leases, sends the difference from what was sent before
 // and returns the listing's revision.
 func (w *watcher) resync(ctx context.Context) (int64, error) {
-	entries, rev, err := w.r.list(ctx)
+	list := w.r.list
+	if w.first {
+		w.first, list = false, w.r.listOnce
+	}
+	entries, rev, err := list(ctx)
 	if err != nil {
 		return 0, err
 	}
