@@ -162,8 +162,8 @@ func TestManifestContents(t *testing.T) {
 	}
 	sc := w.SecurityContext
 	if sc == nil || (sc.Privileged != nil && *sc.Privileged) || sc.Capabilities == nil ||
-		!reflect.DeepEqual(sc.Capabilities.Add, []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_NICE"}) {
-		t.Errorf("weftd securityContext %+v: want NET_ADMIN, NET_RAW and SYS_NICE (--dataplane-nice), not privileged", sc)
+		!reflect.DeepEqual(sc.Capabilities.Add, []corev1.Capability{"NET_ADMIN", "NET_RAW"}) {
+		t.Errorf("weftd securityContext %+v: want NET_ADMIN and NET_RAW, not privileged", sc)
 	}
 	for name, p := range map[string]*corev1.Probe{"/healthz": w.LivenessProbe, "/readyz": w.ReadinessProbe} {
 		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != name || p.HTTPGet.Host != "127.0.0.1" || p.HTTPGet.Port.IntValue() != 9470 {
