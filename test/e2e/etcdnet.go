@@ -20,13 +20,20 @@ type EtcdHost struct {
 	Proxy *etcdlocal.Proxy
 }
 
-// AddEtcdHost plugs a host named label into u that serves target (an etcd
-// client URL of this process, such as a unix socket) on port EtcdPort of its
-// underlay address. The relay runs in this process; only its listening
-// socket lives in the host's namespace. It is closed when the test ends.
+// AddEtcdHost plugs a host named label into u and serves target on it (see
+// ServeEtcd).
 func AddEtcdHost(tb testing.TB, u *nettest.Underlay, label, target string) *EtcdHost {
 	tb.Helper()
-	h := u.AddHost(tb, label, "eth0")
+	return ServeEtcd(tb, u.AddHost(tb, label, "eth0"), target)
+}
+
+// ServeEtcd serves target (an etcd client URL of this process: a unix
+// socket, or http(s) on loopback) on port EtcdPort of h's underlay address.
+// The relay runs in this process; only its listening socket lives in h's
+// namespace. TLS passes through: an https target needs a certificate valid
+// for h's address. The relay is closed when the test ends.
+func ServeEtcd(tb testing.TB, h *nettest.Host, target string) *EtcdHost {
+	tb.Helper()
 	addr := netip.AddrPortFrom(h.Addr, EtcdPort)
 	ln, err := h.Listen("tcp", addr.String())
 	if err != nil {
