@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 )
 
 // Proxy relays client connections to an etcd server. Pause cuts every
@@ -26,7 +27,7 @@ type Proxy struct {
 	ln            net.Listener
 	mu            sync.Mutex
 	paused        bool
-	conns         map[net.Conn]struct{}
+	conns         map[net.Conn]*atomic.Bool // each relayed connection's frozen flag
 	wg            sync.WaitGroup
 }
 
@@ -56,7 +57,7 @@ func NewProxyOn(ln net.Listener, target string) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd proxy: target %q: %w", target, err)
 	}
-	p := &Proxy{ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, conns: map[net.Conn]*atomic.Bool{}}
 	switch {
 	case u.Scheme == "unix" && u.Path != "":
 		p.network, p.addr = "unix", u.Path
@@ -82,23 +83,24 @@ func (p *Proxy) serve() {
 		if err != nil {
 			return // closed
 		}
-		if !p.track(c) {
+		frozen := new(atomic.Bool)
+		if !p.track(c, frozen) {
 			c.Close()
 			continue
 		}
 		p.wg.Add(1)
-		go p.relay(c)
+		go p.relay(c, frozen)
 	}
 }
 
 // track registers c unless the proxy is paused.
-func (p *Proxy) track(c net.Conn) bool {
+func (p *Proxy) track(c net.Conn, frozen *atomic.Bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.paused {
 		return false
 	}
-	p.conns[c] = struct{}{}
+	p.conns[c] = frozen
 	return true
 }
 
@@ -109,21 +111,21 @@ func (p *Proxy) untrack(c net.Conn) {
 	c.Close()
 }
 
-func (p *Proxy) relay(client net.Conn) {
+func (p *Proxy) relay(client net.Conn, frozen *atomic.Bool) {
 	defer p.wg.Done()
 	defer p.untrack(client)
 	server, err := net.Dial(p.network, p.addr)
 	if err != nil {
 		return
 	}
-	if !p.track(server) {
+	if !p.track(server, frozen) {
 		server.Close()
 		return
 	}
 	defer p.untrack(server)
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
-		_, err := io.Copy(dst, src)
+		err := copyUnlessFrozen(dst, src, frozen)
 		if err != nil && !errors.Is(err, net.ErrClosed) {
 			dst.Close()
 		}
@@ -132,6 +134,37 @@ func (p *Proxy) relay(client net.Conn) {
 	go pipe(server, client)
 	go pipe(client, server)
 	<-done // either side ended: end both
+}
+
+// copyUnlessFrozen copies src to dst until src ends, dropping what it reads
+// once frozen is set.
+func copyUnlessFrozen(dst, src net.Conn, frozen *atomic.Bool) error {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !frozen.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return werr
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// Freeze makes every connection relayed so far go silent: what either side
+// sends is dropped, and neither side is told, as when a firewall starts
+// dropping packets. New connections are relayed as before.
+func (p *Proxy) Freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, frozen := range p.conns {
+		frozen.Store(true)
+	}
 }
 
 // Pause closes every relayed connection and refuses new ones.
