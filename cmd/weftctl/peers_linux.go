@@ -63,7 +63,7 @@ func runPeers(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // against cfg (subnet.Config.CheckLease) are listed as rejected, not
 // expected as peers: weftd never programs them.
 func peers(w io.Writer, h *netlink.Handle, device string, ls []subnet.Lease, cfg *subnet.Config, from string) error {
-	if self, ok := inspect.SelfLeaseByAddr(h, ls); ok && device == "" && self.Attrs.BackendType == subnet.BackendTypeHostGW {
+	if self, ok := inspect.SelfLeaseByAddr(h, inspect.SelfCandidates(cfg, ls)); ok && device == "" && self.Attrs.BackendType == subnet.BackendTypeHostGW {
 		ls, rejected := inspect.CheckLeases(cfg, self, ls)
 		inspect.RenderRejected(w, rejected)
 		return hostGWPeers(w, h, self, ls, from)
@@ -72,7 +72,7 @@ func peers(w io.Writer, h *netlink.Handle, device string, ls []subnet.Lease, cfg
 	if err != nil {
 		return err
 	}
-	self, ok := inspect.SelfLease(ls, k)
+	self, ok := inspect.SelfLease(inspect.SelfCandidates(cfg, ls), k)
 	if !ok {
 		return fmt.Errorf("none of the %d leases in %s belongs to this node (device %s, addresses %v): %w", len(ls), from, k.Device.Name, k.Device.Addrs, errMismatch)
 	}

@@ -37,6 +37,24 @@ func CheckLeases(cfg *subnet.Config, self subnet.Lease, ls []subnet.Lease) (ok [
 	return ok, rejected
 }
 
+// SelfCandidates are the leases that may be this node's own: those that
+// pass every check of cfg but the prefix length (a node's own length is the
+// one the others are held to). Looking for the node's own lease only among
+// them keeps a hostile lease such as 0.0.0.0-1, whose subnet holds every
+// address, from being taken for it. A nil cfg keeps every lease.
+func SelfCandidates(cfg *subnet.Config, ls []subnet.Lease) []subnet.Lease {
+	if cfg == nil {
+		return ls
+	}
+	var out []subnet.Lease
+	for _, l := range ls {
+		if cfg.CheckLease(l, subnet.PrefixLens{V4: l.Subnet.Bits(), V6: l.IPv6Subnet.Bits()}) == nil {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // RenderRejected prints one line per rejected lease: its key, its node
 // address and the reason.
 func RenderRejected(w io.Writer, rs []Rejected) {

@@ -65,3 +65,21 @@ func TestCheckLeases(t *testing.T) {
 		t.Errorf("without a config: kept %d, rejected %d; want all kept", len(ok), len(rejected))
 	}
 }
+
+// TestSelfCandidates: a lease whose subnet holds every address (0.0.0.0-1)
+// must not be taken for the node's own; a node's own length is not checked.
+func TestSelfCandidates(t *testing.T) {
+	cfg, err := subnet.ParseConfig([]byte(`{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := vxlanLease("10.244.1.0/25", "192.168.77.1", 1)
+	ls := []subnet.Lease{vxlanLease("0.0.0.0/1", "192.168.77.66", 1), own, vxlanLease("10.244.203.0/24", "127.0.0.1", 1)}
+	got := SelfCandidates(cfg, ls)
+	if len(got) != 1 || got[0].Key() != own.Key() {
+		t.Errorf("candidates %v, want only %s", got, own.Key())
+	}
+	if got := SelfCandidates(nil, ls); len(got) != len(ls) {
+		t.Errorf("without a config: %d candidates, want all %d", len(got), len(ls))
+	}
+}

@@ -40,7 +40,7 @@ func NodePeers(n *nettest.NS, leases []subnet.Lease, cfg *subnet.Config) (*inspe
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%s: %w", n.Name, err)
 	}
-	self, ok := inspect.SelfLease(leases, k)
+	self, ok := inspect.SelfLease(inspect.SelfCandidates(cfg, leases), k)
 	if !ok {
 		return k, nil, nil, fmt.Errorf("%s: no lease matches device %s", n.Name, k.Device.Name)
 	}
