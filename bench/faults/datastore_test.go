@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/internal/nettest"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/test/e2e"
 )
@@ -71,6 +73,7 @@ func TestHostileDatastore(t *testing.T) {
 		}
 		return nil
 	})
+	checkPeersRejects(t, c, n1, hostileLeases(t))
 	routes := n1.MustRun(t, "ip", "route")
 	hijacked := 0
 	for _, p := range []string{"0.0.0.0/1", "10.250.0.0/24", "10.244.200.0/25", "10.244.201.0/24", "10.244.202.0/24", "10.244.203.0/24", "10.244.204.0/24"} {
@@ -149,4 +152,29 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "no"
+}
+
+// checkPeersRejects runs `weftctl peers` on n against the cluster's etcd:
+// it must apply weftd's checks, so every hostile lease that parses is listed
+// as rejected, the real peers are all programmed, and it exits 0.
+func checkPeersRejects(t *testing.T, c *e2e.Cluster, n *e2e.Node, hostile map[string]string) {
+	t.Helper()
+	out, err := n.Run(nettest.Binary(t, "weftctl"), "peers", "--etcd-endpoints", c.Etcd.Endpoint)
+	if err != nil {
+		t.Errorf("weftctl peers on %s with hostile leases in etcd: %v\n%s", n.Label, err, out)
+	}
+	rejected := 0
+	for k, v := range hostile {
+		var a subnet.LeaseAttrs
+		if _, _, err := subnet.ParseKey(k); err != nil || json.Unmarshal([]byte(v), &a) != nil {
+			continue // does not parse: weftctl skips it with a warning
+		}
+		rejected++
+		if !strings.Contains(out, "rejected lease "+k+" ") {
+			t.Errorf("weftctl peers on %s does not show %s as rejected:\n%s", n.Label, k, out)
+		}
+	}
+	if want := fmt.Sprintf("all %d peers programmed as leased", len(c.Nodes)-1); !strings.Contains(out, want) || strings.Count(out, "rejected lease") != rejected {
+		t.Errorf("weftctl peers on %s: want %q and %d rejected leases:\n%s", n.Label, want, rejected, out)
+	}
 }

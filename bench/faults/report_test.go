@@ -77,8 +77,12 @@ func writeReport(path string) error {
 	}
 	host, _ := os.Hostname()
 	load, _ := os.ReadFile("/proc/loadavg")
-	fmt.Fprintf(&b, "Run: %s, %s variants, host %s, load average at the end %s\n",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), variant, host, strings.Join(strings.Fields(string(load))[:3], " "))
+	commit := ""
+	if c := os.Getenv("WEFT_FAULTS_COMMIT"); c != "" {
+		commit = ", commit " + c
+	}
+	fmt.Fprintf(&b, "Run: %s, %s variants%s, host %s, load average at the end %s\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), variant, commit, host, strings.Join(strings.Fields(string(load))[:3], " "))
 	b.WriteString("| fault | what was measured | figure | goal | pass |\n|---|---|---|---|---|\n")
 	for _, r := range rows {
 		pass := "yes"

@@ -28,7 +28,7 @@ func runPeers(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	ls, _, from, err := s.leases(ctx, logger(stderr))
+	ls, cfg, from, err := s.leases(ctx, logger(stderr))
 	if err != nil {
 		return err
 	}
@@ -38,7 +38,7 @@ func runPeers(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("netlink: %w", err)
 		}
 		defer h.Close()
-		return peers(stdout, h, *device, ls, from)
+		return peers(stdout, h, *device, ls, cfg, from)
 	}
 	var bad int
 	for _, n := range st.Nodes {
@@ -46,7 +46,7 @@ func runPeers(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			continue
 		}
 		fmt.Fprintf(stdout, "== %s (%s, %s)\n", n.Name, n.Addr, n.Backend)
-		err := withLabNS(n.NS, func(h *netlink.Handle) error { return peers(stdout, h, *device, ls, from) })
+		err := withLabNS(n.NS, func(h *netlink.Handle) error { return peers(stdout, h, *device, ls, cfg, from) })
 		if err != nil {
 			fmt.Fprintln(stdout, err)
 			bad++
@@ -59,20 +59,26 @@ func runPeers(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 // peers prints the overlay state in h's namespace against the leases and
-// fails with errMismatch when they differ.
-func peers(w io.Writer, h *netlink.Handle, device string, ls []subnet.Lease, from string) error {
-	if self, ok := inspect.SelfLeaseByAddr(h, ls); ok && device == "" && self.Attrs.BackendType == subnet.BackendTypeHostGW {
+// fails with errMismatch when they differ. Leases that fail weftd's checks
+// against cfg (subnet.Config.CheckLease) are listed as rejected, not
+// expected as peers: weftd never programs them.
+func peers(w io.Writer, h *netlink.Handle, device string, ls []subnet.Lease, cfg *subnet.Config, from string) error {
+	if self, ok := inspect.SelfLeaseByAddr(h, inspect.SelfCandidates(cfg, ls)); ok && device == "" && self.Attrs.BackendType == subnet.BackendTypeHostGW {
+		ls, rejected := inspect.CheckLeases(cfg, self, ls)
+		inspect.RenderRejected(w, rejected)
 		return hostGWPeers(w, h, self, ls, from)
 	}
 	k, err := inspect.ReadKernel(h, device)
 	if err != nil {
 		return err
 	}
-	self, ok := inspect.SelfLease(ls, k)
+	self, ok := inspect.SelfLease(inspect.SelfCandidates(cfg, ls), k)
 	if !ok {
 		return fmt.Errorf("none of the %d leases in %s belongs to this node (device %s, addresses %v): %w", len(ls), from, k.Device.Name, k.Device.Addrs, errMismatch)
 	}
 	fmt.Fprintf(w, "this node: subnet %s, public IP %s; leases from %s\n", self.Subnet, self.Attrs.PublicIP, from)
+	ls, rejected := inspect.CheckLeases(cfg, self, ls)
+	inspect.RenderRejected(w, rejected)
 	ps := inspect.Compare(k, vtep.FromLeases(ls, self))
 	if err := inspect.RenderPeers(w, k, ps); err != nil {
 		return err

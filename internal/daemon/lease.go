@@ -219,6 +219,7 @@ func (d *Daemon) renew(ctx context.Context, lease subnet.Lease) error {
 func (d *Daemon) renewOnce(ctx context.Context, lease subnet.Lease) (subnet.Lease, error) {
 	for {
 		left := time.Until(lease.Expiration)
+		started := time.Now()
 		actx, cancel := context.WithTimeout(ctx, min(max(left/3, time.Second), 30*time.Second))
 		next, err := d.cfg.Registry.Renew(actx, lease)
 		cancel()
@@ -232,15 +233,23 @@ func (d *Daemon) renewOnce(ctx context.Context, lease subnet.Lease) (subnet.Leas
 		case ctx.Err() != nil:
 			return subnet.Lease{}, nil
 		}
-		// At most 5 s apart (retryDelay), so that a node renews within
-		// seconds of the datastore's return (bench/faults: etcd outage).
-		retry := min(d.retryDelay(), max(time.Until(lease.Expiration)/4, 100*time.Millisecond))
+		retry := retryIn(min(d.retryDelay(), max(time.Until(lease.Expiration)/4, 100*time.Millisecond)), time.Since(started))
 		d.log.Warn("cannot renew the lease, retrying", "err", err, "retryIn", retry, "expires", lease.Expiration)
 		if sleep(ctx, retry) != nil {
 			return subnet.Lease{}, nil
 		}
 	}
 }
+
+// retryIn is the wait before the next attempt of a call that failed after
+// spent, for attempts that start at most every apart (5 s at most,
+// retryDelay). An attempt that waited that long already (a request queued
+// for an unreachable datastore until its timeout) is followed by the next
+// at once: a renewal is then always waiting when the datastore returns and
+// goes through as soon as the connection does. Sleeping the interval after
+// a timed-out attempt made the node miss the return by up to that much
+// (bench/faults: etcd outage, node cut off from etcd).
+func retryIn(every, spent time.Duration) time.Duration { return max(every-spent, 0) }
 
 // watch follows the registry and hands every new peer table to the backend.
 func (d *Daemon) watch(ctx context.Context, cfg *subnet.Config, self subnet.Lease, b backend.Backend) error {

@@ -2,6 +2,7 @@ package etcdlocal
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
@@ -135,7 +136,47 @@ func TestProxyPauseResume(t *testing.T) {
 	}
 	p.Resume()
 	put(ctx, t, c, "/k", "3")
-	if _, err := NewProxy(dir, "http://127.0.0.1:2379"); err == nil {
-		t.Error("NewProxy to a TCP endpoint succeeded")
+	for _, target := range []string{"ftp://127.0.0.1:2379", "unix://", "http://", "127.0.0.1:2379"} {
+		if _, err := NewProxy(dir, target); err == nil {
+			t.Errorf("NewProxy to %q succeeded", target)
+		}
+	}
+}
+
+// TestProxyOnTCP relays a TCP listener to a unix socket endpoint: the
+// proxy's endpoint is a plain http:// URL that a client can use.
+func TestProxyOnTCP(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewProxyOn(ln, s.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if want := "http://" + ln.Addr().String(); p.Endpoint != want {
+		t.Fatalf("endpoint %q, want %q", p.Endpoint, want)
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{p.Endpoint}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	put(ctx, t, c, "/k", "1")
+	p.Pause()
+	short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err = c.Put(short, "/k", "2")
+	cancelShort()
+	if err == nil {
+		t.Fatal("a write through a paused proxy succeeded")
 	}
 }

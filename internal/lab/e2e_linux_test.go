@@ -130,6 +130,7 @@ func TestLabUpAfterKill(t *testing.T) {
 	if code != 0 || strings.Count(out, "all 2 peers programmed as leased") != 3 || !strings.Contains(out, "device weft-u.1: TAP") {
 		t.Fatalf("peers on mixed nodes: exit %d\n%s", code, out)
 	}
+	checkHostileLeaseRejected(t, bin, dir, st2)
 	src, dst := st2.Pods[2], st2.Pods[0] // node2-pod1 (uvxlan) → node1-pod1 (vxlan)
 	out, code = run(t, bin, "explain", "--lab", "--state-dir", dir, src.IP.String(), dst.IP.String())
 	want := fmt.Sprintf("weft-u.1 is a TAP: weftd looks up %s in its own table → %s", vtepMAC(t, st2, 0), st2.Nodes[0].Addr)
@@ -154,6 +155,29 @@ func pingAll(t *testing.T, st *State) {
 			}
 			ipIn(t, src.NS, "ping", "-c", "1", "-W", "2", dst.IP.String())
 		}
+	}
+}
+
+// checkHostileLeaseRejected writes a route-hijacking lease into the lab's
+// etcd: `weftctl peers --lab` must show it as rejected on every node, as
+// weftd rejects it, and still find every real peer programmed.
+func checkHostileLeaseRejected(t *testing.T, bin, dir string, st *State) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{st.Etcd}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	key := st.EtcdPfx + "/subnets/0.0.0.0-1"
+	value := `{"PublicIP":"192.0.2.66","BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"02:00:00:00:00:66"}}`
+	if _, err := cli.Put(ctx, key, value); err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Delete(context.Background(), key)
+	out, code := run(t, bin, "peers", "--lab", "--state-dir", dir)
+	if code != 0 || strings.Count(out, "all 2 peers programmed as leased") != 3 || strings.Count(out, "rejected lease 0.0.0.0-1 (node 192.0.2.66)") != 3 {
+		t.Fatalf("peers with a hostile lease in etcd: exit %d\n%s", code, out)
 	}
 }
 

@@ -28,17 +28,24 @@ func Leases(ctx context.Context, cli *clientv3.Client, st *State) ([]subnet.Leas
 	return ls, err
 }
 
-// NodePeers reads node n's overlay device and compares it with the leases.
-func NodePeers(n *nettest.NS, leases []subnet.Lease) (*inspect.Kernel, []inspect.Peer, error) {
+// Config reads the lab's network config from its etcd.
+func Config(ctx context.Context, cli *clientv3.Client, st *State) (*subnet.Config, error) {
+	return inspect.EtcdConfig(ctx, cli, st.EtcdPfx)
+}
+
+// NodePeers reads node n's overlay device and compares it with the leases
+// that pass weftd's checks against cfg; it returns the others as rejected.
+func NodePeers(n *nettest.NS, leases []subnet.Lease, cfg *subnet.Config) (*inspect.Kernel, []inspect.Peer, []inspect.Rejected, error) {
 	k, err := inspect.ReadKernel(n.Handle, "")
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", n.Name, err)
+		return nil, nil, nil, fmt.Errorf("%s: %w", n.Name, err)
 	}
-	self, ok := inspect.SelfLease(leases, k)
+	self, ok := inspect.SelfLease(inspect.SelfCandidates(cfg, leases), k)
 	if !ok {
-		return k, nil, fmt.Errorf("%s: no lease matches device %s", n.Name, k.Device.Name)
+		return k, nil, nil, fmt.Errorf("%s: no lease matches device %s", n.Name, k.Device.Name)
 	}
-	return k, inspect.Compare(k, vtep.FromLeases(leases, self)), nil
+	leases, rejected := inspect.CheckLeases(cfg, self, leases)
+	return k, inspect.Compare(k, vtep.FromLeases(leases, self)), rejected, nil
 }
 
 // waitConverged waits until etcd holds one lease per node and every node
@@ -62,13 +69,17 @@ func (l *Lab) converged(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if len(ls) != len(l.nodes) {
-		return fmt.Errorf("%w: %d leases for %d nodes", errNotConverged, len(ls), len(l.nodes))
+	cfg, err := Config(ctx, l.cli, l.State)
+	if err != nil {
+		return err
 	}
 	for _, n := range l.nodes {
-		_, peers, err := NodePeers(n.ns, ls)
+		_, peers, rejected, err := NodePeers(n.ns, ls, cfg)
 		if err != nil {
 			return err
+		}
+		if accepted := len(ls) - len(rejected); accepted != len(l.nodes) {
+			return fmt.Errorf("%w: %d leases (%d rejected) for %d nodes", errNotConverged, accepted, len(rejected), len(l.nodes))
 		}
 		if len(peers) != len(l.nodes)-1 || inspect.Mismatches(peers) > 0 {
 			return fmt.Errorf("%w: %s has %d peers, %d not as leased", errNotConverged, n.state.Name, len(peers), inspect.Mismatches(peers))
@@ -137,14 +148,19 @@ func (l *Lab) Report(ctx context.Context, w io.Writer) (*Matrix, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg, err := Config(ctx, l.cli, l.State)
+	if err != nil {
+		return nil, err
+	}
 	fmt.Fprintf(w, "Leases in etcd (%s/subnets/):\n", l.State.EtcdPfx)
 	inspect.RenderLeases(w, ls, time.Now())
 	for _, n := range l.nodes {
 		fmt.Fprintf(w, "\n%s (%s, %s, weftd pid %d):\n", n.state.Name, n.state.Addr, n.state.Backend, n.state.Weftd.PID)
-		k, peers, err := NodePeers(n.ns, ls)
+		k, peers, rejected, err := NodePeers(n.ns, ls, cfg)
 		if err != nil {
 			return nil, err
 		}
+		inspect.RenderRejected(w, rejected)
 		inspect.RenderPeers(w, k, peers)
 	}
 	fmt.Fprintln(w, "\nPods:")

@@ -19,6 +19,16 @@ import (
 // DefaultDialTimeout bounds the client's first contact with etcd.
 const DefaultDialTimeout = 5 * time.Second
 
+// How the client notices a dead connection and how soon it dials again.
+// keepAliveTime stays above etcd's minimum (--grpc-keepalive-min-time, 5 s
+// by default), below which etcd closes the connection of a client that
+// pings too often.
+const (
+	keepAliveTime     = 10 * time.Second // ping etcd after this long without a frame from it
+	keepAliveTimeout  = 10 * time.Second // and give the connection up if the ping has no answer by then
+	reconnectMaxDelay = 2 * time.Second  // at most this long (±20 %) between two dials of an unreachable etcd
+)
+
 // ClientConfig says how to reach etcd.
 type ClientConfig struct {
 	// Endpoints are etcd client URLs: http://host:port, https://host:port,
@@ -55,11 +65,19 @@ func NewClient(cfg ClientConfig) (*clientv3.Client, error) {
 		Username:    cfg.Username,
 		Password:    cfg.Password,
 		Logger:      zap.NewNop(),
-		// Reconnect at most 5 s apart: gRPC's default backoff grows to 2
-		// minutes, so after a long etcd outage a node would keep failing
-		// long after etcd is back (bench/faults: etcd outage).
+		// A connection that stops answering (etcd's host gone, a firewall
+		// dropping packets) is given up after keepAliveTime+keepAliveTimeout
+		// and dialled again. Without it a watch waits silently for TCP's
+		// retransmissions, which back off to minutes, so a node cut off
+		// for a few minutes learned nothing and renewed nothing for minutes
+		// more after the cut (bench/faults: node cut off from etcd).
+		DialKeepAliveTime:    keepAliveTime,
+		DialKeepAliveTimeout: keepAliveTimeout,
+		// Reconnect at most reconnectMaxDelay apart: gRPC's default backoff
+		// grows to 2 minutes, so after a long etcd outage a node would keep
+		// failing long after etcd is back (bench/faults: etcd outage).
 		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: time.Second, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+			Backoff:           backoff.Config{BaseDelay: time.Second, Multiplier: 1.6, Jitter: 0.2, MaxDelay: reconnectMaxDelay},
 			MinConnectTimeout: 5 * time.Second,
 		})},
 	}

@@ -33,6 +33,7 @@ type Cluster struct {
 	Underlay  *nettest.Underlay
 	Etcd      *etcdlocal.Server  // the single member, unless EtcdMembers > 1
 	EtcdHA    *etcdlocal.Cluster // the members, when EtcdMembers > 1
+	EtcdHost  *EtcdHost          // where nodes reach etcd, with EtcdOnUnderlay
 	Client    *clientv3.Client
 	endpoints string
 	Dir       string
@@ -53,6 +54,9 @@ type Options struct {
 	// EtcdMembers > 1 runs an etcd cluster of that many members instead of
 	// a single one; weftd and the test client get every member's endpoint.
 	EtcdMembers int
+	// EtcdOnUnderlay makes weftd reach the (single) etcd over the underlay,
+	// at Cluster.EtcdHost, instead of through its unix socket.
+	EtcdOnUnderlay bool
 	// NoConfig leaves the network config out of etcd, for tests of a
 	// daemon that starts before it is written.
 	NoConfig bool
@@ -102,6 +106,13 @@ func NewCluster(tb testing.TB, opts Options) *Cluster {
 		c.Put(Prefix+"/config", opts.Config)
 	}
 	c.Underlay = nettest.NewUnderlay(tb, netip.MustParsePrefix("192.168.77.0/24"), 1500)
+	if opts.EtcdOnUnderlay {
+		if c.Etcd == nil {
+			tb.Fatal("EtcdOnUnderlay needs a single etcd member")
+		}
+		c.EtcdHost = AddEtcdHost(tb, c.Underlay, "etcd", c.Etcd.Endpoint)
+		c.endpoints = c.EtcdHost.Proxy.Endpoint
+	}
 	for i := range opts.Nodes {
 		c.AddNode(fmt.Sprintf("n%d", i+1), opts.Args...)
 	}
