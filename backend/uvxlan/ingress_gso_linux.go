@@ -112,14 +112,7 @@ func newTAPGather() *tapGather {
 
 func (g *tapGather) write(fd uintptr) bool {
 	_, _, e := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&g.iovs[0])), uintptr(g.n))
-	if e == unix.EAGAIN || e == unix.EINTR {
-		return false
-	}
-	g.err = nil
-	if e != 0 {
-		g.err = e
-	}
-	return true
+	return syscallDone(e, &g.err)
 }
 
 // writeTAPv writes one frame, gathered from iov (empty pieces are

@@ -293,12 +293,20 @@ func (g *gatherSender) segment(size int) {
 func (g *gatherSender) write(fd uintptr) bool {
 	g.msg.SetIovlen(g.n)
 	_, _, e := unix.Syscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(&g.msg)), 0)
+	return syscallDone(e, &g.err)
+}
+
+// syscallDone turns the result of a non-blocking system call made in a
+// RawConn callback into the callback's answer: false to wait until the
+// file is ready and call again (EAGAIN, EINTR), else true with *err set to
+// the call's error or nil.
+func syscallDone(e unix.Errno, err *error) bool {
 	if e == unix.EAGAIN || e == unix.EINTR {
 		return false
 	}
-	g.err = nil
+	*err = nil
 	if e != 0 {
-		g.err = e
+		*err = e
 	}
 	return true
 }

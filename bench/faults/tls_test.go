@@ -2,15 +2,8 @@ package faults
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -23,6 +16,7 @@ import (
 
 	"github.com/weft-net/weft/internal/etcdlocal"
 	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testpki"
 	"github.com/weft-net/weft/subnet/etcd"
 	"github.com/weft-net/weft/test/e2e"
 )
@@ -37,16 +31,16 @@ func TestEtcdClientCertRequired(t *testing.T) {
 	dir := t.TempDir()
 	u := nettest.NewUnderlay(t, netip.MustParsePrefix("192.168.77.0/24"), 1500)
 	etcdHost := u.AddHost(t, "etcd", "eth0")
-	ca := newCA(t, dir)
-	srvCert, srvKey := ca.issue(t, dir, "server", x509.ExtKeyUsageServerAuth, etcdHost.Addr, netip.MustParseAddr("127.0.0.1"))
-	cliCert, cliKey := ca.issue(t, dir, "client", x509.ExtKeyUsageClientAuth)
-	srv, err := etcdlocal.StartTLS(filepath.Join(dir, "etcd"), etcdlocal.TLSFiles{CertFile: srvCert, KeyFile: srvKey, ClientCAFile: ca.file})
+	ca := testpki.NewCA(t, dir, "ca")
+	srvCert, srvKey := ca.Issue(t, dir, "server", x509.ExtKeyUsageServerAuth, etcdHost.Addr, netip.MustParseAddr("127.0.0.1"))
+	cliCert, cliKey := ca.Issue(t, dir, "client", x509.ExtKeyUsageClientAuth)
+	srv, err := etcdlocal.StartTLS(filepath.Join(dir, "etcd"), etcdlocal.TLSFiles{CertFile: srvCert, KeyFile: srvKey, ClientCAFile: ca.File})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
 	endpoint := e2e.ServeEtcd(t, etcdHost, srv.Endpoint).Proxy.Endpoint
-	admin, err := etcd.NewClient(etcd.ClientConfig{Endpoints: []string{srv.Endpoint}, CAFile: ca.file, CertFile: cliCert, KeyFile: cliKey})
+	admin, err := etcd.NewClient(etcd.ClientConfig{Endpoints: []string{srv.Endpoint}, CAFile: ca.File, CertFile: cliCert, KeyFile: cliKey})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +52,7 @@ func TestEtcdClientCertRequired(t *testing.T) {
 	}
 	node := u.AddHost(t, "n1", "eth0")
 	weftd := nettest.Binary(t, "weftd")
-	args := []string{weftd, "--etcd-endpoints", endpoint, "--etcd-cafile", ca.file,
+	args := []string{weftd, "--etcd-endpoints", endpoint, "--etcd-cafile", ca.File,
 		"--iface", "eth0", "--health-addr", "127.0.0.1:9470"}
 
 	// Without a client certificate.
@@ -142,67 +136,4 @@ func waitLogLine(t *testing.T, log, msg string, timeout time.Duration) string {
 		return fmt.Errorf("not yet; log so far:\n%s", b)
 	})
 	return line
-}
-
-// certAuthority issues test certificates.
-type certAuthority struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	file string
-}
-
-func newCA(t *testing.T, dir string) *certAuthority {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "weft faults CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := &certAuthority{cert: cert, key: key, file: filepath.Join(dir, "ca.crt")}
-	writePEM(t, ca.file, "CERTIFICATE", der)
-	return ca
-}
-
-// issue writes a certificate for name, valid for ips, and its key.
-func (ca *certAuthority) issue(t *testing.T, dir, name string, usage x509.ExtKeyUsage, ips ...netip.Addr) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}}
-	for _, ip := range ips {
-		tmpl.IPAddresses = append(tmpl.IPAddresses, net.IP(ip.AsSlice()))
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "EC PRIVATE KEY", kder)
-	return certFile, keyFile
-}
-
-func writePEM(t *testing.T, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
 }

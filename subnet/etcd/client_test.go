@@ -2,14 +2,8 @@ package etcd
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,88 +11,21 @@ import (
 	"time"
 
 	"github.com/weft-net/weft/internal/etcdlocal"
+	"github.com/weft-net/weft/internal/testpki"
 )
 
-// certAuthority issues test certificates.
-type certAuthority struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	file string // the CA certificate, PEM
-}
-
-func newCA(t *testing.T, dir, name string) *certAuthority {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := &certAuthority{cert: cert, key: key, file: filepath.Join(dir, name+".crt")}
-	writePEM(t, ca.file, "CERTIFICATE", der)
-	return ca
-}
-
-// issue writes a certificate and key for name and returns their files.
-func (ca *certAuthority) issue(t *testing.T, dir, name string, usage x509.ExtKeyUsage) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "EC PRIVATE KEY", kder)
-	return certFile, keyFile
-}
-
-func writePEM(t *testing.T, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
+// loopback is where the test etcd servers listen: their certificates
+// name it.
+var loopback = netip.MustParseAddr("127.0.0.1")
 
 func TestNewClientTLS(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	ca := newCA(t, dir, "ca")
-	serverCert, serverKey := ca.issue(t, dir, "server", x509.ExtKeyUsageServerAuth)
-	clientCert, clientKey := ca.issue(t, dir, "client", x509.ExtKeyUsageClientAuth)
-	otherCA := newCA(t, dir, "other-ca")
-	srv, err := etcdlocal.StartTLS(filepath.Join(dir, "etcd"), etcdlocal.TLSFiles{CertFile: serverCert, KeyFile: serverKey, ClientCAFile: ca.file})
+	ca := testpki.NewCA(t, dir, "ca")
+	serverCert, serverKey := ca.Issue(t, dir, "server", x509.ExtKeyUsageServerAuth, loopback)
+	clientCert, clientKey := ca.Issue(t, dir, "client", x509.ExtKeyUsageClientAuth, loopback)
+	otherCA := testpki.NewCA(t, dir, "other-ca")
+	srv, err := etcdlocal.StartTLS(filepath.Join(dir, "etcd"), etcdlocal.TLSFiles{CertFile: serverCert, KeyFile: serverKey, ClientCAFile: ca.File})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,9 +39,9 @@ func TestNewClientTLS(t *testing.T) {
 		cfg  ClientConfig
 		ok   bool
 	}{
-		{"CA and client certificate", ClientConfig{CAFile: ca.file, CertFile: clientCert, KeyFile: clientKey}, true},
-		{"no client certificate", ClientConfig{CAFile: ca.file}, false},
-		{"server signed by another CA", ClientConfig{CAFile: otherCA.file, CertFile: clientCert, KeyFile: clientKey}, false},
+		{"CA and client certificate", ClientConfig{CAFile: ca.File, CertFile: clientCert, KeyFile: clientKey}, true},
+		{"no client certificate", ClientConfig{CAFile: ca.File}, false},
+		{"server signed by another CA", ClientConfig{CAFile: otherCA.File, CertFile: clientCert, KeyFile: clientKey}, false},
 		{"system roots only", ClientConfig{}, false},
 	}
 	for _, tt := range tests {
@@ -145,8 +72,8 @@ func TestNewClientTLS(t *testing.T) {
 func TestNewClientErrors(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	ca := newCA(t, dir, "ca")
-	cert, key := ca.issue(t, dir, "client", x509.ExtKeyUsageClientAuth)
+	ca := testpki.NewCA(t, dir, "ca")
+	cert, key := ca.Issue(t, dir, "client", x509.ExtKeyUsageClientAuth, loopback)
 	notPEM := filepath.Join(dir, "not.pem")
 	if err := os.WriteFile(notPEM, []byte("hello"), 0o600); err != nil {
 		t.Fatal(err)
@@ -163,7 +90,7 @@ func TestNewClientErrors(t *testing.T) {
 		{"unknown scheme", ClientConfig{Endpoints: []string{"ftp://127.0.0.1:2379"}}, `scheme "ftp" not supported`},
 		{"no host", ClientConfig{Endpoints: []string{"http://"}}, "no host"},
 		{"no socket path", ClientConfig{Endpoints: []string{"unix://"}}, "no socket path"},
-		{"TLS files with an http endpoint", ClientConfig{Endpoints: []string{"http://127.0.0.1:2379"}, CAFile: ca.file}, "plain http but TLS files are given"},
+		{"TLS files with an http endpoint", ClientConfig{Endpoints: []string{"http://127.0.0.1:2379"}, CAFile: ca.File}, "plain http but TLS files are given"},
 		{"http and https mixed", ClientConfig{Endpoints: []string{"http://a:1", "https://b:1"}}, "mix plain"},
 		{"certificate without key", ClientConfig{Endpoints: https, CertFile: cert}, "given without a key file"},
 		{"key without certificate", ClientConfig{Endpoints: https, KeyFile: key}, "given without a certificate file"},

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/weft-net/weft/internal/etcdlocal"
+	"github.com/weft-net/weft/internal/testpki"
 )
 
 // TestNoClientCertificateError: etcd requires client certificates and the
@@ -17,14 +18,14 @@ import (
 func TestNoClientCertificateError(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	ca := newCA(t, dir, "ca")
-	cert, key := ca.issue(t, dir, "server", x509.ExtKeyUsageServerAuth)
-	srv, err := etcdlocal.StartTLS(filepath.Join(dir, "etcd"), etcdlocal.TLSFiles{CertFile: cert, KeyFile: key, ClientCAFile: ca.file})
+	ca := testpki.NewCA(t, dir, "ca")
+	cert, key := ca.Issue(t, dir, "server", x509.ExtKeyUsageServerAuth, loopback)
+	srv, err := etcdlocal.StartTLS(filepath.Join(dir, "etcd"), etcdlocal.TLSFiles{CertFile: cert, KeyFile: key, ClientCAFile: ca.File})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	c, err := NewClient(ClientConfig{Endpoints: []string{srv.Endpoint}, CAFile: ca.file})
+	c, err := NewClient(ClientConfig{Endpoints: []string{srv.Endpoint}, CAFile: ca.File})
 	if err != nil {
 		t.Fatal(err)
 	}
