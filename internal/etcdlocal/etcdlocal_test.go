@@ -119,21 +119,7 @@ func TestProxyPauseResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{p.Endpoint}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	put(ctx, t, c, "/k", "1")
-	p.Pause()
-	short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
-	_, err = c.Put(short, "/k", "2")
-	cancelShort()
-	if err == nil {
-		t.Fatal("a write through a paused proxy succeeded")
-	}
+	ctx, c := writeThenPause(t, p)
 	p.Resume()
 	put(ctx, t, c, "/k", "3")
 	for _, target := range []string{"ftp://127.0.0.1:2379", "unix://", "http://", "127.0.0.1:2379"} {
@@ -164,13 +150,20 @@ func TestProxyOnTCP(t *testing.T) {
 	if want := "http://" + ln.Addr().String(); p.Endpoint != want {
 		t.Fatalf("endpoint %q, want %q", p.Endpoint, want)
 	}
+	writeThenPause(t, p)
+}
+
+// writeThenPause writes through p, pauses it and checks that a write then
+// fails. It returns the client, and a context that ends with the test.
+func writeThenPause(t *testing.T, p *Proxy) (context.Context, *clientv3.Client) {
+	t.Helper()
 	c, err := clientv3.New(clientv3.Config{Endpoints: []string{p.Endpoint}, DialTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	put(ctx, t, c, "/k", "1")
 	p.Pause()
 	short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
@@ -179,4 +172,5 @@ func TestProxyOnTCP(t *testing.T) {
 	if err == nil {
 		t.Fatal("a write through a paused proxy succeeded")
 	}
+	return ctx, c
 }
