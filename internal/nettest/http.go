@@ -58,11 +58,21 @@ func (n *NS) HTTPGet(url string) (int, string, error) {
 // test ends.
 func (n *NS) ForwardLoopback(tb testing.TB, target string) {
 	tb.Helper()
-	ln, err := n.Listen("tcp", target)
+	ln, err := n.Forward(target)
 	if err != nil {
-		tb.Fatalf("forward %s into %s: %v", target, n.Name, err)
+		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { ln.Close() })
+}
+
+// Forward is ForwardLoopback for callers that must not fail the test (a
+// goroutine other than the test's): it returns the listener, whose Close
+// stops the relay, or the error.
+func (n *NS) Forward(target string) (net.Listener, error) {
+	ln, err := n.Listen("tcp", target)
+	if err != nil {
+		return nil, fmt.Errorf("forward %s into %s: %w", target, n.Name, err)
+	}
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -72,6 +82,7 @@ func (n *NS) ForwardLoopback(tb testing.TB, target string) {
 			go relay(c, target)
 		}
 	}()
+	return ln, nil
 }
 
 func relay(c net.Conn, target string) {

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -397,32 +395,12 @@ func readTail(path string) string {
 }
 
 // forwardAPI makes the API server reachable on the same address inside ns
-// (nettest's ForwardLoopback, without failing the test from this goroutine).
+// (nettest's Forward, without failing the test from this goroutine).
 func forwardAPI(t *testing.T, ns *nettest.NS, target string) error {
-	ln, err := ns.Listen("tcp", target)
+	ln, err := ns.Forward(target)
 	if err != nil {
 		return err
 	}
 	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				up, err := net.DialTimeout("tcp", target, 5*time.Second)
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				done := make(chan struct{}, 2)
-				go func() { io.Copy(up, c); done <- struct{}{} }()
-				go func() { io.Copy(c, up); done <- struct{}{} }()
-				<-done
-			}()
-		}
-	}()
 	return nil
 }
