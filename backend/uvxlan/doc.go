@@ -125,7 +125,7 @@
 //
 // A round trip crosses four goroutine wake-ups (egress and ingress on both
 // nodes), which the kernel's softirq path does not pay: bench/dataplane
-// measures a median round trip two to five times the kernel's on a 2-core
+// measures a median round trip three to five times the kernel's on a 2-core
 // machine. One loop per queue for both directions, sleeping in ppoll after
 // a bounded busy-poll (so that a reply is caught without a wake-up), was
 // built and measured (2026-11-30): it was slower than Go's netpoller on

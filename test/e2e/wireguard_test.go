@@ -253,6 +253,9 @@ func TestWireGuardDualStack(t *testing.T) {
 			logState(t, n1.NS, n2.NS, a.NS, b.NS)
 		}
 	})
+	// WireGuard retries a handshake only every 5 s: a first initiation that
+	// reaches a node not yet holding our key (it had not seen our lease) is
+	// answered at the next try. 20 s leaves room for three under load.
 	Eventually(t, 20*time.Second, "IPv4 a → b", func() error { return Ping(a.NS, b.IP, "-W", "1") })
 	Eventually(t, 20*time.Second, "IPv6 a → b", func() error { return Ping(a.NS, podIPv6(t, b), "-W", "1") })
 	out := capture(t, n1, "ip6", func() {
