@@ -23,7 +23,7 @@ const (
 // socket; this keeps UDP GSO usable (a raw socket would not be).
 func (dp *datapath) openSockets() error {
 	for q := range dp.b.cfg.Queues {
-		rx, err := dp.listenRx()
+		rx, err := dp.openRx(q)
 		if err != nil {
 			return err
 		}
@@ -37,6 +37,29 @@ func (dp *datapath) openSockets() error {
 		dp.tx = append(dp.tx, tx)
 	}
 	return nil
+}
+
+// openRx returns receive socket q: the one kept from the last run when it
+// fits, else a new one, which is then kept for the next.
+func (dp *datapath) openRx(q int) (*udpSocket, error) {
+	name := dp.b.cfg.rxFileName(q)
+	if files := dp.b.cfg.Files; files != nil {
+		if f := files.Take(name); f != nil {
+			s, err := dp.adoptRx(f)
+			if err == nil {
+				dp.adopted = true
+				return s, nil
+			}
+			dp.b.notReusing(name, err)
+		}
+		dp.b.forget(name)
+	}
+	s, err := retryBusy(dp.listenRx)
+	if err != nil {
+		return nil, err
+	}
+	dp.b.keep(name, s.rc)
+	return s, nil
 }
 
 // listenRx opens one receive socket on the VXLAN port (in the calling
@@ -58,9 +81,11 @@ func (dp *datapath) recvFailed(q int, old *udpSocket, err error) {
 	dp.b.log.Warn("receive socket failed; reopening it", "queue", q, "err", err)
 	for delay := 10 * time.Millisecond; !dp.closing.Load(); delay = min(2*delay, time.Second) {
 		old.close() // frees the port for the new socket
+		dp.b.forget(dp.b.cfg.rxFileName(q))
 		var s *udpSocket
 		oerr := inNS(dp.b.cfg.NetNS, func() (err error) { s, err = dp.listenRx(); return err })
 		if oerr == nil {
+			dp.b.keep(dp.b.cfg.rxFileName(q), s.rc)
 			dp.rxs[q].Store(s)
 			if dp.closing.Load() { // close may have missed it
 				s.close()

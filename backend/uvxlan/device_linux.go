@@ -34,6 +34,7 @@ type datapath struct {
 	rxs       []atomic.Pointer[udpSocket] // bound to the VXLAN port, one per queue
 	tx        []*udpSocket                // one per source port
 	closing   atomic.Bool                 // set by close: the loops' errors are expected
+	adopted   bool                        // open took over queues or sockets kept by the last run (Config.Files)
 	repair    chan struct{}               // a packet loop asks the reconciler for a full sync
 
 	// Owned by the reconciler.
@@ -129,37 +130,63 @@ func (dp *datapath) openTAP() (_ []*tapQueue, err error) {
 			}
 		}
 	}()
-	for range cfg.Queues {
-		var rw io.ReadWriteCloser
-		if cfg.Plain {
-			wc := water.Config{DeviceType: water.TAP}
-			wc.Name = cfg.Name
-			wc.Persist = true
-			wc.MultiQueue = multi
-			ifce, err := water.New(wc)
-			if err != nil {
-				return nil, fmt.Errorf("open tap %s: %w", cfg.Name, err)
+	for i := range cfg.Queues {
+		name := cfg.tapFileName(i)
+		if cfg.Files != nil {
+			if f := cfg.Files.Take(name); f != nil {
+				q, err := dp.adoptTAP(f, multi)
+				if err == nil {
+					qs = append(qs, q)
+					dp.adopted = true
+					continue
+				}
+				dp.b.notReusing(name, err)
 			}
-			rw = ifce.ReadWriteCloser
-		} else {
-			f, err := openVnetTAP(cfg.Name, multi)
-			if err != nil {
-				return nil, err
-			}
-			rw = f
+			dp.b.forget(name)
 		}
-		q := &tapQueue{rw: rw}
+		q, err := retryBusy(func() (*tapQueue, error) { return openTAPQueue(cfg, multi) })
+		if err != nil {
+			return nil, err
+		}
 		qs = append(qs, q)
-		// water's Interface is not a syscall.Conn; the file inside it is.
-		sc, ok := rw.(syscall.Conn)
-		if !ok {
-			return nil, fmt.Errorf("open tap %s: %T is not a syscall.Conn", cfg.Name, rw)
-		}
-		if q.rc, err = sc.SyscallConn(); err != nil {
-			return nil, fmt.Errorf("open tap %s: %w", cfg.Name, err)
-		}
+		dp.b.keep(name, q.rc)
 	}
 	return qs, nil
+}
+
+// openTAPQueue opens one queue of the TAP.
+func openTAPQueue(cfg Config, multi bool) (*tapQueue, error) {
+	var rw io.ReadWriteCloser
+	if cfg.Plain {
+		wc := water.Config{DeviceType: water.TAP}
+		wc.Name = cfg.Name
+		wc.Persist = true
+		wc.MultiQueue = multi
+		ifce, err := water.New(wc)
+		if err != nil {
+			return nil, fmt.Errorf("open tap %s: %w", cfg.Name, err)
+		}
+		rw = ifce.ReadWriteCloser
+	} else {
+		f, err := openVnetTAP(cfg.Name, multi)
+		if err != nil {
+			return nil, err
+		}
+		rw = f
+	}
+	q := &tapQueue{rw: rw}
+	// water's Interface is not a syscall.Conn; the file inside it is.
+	sc, ok := rw.(syscall.Conn)
+	if !ok {
+		rw.Close()
+		return nil, fmt.Errorf("open tap %s: %T is not a syscall.Conn", cfg.Name, rw)
+	}
+	var err error
+	if q.rc, err = sc.SyscallConn(); err != nil {
+		rw.Close()
+		return nil, fmt.Errorf("open tap %s: %w", cfg.Name, err)
+	}
+	return q, nil
 }
 
 // swapTAP puts new TAP queues in place, closes the old ones and wakes the

@@ -20,7 +20,12 @@
 // traffic into the TAP as Ethernet frames addressed to the peer's VTEP MAC
 // and never sends ARP for a peer. The device, neighbours and routes outlive
 // Run, so a restarting daemon keeps routing; RemoveDevice removes them when
-// a node goes back to the kernel backend.
+// a node goes back to the kernel backend. Forwarding itself stops with Run
+// unless Config.Files keeps the TAP queues and receive sockets open in a
+// service manager's store: then what arrives meanwhile waits in the
+// kernel's queues (the TAP's ring, the socket's receive buffer) and the
+// next Run takes the files over and forwards it once its first table is
+// programmed.
 //
 // # Egress (TAP → underlay)
 //

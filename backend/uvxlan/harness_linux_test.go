@@ -82,17 +82,26 @@ func waitDAD(t *testing.T, h *nettest.Host) {
 // newUVNode starts a userspace VXLAN node; the backend stops at test end.
 func newUVNode(t *testing.T, u *nettest.Underlay, label string, sn netip.Prefix, plain bool, queues ...int) *testNode {
 	t.Helper()
+	return newUVNodeWith(t, u, label, sn, func(c *Config) {
+		c.Plain = plain
+		if len(queues) > 0 {
+			c.Queues = queues[0]
+		}
+	})
+}
+
+// newUVNodeWith is newUVNode with the backend's Config changed by mod.
+func newUVNodeWith(t *testing.T, u *nettest.Underlay, label string, sn netip.Prefix, mod func(*Config)) *testNode {
+	t.Helper()
 	n := &testNode{host: u.AddHost(t, label, "eth0"), subnet: sn, mtu: backend.OverlayMTU(u.MTU, u.Prefix.Addr().Is6())}
 	n.mac = backend.VTEPMAC(n.host.Addr, 1)
 	addPod(t, n, label)
 	waitDAD(t, n.host)
 	cfg := Config{
 		Handle: n.host.Handle, NetNS: n.host.Path, Local: n.host.Addr, MAC: n.mac,
-		MTU: n.mtu, Plain: plain, Reconcile: 200 * time.Millisecond,
+		MTU: n.mtu, Reconcile: 200 * time.Millisecond,
 	}
-	if len(queues) > 0 {
-		cfg.Queues = queues[0]
-	}
+	mod(&cfg)
 	if sn.Addr().Is6() {
 		cfg.IPv6Subnet = sn
 	} else {

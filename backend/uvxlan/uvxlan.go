@@ -73,6 +73,13 @@ type Config struct {
 	// anyone able to send UDP from a peer's underlay address can then inject
 	// packets into the pod network with any source address.
 	AllowForeignSources bool
+	// Files, when set, keeps the TAP queues and receive sockets open while
+	// the process restarts (a service manager's file descriptor store):
+	// what arrives meanwhile waits in the kernel's queues instead of being
+	// dropped, and the next run takes the files back and drains them. The
+	// packet loops of a run that took files over start once the first
+	// table is programmed, so the frames that waited find their peers.
+	Files Files
 }
 
 // DeviceName is the default name of the TAP device for vni ("weft-u.1").
@@ -197,11 +204,14 @@ func (b *Backend) Run(ctx context.Context) error {
 		return fmt.Errorf("uvxlan backend: %w", err)
 	}
 	b.dp.Store(dp)
+	b.releaseUnused()
+	start := make(chan struct{})
 	var loops sync.WaitGroup
 	for q := range b.cfg.Queues {
-		loops.Go(func() { dp.egress(q) })
-		loops.Go(func() { dp.ingress(q) })
+		loops.Go(func() { <-start; dp.egress(q) })
+		loops.Go(func() { <-start; dp.ingress(q) })
 	}
+	go b.startLoops(ctx, dp, start)
 	r := backend.Reconciler{
 		NetNS:  b.cfg.NetNS,
 		Log:    b.log,
@@ -218,4 +228,28 @@ func (b *Backend) Run(ctx context.Context) error {
 		return fmt.Errorf("uvxlan backend: %w", err)
 	}
 	return nil
+}
+
+// adoptedWait bounds how long the packet loops of a run that took over
+// kept files wait for the first programmed table.
+const adoptedWait = 10 * time.Second
+
+// startLoops closes start when the packet loops may run: at once, or when
+// dp took over files kept by the last run, once the first table is
+// programmed (frames that waited in the queues meanwhile need their peers;
+// read earlier they would be dropped as from or to unknown peers).
+func (b *Backend) startLoops(ctx context.Context, dp *datapath, start chan struct{}) {
+	defer close(start)
+	if !dp.adopted {
+		return
+	}
+	t := time.NewTimer(adoptedWait)
+	defer t.Stop()
+	select {
+	case <-b.Ready():
+		b.log.Info("took over the tap queues and sockets of the last run; forwarding what waited")
+	case <-t.C:
+		b.log.Warn("no peer table programmed yet; forwarding anyway", "waited", adoptedWait)
+	case <-ctx.Done():
+	}
 }

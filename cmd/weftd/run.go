@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/weft-net/weft/internal/daemon"
+	"github.com/weft-net/weft/internal/fdstore"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/subnet/etcd"
 	"github.com/weft-net/weft/subnet/kube"
@@ -29,6 +30,13 @@ func run(ctx context.Context, prog string, args []string) error {
 		return err
 	}
 	kube.LogClientGo(log) // client-go's klog lines in weftd's log format
+	files, err := fdstore.FromEnv(log)
+	if err != nil {
+		log.Warn("ignoring the files passed by the service manager", "err", err)
+	}
+	if names := files.Unclaimed(); len(names) > 0 {
+		log.Info("service manager passed files kept from the last run", "names", names)
+	}
 	log.Info("starting weftd", "version", version, "flannelCompat", c.compat)
 	logFlannelFlags(c, log)
 
@@ -55,7 +63,7 @@ func run(ctx context.Context, prog string, args []string) error {
 		Node:        node,
 		Metrics:     metrics,
 		Rejections:  rej,
-		Factories:   factories(c, underlay, live, log),
+		Factories:   factories(c, underlay, live, files, log),
 		SubnetFile:  c.subnetFile,
 		IPMasq:      c.ipMasq,
 		BackendType: c.backend,

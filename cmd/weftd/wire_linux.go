@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -17,6 +19,7 @@ import (
 	"github.com/weft-net/weft/backend/vxlan"
 	"github.com/weft-net/weft/backend/wireguard"
 	"github.com/weft-net/weft/internal/daemon"
+	"github.com/weft-net/weft/internal/fdstore"
 	"github.com/weft-net/weft/subnet"
 )
 
@@ -46,7 +49,9 @@ func findUnderlay(c *config) (underlayInfo, error) {
 }
 
 // factories wires the dataplanes and the masquerade rules into the daemon.
-func factories(c *config, u underlayInfo, live *liveBackend, log *slog.Logger) daemon.Factories {
+// files keeps the userspace dataplane's TAP queues and receive sockets
+// across restarts when a service manager offers its store.
+func factories(c *config, u underlayInfo, live *liveBackend, files *fdstore.Store, log *slog.Logger) daemon.Factories {
 	f := daemon.Factories{
 		LeaseData: wireGuardLeaseData,
 		Dataplane: func(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int) (daemon.Dataplane, error) {
@@ -55,7 +60,7 @@ func factories(c *config, u underlayInfo, live *liveBackend, log *slog.Logger) d
 					return daemon.Dataplane{}, err
 				}
 			}
-			dp, err := newDataplane(typ, cfg, lease, mtu, u, log)
+			dp, err := newDataplane(typ, cfg, lease, mtu, u, files, log)
 			if err != nil {
 				return dp, err
 			}
@@ -92,10 +97,11 @@ func uvxlanV6Name(vni int) string { return fmt.Sprintf("weft-u6.%d", vni) }
 // newUVXLAN builds the userspace dataplane: one backend per address family
 // (a TAP each), joined when the node is dual-stack. Each opens (and closes)
 // its own netlink handle.
-func newUVXLAN(cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, log *slog.Logger) (backend.Backend, error) {
+func newUVXLAN(cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, files *fdstore.Store, log *slog.Logger) (backend.Backend, []string, error) {
 	base := uvxlan.Config{VNI: cfg.Backend.VNI, Port: cfg.Backend.Port, MTU: mtu,
-		AllowForeignSources: cfg.Backend.AllowForeignSources}
+		AllowForeignSources: cfg.Backend.AllowForeignSources, Files: files}
 	var parts []backend.Backend
+	var names []string
 	if lease.Subnet.IsValid() {
 		c := base
 		c.Local, c.Subnet = u.ipv4, lease.Subnet
@@ -104,9 +110,10 @@ func newUVXLAN(cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, 
 		}
 		b, err := uvxlan.New(c, log)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		parts = append(parts, b)
+		names = append(names, b.Config().Name)
 	}
 	if lease.IPv6Subnet.IsValid() {
 		c := base
@@ -120,17 +127,18 @@ func newUVXLAN(cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, 
 		}
 		b, err := uvxlan.New(c, log)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		parts = append(parts, b)
+		names = append(names, b.Config().Name)
 	}
 	switch len(parts) {
 	case 0:
-		return nil, errors.New("uvxlan: the lease has no subnet")
+		return nil, nil, errors.New("uvxlan: the lease has no subnet")
 	case 1:
-		return parts[0], nil
+		return parts[0], names, nil
 	}
-	return backend.Join(parts...), nil
+	return backend.Join(parts...), names, nil
 }
 
 // removeUVXLAN removes the userspace dataplane's TAPs.
@@ -138,21 +146,24 @@ func removeUVXLAN(h *netlink.Handle, vni int) error {
 	return errors.Join(uvxlan.RemoveDevice(h, vni), uvxlan.RemoveDeviceNamed(h, uvxlanV6Name(vni)))
 }
 
-func newDataplane(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, log *slog.Logger) (daemon.Dataplane, error) {
+func newDataplane(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, files *fdstore.Store, log *slog.Logger) (daemon.Dataplane, error) {
 	h, err := netlink.NewHandle()
 	if err != nil {
 		return daemon.Dataplane{}, fmt.Errorf("netlink: %w", err)
 	}
-	dp, err := buildDataplane(h, typ, cfg, lease, mtu, u, log)
+	dp, err := buildDataplane(h, typ, cfg, lease, mtu, u, files, log)
 	if err != nil {
 		h.Close()
 		return daemon.Dataplane{}, err
+	}
+	if typ != subnet.BackendTypeUVXLAN { // no other dataplane keeps files
+		dp.Cleanup = withRelease(dp.Cleanup, files, nil, log)
 	}
 	dp.Close = h.Close
 	return dp, nil
 }
 
-func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, log *slog.Logger) (daemon.Dataplane, error) {
+func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, files *fdstore.Store, log *slog.Logger) (daemon.Dataplane, error) {
 	switch typ {
 	case subnet.BackendTypeHostGW:
 		return newHostGW(h, cfg, lease, u, log)
@@ -188,7 +199,7 @@ func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease sub
 			return errors.Join(removeUVXLAN(h, vc.VNI), wireguard.RemoveDevices(h))
 		}}, nil
 	case subnet.BackendTypeUVXLAN:
-		b, err := newUVXLAN(cfg, lease, mtu, u, log)
+		b, devices, err := newUVXLAN(cfg, lease, mtu, u, files, log)
 		if err != nil {
 			return daemon.Dataplane{}, err
 		}
@@ -197,7 +208,12 @@ func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease sub
 		cleanup := func() error {
 			return errors.Join(vxlan.RemovePortHolders(h, cfg.Backend.Port, log), wireguard.RemoveDevices(h))
 		}
-		return daemon.Dataplane{Backend: b, Cleanup: cleanup}, nil
+		// Files kept for a device this lease no longer has (the IPv6 half
+		// of a node that was dual-stack) go; each device's own take theirs.
+		ours := func(name string) bool {
+			return slices.ContainsFunc(devices, func(d string) bool { return strings.HasPrefix(name, d+"-") })
+		}
+		return daemon.Dataplane{Backend: b, Cleanup: withRelease(cleanup, files, ours, log)}, nil
 	}
 	return daemon.Dataplane{}, fmt.Errorf("backend %q: unsupported", typ)
 }
@@ -231,4 +247,21 @@ func newHostGW(h *netlink.Handle, cfg *subnet.Config, lease subnet.Lease, u unde
 		return daemon.Dataplane{}, err
 	}
 	return daemon.Dataplane{Backend: b, Cleanup: func() error { return removeOthers(h, cfg, subnet.BackendTypeHostGW, log) }}, nil
+}
+
+// withRelease adds to cleanup the release of the files the last run kept
+// that keep does not claim: a port or TAP queue held for a dataplane this
+// node no longer runs would keep its port bound.
+func withRelease(cleanup func() error, files *fdstore.Store, keep func(string) bool, log *slog.Logger) func() error {
+	return func() error {
+		var err error
+		if cleanup != nil {
+			err = cleanup()
+		}
+		released, rerr := files.ReleaseUnclaimed(keep)
+		if len(released) > 0 {
+			log.Info("released files kept by the last run for another dataplane", "names", released)
+		}
+		return errors.Join(err, rerr)
+	}
 }

@@ -19,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/weft-net/weft/internal/etcdlocal"
+	"github.com/weft-net/weft/internal/fdstore"
 	"github.com/weft-net/weft/internal/nettest"
 	"github.com/weft-net/weft/plugin/plugintest"
 	"github.com/weft-net/weft/subnet"
@@ -41,6 +42,7 @@ type Cluster struct {
 	weftd     string
 	weft      string
 	v6        netip.Prefix // underlay IPv6 prefix for dual-stack; invalid if none
+	fdStore   bool
 	// OnNode, if set, runs on every new node before weftd starts there.
 	OnNode func(*Node)
 }
@@ -63,6 +65,10 @@ type Options struct {
 	// Weftd is the weftd executable to run; default: built from this tree.
 	// Benchmarks set it to compare with an earlier build.
 	Weftd string
+	// FDStore runs every node's weftd as systemd runs a unit with
+	// FileDescriptorStoreMax=: a Keeper (internal/fdstore) takes the files
+	// weftd stores and passes them to the next weftd it starts.
+	FDStore bool
 }
 
 // NewCluster builds the underlay, etcd and the nodes, and starts weftd on
@@ -73,7 +79,7 @@ func NewCluster(tb testing.TB, opts Options) *Cluster {
 	if opts.Config == "" {
 		opts.Config = `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`
 	}
-	c := &Cluster{T: tb, Dir: tb.TempDir(), v6: opts.UnderlayV6,
+	c := &Cluster{T: tb, Dir: tb.TempDir(), v6: opts.UnderlayV6, fdStore: opts.FDStore,
 		weftd: opts.Weftd, weft: nettest.Binary(tb, "weft")}
 	if c.weftd == "" {
 		c.weftd = nettest.Binary(tb, "weftd")
@@ -145,7 +151,10 @@ type Node struct {
 	Prog string
 	Env  []string
 	CNI  *plugintest.Node
-	cmd  *exec.Cmd
+	// Keeper holds the files weftd stores across its restarts, with
+	// Options.FDStore; nil otherwise.
+	Keeper *fdstore.Keeper
+	cmd    *exec.Cmd
 	done chan error
 }
 
@@ -170,6 +179,14 @@ func (c *Cluster) AddNode(label string, args ...string) *Node {
 		LogFile: filepath.Join(dir, "weftd.log"), Args: args}
 	n.CNI = plugintest.NewNode(c.T, h.NS, c.weft, n.SubnetFile, plugintest.Options{DataDir: filepath.Join(dir, "cni")})
 	c.Nodes = append(c.Nodes, n)
+	if c.fdStore {
+		k, err := fdstore.NewKeeper(dir)
+		if err != nil {
+			c.T.Fatal(err)
+		}
+		n.Keeper = k
+		c.T.Cleanup(k.Close) // after weftd stops (cleanups run last first)
+	}
 	if c.OnNode != nil {
 		c.OnNode(n)
 	}
@@ -213,12 +230,25 @@ func (n *Node) Start() {
 	if err != nil {
 		n.c.T.Fatal(err)
 	}
+	if n.Keeper != nil {
+		args = fdstore.Wrap(args)
+	}
 	cmd := n.Command(context.Background(), args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if len(n.Env) > 0 {
 		cmd.Env = append(os.Environ(), n.Env...)
 	}
-	if err := cmd.Start(); err != nil {
+	closeFiles := func() {}
+	if n.Keeper != nil {
+		var err error
+		if closeFiles, err = n.Keeper.Prepare(cmd); err != nil {
+			log.Close()
+			n.c.T.Fatalf("start weftd on %s: %v", n.Label, err)
+		}
+	}
+	err = cmd.Start()
+	closeFiles()
+	if err != nil {
 		log.Close()
 		n.c.T.Fatalf("start weftd on %s: %v", n.Label, err)
 	}
