@@ -40,6 +40,16 @@ type LeaseAttrs struct {
 	WireGuard, WireGuardV6 *WireGuardData
 }
 
+// Equal reports whether a and b describe a node the same way: the same
+// addresses, backend type and backend data.
+func (a LeaseAttrs) Equal(b LeaseAttrs) bool {
+	return a.PublicIP == b.PublicIP && a.PublicIPv6 == b.PublicIPv6 && a.BackendType == b.BackendType &&
+		samePtr(a.BackendData, b.BackendData) && samePtr(a.BackendV6Data, b.BackendV6Data) &&
+		samePtr(a.WireGuard, b.WireGuard) && samePtr(a.WireGuardV6, b.WireGuardV6)
+}
+
+func samePtr[T comparable](a, b *T) bool { return a == b || a != nil && b != nil && *a == *b }
+
 // VXLANData is the BackendData of a vxlan lease.
 type VXLANData struct {
 	VNI     int

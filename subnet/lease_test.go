@@ -224,3 +224,34 @@ func TestMAC(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseAttrsEqual: every field counts, backend data by value.
+func TestLeaseAttrsEqual(t *testing.T) {
+	base := func() LeaseAttrs {
+		return LeaseAttrs{PublicIP: netip.MustParseAddr("192.168.1.1"), PublicIPv6: netip.MustParseAddr("fd00::1"),
+			BackendType: "vxlan", BackendData: &VXLANData{VNI: 1, VtepMAC: MAC{2, 0, 0, 0, 0, 1}},
+			BackendV6Data: &VXLANData{VNI: 1, VtepMAC: MAC{2, 0, 0, 0, 0, 2}},
+			WireGuard:     &WireGuardData{PublicKey: "k", Port: 51820}, WireGuardV6: &WireGuardData{PublicKey: "k6", Port: 51821}}
+	}
+	if a, b := base(), base(); !a.Equal(b) {
+		t.Fatal("equal attrs with distinct pointers are not Equal")
+	}
+	for name, change := range map[string]func(*LeaseAttrs){
+		"PublicIP":           func(a *LeaseAttrs) { a.PublicIP = netip.MustParseAddr("192.168.1.2") },
+		"PublicIPv6":         func(a *LeaseAttrs) { a.PublicIPv6 = netip.Addr{} },
+		"BackendType":        func(a *LeaseAttrs) { a.BackendType = "host-gw" },
+		"BackendData VNI":    func(a *LeaseAttrs) { a.BackendData.VNI = 2 },
+		"BackendData MAC":    func(a *LeaseAttrs) { a.BackendData.VtepMAC[5] = 9 },
+		"BackendData nil":    func(a *LeaseAttrs) { a.BackendData = nil },
+		"BackendV6Data":      func(a *LeaseAttrs) { a.BackendV6Data.VtepMAC[0] = 6 },
+		"WireGuard key":      func(a *LeaseAttrs) { a.WireGuard.PublicKey = "other" },
+		"WireGuard port":     func(a *LeaseAttrs) { a.WireGuard.Port = 1 },
+		"WireGuardV6 absent": func(a *LeaseAttrs) { a.WireGuardV6 = nil },
+	} {
+		a, b := base(), base()
+		change(&b)
+		if a.Equal(b) || b.Equal(a) {
+			t.Errorf("%s changed, still Equal", name)
+		}
+	}
+}

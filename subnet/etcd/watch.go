@@ -67,7 +67,7 @@ func (r *Registry) Watch(ctx context.Context, events chan<- []subnet.Event) erro
 type watcher struct {
 	r      *Registry
 	events chan<- []subnet.Event
-	known  map[string]entry // by key name; only leases whose value parses
+	known  map[string]entry // by key name; only leases whose value parses, without the value bytes (compared parsed)
 	first  bool             // the first listing may be the one Acquire made
 }
 
@@ -100,8 +100,9 @@ func (w *watcher) resync(ctx context.Context) (int64, error) {
 		if e.bad != nil {
 			continue
 		}
+		e.value = nil // known keeps the parsed lease only
 		next[e.name] = e
-		if old, ok := w.known[e.name]; !ok || !sameValue(old.value, e.value) {
+		if old, ok := w.known[e.name]; !ok || !old.lease.Attrs.Equal(e.lease.Attrs) {
 			batch = append(batch, subnet.Event{Type: subnet.EventAdded, Lease: e.lease})
 		}
 	}
@@ -171,10 +172,12 @@ func (w *watcher) apply(evs []*clientv3.Event) []subnet.Event {
 				l.Revision = ev.Kv.ModRevision
 				batch = append(batch, subnet.Event{Type: subnet.EventRemoved, Lease: l})
 			}
-		case known && sameValue(old.value, e.value):
+		case known && old.lease.Attrs.Equal(e.lease.Attrs):
+			e.value = nil
 			w.known[e.name] = e // a renewal: nothing to tell
 		default:
 			w.r.rej.Forget(key)
+			e.value = nil
 			w.known[e.name] = e
 			batch = append(batch, subnet.Event{Type: subnet.EventAdded, Lease: e.lease})
 		}

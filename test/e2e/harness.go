@@ -155,7 +155,7 @@ type Node struct {
 	// Options.FDStore; nil otherwise.
 	Keeper *fdstore.Keeper
 	cmd    *exec.Cmd
-	done chan error
+	done   chan error
 }
 
 // AddNode plugs a new host into the underlay and starts weftd on it.

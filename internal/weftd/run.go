@@ -1,4 +1,4 @@
-package main
+package weftd
 
 import (
 	"context"
@@ -13,23 +13,26 @@ import (
 	"github.com/weft-net/weft/internal/fdstore"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/subnet/etcd"
-	"github.com/weft-net/weft/subnet/kube"
 )
 
-func run(ctx context.Context, prog string, args []string) error {
+func run(ctx context.Context, prog string, args []string, opts Options) error {
 	c, err := parseFlags(prog, args, os.Stderr)
 	if err != nil {
 		return err
 	}
 	if c.version {
-		fmt.Println("weftd", version)
+		fmt.Println("weftd", opts.Version)
 		return nil
+	}
+	if c.kubeSubnetMgr && opts.Kube == nil {
+		// Before anything else: the files a service manager passed must
+		// reach weftd-kube as they came (FromEnv would close them on exec).
+		return execKube()
 	}
 	log, err := newLogger(c.logFormat, c.logLevel, os.Stderr)
 	if err != nil {
 		return err
 	}
-	kube.LogClientGo(log) // client-go's klog lines in weftd's log format
 	files, err := fdstore.FromEnv(log)
 	if err != nil {
 		log.Warn("ignoring the files passed by the service manager", "err", err)
@@ -37,7 +40,7 @@ func run(ctx context.Context, prog string, args []string) error {
 	if names := files.Unclaimed(); len(names) > 0 {
 		log.Info("service manager passed files kept from the last run", "names", names)
 	}
-	log.Info("starting weftd", "version", version, "flannelCompat", c.compat)
+	log.Info("starting weftd", "version", opts.Version, "flannelCompat", c.compat, "kubernetesClient", opts.Kube != nil)
 	logFlannelFlags(c, log)
 
 	node, underlay, err := findNode(c)
@@ -52,7 +55,7 @@ func run(ctx context.Context, prog string, args []string) error {
 	live := &liveBackend{}
 	metricsReg, metrics := newMetrics(live)
 	rej := subnet.NewRejections(log, metrics.LeaseRejected)
-	reg, closeReg, err := newRegistry(ctx, c, rej, log)
+	reg, closeReg, err := newRegistry(ctx, c, opts, rej, log)
 	if err != nil {
 		return err
 	}
@@ -119,9 +122,17 @@ func parseAddr(flagName, s string, v6 bool) (netip.Addr, error) {
 }
 
 // newRegistry builds the etcd or the Kubernetes registry.
-func newRegistry(ctx context.Context, c *config, rej *subnet.Rejections, log *slog.Logger) (subnet.Registry, func(), error) {
+func newRegistry(ctx context.Context, c *config, opts Options, rej *subnet.Rejections, log *slog.Logger) (subnet.Registry, func(), error) {
 	if c.kubeSubnetMgr {
-		return newKubeRegistry(ctx, c, rej, log)
+		reg, err := opts.Kube(ctx, KubeConfig{APIURL: c.kubeAPIURL, Kubeconfig: c.kubeconfig, NodeName: c.nodeName,
+			AnnotationPrefix: c.kubeAnnotPrefix, NetConfPath: c.netConfPath}, rej, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !c.setNodeNetUnav {
+			reg = registryOnly{reg}
+		}
+		return reg, func() {}, nil
 	}
 	client, err := etcd.NewClient(c.etcd.ClientConfig())
 	if err != nil {
@@ -141,3 +152,7 @@ func logFlannelFlags(c *config, log *slog.Logger) {
 		log.Warn("flanneld flag accepted but ignored", "flag", f.flag, "reason", f.reason)
 	}
 }
+
+// registryOnly hides the registry's SetNetworkAvailable, for
+// --set-node-network-unavailable=false: the node condition is left alone.
+type registryOnly struct{ subnet.Registry }

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+
+	"github.com/weft-net/weft/internal/weftd"
+	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/subnet/kube"
+)
+
+// newKubeRegistry builds the Kubernetes registry (in-cluster config unless
+// --kubeconfig names a file or --kube-api-url a server). Without a node
+// name it reads the node of the pod named by POD_NAMESPACE and POD_NAME, as
+// flanneld does.
+func newKubeRegistry(ctx context.Context, c weftd.KubeConfig, rej *subnet.Rejections, log *slog.Logger) (subnet.Registry, error) {
+	kube.LogClientGo(log) // client-go's klog lines in weftd's log format
+	client, err := kube.NewClientURL(c.APIURL, c.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	nodeName := c.NodeName
+	if nodeName == "" {
+		ns, pod := os.Getenv("POD_NAMESPACE"), os.Getenv("POD_NAME")
+		if nodeName, err = kube.PodNodeName(ctx, client, ns, pod); err != nil {
+			return nil, err
+		}
+		log.Info("node name from this pod", "pod", ns+"/"+pod, "node", nodeName)
+	}
+	return kube.New(client, kube.Options{
+		NodeName:         nodeName,
+		AnnotationPrefix: c.AnnotationPrefix,
+		ConfigFile:       c.NetConfPath,
+		Rejections:       rej,
+	}, log)
+}
