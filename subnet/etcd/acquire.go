@@ -85,7 +85,7 @@ func (r *Registry) tryAcquire(ctx context.Context, cfg *subnet.Config, attrs sub
 	if err != nil {
 		return subnet.Lease{}, fmt.Errorf("acquire lease: %w", err)
 	}
-	return r.create(ctx, subnet.Lease{Subnet: v4, IPv6Subnet: v6, Attrs: attrs}, value)
+	return r.create(ctx, subnet.Lease{Subnet: v4, IPv6Subnet: v6, Attrs: attrs}, value, rev)
 }
 
 // ownedBy reports whether a listed lease carries our public address.
@@ -183,8 +183,12 @@ func (r *Registry) reuse(ctx context.Context, e entry, attrs subnet.LeaseAttrs, 
 	return l, nil
 }
 
-// create writes a new lease if its key does not exist yet.
-func (r *Registry) create(ctx context.Context, l subnet.Lease, value []byte) (subnet.Lease, error) {
+// create writes a new lease if its key does not exist yet. A dual-stack
+// key names two subnets, and another node may have created a key with our
+// IPv6 subnet and another IPv4 one (or the reverse) since the listing at
+// rev: then no key is created after rev, or it is a race (renewals rewrite
+// existing keys and do not count).
+func (r *Registry) create(ctx context.Context, l subnet.Lease, value []byte, rev int64) (subnet.Lease, error) {
 	key := r.subnetsDir() + l.Key()
 	rctx, cancel := r.request(ctx)
 	defer cancel()
@@ -193,8 +197,12 @@ func (r *Registry) create(ctx context.Context, l subnet.Lease, value []byte) (su
 	if err != nil {
 		return subnet.Lease{}, fmt.Errorf("acquire lease: grant a %ds etcd lease: %w", r.ttl, err)
 	}
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.Version(key), "=", 0)}
+	if l.Subnet.IsValid() && l.IPv6Subnet.IsValid() {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(r.subnetsDir()), "<", rev+1).WithPrefix())
+	}
 	resp, err := r.client.Txn(rctx).
-		If(clientv3.Compare(clientv3.Version(key), "=", 0)).
+		If(cmps...).
 		Then(clientv3.OpPut(key, string(value), clientv3.WithLease(grant.ID))).Commit()
 	if err != nil {
 		// The put may have happened: keep the grant (it expires by itself)

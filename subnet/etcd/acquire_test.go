@@ -351,3 +351,42 @@ func TestAcquireErrors(t *testing.T) {
 		t.Errorf("IPv6-only without PublicIPv6: %v", err)
 	}
 }
+
+// TestAcquireConcurrentDualStack: a dual-stack key names two subnets, so
+// two nodes that pick different IPv4 subnets and the same IPv6 one write
+// different keys; the create must still see the race. 12 nodes start at
+// once with 16 IPv6 subnets to pick from, where random picks collide.
+func TestAcquireConcurrentDualStack(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t, `{"EnableIPv6": true, "Network": "10.42.0.0/16", "IPv6Network": "fd00:10:42::/60", "IPv6SubnetLen": 64}`)
+	ctx := testCtx(t)
+	const n = 12
+	leases := make([]subnet.Lease, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			a := attrs(t, fmt.Sprintf("10.0.0.%d", i+1))
+			a.PublicIPv6 = netip.MustParseAddr(fmt.Sprintf("fd77::%d", i+1))
+			leases[i], errs[i] = env.reg.Acquire(ctx, a, netip.Prefix{})
+		})
+	}
+	close(start)
+	wg.Wait()
+	v4, v6 := map[netip.Prefix]int{}, map[netip.Prefix]int{}
+	for i, l := range leases {
+		if errs[i] != nil {
+			t.Fatalf("node %d: %v", i, errs[i])
+		}
+		if j, dup := v4[l.Subnet]; dup {
+			t.Errorf("nodes %d and %d both got %s", j, i, l.Subnet)
+		}
+		if j, dup := v6[l.IPv6Subnet]; dup {
+			t.Errorf("nodes %d and %d both got %s", j, i, l.IPv6Subnet)
+		}
+		v4[l.Subnet], v6[l.IPv6Subnet] = i, i
+	}
+	t.Logf("lost races: %d", countLines(env.logs.String(), "lost a race"))
+}
