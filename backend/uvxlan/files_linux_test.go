@@ -146,13 +146,7 @@ func TestKeptFilesBridgeRestarts(t *testing.T) {
 	time.Sleep(time.Second)
 	files.restart(t)
 	cfg := a.b.Config()
-	next, err := New(cfg, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.b, a.stop = next, start(t, next, "a again")
-	t.Cleanup(a.stop)
-	connect(t, a, b)
+	next := restartNode(t, a, b, cfg)
 	if dp := next.dp.Load(); dp == nil || !dp.adopted {
 		t.Fatal("the restarted backend did not take the kept files over")
 	}
@@ -182,13 +176,7 @@ func TestKeptFilesBridgeRestarts(t *testing.T) {
 	files.inherited["weft-u.1-rx3"] = extra
 	files.mu.Unlock()
 	cfg.Plain = true
-	plain, err := New(cfg, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.b, a.stop = plain, start(t, plain, "a plain")
-	t.Cleanup(a.stop)
-	connect(t, a, b)
+	restartNode(t, a, b, cfg)
 	if outp, err := ping(a, b.podIP); err != nil {
 		t.Fatalf("ping with the replaced tap: %v\n%s", err, outp)
 	}
@@ -204,4 +192,18 @@ func TestKeptFilesBridgeRestarts(t *testing.T) {
 	if got, want := files.names(), []string{"weft-u.1-rx0", "weft-u.1-tap0"}; !slices.Equal(got, want) {
 		t.Errorf("kept %q, want %q", got, want)
 	}
+}
+
+// restartNode runs a new backend with cfg on a (whose backend is stopped)
+// and programs a and b towards each other.
+func restartNode(t *testing.T, a, b *testNode, cfg Config) *Backend {
+	t.Helper()
+	nb, err := New(cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.b, a.stop = nb, start(t, nb, "a restarted")
+	t.Cleanup(a.stop)
+	connect(t, a, b)
+	return nb
 }
