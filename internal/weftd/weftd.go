@@ -1,6 +1,6 @@
 // Package weftd is weft's node daemon behind its two commands: cmd/weftd,
 // the etcd build, and cmd/weftd-kube, the same daemon with the Kubernetes
-// client. The Kubernetes client (client-go and the API types) is two thirds
+// client. The Kubernetes client (client-go and the API types) is a fifth
 // of a build's packages and a third of its size; a node on etcd never runs
 // it, so its weftd does not carry it. Started with --kube-subnet-mgr, the
 // etcd build runs weftd-kube from its own directory in its place (the same
