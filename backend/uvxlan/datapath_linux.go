@@ -3,6 +3,7 @@ package uvxlan
 import (
 	"errors"
 	"net/netip"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -42,24 +43,10 @@ func (dp *datapath) openSockets() error {
 // openRx returns receive socket q: the one kept from the last run when it
 // fits, else a new one, which is then kept for the next.
 func (dp *datapath) openRx(q int) (*udpSocket, error) {
-	name := dp.b.cfg.rxFileName(q)
-	if files := dp.b.cfg.Files; files != nil {
-		if f := files.Take(name); f != nil {
-			s, err := dp.adoptRx(f)
-			if err == nil {
-				dp.adopted = true
-				return s, nil
-			}
-			dp.b.notReusing(name, err)
-		}
-		dp.b.forget(name)
-	}
-	s, err := retryBusy(dp.listenRx)
-	if err != nil {
-		return nil, err
-	}
-	dp.b.keep(name, s.rc)
-	return s, nil
+	s, adopted, err := reuseOrOpen(dp.b, dp.b.cfg.rxFileName(q), dp.adoptRx, dp.listenRx,
+		func(s *udpSocket) syscall.RawConn { return s.rc })
+	dp.adopted = dp.adopted || adopted
+	return s, err
 }
 
 // listenRx opens one receive socket on the VXLAN port (in the calling
@@ -81,11 +68,9 @@ func (dp *datapath) recvFailed(q int, old *udpSocket, err error) {
 	dp.b.log.Warn("receive socket failed; reopening it", "queue", q, "err", err)
 	for delay := 10 * time.Millisecond; !dp.closing.Load(); delay = min(2*delay, time.Second) {
 		old.close() // frees the port for the new socket
-		dp.b.forget(dp.b.cfg.rxFileName(q))
 		var s *udpSocket
-		oerr := inNS(dp.b.cfg.NetNS, func() (err error) { s, err = dp.listenRx(); return err })
+		oerr := inNS(dp.b.cfg.NetNS, func() (err error) { s, err = dp.openRx(q); return err })
 		if oerr == nil {
-			dp.b.keep(dp.b.cfg.rxFileName(q), s.rc)
 			dp.rxs[q].Store(s)
 			if dp.closing.Load() { // close may have missed it
 				s.close()

@@ -131,25 +131,15 @@ func (dp *datapath) openTAP() (_ []*tapQueue, err error) {
 		}
 	}()
 	for i := range cfg.Queues {
-		name := cfg.tapFileName(i)
-		if cfg.Files != nil {
-			if f := cfg.Files.Take(name); f != nil {
-				q, err := dp.adoptTAP(f, multi)
-				if err == nil {
-					qs = append(qs, q)
-					dp.adopted = true
-					continue
-				}
-				dp.b.notReusing(name, err)
-			}
-			dp.b.forget(name)
-		}
-		q, err := retryBusy(func() (*tapQueue, error) { return openTAPQueue(cfg, multi) })
+		q, adopted, err := reuseOrOpen(dp.b, cfg.tapFileName(i),
+			func(f *os.File) (*tapQueue, error) { return dp.adoptTAP(f, multi) },
+			func() (*tapQueue, error) { return openTAPQueue(cfg, multi) },
+			func(q *tapQueue) syscall.RawConn { return q.rc })
 		if err != nil {
 			return nil, err
 		}
 		qs = append(qs, q)
-		dp.b.keep(name, q.rc)
+		dp.adopted = dp.adopted || adopted
 	}
 	return qs, nil
 }

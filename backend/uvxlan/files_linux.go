@@ -85,6 +85,28 @@ func (b *Backend) releaseUnused() {
 	}
 }
 
+// reuseOrOpen returns the file kept under name when adopt accepts it
+// (reporting true), or else drops what is kept, opens a new one and keeps
+// it for the next run.
+func reuseOrOpen[T any](b *Backend, name string, adopt func(*os.File) (T, error), open func() (T, error), rc func(T) syscall.RawConn) (T, bool, error) {
+	if b.cfg.Files != nil {
+		if f := b.cfg.Files.Take(name); f != nil {
+			v, err := adopt(f)
+			if err == nil {
+				return v, true, nil
+			}
+			b.notReusing(name, err)
+		}
+		b.forget(name)
+	}
+	v, err := retryBusy(open)
+	if err != nil {
+		return v, false, err
+	}
+	b.keep(name, rc(v))
+	return v, false, nil
+}
+
 // adoptTAP checks that f, a TAP queue kept from the last run, is attached
 // to our device with the flags this configuration opens it with, and
 // returns it as a queue.

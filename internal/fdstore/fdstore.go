@@ -170,14 +170,6 @@ func (s *Store) ReleaseUnclaimed(keep func(name string) bool) ([]string, error) 
 	return released, errors.Join(errs...)
 }
 
-// Notify sends state (for example "READY=1") to the service manager.
-func (s *Store) Notify(state string) error {
-	if !s.Enabled() {
-		return nil
-	}
-	return s.send(state+"\n", -1)
-}
-
 // send writes msg, and fd when not negative, to the notification socket.
 func (s *Store) send(msg string, fd int) error {
 	name := s.notify

@@ -15,7 +15,9 @@ import (
 	"github.com/weft-net/weft/subnet/etcd"
 )
 
-func run(ctx context.Context, prog string, args []string, opts Options) error {
+// Run runs weftd with args (prog is the name it was started as: as
+// "flanneld" it takes flanneld's defaults) until ctx ends.
+func Run(ctx context.Context, prog string, args []string, opts Options) error {
 	c, err := parseFlags(prog, args, os.Stderr)
 	if err != nil {
 		return err

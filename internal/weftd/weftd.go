@@ -57,12 +57,6 @@ func Main(opts Options) {
 	}
 }
 
-// Run runs weftd with args (prog is the name it was started as: as
-// "flanneld" it takes flanneld's defaults) until ctx ends.
-func Run(ctx context.Context, prog string, args []string, opts Options) error {
-	return run(ctx, prog, args, opts)
-}
-
 // execKube replaces this process with weftd-kube from the directory of
 // this executable (symbolic links resolved), keeping the arguments (also
 // the name weftd was started as), the environment and the open files.

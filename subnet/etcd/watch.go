@@ -150,6 +150,7 @@ func (w *watcher) apply(evs []*clientv3.Event) []subnet.Event {
 	for _, ev := range evs {
 		key := string(ev.Kv.Key)
 		e, err := w.r.decode(ev.Kv)
+		e.value = nil // known keeps the parsed lease only
 		if err != nil {
 			if ev.Type == mvccpb.PUT {
 				w.r.rej.Reject(key, subnet.RejectMalformedKey, err)
@@ -173,11 +174,9 @@ func (w *watcher) apply(evs []*clientv3.Event) []subnet.Event {
 				batch = append(batch, subnet.Event{Type: subnet.EventRemoved, Lease: l})
 			}
 		case known && old.lease.Attrs.Equal(e.lease.Attrs):
-			e.value = nil
 			w.known[e.name] = e // a renewal: nothing to tell
 		default:
 			w.r.rej.Forget(key)
-			e.value = nil
 			w.known[e.name] = e
 			batch = append(batch, subnet.Event{Type: subnet.EventAdded, Lease: e.lease})
 		}
