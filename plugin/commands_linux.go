@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"syscall"
 
 	cnins "github.com/containernetworking/cni/pkg/ns"
 	"github.com/containernetworking/cni/pkg/skel"
@@ -111,13 +112,16 @@ func add(conf *Config, p plan, att Attachment, netns ns.NetNS) (_ *current.Resul
 		pod, addrs), nil
 }
 
-func cmdDel(args *skel.CmdArgs) error {
+// cmdDel takes the pod's veth pair out of service, frees its addresses and
+// then has reap delete the retired pair (see Funcs).
+func cmdDel(args *skel.CmdArgs, reap func() error) error {
 	conf, err := ParseConfig(args.StdinData)
 	if err != nil {
 		return err
 	}
 	att := Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
-	if err := deleteHostVeth(att); err != nil {
+	retired, err := retireHostVeth(att, args.Netns)
+	if err != nil {
 		return err
 	}
 	store, err := openStore(conf)
@@ -128,8 +132,16 @@ func cmdDel(args *skel.CmdArgs) error {
 	if err := release(store, att); err != nil {
 		return err
 	}
-	return dropMasqIfUnused(store, conf)
+	if err := dropMasqIfUnused(store, conf); err != nil {
+		return err
+	}
+	if retired {
+		return reap()
+	}
+	return nil
 }
+
+func detached() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setsid: true} }
 
 // dropMasqIfUnused removes the network's masquerade chains once no pod of
 // it holds an address. It runs under the store lock, as ADD's ensureMasq
@@ -158,8 +170,11 @@ func cmdGC(args *skel.CmdArgs) error {
 	gone, err := gc(store, conf.ipamDir(), conf.ValidAttachments)
 	var errs []error
 	for _, a := range gone {
-		errs = append(errs, deleteHostVeth(a))
+		_, rerr := retireHostVeth(a, "")
+		errs = append(errs, rerr)
 	}
+	// Also what a killed reaper left, all in one deletion.
+	errs = append(errs, reapRetired())
 	if err == nil {
 		err = dropMasqIfUnused(store, conf)
 	}

@@ -10,6 +10,21 @@
 // Commands: ADD, DEL (idempotent), CHECK, GC and STATUS (CNI 1.1), VERSION;
 // cniVersion 0.3.0 to 1.1.0.
 //
+// # DEL without waiting for the kernel
+//
+// Deleting a veth pair costs ~15 ms in the kernel (an rcu_barrier), most of
+// a DEL. DEL therefore retires the pair: one request sets the host end down
+// (the pod end loses its carrier: the pod can send nothing more), takes it
+// off the bridge, renames it weftrm<ifindex> and puts it in link group
+// 0x77656674 ("weft"); the pod end, if the namespace is still there, is
+// renamed the same way, so a new ADD may reuse both names at once. The
+// addresses are released, and DEL starts the plugin's own executable again
+// with the argument reap-retired-veths, detached (own session, no stdio),
+// to delete every link of that group in one request. A reaper that was
+// killed leaves links the next DEL's reaper or GC deletes. A kernel that
+// refuses to retire a link (renaming a link that is up needs Linux 6.2)
+// gets it deleted before DEL returns, as before.
+//
 // # Errors
 //
 // Every failure is a CNI error on stdout with one of the spec's codes:
