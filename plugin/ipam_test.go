@@ -29,13 +29,22 @@ func TestStoreAllocate(t *testing.T) {
 		{"skips gateway, network and broadcast", v4Range("10.0.0.1/29"), 6, []string{"10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6"}, 5},
 		{"/30 holds one pod", v4Range("10.0.0.1/30"), 2, []string{"10.0.0.2"}, 1},
 		{"gateway not first", v4Range("10.0.0.5/29"), 3, []string{"10.0.0.6", "10.0.0.1", "10.0.0.2"}, -1},
+		{"/31 holds none", v4Range("10.0.0.0/31"), 1, nil, 0},
+		{"/32 holds none", v4Range("10.0.0.1/32"), 1, nil, 0},
+		{"last reservation outside the range", v4Range("10.0.0.1/29"), 2, []string{"10.0.0.2", "10.0.0.3"}, -1},
+		{"wraps around after the last address", v4Range("10.0.0.1/29"), 3, []string{"10.0.0.2", "10.0.0.3", "10.0.0.4"}, -1},
 		{"IPv6", Range{Subnet: netip.MustParsePrefix("fd00::/64"), Gateway: netip.MustParseAddr("fd00::1"), ID: 1}, 2, []string{"fd00::2", "fd00::3"}, -1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s, dir := openTestStore(t)
-			if c.name == "gateway not first" { // round-robin resumes after the last reservation
+			switch c.name { // round-robin resumes after the last reservation
+			case "gateway not first":
 				os.WriteFile(filepath.Join(dir, "last_reserved_ip.0"), []byte("10.0.0.5"), 0o600)
+			case "last reservation outside the range":
+				os.WriteFile(filepath.Join(dir, "last_reserved_ip.0"), []byte("192.168.0.9"), 0o600)
+			case "wraps around after the last address":
+				os.WriteFile(filepath.Join(dir, "last_reserved_ip.0"), []byte("10.0.0.6"), 0o600)
 			}
 			var got []string
 			for i := range c.pods {
