@@ -1,0 +1,48 @@
+package weftd
+
+import (
+	"context"
+	"runtime/debug"
+	"runtime/metrics"
+	"time"
+)
+
+// restCheck is how often weftd looks whether it is at rest.
+const restCheck = 2 * time.Second
+
+// restAllocs is the most an interval of restCheck may allocate for weftd to count
+// as at rest: an idle daemon (lease renewals, watch keepalives, a metrics
+// scrape) allocates far less, a sync or a burst of lease events far more.
+const restAllocs = 512 << 10
+
+// restFree is the free heap, held but not returned to the OS, above which
+// weftd at rest returns it.
+const restFree = 1 << 20
+
+// releaseAtRest returns the heap's free pages to the OS whenever weftd has
+// come to rest after work that grew its heap. Go's scavenger keeps the heap
+// near the GC goal (1.5× the live heap, see defaultGCPercent) because more
+// work is likely to need it again; weftd's work comes in bursts (a start,
+// a change of many leases, a resync) with long rests between, so the slack
+// would otherwise stay resident through the rest. Costs one full GC per
+// rest, a few milliseconds at 5,000 peers.
+func releaseAtRest(ctx context.Context, every time.Duration) {
+	samples := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/memory/classes/heap/free:bytes"}}
+	metrics.Read(samples)
+	last := samples[0].Value.Uint64()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		metrics.Read(samples)
+		allocs, free := samples[0].Value.Uint64(), samples[1].Value.Uint64()
+		if allocs-last < restAllocs && free > restFree {
+			debug.FreeOSMemory()
+		}
+		last = allocs
+	}
+}

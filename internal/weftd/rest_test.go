@@ -1,0 +1,43 @@
+package weftd
+
+import (
+	"context"
+	"runtime"
+	"runtime/metrics"
+	"testing"
+	"time"
+)
+
+var sink [][]byte
+
+// TestReleaseAtRest: after a burst that leaves the heap mostly free, the
+// free pages go back to the OS once allocation has stopped.
+func TestReleaseAtRest(t *testing.T) {
+	read := func() (free, released uint64) {
+		s := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64(), s[1].Value.Uint64()
+	}
+	// A burst: 32 MB live, then dropped and collected.
+	for range 512 {
+		sink = append(sink, make([]byte, 64<<10))
+	}
+	sink = nil
+	runtime.GC()
+	free, _ := read()
+	if free < restFree {
+		t.Fatalf("the runtime returned the burst's pages by itself (%d bytes free): the test proves nothing", free)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go releaseAtRest(ctx, 20*time.Millisecond)
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if f, _ := read(); f < restFree {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	f, r := read()
+	t.Fatalf("free heap still %d bytes (released %d) after 5 s at rest; was %d after the burst", f, r, free)
+}
