@@ -21,9 +21,9 @@
 // addresses are released, and DEL starts the plugin's own executable again
 // with the argument reap-retired-veths, detached (own session, no stdio),
 // to delete every link of that group in one request. A reaper that was
-// killed leaves links the next DEL's reaper or GC deletes. A kernel that
-// refuses to retire a link (renaming a link that is up needs Linux 6.2)
-// gets it deleted before DEL returns, as before.
+// killed leaves links the next DEL's reaper or GC deletes. An older kernel
+// that refuses to rename a link that is up gets it taken down first; if
+// retiring fails at all, DEL deletes the pair before it returns, as before.
 //
 // # Errors
 //

@@ -206,8 +206,8 @@ func retireHostVeth(att Attachment, podNS string) (retired bool, err error) {
 
 // retire sets l down, without master, in retiredGroup and renamed, in one
 // RTM_NEWLINK request (the kernel renames before it applies the flags, and
-// renames links that are up since Linux 6.2; an older one answers EBUSY and
-// gets a second request once the link is down).
+// renames links that are up; an older one answers EBUSY and gets a second
+// request once the link is down).
 func retire(l netlink.Link) error {
 	req := nl.NewNetlinkRequest(unix.RTM_NEWLINK, unix.NLM_F_ACK)
 	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)

@@ -5,6 +5,12 @@
 # (built with cgo, dynamically linked) and against static builds of the same
 # version (CGO_ENABLED=0, as the upstream release binaries are built).
 # Extra arguments go to `go test`, e.g. -benchtime=500x.
+#
+# Flannel's own CNI plugin is not on the Go module proxy; to compare with
+# Flannel's chain, build it and name it in WEFT_BENCH_FLANNEL_CNI:
+#   git clone https://github.com/flannel-io/cni-plugin /tmp/flannel-cni
+#   (cd /tmp/flannel-cni && CGO_ENABLED=0 go build -o /tmp/flannel .)
+#   sudo WEFT_BENCH_FLANNEL_CNI=/tmp/flannel bench/cni/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 test/setup.sh
