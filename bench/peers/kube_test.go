@@ -82,12 +82,12 @@ func kubeRound(b *testing.B, k *kubetest.Cluster, cs kubernetes.Interface, weftd
 	defer node.Stop()
 	var startup time.Duration
 	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(5 * time.Millisecond) {
-		if n := countRoutes(b, node.Handle); n >= 1000 {
+		if n := countRoutes(b, node.Handle, "weft.1"); n >= 1000 {
 			startup = time.Since(start)
 			break
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("only %d routes after 3 minutes", countRoutes(b, node.Handle))
+			b.Fatalf("only %d routes after 3 minutes", countRoutes(b, node.Handle, "weft.1"))
 		}
 	}
 	node.WaitReady()

@@ -10,6 +10,11 @@
 // runs both, interleaved, and the medians of both are printed:
 //
 //	WEFT_BENCH_BASE_WEFTD=/tmp/old/weftd go test -run '^$' -bench Peers -benchtime 3x ./bench/peers
+//
+// To compare with Flannel, name a flanneld executable (built from
+// github.com/flannel-io/flannel) in WEFT_BENCH_FLANNELD: it runs in the same
+// rounds, with the same etcd and leases, and is measured the same way (its
+// routes on flannel.1, its RSS).
 package peers
 
 import (
@@ -60,9 +65,12 @@ type result struct {
 // this tree's, so both see the same machine; the figures of both are printed
 // with the load average of each round, then the medians.
 func BenchmarkPeers5000(b *testing.B) {
-	bins := []struct{ label, path string }{{"this tree", ""}}
+	bins := []daemon{{label: "this tree"}}
 	if base := os.Getenv("WEFT_BENCH_BASE_WEFTD"); base != "" {
-		bins = append(bins, struct{ label, path string }{"base " + base, base})
+		bins = append(bins, daemon{label: "base " + base, path: base})
+	}
+	if fl := os.Getenv("WEFT_BENCH_FLANNELD"); fl != "" {
+		bins = append(bins, daemon{label: "flanneld " + fl, path: fl, flanneld: true})
 	}
 	all := make([][]result, len(bins))
 	for i := range b.N {
@@ -71,7 +79,7 @@ func BenchmarkPeers5000(b *testing.B) {
 				bin = bins[len(bins)-1-j]
 				j = len(bins) - 1 - j
 			}
-			r := peersRound(b, bin.path)
+			r := peersRound(b, bin)
 			all[j] = append(all[j], r)
 			fmt.Printf("round %d %s: %s\n", i+1, bin.label, r)
 		}
@@ -87,12 +95,64 @@ func BenchmarkPeers5000(b *testing.B) {
 			b.ReportMetric(m.restAnon+m.restFile, "rss-rest-MB")
 		}
 	}
-	fmt.Printf("goals (issue 15): startup <= 0.4s, p50 <= 10ms, p99 <= 50ms, RSS anon+file <= 25MB at 5,000 peers\n")
+	if fl := bins[len(bins)-1]; fl.flanneld {
+		m, mf := median(all[0]), median(all[len(bins)-1])
+		fmt.Printf("start to all programmed: flanneld %s, this tree %s: %.1fx faster\n",
+			mf.startup.Round(time.Millisecond), m.startup.Round(time.Millisecond), mf.startup.Seconds()/m.startup.Seconds())
+		fmt.Printf("RSS 5 s after the last probe: flanneld %.1f MB, this tree %.1f MB (%.0f%%)\n",
+			mf.restAnon+mf.restFile, m.restAnon+m.restFile, 100*(m.restAnon+m.restFile)/(mf.restAnon+mf.restFile))
+	}
+	fmt.Printf("goals (issue 15): startup <= 0.4s (>= 15x flanneld), p50 <= 10ms, p99 <= 50ms, RSS anon+file <= 25MB at 5,000 peers\n")
+}
+
+// daemon is one executable a round measures: weftd (path empty: this
+// tree's) or a real flanneld.
+type daemon struct {
+	label, path string
+	flanneld    bool
+}
+
+// device is the VXLAN device whose routes show the daemon's peers.
+func (d daemon) device() string {
+	if d.flanneld {
+		return "flannel.1"
+	}
+	return "weft.1"
+}
+
+// use makes c start d on every new node.
+func (d daemon) use(c *e2e.Cluster) {
+	if !d.flanneld {
+		return
+	}
+	c.OnNode = func(n *e2e.Node) {
+		n.Prog, n.OwnArgs = d.path, true
+		n.Args = []string{"--etcd-endpoints", c.Endpoints(), "--etcd-prefix", e2e.Prefix, "--iface", "eth0",
+			"--subnet-file", n.SubnetFile, "--iptables-forward-rules=false", "--ip-masq=false"}
+	}
+}
+
+// waitReady waits until d on n holds its lease: weftd's readiness, or
+// flanneld's subnet file.
+func (d daemon) waitReady(b *testing.B, n *e2e.Node) {
+	if !d.flanneld {
+		n.WaitReady()
+		return
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(n.SubnetFile); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(n.LogFile)
+			b.Fatalf("flanneld wrote no subnet file within 30 s:\n%s", log)
+		}
+	}
 }
 
 func (r result) String() string {
 	return fmt.Sprintf("peers=5000 startup_to_all_programmed=%s new_lease_to_route p50=%s p99=%s max=%s "+
-		"weftd_rss anon=%.1fMB file=%.1fMB total=%.1fMB (%s later, at rest: anon=%.1fMB file=%.1fMB total=%.1fMB) "+
+		"rss anon=%.1fMB file=%.1fMB total=%.1fMB (%s later, at rest: anon=%.1fMB file=%.1fMB total=%.1fMB) "+
 		"(idle, no peers: anon=%.1fMB file=%.1fMB) load=%s",
 		r.startup.Round(time.Millisecond), r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond),
 		r.max.Round(time.Microsecond), r.anon, r.file, r.anon+r.file, restWait, r.restAnon, r.restFile, r.restAnon+r.restFile,
@@ -127,9 +187,14 @@ func median(rs []result) result {
 // peersRound starts an idle weftd (for the memory baseline), then puts
 // 5,000 leases into etcd and measures a second weftd: start to every route
 // programmed, then 200 new leases one by one, each to its route.
-func peersRound(b *testing.B, weftd string) result {
+func peersRound(b *testing.B, d daemon) result {
 	const peers, probes = 5000, 200
-	c := e2e.NewCluster(b, e2e.Options{Nodes: 0, Config: config, Weftd: weftd})
+	opts := e2e.Options{Nodes: 0, Config: config}
+	if !d.flanneld {
+		opts.Weftd = d.path
+	}
+	c := e2e.NewCluster(b, opts)
+	d.use(c)
 	defer func() {
 		for _, n := range c.Nodes {
 			n.Stop()
@@ -138,7 +203,7 @@ func peersRound(b *testing.B, weftd string) result {
 	ctx := context.Background()
 	var r result
 	idle := c.AddNode("n0")
-	idle.WaitReady()
+	d.waitReady(b, idle)
 	time.Sleep(time.Second) // let the idle daemon settle: a memory figure, not a synchronisation
 	r.idleAnon, r.idleFile = rssOf(b, idle)
 	idle.Stop()
@@ -154,15 +219,15 @@ func peersRound(b *testing.B, weftd string) result {
 	h := node.Handle
 	// Wait for every route: count them on the overlay device.
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(5 * time.Millisecond) {
-		if n := countRoutes(b, h); n >= peers {
+		if n := countRoutes(b, h, d.device()); n >= peers {
 			r.startup = time.Since(start)
 			break
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("only %d of %d routes after 2 minutes", countRoutes(b, h), peers)
+			b.Fatalf("only %d of %d routes after 2 minutes", countRoutes(b, h, d.device()), peers)
 		}
 	}
-	node.WaitReady()
+	d.waitReady(b, node)
 	// Probe subnets lie far beyond the first free ones, where the node
 	// took its own.
 	lat := probeLatency(b, node, probes, func(i int) netip.Prefix {
@@ -230,8 +295,8 @@ func loadAvg() string {
 	return strings.Join(f[:3], "/")
 }
 
-func countRoutes(b *testing.B, h *netlink.Handle) int {
-	l, err := h.LinkByName("weft.1")
+func countRoutes(b *testing.B, h *netlink.Handle, dev string) int {
+	l, err := h.LinkByName(dev)
 	if err != nil {
 		return 0
 	}

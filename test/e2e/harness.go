@@ -128,6 +128,9 @@ func NewCluster(tb testing.TB, opts Options) *Cluster {
 	return c
 }
 
+// Endpoints is the etcd endpoint list the nodes are given.
+func (c *Cluster) Endpoints() string { return c.endpoints }
+
 // Put writes a key to etcd.
 func (c *Cluster) Put(key, value string) {
 	c.T.Helper()
@@ -150,7 +153,10 @@ type Node struct {
 	// example weftd installed as flanneld); Env is added to its environment.
 	Prog string
 	Env  []string
-	CNI  *plugintest.Node
+	// OwnArgs makes Args the daemon's whole command line: none of weftd's
+	// flags are added (for a real flanneld, whose flags differ).
+	OwnArgs bool
+	CNI     *plugintest.Node
 	// Keeper holds the files weftd stores across its restarts, with
 	// Options.FDStore; nil otherwise.
 	Keeper *fdstore.Keeper
@@ -226,6 +232,9 @@ func (n *Node) Start() {
 		"--health-addr", "127.0.0.1:9470",
 		"--log-level", "debug",
 	}, n.Args...)
+	if n.OwnArgs {
+		args = append([]string{prog}, n.Args...)
+	}
 	log, err := os.OpenFile(n.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		n.c.T.Fatal(err)
