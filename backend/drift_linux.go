@@ -2,6 +2,7 @@ package backend
 
 import (
 	"net/netip"
+	"slices"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -17,20 +18,23 @@ import (
 // dataplane's own writes match the table it just programmed, so they do not
 // trigger a sync of thousands of peers.
 type OverlayDrift struct {
-	Index  map[int]bool    // the overlay links, by index
-	Name   map[string]bool // and by name (a recreated link has a new index)
-	Neighs map[netip.Addr]subnet.MAC
-	Routes map[netip.Prefix]vtep.VTEP
+	Index map[int]bool    // the overlay links, by index
+	Name  map[string]bool // and by name (a recreated link has a new index)
+	// Routes is the programmed table itself (tables are never modified once
+	// handed over): rules are made after every change, and copying a table
+	// of thousands of peers each time cost more than the change.
+	Routes vtep.Table
+	lens   []netip.Prefix // one prefix of each length (and family) in Routes
 }
 
 // NewOverlayDrift returns the drift rules for links (name → index, 0 when
 // not known yet) programmed with t.
 func NewOverlayDrift(t vtep.Table, links map[string]int) OverlayDrift {
-	d := OverlayDrift{Index: map[int]bool{}, Name: map[string]bool{},
-		Neighs: make(map[netip.Addr]subnet.MAC, len(t)), Routes: make(map[netip.Prefix]vtep.VTEP, len(t))}
-	for p, v := range t {
-		d.Neighs[Gateway(p)] = v.MAC
-		d.Routes[p] = v
+	d := OverlayDrift{Index: map[int]bool{}, Name: map[string]bool{}, Routes: t}
+	for p := range t {
+		if !slices.ContainsFunc(d.lens, func(l netip.Prefix) bool { return l.Bits() == p.Bits() && l.Addr().Is4() == p.Addr().Is4() }) {
+			d.lens = append(d.lens, p)
+		}
 	}
 	for name, idx := range links {
 		d.Name[name] = true
@@ -66,11 +70,29 @@ func (d OverlayDrift) Neigh(u netlink.NeighUpdate) bool {
 	ip = ip.Unmap()
 	var mac subnet.MAC
 	copy(mac[:], u.HardwareAddr)
-	wantMAC, want := d.Neighs[ip]
+	wantMAC, want := d.neighbour(ip)
 	if u.Type == unix.RTM_DELNEIGH {
 		return want
 	}
 	return u.State&netlink.NUD_PERMANENT != 0 && (!want || wantMAC != mac)
+}
+
+// neighbour returns the MAC the table wants for the neighbour ip: that of
+// the subnet whose gateway ip is.
+func (d OverlayDrift) neighbour(ip netip.Addr) (subnet.MAC, bool) {
+	for _, l := range d.lens {
+		if l.Addr().Is4() != ip.Is4() {
+			continue
+		}
+		p, err := ip.Prefix(l.Bits())
+		if err != nil || Gateway(p) != ip {
+			continue
+		}
+		if v, ok := d.Routes[p]; ok {
+			return v.MAC, true
+		}
+	}
+	return subnet.MAC{}, false
 }
 
 // Route: a wanted route removed, or one of weft's (on an overlay link or

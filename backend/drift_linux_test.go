@@ -49,3 +49,37 @@ func TestOverlayDriftRoutes(t *testing.T) {
 		}
 	}
 }
+
+func TestOverlayDriftNeighs(t *testing.T) {
+	v4, v6 := netip.MustParsePrefix("10.244.7.0/24"), netip.MustParsePrefix("fd00:7::/64")
+	mac4, mac6 := subnet.MAC{0x4e, 1, 2, 3, 4, 5}, subnet.MAC{0x4e, 1, 2, 3, 4, 6}
+	d := NewOverlayDrift(vtep.Table{
+		v4: {Addr: netip.MustParseAddr("192.168.1.7"), MAC: mac4},
+		v6: {Addr: netip.MustParseAddr("fd99::7"), MAC: mac6},
+	}, map[string]int{"weft.1": 3})
+	upd := func(typ uint16, link, family int, ip string, mac subnet.MAC, state int) netlink.NeighUpdate {
+		return netlink.NeighUpdate{Type: typ, Neigh: netlink.Neigh{LinkIndex: link, Family: family,
+			IP: net.ParseIP(ip), HardwareAddr: net.HardwareAddr(mac[:]), State: state}}
+	}
+	other := subnet.MAC{0x4e, 9, 9, 9, 9, 9}
+	for _, c := range []struct {
+		name string
+		u    netlink.NeighUpdate
+		want bool
+	}{
+		{"our IPv4 neighbour programmed", upd(unix.RTM_NEWNEIGH, 3, unix.AF_INET, "10.244.7.0", mac4, netlink.NUD_PERMANENT), false},
+		{"our IPv6 neighbour programmed", upd(unix.RTM_NEWNEIGH, 3, unix.AF_INET6, "fd00:7::", mac6, netlink.NUD_PERMANENT), false},
+		{"our IPv4 neighbour deleted", upd(unix.RTM_DELNEIGH, 3, unix.AF_INET, "10.244.7.0", mac4, netlink.NUD_PERMANENT), true},
+		{"our IPv6 neighbour deleted", upd(unix.RTM_DELNEIGH, 3, unix.AF_INET6, "fd00:7::", mac6, netlink.NUD_PERMANENT), true},
+		{"our neighbour with another MAC", upd(unix.RTM_NEWNEIGH, 3, unix.AF_INET, "10.244.7.0", other, netlink.NUD_PERMANENT), true},
+		{"a permanent neighbour we do not want", upd(unix.RTM_NEWNEIGH, 3, unix.AF_INET, "10.244.8.0", other, netlink.NUD_PERMANENT), true},
+		{"an address inside a peer's subnet, not its gateway", upd(unix.RTM_NEWNEIGH, 3, unix.AF_INET, "10.244.7.5", mac4, netlink.NUD_PERMANENT), true},
+		{"a learned neighbour", upd(unix.RTM_NEWNEIGH, 3, unix.AF_INET, "10.244.8.0", other, netlink.NUD_REACHABLE), false},
+		{"another link's neighbour deleted", upd(unix.RTM_DELNEIGH, 2, unix.AF_INET, "10.244.7.0", mac4, netlink.NUD_PERMANENT), false},
+		{"an FDB entry", upd(unix.RTM_DELNEIGH, 3, unix.AF_BRIDGE, "192.168.1.7", mac4, netlink.NUD_PERMANENT), false},
+	} {
+		if got := d.Neigh(c.u); got != c.want {
+			t.Errorf("%s: drift %v, want %v", c.name, got, c.want)
+		}
+	}
+}
