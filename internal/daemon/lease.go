@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/netip"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 
 	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/subnet"
-	"github.com/weft-net/weft/vtep"
 )
 
 // errLeaseLost ends a session: our key was deleted or taken over.
@@ -258,7 +256,7 @@ func (d *Daemon) watch(ctx context.Context, cfg *subnet.Config, self subnet.Leas
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return d.cfg.Registry.Watch(gctx, events) })
 	g.Go(func() error {
-		peers := newPeerSet(cfg, self, d.cfg.Rejections)
+		peers := newPeerSet(cfg, self, d.cfg.Rejections, leaseType)
 		selfKey := self.Key()
 		for {
 			var batch []subnet.Event
@@ -280,7 +278,7 @@ func (d *Daemon) watch(ctx context.Context, cfg *subnet.Config, self subnet.Leas
 					added++
 				}
 			}
-			t := vtep.FromLeaseSeq(leaseType, len(peers.leases), maps.Values(peers.leases), self)
+			t := peers.table()
 			b.Set(t)
 			v4 := 0
 			for p := range t {

@@ -1,7 +1,11 @@
 package daemon
 
 import (
+	"maps"
+	"net/netip"
+
 	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/vtep"
 )
 
 // peerSet holds the leases that passed the checks, by key. It is the single
@@ -9,17 +13,37 @@ import (
 // Network, of another prefix length, VNI or backend type, or with an
 // unusable public address is left out (logged once and counted), and a key
 // that was a peer and is rewritten with such a value stops being one.
+//
+// It also builds the peer table for the backend (table). A change of a few
+// leases among thousands changes only their rows: the table is copied and
+// those rows are replaced, instead of building every row again.
 type peerSet struct {
 	cfg    *subnet.Config
 	lens   subnet.PrefixLens
 	rej    *subnet.Rejections
 	leases map[string]subnet.Lease
+
+	typ  string       // the lease type of the backend (subnet.LeaseType)
+	self subnet.Lease // left out of the table
+	tab  vtep.Table   // the last table built; never modified once built
+	// touched holds the keys changed since tab was built, each with its
+	// lease then (ok false: it was no peer).
+	touched map[string]prior
+	// rebuilds counts the tables built from every lease (for tests).
+	rebuilds int
+}
+
+type prior struct {
+	lease subnet.Lease
+	ok    bool
 }
 
 // newPeerSet expects peers' subnets to have the prefix lengths of self's
 // (the config's in etcd mode; the controller-manager's in Kubernetes mode).
-func newPeerSet(cfg *subnet.Config, self subnet.Lease, rej *subnet.Rejections) *peerSet {
-	p := &peerSet{cfg: cfg, rej: rej, leases: map[string]subnet.Lease{}}
+// typ is the lease type of the backend (subnet.LeaseBackendType).
+func newPeerSet(cfg *subnet.Config, self subnet.Lease, rej *subnet.Rejections, typ string) *peerSet {
+	p := &peerSet{cfg: cfg, rej: rej, leases: map[string]subnet.Lease{},
+		typ: typ, self: self, touched: map[string]prior{}}
 	if self.Subnet.IsValid() {
 		p.lens.V4 = self.Subnet.Bits()
 	}
@@ -32,6 +56,10 @@ func newPeerSet(cfg *subnet.Config, self subnet.Lease, rej *subnet.Rejections) *
 // apply folds one event in.
 func (p *peerSet) apply(ev subnet.Event) {
 	key := ev.Lease.Key()
+	old, had := p.leases[key]
+	if _, seen := p.touched[key]; !seen {
+		p.touched[key] = prior{old, had}
+	}
 	if ev.Type == subnet.EventRemoved {
 		p.rej.Forget(key)
 		delete(p.leases, key)
@@ -44,4 +72,86 @@ func (p *peerSet) apply(ev subnet.Event) {
 	}
 	p.rej.Forget(key)
 	p.leases[key] = ev.Lease
+}
+
+// rows is the table rows lease l gives.
+func (p *peerSet) rows(l subnet.Lease) vtep.Table {
+	return vtep.FromLeaseSeq(p.typ, 1, func(yield func(subnet.Lease) bool) { yield(l) }, p.self)
+}
+
+// table returns the peer table for the leases now: the last one with the
+// rows of the touched keys replaced, or one built from every lease for the
+// first table, for a change of many leases, or when a row that a touched
+// key gave is still given by a key that was not touched. Either way it is
+// what vtep.FromLeaseSeq of the leases gives (where two leases give one
+// subnet, that picks either's row, and so may this).
+func (p *peerSet) table() vtep.Table {
+	defer p.untouch()
+	if p.tab == nil || len(p.touched) > 16+len(p.leases)/8 {
+		return p.rebuild()
+	}
+	var olds, news []vtep.Table
+	given := map[netip.Prefix]bool{} // rows the touched keys give now
+	for key, was := range p.touched {
+		if was.ok {
+			olds = append(olds, p.rows(was.lease))
+		}
+		if l, ok := p.leases[key]; ok {
+			rows := p.rows(l)
+			for q := range rows {
+				given[q] = true
+			}
+			news = append(news, rows)
+		}
+	}
+	// A row that a touched key gave and gives no more goes, unless another
+	// lease gives it too (two leases may give one subnet in a datastore
+	// written by hand or by an attacker): then the table is built in full.
+	gone := map[netip.Prefix]bool{}
+	for _, rows := range olds {
+		for q := range rows {
+			if !given[q] {
+				gone[q] = true
+			}
+		}
+	}
+	if len(gone) > 0 {
+		for _, l := range p.leases {
+			if gone[l.Subnet] || gone[l.IPv6Subnet] {
+				for q := range p.rows(l) {
+					if gone[q] {
+						return p.rebuild()
+					}
+				}
+			}
+		}
+	}
+	next := maps.Clone(p.tab)
+	for _, rows := range olds {
+		for q := range rows {
+			delete(next, q)
+		}
+	}
+	for _, rows := range news {
+		maps.Copy(next, rows)
+	}
+	p.tab = next
+	return next
+}
+
+// untouch forgets the touched keys; a map that held many (the first
+// listing: every lease) is dropped rather than cleared, which would keep its
+// room.
+func (p *peerSet) untouch() {
+	if len(p.touched) > 64 {
+		p.touched = map[string]prior{}
+		return
+	}
+	clear(p.touched)
+}
+
+func (p *peerSet) rebuild() vtep.Table {
+	p.rebuilds++
+	p.tab = vtep.FromLeaseSeq(p.typ, len(p.leases), maps.Values(p.leases), p.self)
+	return p.tab
 }
