@@ -114,7 +114,7 @@ func add(conf *Config, p plan, att Attachment, netns ns.NetNS) (_ *current.Resul
 
 // cmdDel takes the pod's veth pair out of service, frees its addresses and
 // then has reap delete the retired pair (see Funcs).
-func cmdDel(args *skel.CmdArgs, reap func() error) error {
+func cmdDel(args *skel.CmdArgs, reap func() error) (err error) {
 	conf, err := ParseConfig(args.StdinData)
 	if err != nil {
 		return err
@@ -124,6 +124,9 @@ func cmdDel(args *skel.CmdArgs, reap func() error) error {
 	if err != nil {
 		return err
 	}
+	if retired { // also when releasing the address fails
+		defer func() { err = errors.Join(err, reap()) }()
+	}
 	store, err := openStore(conf)
 	if err != nil {
 		return err
@@ -132,13 +135,7 @@ func cmdDel(args *skel.CmdArgs, reap func() error) error {
 	if err := release(store, att); err != nil {
 		return err
 	}
-	if err := dropMasqIfUnused(store, conf); err != nil {
-		return err
-	}
-	if retired {
-		return reap()
-	}
-	return nil
+	return dropMasqIfUnused(store, conf)
 }
 
 func detached() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setsid: true} }

@@ -81,7 +81,7 @@ const retiredGroup = 0x77656674
 // last DEL started is done, and its work does not run into the next side's
 // timed cycle.
 func waitReaped(b *testing.B, node *nettest.NS) {
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Microsecond) {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		ls, err := node.Handle.LinkList()
 		if err != nil {
 			b.Fatal(err)
