@@ -24,20 +24,23 @@ func TestReleaseAtRest(t *testing.T) {
 	}
 	sink = nil
 	runtime.GC()
-	free, _ := read()
-	if free < restFree {
+	free, released := read()
+	if free < 4*restFree {
 		t.Fatalf("the runtime returned the burst's pages by itself (%d bytes free): the test proves nothing", free)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go releaseAtRest(ctx, 20*time.Millisecond)
+	// Most of what the burst left free goes back to the OS (the rest of the
+	// test process, the race detector's runtime among it, may free and
+	// allocate meanwhile, so "free" itself need not drop to nothing).
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		if f, _ := read(); f < restFree {
+		if _, r := read(); r-released >= free/2 {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	f, r := read()
-	t.Fatalf("free heap still %d bytes (released %d) after 5 s at rest; was %d after the burst", f, r, free)
+	t.Fatalf("after 5 s at rest %d more bytes released of the %d the burst left free (free now %d)", r-released, free, f)
 }
