@@ -23,7 +23,9 @@ import (
 // intact. uvxlan forwards inside weftd, so it runs twice: started plainly,
 // and under a service manager's file descriptor store (as systemd runs
 // dist/weftd.service), which holds its TAP queue and receive socket while
-// weftd restarts.
+// weftd restarts. There a frame that weftd had read and not yet sent when
+// SIGKILL hit it is gone with the process (the kernel queues keep only what
+// is still in them), so the goal allows one ping per SIGKILL.
 func TestWeftdRestarts(t *testing.T) {
 	for _, tc := range []struct {
 		name, backend string
@@ -76,6 +78,11 @@ func restarts(t *testing.T, backend string, fdStore bool) {
 		Measured: "pings lost; stream completed intact",
 		Figure:   fmt.Sprintf("%s; %s", p, yesNo(serr == nil)),
 		Goal:     "0; yes", Pass: p.Lost == 0 && serr == nil}
+	if fdStore {
+		kills := n / 2
+		r.Goal = fmt.Sprintf("at most %d, one in flight per SIGKILL; yes", kills)
+		r.Pass = p.Lost <= kills && serr == nil
+	}
 	if backend == "uvxlan" && !fdStore {
 		// uvxlan encapsulates in weftd itself: with nobody holding its TAP
 		// queue and socket while weftd restarts, nothing forwards, so pings
