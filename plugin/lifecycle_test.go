@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vishvananda/netlink"
 	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/plugin"
 	"github.com/weft-net/weft/plugin/plugintest"
 	"github.com/weft-net/weft/subnet"
 )
@@ -118,10 +119,7 @@ func TestGC(t *testing.T) {
 	}
 }
 
-// retiredGroup is the link group the plugin puts retired veths in ("weft").
-const retiredGroup = 0x77656674
-
-// retiredLinks names the links of n in retiredGroup.
+// retiredLinks names the links of n in plugin.RetiredGroup.
 func retiredLinks(t *testing.T, n *nettest.NS) []string {
 	t.Helper()
 	ls, err := n.Handle.LinkList()
@@ -130,7 +128,7 @@ func retiredLinks(t *testing.T, n *nettest.NS) []string {
 	}
 	var names []string
 	for _, l := range ls {
-		if l.Attrs().Group == retiredGroup {
+		if l.Attrs().Group == plugin.RetiredGroup {
 			names = append(names, l.Attrs().Name)
 		}
 	}
@@ -141,7 +139,7 @@ func retiredLinks(t *testing.T, n *nettest.NS) []string {
 // killed before it ran would leave one.
 func leaveRetired(t *testing.T, n *nettest.NS, name string) {
 	t.Helper()
-	v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name, Group: retiredGroup}, PeerName: name + "p"}
+	v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name, Group: plugin.RetiredGroup}, PeerName: name + "p"}
 	if err := n.Handle.LinkAdd(v); err != nil {
 		t.Fatal(err)
 	}

@@ -164,10 +164,6 @@ func configurePod(podNS ns.NetNS, att Attachment, addrs []netip.Prefix, p plan) 
 	return ifaceInfo{name: att.IfName, sandbox: podNS.Path(), mac: l.Attrs().HardwareAddr}, nil
 }
 
-// retiredGroup is the link group (IFLA_GROUP) of the host veths DEL has
-// retired and not yet deleted. No other device is put in it.
-const retiredGroup = 0x77656674 // "weft"
-
 // retiredPrefix starts the name of a retired veth end, followed by its
 // ifindex (unique in its namespace, so names never collide).
 const retiredPrefix = "weftrm"
@@ -176,7 +172,7 @@ const retiredPrefix = "weftrm"
 // waiting for the kernel to delete it, which takes ~15 ms per request (an
 // rcu_barrier): the host end goes down (the pod end loses its carrier, so
 // the pod can send nothing more), leaves the bridge, is renamed
-// weftrm<ifindex> and joins retiredGroup; the pod end in podNS, if that is
+// weftrm<ifindex> and joins RetiredGroup; the pod end in podNS, if that is
 // still open, is renamed too, so a new attachment may reuse both names at
 // once. It reports whether a retired link awaits deletion by reapRetired.
 // A kernel that refuses any step gets the pair deleted right away instead.
@@ -204,7 +200,7 @@ func retireHostVeth(att Attachment, podNS string) (retired bool, err error) {
 	return true, nil
 }
 
-// retire sets l down, without master, in retiredGroup and renamed, in one
+// retire sets l down, without master, in RetiredGroup and renamed, in one
 // RTM_NEWLINK request (the kernel renames before it applies the flags, and
 // renames links that are up; an older one answers EBUSY and gets a second
 // request once the link is down).
@@ -215,7 +211,7 @@ func retire(l netlink.Link) error {
 	msg.Change = unix.IFF_UP // flags stay 0: down
 	req.AddData(msg)
 	req.AddData(nl.NewRtAttr(unix.IFLA_MASTER, nl.Uint32Attr(0)))
-	req.AddData(nl.NewRtAttr(unix.IFLA_GROUP, nl.Uint32Attr(retiredGroup)))
+	req.AddData(nl.NewRtAttr(unix.IFLA_GROUP, nl.Uint32Attr(RetiredGroup)))
 	rename := nl.NewRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(retiredPrefix+strconv.Itoa(l.Attrs().Index)))
 	req.AddData(rename)
 	_, err := req.Execute(unix.NETLINK_ROUTE, 0)
@@ -261,7 +257,7 @@ func renamePodEnd(podNS, ifName string, hostIdx int) {
 func reapRetired() error {
 	req := nl.NewNetlinkRequest(unix.RTM_DELLINK, unix.NLM_F_ACK)
 	req.AddData(nl.NewIfInfomsg(unix.AF_UNSPEC))
-	req.AddData(nl.NewRtAttr(unix.IFLA_GROUP, nl.Uint32Attr(retiredGroup)))
+	req.AddData(nl.NewRtAttr(unix.IFLA_GROUP, nl.Uint32Attr(RetiredGroup)))
 	if _, err := req.Execute(unix.NETLINK_ROUTE, 0); err != nil && !errors.Is(err, unix.ENODEV) {
 		return fmt.Errorf("delete retired veths: %w", err)
 	}

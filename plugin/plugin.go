@@ -39,6 +39,10 @@ func Funcs(reap func() error) skel.CNIFuncs {
 	return skel.CNIFuncs{Add: cmdAdd, Del: del, Check: cmdCheck, GC: cmdGC, Status: cmdStatus}
 }
 
+// RetiredGroup is the link group (IFLA_GROUP) of the host veths DEL has
+// retired and its reaper has not deleted yet. No other device is put in it.
+const RetiredGroup = 0x77656674 // "weft"
+
 // ReapArg is the one argument with which the plugin's executable runs as the
 // reaper of retired veths (see SpawnReaper and Reap); runtimes run it with none.
 const ReapArg = "reap-retired-veths"

@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/vishvananda/netlink"
 	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/plugin"
 	"github.com/weft-net/weft/plugin/plugintest"
 	"github.com/weft-net/weft/subnet"
 )
@@ -73,10 +74,6 @@ func weftSide(b *testing.B) *side {
 	return &side{cni: n.CNI, list: n.List, pod: nettest.NewNS(b, "bwpod"), reaped: func(b *testing.B) { waitReaped(b, node) }}
 }
 
-// retiredGroup is the link group in which weft's DEL leaves a veth pair for
-// its background reaper.
-const retiredGroup = 0x77656674
-
 // waitReaped returns once node holds no retired veth: the reaper that the
 // last DEL started is done, and its work does not run into the next side's
 // timed cycle.
@@ -86,7 +83,7 @@ func waitReaped(b *testing.B, node *nettest.NS) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if !slices.ContainsFunc(ls, func(l netlink.Link) bool { return l.Attrs().Group == retiredGroup }) {
+		if !slices.ContainsFunc(ls, func(l netlink.Link) bool { return l.Attrs().Group == plugin.RetiredGroup }) {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -56,8 +56,8 @@ func newPeerSet(cfg *subnet.Config, self subnet.Lease, rej *subnet.Rejections, t
 // apply folds one event in.
 func (p *peerSet) apply(ev subnet.Event) {
 	key := ev.Lease.Key()
-	old, had := p.leases[key]
-	if _, seen := p.touched[key]; !seen {
+	if _, seen := p.touched[key]; !seen && p.tab != nil { // the first table is built in full
+		old, had := p.leases[key]
 		p.touched[key] = prior{old, had}
 	}
 	if ev.Type == subnet.EventRemoved {
@@ -139,9 +139,8 @@ func (p *peerSet) table() vtep.Table {
 	return next
 }
 
-// untouch forgets the touched keys; a map that held many (the first
-// listing: every lease) is dropped rather than cleared, which would keep its
-// room.
+// untouch forgets the touched keys; a map that held many (a change of many
+// leases) is dropped rather than cleared, which would keep its room.
 func (p *peerSet) untouch() {
 	if len(p.touched) > 64 {
 		p.touched = map[string]prior{}
