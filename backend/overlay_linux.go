@@ -70,9 +70,9 @@ type OverlayOptions struct {
 //
 //	ip neigh replace <subnet>.0 lladdr <VtepMAC> dev <link> nud permanent
 //	(step, for example the vxlan FDB entry)
-//	ip route replace <subnet> via <subnet>.0 dev <link> onlink proto 87
+//	ip route replace <subnet> via <subnet>.0 dev <link> onlink proto 87 metric <TunnelMetric>
 //
-// (IPv6: `<subnet>::` instead of `<subnet>.0`). The frame that leaves the link
+// (IPv6: `<subnet>::` instead of `<subnet>.0`, and the default metric). The frame that leaves the link
 // is addressed to the peer's VTEP MAC; a VXLAN device then finds the peer's
 // underlay address in its FDB, a TAP dataplane in its own table.
 //

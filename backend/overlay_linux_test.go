@@ -78,7 +78,7 @@ func TestOverlayOnTAP(t *testing.T) {
 	for _, c := range []struct{ argv, want string }{
 		{"ip -4 neigh show dev tap0 nud permanent", "10.244.2.0 lladdr 0a:00:00:00:00:02 PERMANENT"},
 		{"ip -6 neigh show dev tap0 nud permanent", "fd00:10:244:2:: lladdr 0a:00:00:00:00:02 PERMANENT"},
-		{"ip -4 route show dev tap0", "10.244.2.0/24 via 10.244.2.0 proto 87 onlink linkdown"},
+		{"ip -4 route show dev tap0", "10.244.2.0/24 via 10.244.2.0 proto 87 metric 62466 onlink linkdown"},
 		{"ip -6 route show dev tap0 proto 87", "fd00:10:244:2::/64 via fd00:10:244:2:: metric 1024 onlink linkdown pref medium"},
 	} {
 		if got := show(strings.Fields(c.argv)...); got != c.want {

@@ -16,7 +16,8 @@
 // its own device name. Per peer, the same
 // kernel state as the kernel backend except the FDB: a permanent neighbour
 // <peer subnet>.0 lladdr <peer VtepMAC> and a route <peer subnet> via
-// <peer subnet>.0 dev weft-u.<VNI> onlink. The kernel therefore routes pod
+// <peer subnet>.0 dev weft-u.<VNI> onlink (with backend.TunnelMetric's
+// metric). The kernel therefore routes pod
 // traffic into the TAP as Ethernet frames addressed to the peer's VTEP MAC
 // and never sends ARP for a peer. The device, neighbours and routes outlive
 // Run, so a restarting daemon keeps routing; RemoveDevice removes them when
