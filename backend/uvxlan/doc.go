@@ -135,7 +135,9 @@
 // machine. One loop per queue for both directions, sleeping in ppoll after
 // a bounded busy-poll (so that a reply is caught without a wake-up), was
 // built and measured (2026-11-30): it was slower than Go's netpoller on
-// every figure, round trip included, and is not used.
+// every figure, round trip included, and is not used; so was one locked OS
+// thread per loop sleeping in ppoll (2026-12-01). bench/dataplane's README
+// lists these and the other variants measured and not adopted.
 //
 // GBP is not supported: it lives in the skb mark, which a TAP cannot see.
 package uvxlan
