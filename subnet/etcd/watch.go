@@ -39,7 +39,7 @@ func (r *Registry) Watch(ctx context.Context, events chan<- []subnet.Event) erro
 	if events == nil {
 		return errors.New("watch subnet leases: nil event channel")
 	}
-	w := &watcher{r: r, events: events, known: map[string]entry{}, first: true}
+	w := &watcher{r: r, events: events, known: map[string]subnet.LeaseAttrs{}, first: true}
 	delay := relistMinDelay
 	for {
 		rev, err := w.resync(ctx)
@@ -67,8 +67,11 @@ func (r *Registry) Watch(ctx context.Context, events chan<- []subnet.Event) erro
 type watcher struct {
 	r      *Registry
 	events chan<- []subnet.Event
-	known  map[string]entry // by key name; only leases whose value parses, without the value bytes (compared parsed)
-	first  bool             // the first listing may be the one Acquire made
+	// known holds the attributes of the leases sent, by key name: only
+	// leases whose value parses, compared parsed. The subnets are in the
+	// name; nothing else is kept (at 5,000 peers whole entries took 1.5 MB).
+	known map[string]subnet.LeaseAttrs
+	first bool // the first listing may be the one Acquire made
 }
 
 func (w *watcher) send(ctx context.Context, batch []subnet.Event) error {
@@ -94,15 +97,14 @@ func (w *watcher) resync(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	next := make(map[string]entry, len(entries))
+	next := make(map[string]subnet.LeaseAttrs, len(entries))
 	var batch []subnet.Event
 	for _, e := range entries {
 		if e.bad != nil {
 			continue
 		}
-		e.value = nil // known keeps the parsed lease only
-		next[e.name] = e
-		if old, ok := w.known[e.name]; !ok || !old.lease.Attrs.Equal(e.lease.Attrs) {
+		next[e.name] = e.lease.Attrs
+		if old, ok := w.known[e.name]; !ok || !old.Equal(e.lease.Attrs) {
 			batch = append(batch, subnet.Event{Type: subnet.EventAdded, Lease: e.lease})
 		}
 	}
@@ -114,9 +116,7 @@ func (w *watcher) resync(ctx context.Context) (int64, error) {
 	}
 	sort.Strings(gone)
 	for _, name := range gone {
-		l := w.known[name].lease
-		l.Revision = rev
-		batch = append(batch, subnet.Event{Type: subnet.EventRemoved, Lease: l})
+		batch = append(batch, removed(name, w.known[name], rev))
 	}
 	w.known = next
 	return rev, w.send(ctx, batch)
@@ -150,7 +150,6 @@ func (w *watcher) apply(evs []*clientv3.Event) []subnet.Event {
 	for _, ev := range evs {
 		key := string(ev.Kv.Key)
 		e, err := w.r.decode(ev.Kv)
-		e.value = nil // known keeps the parsed lease only
 		if err != nil {
 			if ev.Type == mvccpb.PUT {
 				w.r.rej.Reject(key, subnet.RejectMalformedKey, err)
@@ -169,17 +168,22 @@ func (w *watcher) apply(evs []*clientv3.Event) []subnet.Event {
 			}
 			if known {
 				delete(w.known, e.name)
-				l := old.lease
-				l.Revision = ev.Kv.ModRevision
-				batch = append(batch, subnet.Event{Type: subnet.EventRemoved, Lease: l})
+				batch = append(batch, removed(e.name, old, ev.Kv.ModRevision))
 			}
-		case known && old.lease.Attrs.Equal(e.lease.Attrs):
-			w.known[e.name] = e // a renewal: nothing to tell
+		case known && old.Equal(e.lease.Attrs):
+			w.known[e.name] = e.lease.Attrs // a renewal: nothing to tell
 		default:
 			w.r.rej.Forget(key)
-			w.known[e.name] = e
+			w.known[e.name] = e.lease.Attrs
 			batch = append(batch, subnet.Event{Type: subnet.EventAdded, Lease: e.lease})
 		}
 	}
 	return batch
+}
+
+// removed is the event for the lease named name, last sent with attrs,
+// deleted (or overwritten by a value that does not parse) at revision rev.
+func removed(name string, attrs subnet.LeaseAttrs, rev int64) subnet.Event {
+	v4, v6, _ := subnet.ParseKey(name) // known holds only names that parsed
+	return subnet.Event{Type: subnet.EventRemoved, Lease: subnet.Lease{Subnet: v4, IPv6Subnet: v6, Attrs: attrs, Revision: rev}}
 }
