@@ -72,9 +72,10 @@ type OverlayOptions struct {
 //	(step, for example the vxlan FDB entry)
 //	ip route replace <subnet> via <subnet>.0 dev <link> onlink proto 87 metric <TunnelMetric>
 //
-// (IPv6: `<subnet>::` instead of `<subnet>.0`, and the default metric). The frame that leaves the link
-// is addressed to the peer's VTEP MAC; a VXLAN device then finds the peer's
-// underlay address in its FDB, a TAP dataplane in its own table.
+// (IPv6: `<subnet>::` instead of `<subnet>.0`, and the default metric). The
+// frame that leaves the link is addressed to the peer's VTEP MAC; a VXLAN
+// device then finds the peer's underlay address in its FDB, a TAP dataplane
+// in its own table.
 //
 // Sync is declarative: it reads what the kernel holds on the link, adopts
 // whatever already matches (no flush, so a restarted daemon drops nothing),

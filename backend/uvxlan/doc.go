@@ -13,13 +13,12 @@
 // link-local address (it would only emit solicitations nobody can answer).
 // As in Flannel, IPv4 subnets travel over an IPv4 underlay and IPv6 subnets
 // over an IPv6 one; a dual-stack node runs one Backend per family, each with
-// its own device name. Per peer, the same
-// kernel state as the kernel backend except the FDB: a permanent neighbour
-// <peer subnet>.0 lladdr <peer VtepMAC> and a route <peer subnet> via
-// <peer subnet>.0 dev weft-u.<VNI> onlink (with backend.TunnelMetric's
-// metric). The kernel therefore routes pod
-// traffic into the TAP as Ethernet frames addressed to the peer's VTEP MAC
-// and never sends ARP for a peer. The device, neighbours and routes outlive
+// its own device name. Per peer, the same kernel state as the kernel
+// backend except the FDB: a permanent neighbour <peer subnet>.0 lladdr
+// <peer VtepMAC> and a route <peer subnet> via <peer subnet>.0 dev
+// weft-u.<VNI> onlink (with backend.TunnelMetric's metric). The kernel
+// therefore routes pod traffic into the TAP as Ethernet frames addressed to
+// the peer's VTEP MAC and never sends ARP for a peer. The device, neighbours and routes outlive
 // Run, so a restarting daemon keeps routing; RemoveDevice removes them when
 // a node goes back to the kernel backend. Forwarding itself stops with Run
 // unless Config.Files keeps the TAP queues and receive sockets open in a

@@ -31,8 +31,9 @@
 // format, so weft and flanneld nodes carry each other's pod traffic. The
 // permanent neighbour and FDB entries mean the kernel never floods or asks:
 // the route picks the peer's gateway address, the neighbour gives its VTEP
-// MAC, and the FDB maps that MAC to the peer's underlay address. Nothing is learned from the wire (nolearning), so a spoofed frame
-// cannot redirect traffic.
+// MAC, and the FDB maps that MAC to the peer's underlay address. Nothing is
+// learned from the wire (nolearning), so a spoofed frame cannot redirect
+// traffic.
 //
 // Where weft differs from Flannel: the device MAC is stable (derived from the
 // public address, see backend.VTEPMAC) and an existing compatible device is
