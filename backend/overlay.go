@@ -68,8 +68,8 @@ func defaultMetric(p netip.Prefix) int {
 // for IPv6, the kernel's default.
 //
 // Routes to different subnets never compete, so the metric changes no
-// forwarding decision, but it makes the kernel's IPv4 route insertion cost
-// the same at any number of peers. Linux shares the next-hop part of IPv4
+// forwarding decision, but it keeps the cost of inserting an IPv4 route
+// from growing with the number of peers (up to 65,536 subnets). Linux shares the next-hop part of IPv4
 // routes (a fib_info) between routes that have the same one, and finds it
 // in a hash of the device, metric, protocol and preferred source, not of
 // the gateway: every onlink route via its own gateway on one device with

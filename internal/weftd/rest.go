@@ -19,9 +19,9 @@ const restAllocs = 512 << 10
 // weftd at rest returns it. At 5,000 peers the rest after a burst left
 // 0.99 MB free (runtime/metrics, 2026-12-01), just under an earlier 1 MB
 // threshold. A release costs one full GC (a few ms at 5,000 peers); at
-// rest the free heap only grows when a collection frees something, at the
-// latest the runtime's forced one every 2 minutes, so it fires at most that
-// often.
+// rest the free heap only grows when a collection frees something, so it
+// fires at most once per collection (an idle daemon's are the runtime's
+// forced ones, every 2 minutes).
 const restFree = 256 << 10
 
 // releaseAtRest returns the heap's free pages to the OS whenever weftd has

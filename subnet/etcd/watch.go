@@ -171,7 +171,7 @@ func (w *watcher) apply(evs []*clientv3.Event) []subnet.Event {
 				batch = append(batch, removed(e.name, old, ev.Kv.ModRevision))
 			}
 		case known && old.Equal(e.lease.Attrs):
-			w.known[e.name] = e.lease.Attrs // a renewal: nothing to tell
+			// a renewal: nothing to tell, nothing to keep
 		default:
 			w.r.rej.Forget(key)
 			w.known[e.name] = e.lease.Attrs
