@@ -69,10 +69,10 @@ func defaultMetric(p netip.Prefix) int {
 //
 // Routes to different subnets never compete, so the metric changes no
 // forwarding decision, but it keeps the cost of inserting an IPv4 route
-// from growing with the number of peers (up to 65,536 subnets). Linux shares the next-hop part of IPv4
-// routes (a fib_info) between routes that have the same one, and finds it
-// in a hash of the device, metric, protocol and preferred source, not of
-// the gateway: every onlink route via its own gateway on one device with
+// from growing with the number of peers (up to 65,536 subnets). Linux
+// shares the next-hop part of IPv4 routes (a fib_info) between routes that
+// have the same one, and finds it in a hash of the device, metric,
+// protocol and preferred source, not of the gateway: every onlink route via its own gateway on one device with
 // one metric falls into one hash bucket, which each insertion searches
 // through. With one metric per subnet the buckets stay short. Measured with
 // ip -batch in a namespace on 2026-12-01, 5,000 routes: 390–560 ms with
