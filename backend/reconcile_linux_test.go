@@ -37,3 +37,37 @@ func TestLostSubscription(t *testing.T) {
 		t.Fatal("no resubscription scheduled")
 	}
 }
+
+// TestArmSooner: a sync asked for now fires at once even when one is
+// already scheduled later (a notification's debounce), and a later request
+// never puts off one scheduled sooner.
+func TestArmSooner(t *testing.T) {
+	tm := newTimers(time.Hour)
+	defer tm.stop()
+	fired := func(within time.Duration) bool {
+		select {
+		case <-tm.soon.C:
+			tm.pending = false
+			return true
+		case <-time.After(within):
+			return false
+		}
+	}
+	if !fired(5 * time.Second) {
+		t.Fatal("the first sync did not fire")
+	}
+	tm.arm(time.Hour) // as a notification's debounce would, only longer
+	tm.arm(0)         // a new table
+	if !fired(5 * time.Second) {
+		t.Fatal("a sync asked for now waited for the one scheduled in an hour")
+	}
+	tm.arm(0)
+	tm.arm(time.Hour)
+	if !fired(5 * time.Second) {
+		t.Fatal("a later request put off a sync scheduled now")
+	}
+	tm.arm(time.Hour)
+	if fired(100 * time.Millisecond) {
+		t.Fatal("a sync scheduled in an hour fired at once")
+	}
+}
