@@ -300,6 +300,9 @@ func OnLink(h *netlink.Handle, addr netip.Addr) (bool, error) {
 // with RouteProtocol), of the overlay's family. Routes the kernel adds by
 // itself (proto kernel) are left out.
 func (o *Overlay) Programmed() (Programmed, error) {
+	if pipe := o.opts.Pipe.Get(); pipe != nil {
+		return o.dumped(pipe)
+	}
 	var p Programmed
 	for _, fam := range o.families() {
 		if o.opts.DirectOnly {
@@ -329,6 +332,38 @@ func (o *Overlay) Programmed() (Programmed, error) {
 			return p, err
 		}
 		p.Routes = append(p.Routes, rs...)
+	}
+	return p, nil
+}
+
+// dumped is Programmed read through the pipe's dumps (see DumpRoutes): the
+// same entries, read with one route dump per family instead of two and
+// without a netlink.Neigh or netlink.Route per entry.
+func (o *Overlay) dumped(pipe *Pipe) (Programmed, error) {
+	var p Programmed
+	for _, fam := range o.families() {
+		if !o.opts.DirectOnly {
+			ns, err := pipe.DumpNeighbours(o.link, fam, func(n NeighInfo) bool {
+				return n.State&netlink.NUD_PERMANENT != 0 && n.IP.IsValid() && n.HasMAC
+			})
+			if err != nil {
+				return p, fmt.Errorf("list neighbours of link %d: %w", o.link, err)
+			}
+			for _, n := range ns {
+				p.Neighbours = append(p.Neighbours, Neighbour{IP: n.IP, MAC: n.MAC})
+			}
+		}
+		rs, err := pipe.DumpRoutes(fam, func(r RouteInfo) bool {
+			onLink := !o.opts.DirectOnly && r.LinkIndex == o.link
+			return (onLink || r.Protocol == RouteProtocol) && r.Protocol != unix.RTPROT_KERNEL &&
+				r.Dst.IsValid() && r.Type == unix.RTN_UNICAST
+		})
+		if err != nil {
+			return p, fmt.Errorf("list routes: %w", err)
+		}
+		for _, r := range rs {
+			p.Routes = append(p.Routes, r.Route)
+		}
 	}
 	return p, nil
 }

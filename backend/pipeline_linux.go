@@ -23,10 +23,13 @@ import (
 // must order two kinds of change (a neighbour before its route) writes them
 // as two batches.
 //
+// It also reads the kernel's tables (DumpNeighbours, DumpRoutes).
+//
 // A Pipe is not safe for concurrent use.
 type Pipe struct {
 	s   *nl.NetlinkSocket
 	seq uint32
+	buf []byte // the answers of a dump (see dump), kept between dumps
 }
 
 // pipeWindow is how many requests are in flight at once: their failures

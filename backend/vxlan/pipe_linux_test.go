@@ -212,3 +212,34 @@ func TestPipeReportsEachFailure(t *testing.T) {
 		t.Errorf("deleting a missing neighbour: %v, %d done", err, done)
 	}
 }
+
+// TestFDBDumpMatchesHandle: the FDB entries read through the pipe's dump
+// are those netlink.Handle's list gives: permanent entries with a remote
+// address (also an all-zero MAC's), not other entries or another device's.
+func TestFDBDumpMatchesHandle(t *testing.T) {
+	s := newPipeSide(t, "fdbdump", true)
+	s.ns.MustRun(t, "ip", "link", "add", "vx1", "type", "vxlan", "id", "2", "dstport", "8473", "nolearning")
+	for _, cmd := range [][]string{
+		{"bridge", "fdb", "append", "0a:00:00:00:00:11", "dst", "100.64.0.1", "dev", "vx0", "self", "permanent"},
+		{"bridge", "fdb", "append", "00:00:00:00:00:00", "dst", "100.64.0.3", "dev", "vx0", "self", "permanent"},
+		{"bridge", "fdb", "append", "0a:00:00:00:00:14", "dst", "100.64.0.4", "dev", "vx0", "self", "dynamic"},
+		{"bridge", "fdb", "append", "0a:00:00:00:00:15", "dst", "100.64.0.5", "dev", "vx1", "self", "permanent"},
+	} {
+		s.ns.MustRun(t, cmd...)
+	}
+	plain := fdb{h: s.ns.Handle, link: s.fdb.link}
+	want, err := plain.list()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.fdb.list()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("through the dump %v, through netlink.Handle %v", got, want)
+	}
+	if len(want) != 2 {
+		t.Fatalf("the fixture gives %d entries, want 2: it tests less than it says: %v", len(want), want)
+	}
+}
