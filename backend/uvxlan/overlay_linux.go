@@ -91,7 +91,8 @@ func (dp *datapath) program(t vtep.Table, full bool) error {
 		if dp.b.cfg.Local.Is6() {
 			fam = netlink.FAMILY_V6
 		}
-		dp.overlay = backend.NewOverlay(dp.h, dp.linkIndex, backend.OverlayOptions{Family: fam})
+		dp.overlay = backend.NewOverlay(dp.h, dp.linkIndex, backend.OverlayOptions{Family: fam,
+			Pipe: backend.NewLazyPipe(dp.h, dp.b.cfg.NetNS, dp.linkIndex)})
 	}
 	reachable := make(vtep.Table, len(t))
 	for p, v := range t {
