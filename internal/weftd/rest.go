@@ -2,6 +2,7 @@ package weftd
 
 import (
 	"context"
+	"log/slog"
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
@@ -31,7 +32,11 @@ const restFree = 256 << 10
 // a change of many leases, a resync) with long rests between, so the slack
 // would otherwise stay resident through the rest. Costs one full GC per
 // rest, a few milliseconds at 5,000 peers.
-func releaseAtRest(ctx context.Context, every time.Duration) {
+//
+// At the first rest after ready reports true (start-up is over: the lease
+// is held and the first table programmed), it also calls pageOut once, if
+// not nil, and logs what it returned.
+func releaseAtRest(ctx context.Context, every time.Duration, ready func() bool, pageOut func() (int, error), log *slog.Logger) {
 	samples := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/memory/classes/heap/free:bytes"}}
 	metrics.Read(samples)
 	last := samples[0].Value.Uint64()
@@ -45,9 +50,22 @@ func releaseAtRest(ctx context.Context, every time.Duration) {
 		}
 		metrics.Read(samples)
 		allocs, free := samples[0].Value.Uint64(), samples[1].Value.Uint64()
-		if allocs-last < restAllocs && free > restFree {
+		atRest := allocs-last < restAllocs
+		last = allocs
+		if !atRest {
+			continue
+		}
+		if free > restFree {
 			debug.FreeOSMemory()
 		}
-		last = allocs
+		if pageOut != nil && ready() {
+			n, err := pageOut()
+			pageOut = nil
+			if err != nil {
+				log.Warn("cannot return the executable's start-up pages", "err", err)
+				continue
+			}
+			log.Info("at rest after start-up: returned the pages of the executable to the kernel", "mappedBytes", n)
+		}
 	}
 }

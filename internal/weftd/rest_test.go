@@ -2,6 +2,7 @@ package weftd
 
 import (
 	"context"
+	"log/slog"
 	"runtime"
 	"runtime/metrics"
 	"testing"
@@ -30,7 +31,7 @@ func TestReleaseAtRest(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go releaseAtRest(ctx, 20*time.Millisecond)
+	go releaseAtRest(ctx, 20*time.Millisecond, func() bool { return false }, nil, slog.New(slog.DiscardHandler))
 	// Most of what the burst left free goes back to the OS (the rest of the
 	// test process, the race detector's runtime among it, may free and
 	// allocate meanwhile, so "free" itself need not drop to nothing).

@@ -79,6 +79,7 @@ func Run(ctx context.Context, prog string, args []string, opts Options) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return d.Run(gctx) })
+	g.Go(func() error { releaseAtRest(gctx, restCheck, d.Ready, pageOutExecutable, log); return nil })
 	if c.healthAddr != "" {
 		hs := daemon.NewHealthServer(c.healthAddr, d.Ready, log)
 		mountMetrics(hs, metricsReg)

@@ -47,7 +47,6 @@ func Main(opts Options) {
 	tuneGC()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	go releaseAtRest(ctx, restCheck)
 	if err := Run(ctx, os.Args[0], os.Args[1:], opts); err != nil {
 		if errors.Is(err, flag.ErrHelp) { // -h, --help: the usage was printed
 			return
