@@ -187,7 +187,7 @@ func median(rs []result) result {
 		idleAnon: pick(func(r result) float64 { return r.idleAnon }), idleFile: pick(func(r result) float64 { return r.idleFile }),
 		restAnon: pick(func(r result) float64 { return r.restAnon }), restFile: pick(func(r result) float64 { return r.restFile }),
 		restMax: pick(func(r result) float64 { return r.restMax }),
-		load: "-",
+		load:    "-",
 	}
 }
 
