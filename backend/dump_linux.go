@@ -55,12 +55,13 @@ type RouteInfo struct {
 func (p *Pipe) DumpNeighbours(link, family int, keep func(NeighInfo) bool) ([]NeighInfo, error) {
 	req := nl.NewNetlinkRequest(unix.RTM_GETNEIGH, unix.NLM_F_DUMP)
 	req.AddData(&netlink.Ndmsg{Family: uint8(family), Index: uint32(link)})
-	var out []NeighInfo
+	out := make([]NeighInfo, 0, p.sizeHint)
 	err := p.dump(req, unix.RTM_NEWNEIGH, func() { out = out[:0] }, func(m []byte) {
 		if n, ok := decodeNeigh(m, link, family); ok && keep(n) {
 			out = append(out, n)
 		}
 	})
+	p.sizeHint = max(p.sizeHint, len(out))
 	return out, err
 }
 
@@ -70,12 +71,13 @@ func (p *Pipe) DumpNeighbours(link, family int, keep func(NeighInfo) bool) ([]Ne
 func (p *Pipe) DumpRoutes(family int, keep func(RouteInfo) bool) ([]RouteInfo, error) {
 	req := nl.NewNetlinkRequest(unix.RTM_GETROUTE, unix.NLM_F_DUMP)
 	req.AddData(&nl.RtMsg{RtMsg: unix.RtMsg{Family: uint8(family)}})
-	var out []RouteInfo
+	out := make([]RouteInfo, 0, p.sizeHint)
 	err := p.dump(req, unix.RTM_NEWROUTE, func() { out = out[:0] }, func(m []byte) {
 		if r, ok := decodeRoute(m, family); ok && r.Table == unix.RT_TABLE_MAIN && keep(r) {
 			out = append(out, r)
 		}
 	})
+	p.sizeHint = max(p.sizeHint, len(out))
 	return out, err
 }
 

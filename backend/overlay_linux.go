@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -128,7 +129,7 @@ func (o *Overlay) Sync(t vtep.Table) (SyncStats, error) {
 		return st, err
 	}
 	sp := plan(peers, have, o.link)
-	var tunnelled []vtep.Entry
+	tunnelled := make([]vtep.Entry, 0, len(peers))
 	for _, p := range peers {
 		if !p.Direct {
 			tunnelled = append(tunnelled, p.Entry)
@@ -235,7 +236,7 @@ func (o *Overlay) delRoutes(rs []Route, st *SyncStats) error {
 // peers selects t's entries of the overlay's family and decides which are
 // routed directly.
 func (o *Overlay) peers(t vtep.Table) ([]Peer, error) {
-	var out []Peer
+	out := make([]Peer, 0, len(t))
 	var off []vtep.Entry
 	for _, e := range t.Entries() {
 		if !o.carries(e.Subnet, e.VTEP) {
@@ -349,6 +350,7 @@ func (o *Overlay) dumped(pipe *Pipe) (Programmed, error) {
 			if err != nil {
 				return p, fmt.Errorf("list neighbours of link %d: %w", o.link, err)
 			}
+			p.Neighbours = slices.Grow(p.Neighbours, len(ns))
 			for _, n := range ns {
 				p.Neighbours = append(p.Neighbours, Neighbour{IP: n.IP, MAC: n.MAC})
 			}
@@ -361,6 +363,7 @@ func (o *Overlay) dumped(pipe *Pipe) (Programmed, error) {
 		if err != nil {
 			return p, fmt.Errorf("list routes: %w", err)
 		}
+		p.Routes = slices.Grow(p.Routes, len(rs))
 		for _, r := range rs {
 			p.Routes = append(p.Routes, r.Route)
 		}

@@ -30,6 +30,9 @@ type Pipe struct {
 	s   *nl.NetlinkSocket
 	seq uint32
 	buf []byte // the answers of a dump (see dump), kept between dumps
+	// sizeHint is the most entries a dump has returned: the room the next
+	// one's result starts with, instead of growing to it step by step.
+	sizeHint int
 }
 
 // pipeWindow is how many requests are in flight at once: their failures
