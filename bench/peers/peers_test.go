@@ -59,6 +59,7 @@ type result struct {
 	anon, file, idleAnon, idleFile float64
 	restAnon, restFile             float64 // at rest: means over restSpan, from restWait after the last probe
 	restMax                        float64 // the most anon+file of any sample over restSpan
+	restCPU                        float64 // CPU used over restSpan, in % of a core
 	load                           string
 }
 
@@ -106,6 +107,7 @@ func BenchmarkPeers5000(b *testing.B) {
 		fmt.Printf("RSS at rest (mean over %s from %s after the last probe): flanneld %.1f MB, this tree %.1f MB (%.0f%%); the most: %.1f and %.1f MB (%.0f%%)\n",
 			restSpan, restWait, mf.restAnon+mf.restFile, m.restAnon+m.restFile, 100*(m.restAnon+m.restFile)/(mf.restAnon+mf.restFile),
 			mf.restMax, m.restMax, 100*m.restMax/mf.restMax)
+		fmt.Printf("CPU at rest over %s: flanneld %.2f%%, this tree %.2f%% of a core\n", restSpan, mf.restCPU, m.restCPU)
 	}
 	fmt.Printf("goals (issue 15): startup <= 0.4s (>= 15x flanneld), p50 <= 10ms, p99 <= 50ms, RSS anon+file <= 25MB at 5,000 peers (here: the most at rest)\n")
 }
@@ -157,11 +159,11 @@ func (d daemon) waitReady(b *testing.B, n *e2e.Node) {
 
 func (r result) String() string {
 	return fmt.Sprintf("peers=5000 startup_to_all_programmed=%s (from the daemon's start: %s) new_lease_to_route p50=%s p99=%s max=%s "+
-		"rss anon=%.1fMB file=%.1fMB total=%.1fMB (at rest, from %s later, over %s: mean anon=%.1fMB file=%.1fMB total=%.1fMB, most %.1fMB) "+
+		"rss anon=%.1fMB file=%.1fMB total=%.1fMB (at rest, from %s later, over %s: mean anon=%.1fMB file=%.1fMB total=%.1fMB, most %.1fMB; CPU %.2f%% of a core) "+
 		"(idle, no peers: anon=%.1fMB file=%.1fMB) load=%s",
 		r.startup.Round(time.Millisecond), r.fromExec.Round(time.Millisecond), r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond),
 		r.max.Round(time.Microsecond), r.anon, r.file, r.anon+r.file, restWait, restSpan, r.restAnon, r.restFile, r.restAnon+r.restFile,
-		r.restMax, r.idleAnon, r.idleFile, r.load)
+		r.restMax, r.restCPU, r.idleAnon, r.idleFile, r.load)
 }
 
 // median takes each figure's median over rs on its own.
@@ -187,6 +189,7 @@ func median(rs []result) result {
 		idleAnon: pick(func(r result) float64 { return r.idleAnon }), idleFile: pick(func(r result) float64 { return r.idleFile }),
 		restAnon: pick(func(r result) float64 { return r.restAnon }), restFile: pick(func(r result) float64 { return r.restFile }),
 		restMax: pick(func(r result) float64 { return r.restMax }),
+		restCPU: pick(func(r result) float64 { return r.restCPU }),
 		load:    "-",
 	}
 }
@@ -256,7 +259,9 @@ func peersRound(b *testing.B, d daemon) result {
 	r.p50, r.p99, r.max = lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
 	r.anon, r.file = rssOf(b, node)
 	time.Sleep(restWait) // a memory figure at rest, not a synchronisation
+	cpu0 := cpuOf(b, node)
 	r.restAnon, r.restFile, r.restMax = rssOver(b, node, restSpan)
+	r.restCPU = 100 * (cpuOf(b, node) - cpu0).Seconds() / restSpan.Seconds()
 	if log, err := os.ReadFile(node.LogFile); err == nil && os.Getenv("WEFT_BENCH_LOG") != "" {
 		for _, line := range strings.Split(string(log), "\n") {
 			if strings.Contains(line, "synced peers") || strings.Contains(line, "resync") || strings.Contains(line, "lease") {
@@ -281,6 +286,22 @@ func rssOver(b *testing.B, n *e2e.Node, span time.Duration) (anon, file, most fl
 		anon, file, most, samples = anon+a, file+f, max(most, a+f), samples+1
 	}
 	return anon / float64(samples), file / float64(samples), most
+}
+
+// cpuOf is the CPU time n's process has used so far (user and system).
+func cpuOf(b *testing.B, n *e2e.Node) time.Duration {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(n.PID()) + "/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command name, which is in parentheses.
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	if len(f) < 13 {
+		b.Fatalf("short /proc/%d/stat", n.PID())
+	}
+	utime, _ := strconv.Atoi(f[11])
+	stime, _ := strconv.Atoi(f[12])
+	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
 }
 
 // restWait is how long after the last probe the memory at rest is read:
