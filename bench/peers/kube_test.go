@@ -99,7 +99,10 @@ func kubeRound(b *testing.B, k *kubetest.Cluster, cs kubernetes.Interface, weftd
 		return netip.MustParsePrefix(n.Spec.PodCIDR)
 	})
 	anon, file := rssOf(b, node)
-	return fmt.Sprintf("startup_to_all_programmed=%s new_node_to_route p50=%s p99=%s weftd_rss anon=%.1fMB file=%.1fMB total=%.1fMB load=%s",
+	time.Sleep(restWait) // a memory figure at rest, not a synchronisation
+	restAnon, restFile, restMax := rssOver(b, node, restSpan)
+	return fmt.Sprintf("startup_to_all_programmed=%s new_node_to_route p50=%s p99=%s weftd_rss anon=%.1fMB file=%.1fMB total=%.1fMB "+
+		"(at rest, from %s later, over %s: mean anon=%.1fMB file=%.1fMB total=%.1fMB, most %.1fMB) load=%s",
 		startup.Round(time.Millisecond), lat[len(lat)/2].Round(time.Microsecond), lat[len(lat)*99/100].Round(time.Microsecond),
-		anon, file, anon+file, load)
+		anon, file, anon+file, restWait, restSpan, restAnon, restFile, restAnon+restFile, restMax, load)
 }
