@@ -160,10 +160,10 @@ func (d daemon) waitReady(b *testing.B, n *e2e.Node) {
 func (r result) String() string {
 	return fmt.Sprintf("peers=5000 startup_to_all_programmed=%s (from the daemon's start: %s) new_lease_to_route p50=%s p99=%s max=%s "+
 		"rss anon=%.1fMB file=%.1fMB total=%.1fMB (at rest, from %s later, over %s: mean anon=%.1fMB file=%.1fMB total=%.1fMB, most %.1fMB; CPU %.2f%% of a core) "+
-		"(idle, no peers: anon=%.1fMB file=%.1fMB) load=%s",
+		"(idle, no peers, %s after ready: anon=%.1fMB file=%.1fMB) load=%s",
 		r.startup.Round(time.Millisecond), r.fromExec.Round(time.Millisecond), r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond),
 		r.max.Round(time.Microsecond), r.anon, r.file, r.anon+r.file, restWait, restSpan, r.restAnon, r.restFile, r.restAnon+r.restFile,
-		r.restMax, r.restCPU, r.idleAnon, r.idleFile, r.load)
+		r.restMax, r.restCPU, restWait, r.idleAnon, r.idleFile, r.load)
 }
 
 // median takes each figure's median over rs on its own.
@@ -222,7 +222,7 @@ func peersRound(b *testing.B, d daemon) result {
 	var r result
 	idle := c.AddNode("n0")
 	d.waitReady(b, idle)
-	time.Sleep(time.Second) // let the idle daemon settle: a memory figure, not a synchronisation
+	time.Sleep(restWait) // let the idle daemon come to rest: a memory figure, not a synchronisation
 	r.idleAnon, r.idleFile = rssOf(b, idle)
 	idle.Stop()
 	for i := range peers {
