@@ -15,7 +15,7 @@ import (
 // own executable that weftd maps read-only (code and read-only data:
 // everything but the data segment), and returns how many bytes of mappings
 // it advised. It is what the kernel does to them anyway when memory runs
-// short, done at once: most of those pages ran once, at start-up (package
+// short, done early: most of those pages ran once, at start-up (package
 // initialisation, the datastore's client and its TLS, the lease, the first
 // sync), and the pages weftd goes on running come back as it runs them.
 // Pages another process maps too are left alone (MADV_PAGEOUT skips them).

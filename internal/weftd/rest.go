@@ -33,9 +33,10 @@ const restFree = 256 << 10
 // would otherwise stay resident through the rest. Costs one full GC per
 // rest, a few milliseconds at 5,000 peers.
 //
-// At the first rest after ready reports true (start-up is over: the lease
-// is held and the first table programmed), it also calls pageOut once, if
-// not nil, and logs what it returned.
+// At its first check after ready reports true (start-up is over: the
+// lease is held and the first table programmed), at rest or not, it also
+// calls pageOut once, if not nil, and logs what it returned: a node whose
+// leases keep changing may never come to rest.
 func releaseAtRest(ctx context.Context, every time.Duration, ready func() bool, pageOut func() (int, error), log *slog.Logger) {
 	samples := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/memory/classes/heap/free:bytes"}}
 	metrics.Read(samples)
@@ -50,22 +51,17 @@ func releaseAtRest(ctx context.Context, every time.Duration, ready func() bool, 
 		}
 		metrics.Read(samples)
 		allocs, free := samples[0].Value.Uint64(), samples[1].Value.Uint64()
-		atRest := allocs-last < restAllocs
-		last = allocs
-		if !atRest {
-			continue
-		}
-		if free > restFree {
+		if allocs-last < restAllocs && free > restFree {
 			debug.FreeOSMemory()
 		}
+		last = allocs
 		if pageOut != nil && ready() {
-			n, err := pageOut()
-			pageOut = nil
-			if err != nil {
+			if n, err := pageOut(); err != nil {
 				log.Warn("cannot return the executable's start-up pages", "err", err)
-				continue
+			} else {
+				log.Info("start-up over: returned the pages of the executable to the kernel", "mappedBytes", n)
 			}
-			log.Info("at rest after start-up: returned the pages of the executable to the kernel", "mappedBytes", n)
+			pageOut = nil
 		}
 	}
 }
