@@ -3,6 +3,7 @@ package weftd
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -21,8 +22,15 @@ import (
 // no longer counted as weftd's and first to go when memory is short. Most
 // of those pages ran once, at start-up (package initialisation, the
 // datastore's client and its TLS, the lease, the first sync); the ones
-// weftd goes on running come back as it runs them. None of this loses
-// anything: the mappings are of the file and never written.
+// weftd goes on running come back as it runs them.
+//
+// Nothing is lost: a page of the file comes back as it was. A read-only
+// mapping can hold private copies, though: a position-independent or
+// dynamically linked build has its relocated read-only data (RELRO)
+// written by the loader, and a debugger's breakpoint or a uprobe is a
+// private copy of a code page. Those copies would be thrown away by
+// MADV_DONTNEED, so a mapping that holds any (its Anonymous pages in
+// /proc/self/smaps) is only paged out, which keeps them.
 //
 // First it marks the mappings as read at random (MADV_RANDOM), so that a
 // page read back from the file later comes alone, not with the readahead
@@ -40,29 +48,60 @@ func pageOutExecutable() (int, error) {
 	if err := syscall.Stat("/proc/self/exe", &st); err != nil {
 		return 0, fmt.Errorf("page out the executable: %w", err)
 	}
-	f, err := os.Open("/proc/self/maps")
+	f, err := os.Open("/proc/self/smaps")
 	if err != nil {
 		return 0, fmt.Errorf("page out the executable: %w", err)
 	}
-	defer f.Close()
+	ms, err := exeMappings(f, uint64(st.Dev), uint64(st.Ino))
+	f.Close()
+	if err != nil {
+		return 0, fmt.Errorf("page out the executable: %w", err)
+	}
 	advised := 0
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		lo, hi, ok := exeMapping(sc.Text(), st.Dev, st.Ino)
-		if !ok {
-			continue
+	for _, m := range ms {
+		advice := []uintptr{unix.MADV_RANDOM, unix.MADV_PAGEOUT}
+		if !m.private {
+			advice = append(advice, unix.MADV_DONTNEED)
 		}
-		for _, advice := range []uintptr{unix.MADV_RANDOM, unix.MADV_PAGEOUT, unix.MADV_DONTNEED} {
-			if _, _, e := unix.Syscall(unix.SYS_MADVISE, lo, hi-lo, advice); e != 0 {
-				return advised, fmt.Errorf("page out the executable: madvise %d: %w", advice, e)
+		for _, a := range advice {
+			if _, _, e := unix.Syscall(unix.SYS_MADVISE, m.lo, m.hi-m.lo, a); e != 0 {
+				return advised, fmt.Errorf("page out the executable: madvise %d: %w", a, e)
 			}
 		}
-		advised += int(hi - lo)
-	}
-	if err := sc.Err(); err != nil {
-		return advised, fmt.Errorf("page out the executable: %w", err)
+		advised += int(m.hi - m.lo)
 	}
 	return advised, nil
+}
+
+// mapping is one read-only mapping of the executable; private says that it
+// holds private copies of pages (Anonymous in smaps).
+type mapping struct {
+	lo, hi  uintptr
+	private bool
+}
+
+// exeMappings reads /proc/self/smaps and returns the mappings of the file
+// dev/ino that are not writable.
+func exeMappings(smaps io.Reader, dev, ino uint64) ([]mapping, error) {
+	var out []mapping
+	var cur *mapping
+	sc := bufio.NewScanner(smaps)
+	for sc.Scan() {
+		line := sc.Text()
+		if k, v, ok := strings.Cut(line, ":"); ok && !strings.Contains(k, " ") {
+			// A field of the mapping above: "Anonymous:      12 kB".
+			if f := strings.Fields(v); cur != nil && k == "Anonymous" && len(f) > 0 && f[0] != "0" {
+				cur.private = true
+			}
+			continue
+		}
+		cur = nil
+		if lo, hi, ok := exeMapping(line, dev, ino); ok {
+			out = append(out, mapping{lo: lo, hi: hi})
+			cur = &out[len(out)-1]
+		}
+	}
+	return out, sc.Err()
 }
 
 // exeMapping parses one line of /proc/self/maps ("start-end perms offset

@@ -2,6 +2,7 @@ package weftd
 
 import (
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -70,5 +71,35 @@ func TestExeMapping(t *testing.T) {
 		if ok != tc.ok || lo != tc.lo || hi != tc.hi {
 			t.Errorf("exeMapping(%q) = %#x, %#x, %v; want %#x, %#x, %v", tc.line, lo, hi, ok, tc.lo, tc.hi, tc.ok)
 		}
+	}
+}
+
+// TestExeMappingsPrivate: of the executable's read-only mappings in smaps,
+// one that holds private copies of pages (a PIE build's relocated
+// read-only data) is marked, so that it is paged out but not unmapped.
+func TestExeMappingsPrivate(t *testing.T) {
+	const smaps = `00400000-00c35000 r-xp 00000000 fd:01 1234 /usr/bin/weftd
+Size:               8404 kB
+Rss:                7636 kB
+Anonymous:             0 kB
+VmFlags: rd ex mr mw me dw sd
+00c35000-015dd000 r--p 00835000 fd:01 1234 /usr/bin/weftd
+Size:               9888 kB
+Anonymous:           120 kB
+VmFlags: rd mr mw me dw sd
+015dd000-01659000 rw-p 011dd000 fd:01 1234 /usr/bin/weftd
+Anonymous:           124 kB
+01659000-036a0000 rw-p 00000000 00:00 0
+Anonymous:           120 kB
+7f0000000000-7f0000010000 r--p 00000000 fd:01 999 /usr/lib/other.so
+Anonymous:             0 kB
+`
+	got, err := exeMappings(strings.NewReader(smaps), unix.Mkdev(0xfd, 0x01), 1234)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []mapping{{lo: 0x400000, hi: 0xc35000}, {lo: 0xc35000, hi: 0x15dd000, private: true}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("exeMappings = %+v, want %+v", got, want)
 	}
 }
