@@ -78,7 +78,9 @@ func (r *Reconciler) Run(ctx context.Context) error {
 			if err := r.Sync(full); err != nil {
 				r.Log.Warn("sync failed; retrying", "err", err)
 				tm.full = true
-				tm.arm(retryAfter)
+				tm.backOff(retryAfter)
+			} else {
+				tm.notBefore = time.Time{}
 			}
 			d = r.Drift()
 		case u, ok := <-w.links:
@@ -130,6 +132,7 @@ type timers struct {
 	resync      *time.Ticker
 	pending     bool
 	due         time.Time // when soon fires, while pending
+	notBefore   time.Time // no sync before this, after a failed one
 	full        bool
 }
 
@@ -147,17 +150,29 @@ func newTimers(resync time.Duration) *timers {
 }
 
 // arm schedules a sync in d, unless one is already scheduled as soon or
-// sooner. A sync asked for now (a new table) does not wait for one that a
-// notification put off by the debounce: at start-up the new device's own
-// notifications had armed one 50 ms ahead, and the first table waited for
-// it (30 ms of weftd's start at 5,000 peers, 2026-12-01).
+// sooner, and never before the back-off after a failed sync ends. A sync
+// asked for now (a new table) does not wait for one that a notification
+// put off by the debounce: at start-up the new device's own notifications
+// had armed one 50 ms ahead, and the first table waited for it (30 ms of
+// weftd's start at 5,000 peers, 2026-12-01).
 func (tm *timers) arm(d time.Duration) {
-	due := time.Now().Add(d)
+	now := time.Now()
+	due := now.Add(d)
+	if due.Before(tm.notBefore) {
+		due = tm.notBefore
+	}
 	if tm.pending && !due.Before(tm.due) {
 		return
 	}
 	tm.pending, tm.due = true, due
-	tm.soon.Reset(d)
+	tm.soon.Reset(due.Sub(now))
+}
+
+// backOff schedules the retry of a failed sync in d; until then no new
+// table or notification brings a sync forward.
+func (tm *timers) backOff(d time.Duration) {
+	tm.notBefore = time.Now().Add(d)
+	tm.arm(d)
 }
 
 func (tm *timers) stop() {

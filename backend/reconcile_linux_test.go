@@ -71,3 +71,37 @@ func TestArmSooner(t *testing.T) {
 		t.Fatal("a sync scheduled in an hour fired at once")
 	}
 }
+
+// TestBackOffHolds: after a failed sync, neither a new table nor a
+// notification brings the retry forward; the retry then fires, and once a
+// sync succeeds requests are served at once again.
+func TestBackOffHolds(t *testing.T) {
+	tm := newTimers(time.Hour)
+	defer tm.stop()
+	<-tm.soon.C // the first sync
+	tm.pending = false
+	tm.backOff(300 * time.Millisecond) // it failed
+	start := time.Now()
+	tm.arm(0)        // a new table
+	tm.arm(debounce) // a notification
+	select {
+	case <-tm.soon.C:
+		tm.pending = false
+		if waited := time.Since(start); waited < 250*time.Millisecond {
+			t.Fatalf("the retry came after %s, before the back-off of 300 ms", waited)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the retry never came")
+	}
+	tm.notBefore = time.Time{} // as Run does when a sync succeeds
+	start = time.Now()
+	tm.arm(0)
+	select {
+	case <-tm.soon.C:
+		if waited := time.Since(start); waited > time.Second {
+			t.Fatalf("a sync asked for now after a success waited %s", waited)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a sync asked for now after a success never came")
+	}
+}
