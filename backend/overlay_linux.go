@@ -339,7 +339,10 @@ func (o *Overlay) Programmed() (Programmed, error) {
 
 // dumped is Programmed read through the pipe's dumps (see DumpRoutes): the
 // same entries, read with one route dump per family instead of two and
-// without a netlink.Neigh or netlink.Route per entry.
+// without a netlink.Neigh or netlink.Route per entry. Each kernel route is
+// listed once; merging the two lists above also merged routes that differ
+// only in what weft does not read (TOS, say), which a sync then removed one
+// per pass.
 func (o *Overlay) dumped(pipe *Pipe) (Programmed, error) {
 	var p Programmed
 	for _, fam := range o.families() {
