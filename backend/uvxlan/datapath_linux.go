@@ -93,12 +93,32 @@ func (dp *datapath) txSocket(frame []byte) *udpSocket {
 // extension headers) takes the copying path.
 const maxGatherHeader = 192
 
-// segmenter is the egress state for TSO super-frames.
+// segmenter is the egress state for TSO super-frames. The segments of
+// consecutive super-frames read in one wake-up go out together when they
+// can: a run gathers segments for one peer through one socket, all of one
+// stride, and leaves in one UDP GSO send when it is full (the 64 KB
+// datagram limit), when the next segment cannot join it, or when the
+// wake-up's frames are done (flush). TCP hands over super-frames of up to
+// 64 KB, one segment more than a send can carry, so sending each on its
+// own took two sends, the second of one or two segments.
 type segmenter struct {
 	g    *gatherSender
-	hdrs []byte // a VXLAN header and a header run per segment of one send
+	hdrs []byte                     // a VXLAN header and a header run per segment of the run
+	used int                        // bytes of hdrs the run holds
+	run  runKey                     // where the run goes and its stride
+	nseg int                        // segments in the run
+	send func(run runKey, nseg int) // sends the run gathered in g
 	s    *sender
 	out  []byte // room for whole segments, for the copying path
+}
+
+// runKey is what the segments of one UDP GSO send share: the socket they
+// leave from (the outer source port), the peer and the stride (every
+// datagram's length but the last one's).
+type runKey struct {
+	sock   *udpSocket
+	p      *peer
+	stride int
 }
 
 func newSegmenter() *segmenter {
@@ -110,10 +130,11 @@ func newSegmenter() *segmenter {
 	}
 }
 
-// sendSegments segments a TSO super-frame and sends the segments to its
-// peer in as few UDP GSO sends as the 64 KB datagram limit allows. Each
-// segment's headers are built in a small buffer and its payload is
-// gathered from the frame where it lies (no copy in userspace).
+// sendSegments segments a TSO super-frame and adds the segments to the
+// segmenter's run (pack), which sends them in as few UDP GSO sends as the
+// 64 KB datagram limit allows. Each segment's headers are built in a small
+// buffer and its payload is gathered from the frame where it lies (no copy
+// in userspace): the frame must stay as it is until sg.flush.
 func (dp *datapath) sendSegments(sg *segmenter, frame []byte, h vnetHdr) {
 	p, ok := dp.b.peers.Load().byMAC[dstMAC(frame)]
 	if !ok {
@@ -126,27 +147,31 @@ func (dp *datapath) sendSegments(sg *segmenter, frame []byte, h vnetHdr) {
 		return
 	}
 	if plan.hdrLen > maxGatherHeader {
+		sg.flush() // keep the order of the segments
 		dp.sendSegmentsCopied(sg, p, frame, h)
 		return
 	}
-	sock := dp.txSocket(frame)
-	stride := vxlanHeaderLen + plan.hdrLen + plan.mss
-	per := min(maxUDPPayload/stride, maxGSOSegments)
-	for first := 0; first < plan.nseg; first += per {
-		last := min(first+per, plan.nseg)
-		sg.g.reset(p)
-		sg.gather(&plan, frame, dp.b.dec.vni, first, last)
-		sg.g.segment(gsoSize(last-first, stride))
-		dp.countSend(last-first, sock.sendGather(sg.g))
-	}
+	sg.pack(&plan, frame, dp.b.dec.vni, runKey{sock: dp.txSocket(frame), p: p, stride: vxlanHeaderLen + plan.hdrLen + plan.mss})
 }
 
-// gather adds segments [first, last) of plan to sg.g, each as its VXLAN
+// pack adds every segment of plan to the run for key, each as its VXLAN
 // header and headers (built in sg.hdrs) followed by its payload in frame.
-func (sg *segmenter) gather(plan *tsoPlan, frame []byte, vni uint32, first, last int) {
+// The run is sent first if it goes elsewhere or has another stride, and
+// after a segment that fills it or is shorter than the stride (only the
+// last datagram of a UDP GSO send may be).
+func (sg *segmenter) pack(plan *tsoPlan, frame []byte, vni uint32, key runKey) {
+	if sg.nseg > 0 && sg.run != key {
+		sg.flush()
+	}
+	per := min(maxUDPPayload/key.stride, maxGSOSegments)
 	slot := vxlanHeaderLen + plan.hdrLen
-	for i := first; i < last; i++ {
-		hdr := sg.hdrs[(i-first)*slot : (i-first+1)*slot]
+	for i := range plan.nseg {
+		if sg.nseg == 0 {
+			sg.g.reset(key.p)
+			sg.run, sg.used = key, 0
+		}
+		hdr := sg.hdrs[sg.used : sg.used+slot]
+		sg.used += slot
 		putVXLANHeader(hdr, vni)
 		copy(hdr[vxlanHeaderLen:], frame[:plan.hdrLen])
 		chunk := plan.chunk(i)
@@ -155,7 +180,28 @@ func (sg *segmenter) gather(plan *tsoPlan, frame []byte, vni uint32, first, last
 		if len(chunk) > 0 {
 			sg.g.add(chunk)
 		}
+		sg.nseg++
+		if sg.nseg == per || slot+len(chunk) < key.stride {
+			sg.flush()
+		}
 	}
+}
+
+// flush sends the run, if it holds any segment.
+func (sg *segmenter) flush() {
+	if sg.nseg == 0 {
+		return
+	}
+	n := sg.nseg
+	sg.nseg = 0
+	sg.send(sg.run, n)
+}
+
+// sendRun is the segmenter's send: the nseg segments gathered in sg.g, as
+// one UDP GSO send (a plain datagram for one).
+func (dp *datapath) sendRun(sg *segmenter, run runKey, nseg int) {
+	sg.g.segment(gsoSize(nseg, run.stride))
+	dp.countSend(nseg, run.sock.sendGather(sg.g))
 }
 
 // sendSegmentsCopied is sendSegments for a super-frame whose headers are
@@ -202,7 +248,8 @@ func (dp *datapath) countSend(n int, err error) {
 
 // ingress moves datagrams from receive socket q to TAP queue q until the
 // datapath closes. A failed socket is replaced (recvFailed); it never ends
-// the loop.
+// the loop. As in egress, the datagrams are handled inside the poller's
+// read callback, which waits only once a read found the queue empty.
 func (dp *datapath) ingress(q int) {
 	count, size := plainBatch, plainBuf
 	if dp.vnet {
@@ -219,36 +266,65 @@ func (dp *datapath) ingress(q int) {
 	} else {
 		segOut = make([]byte, 2*(ethHeaderLen+maxIPPacket))
 	}
+	wake := func(fd uintptr) bool {
+		dp.b.ctr.loops.ingressWakes.Add(1)
+		defer dp.countIngressCalls(r, tg)
+		for {
+			if !r.read(fd) {
+				return false // nothing queued: wait for the poller
+			}
+			if r.err != nil {
+				return true
+			}
+			dp.receiveBatch(q, r, deliver, gro, tg, segOut)
+			if !r.full() {
+				return false // the kernel found the queue empty
+			}
+		}
+	}
 	for {
 		sock := dp.rxs[q].Load()
-		n, err := sock.recv(r)
-		if err != nil {
-			if dp.closing.Load() {
-				return
-			}
-			dp.recvFailed(q, sock, err)
+		err := sock.rc.Read(wake)
+		if err == nil {
+			err = r.err
+		}
+		if dp.closing.Load() {
+			return
+		}
+		dp.recvFailed(q, sock, err)
+	}
+}
+
+// countIngressCalls adds the system calls the ingress loop made since the
+// last count to the loop counters.
+func (dp *datapath) countIngressCalls(r *recvBatch, tg *tapGather) {
+	c := &dp.b.ctr.loops
+	c.udpRecvs.Add(r.calls)
+	c.tapWrites.Add(tg.calls)
+	r.calls, tg.calls = 0, 0
+}
+
+// receiveBatch handles the datagrams of one read of receive socket q.
+func (dp *datapath) receiveBatch(q int, r *recvBatch, deliver func([]byte, l4Csum) error, gro *coalescer, tg *tapGather, segOut []byte) {
+	ps := dp.b.peers.Load()
+	for i := range r.n {
+		pkt, src, seg, trunc := r.datagram(i)
+		if trunc {
+			dp.b.ctr.drop(DropOversize)
 			continue
 		}
-		ps := dp.b.peers.Load()
-		for i := range n {
-			pkt, src, seg, trunc := r.datagram(i)
-			if trunc {
-				dp.b.ctr.drop(DropOversize)
-				continue
+		if dp.b.dec.tunnelGSO(pkt) {
+			if subnets, ok := ps.byAddr[src]; ok {
+				dp.receiveSuper(q, pkt, seg, subnets, gro, tg, segOut)
+			} else {
+				dp.b.ctr.drop(DropNotPeer)
 			}
-			if dp.b.dec.tunnelGSO(pkt) {
-				if subnets, ok := ps.byAddr[src]; ok {
-					dp.receiveSuper(q, pkt, seg, subnets, gro, tg, segOut)
-				} else {
-					dp.b.ctr.drop(DropNotPeer)
-				}
-				continue
-			}
-			dp.receive(ps, pkt, src, seg, deliver)
+			continue
 		}
-		if gro != nil {
-			gro.flush()
-		}
+		dp.receive(ps, pkt, src, seg, deliver)
+	}
+	if gro != nil {
+		gro.flush()
 	}
 }
 
@@ -307,6 +383,7 @@ func (dp *datapath) checkInner(frame []byte, subnets []netip.Prefix) (l4Csum, Dr
 // on) to TAP queue q. A queue whose device was deleted makes the
 // reconciler open the device again.
 func (dp *datapath) writeTAP(q int, b []byte) error {
+	dp.b.ctr.loops.tapWrites.Add(1)
 	if _, err := dp.taps[q].Load().rw.Write(b); err != nil {
 		dp.b.ctr.drop(DropTAPWrite)
 		if errors.Is(err, unix.EBADFD) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/internal/nettest"
 )
 
@@ -88,7 +89,29 @@ func TestEndToEnd(t *testing.T) {
 			if n := st.Drops[DropBadChecksum.String()]; n != 0 {
 				t.Errorf("%d frames dropped for bad checksums", n)
 			}
+			checkLoopCounters(t, st, tc.plain)
 		})
+	}
+}
+
+// checkLoopCounters checks a node's loop counters after traffic both ways:
+// each kind moved, and with offloads the sends and TAP writes carried many
+// frames each (UDP GSO, GRO), as the bulk transfers give them to do.
+func checkLoopCounters(t *testing.T, st backend.Stats, plain bool) {
+	t.Helper()
+	for _, k := range []string{EventEgressWakeups, EventIngressWakeups, EventTAPReads, EventUDPSends, EventUDPRecvs, EventTAPWrites} {
+		if st.Events[k] == 0 {
+			t.Errorf("loop counter %s is 0: %+v", k, st.Events)
+		}
+	}
+	if plain {
+		return
+	}
+	if n := st.Events[EventUDPSends]; n > st.TxFrames/2 {
+		t.Errorf("%d UDP sends for %d frames sent: no GSO batching", n, st.TxFrames)
+	}
+	if n := st.Events[EventTAPWrites]; n > st.RxFrames/2 {
+		t.Errorf("%d TAP writes for %d frames received: no coalescing", n, st.RxFrames)
 	}
 }
 

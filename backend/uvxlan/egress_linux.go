@@ -14,12 +14,13 @@ const (
 // tapBatch reads, per wake-up, every frame the TAP holds (up to its size),
 // so that the frames can leave in one sendmmsg.
 type tapBatch struct {
-	bufs [][]byte
-	lens []int
-	at   int // where in each buffer the read lands
-	n    int
-	err  error
-	fn   func(fd uintptr) bool
+	bufs    [][]byte
+	lens    []int
+	at      int // where in each buffer the read lands
+	n       int
+	drained bool // the last read found the queue empty (EAGAIN)
+	err     error
+	calls   uint64 // system calls made, for the loop counters
 }
 
 func newTAPBatch(count, size, at int) *tapBatch {
@@ -27,13 +28,15 @@ func newTAPBatch(count, size, at int) *tapBatch {
 	for i := range b.bufs {
 		b.bufs[i] = make([]byte, size)
 	}
-	b.fn = b.read
 	return b
 }
 
-func (b *tapBatch) read(fd uintptr) bool {
-	b.n, b.err = 0, nil
+// read reads frames from fd until the batch is full, the queue is empty
+// (drained) or a read fails (err).
+func (b *tapBatch) read(fd uintptr) {
+	b.n, b.err, b.drained = 0, nil, false
 	for b.n < len(b.bufs) {
+		b.calls++
 		n, err := unix.Read(int(fd), b.bufs[b.n][b.at:])
 		switch err {
 		case nil:
@@ -43,12 +46,12 @@ func (b *tapBatch) read(fd uintptr) bool {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
+			b.drained = true
 		default:
 			b.err = err
 		}
-		break
+		return
 	}
-	return b.n > 0 || b.err != nil
 }
 
 // frame returns read i with the room in front of it.
@@ -59,6 +62,13 @@ func (b *tapBatch) frame(i int) []byte { return b.bufs[i][:b.at+b.lens[i]] }
 // TSO super-frames are segmented and leave with UDP GSO (sendSegments). A
 // queue whose device was deleted is reported (lostTAP) and the loop waits
 // for the reconciler to open the device again.
+//
+// The frames are handled inside the poller's read callback (wake), which
+// reads again at once while the queue holds more and asks the poller to
+// wait only once a read found it empty: each wake-up costs one read that
+// fails with EAGAIN, not two. (Returning from the callback would cost
+// another: the next RawConn.Read forgets a readiness the poller saw in
+// between, so it must begin with a read.)
 func (dp *datapath) egress(q int) {
 	at, count := vxlanHeaderLen, egressPlainBatch
 	if dp.vnet {
@@ -69,31 +79,60 @@ func (dp *datapath) egress(q int) {
 	var sg *segmenter
 	if dp.vnet {
 		sg = newSegmenter()
+		sg.send = func(run runKey, nseg int) { dp.sendRun(sg, run, nseg) }
+	}
+	wake := func(fd uintptr) bool {
+		dp.b.ctr.loops.egressWakes.Add(1)
+		defer dp.countEgressCalls(tb, sb, sg)
+		for {
+			tb.read(fd)
+			for i := range tb.n {
+				if dp.vnet {
+					dp.egressOffloaded(sb, sg, tb.frame(i))
+				} else {
+					dp.queue(sb, tb.frame(i))
+				}
+			}
+			if sg != nil {
+				sg.flush() // before the next read reuses the buffers
+			}
+			dp.flush(sb)
+			if tb.err != nil {
+				return true
+			}
+			if tb.drained {
+				return false // wait for the poller
+			}
+		}
 	}
 	for {
 		t := dp.taps[q].Load()
-		err := t.rc.Read(tb.fn)
+		err := t.rc.Read(wake)
 		if err == nil {
 			err = tb.err
 		}
-		for i := range tb.n {
-			if dp.vnet {
-				dp.egressOffloaded(sb, sg, tb.frame(i))
-			} else {
-				dp.queue(sb, tb.frame(i))
-			}
+		if dp.closing.Load() {
+			return
 		}
-		dp.flush(sb)
-		if err != nil {
-			if dp.closing.Load() {
-				return
-			}
-			dp.lostTAP(q, err)
-			if !dp.waitTAP(q, t) {
-				return
-			}
+		dp.lostTAP(q, err)
+		if !dp.waitTAP(q, t) {
+			return
 		}
 	}
+}
+
+// countEgressCalls adds the system calls the egress loop made since the
+// last count to the loop counters.
+func (dp *datapath) countEgressCalls(tb *tapBatch, sb *sendBatch, sg *segmenter) {
+	c := &dp.b.ctr.loops
+	c.tapReads.Add(tb.calls)
+	sends := sb.calls
+	if sg != nil {
+		sends += sg.g.calls + sg.s.calls
+		sg.g.calls, sg.s.calls = 0, 0
+	}
+	c.udpSends.Add(sends)
+	tb.calls, sb.calls = 0, 0
 }
 
 // egressOffloaded handles one read of a TAP with a virtio-net header.
@@ -110,6 +149,7 @@ func (dp *datapath) egressOffloaded(sb *sendBatch, sg *segmenter, in []byte) {
 			dp.b.ctr.drop(DropMalformed)
 			return
 		}
+		sg.flush() // keep the order of the frames
 		// The VXLAN header goes over the end of the decoded virtio-net header.
 		dp.queue(sb, in[virtioNetHdrLen-vxlanHeaderLen:])
 	case vnetGSOTCPv4, vnetGSOTCPv6:

@@ -98,10 +98,11 @@ func (dp *datapath) writeSegments(q int, frame []byte, h vnetHdr, out []byte) {
 // tapGather is a reusable writev(2) of one frame to a TAP queue, gathered
 // from several pieces (the coalescer's gather lists).
 type tapGather struct {
-	iovs []unix.Iovec
-	n    int
-	err  error
-	fn   func(fd uintptr) bool
+	iovs  []unix.Iovec
+	n     int
+	err   error
+	fn    func(fd uintptr) bool
+	calls uint64 // system calls made, for the loop counters
 }
 
 func newTAPGather() *tapGather {
@@ -111,6 +112,7 @@ func newTAPGather() *tapGather {
 }
 
 func (g *tapGather) write(fd uintptr) bool {
+	g.calls++
 	_, _, e := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&g.iovs[0])), uintptr(g.n))
 	return syscallDone(e, &g.err)
 }

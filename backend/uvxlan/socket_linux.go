@@ -112,7 +112,7 @@ type recvBatch struct {
 	oob   [][]byte
 	n     int
 	err   error
-	fn    func(fd uintptr) bool // r.read, bound once so reading does not allocate
+	calls uint64 // system calls made, for the loop counters
 }
 
 func newRecvBatch(count, size int) *recvBatch {
@@ -134,10 +134,13 @@ func newRecvBatch(count, size int) *recvBatch {
 		h.Name = (*byte)(unsafe.Pointer(&r.names[i]))
 		h.Control = &r.oob[i][0]
 	}
-	r.fn = r.read
 	return r
 }
 
+// read fills the batch from fd without blocking. It reports false when
+// nothing was queued (EAGAIN); else r.n datagrams are in the batch, or
+// r.err says why none could be read. A batch that is not full means the
+// kernel found the queue empty after the last datagram.
 func (r *recvBatch) read(fd uintptr) bool {
 	for i := range r.msgs {
 		h := &r.msgs[i].hdr
@@ -145,24 +148,25 @@ func (r *recvBatch) read(fd uintptr) bool {
 		h.SetControllen(len(r.oob[i]))
 		h.Flags = 0
 	}
-	n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.msgs[0])), uintptr(len(r.msgs)), 0, 0, 0)
-	if e == unix.EAGAIN || e == unix.EINTR {
-		return false
+	for {
+		r.calls++
+		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.msgs[0])), uintptr(len(r.msgs)), 0, 0, 0)
+		switch e {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		case 0:
+			r.n, r.err = int(n), nil
+		default:
+			r.n, r.err = 0, e
+		}
+		return true
 	}
-	r.n, r.err = int(n), nil
-	if e != 0 {
-		r.n, r.err = 0, e
-	}
-	return true
 }
 
-// recv fills the batch; it blocks until at least one datagram is there.
-func (s *udpSocket) recv(r *recvBatch) (int, error) {
-	if err := s.rc.Read(r.fn); err != nil {
-		return 0, err
-	}
-	return r.n, r.err
-}
+// full reports whether the last read filled every buffer of the batch.
+func (r *recvBatch) full() bool { return r.n == len(r.msgs) }
 
 // datagram returns the payload of message i, its source address and the
 // UDP GRO segment size (0 when the kernel did not coalesce). trunc reports
@@ -195,12 +199,13 @@ func groSize(oob []byte) int {
 
 // sender is a reusable sendmsg(2) call, optionally with UDP_SEGMENT.
 type sender struct {
-	buf []byte
-	to  unix.Sockaddr
-	oob []byte // a UDP_SEGMENT control message, or empty
-	seg []byte // backing store of oob
-	err error
-	fn  func(fd uintptr) bool
+	buf   []byte
+	to    unix.Sockaddr
+	oob   []byte // a UDP_SEGMENT control message, or empty
+	seg   []byte // backing store of oob
+	err   error
+	fn    func(fd uintptr) bool
+	calls uint64 // system calls made, for the loop counters
 }
 
 func newSender() *sender {
@@ -224,6 +229,7 @@ func (s *sender) setSegment(size int) {
 }
 
 func (s *sender) write(fd uintptr) bool {
+	s.calls++
 	_, err := unix.SendmsgN(int(fd), s.buf, s.oob, s.to, 0)
 	if err == unix.EAGAIN || err == unix.EINTR {
 		return false
@@ -245,12 +251,13 @@ func (u *udpSocket) send(s *sender) error {
 // a TSO super-frame leave with their headers from a small buffer and their
 // payload from where the TAP read put it, without a copy in between.
 type gatherSender struct {
-	msg  unix.Msghdr
-	iovs []unix.Iovec
-	n    int
-	seg  []byte // backing store of the UDP_SEGMENT control message
-	err  error
-	fn   func(fd uintptr) bool
+	msg   unix.Msghdr
+	iovs  []unix.Iovec
+	n     int
+	seg   []byte // backing store of the UDP_SEGMENT control message
+	err   error
+	fn    func(fd uintptr) bool
+	calls uint64 // system calls made, for the loop counters
 }
 
 func newGatherSender(pieces int) *gatherSender {
@@ -291,6 +298,7 @@ func (g *gatherSender) segment(size int) {
 }
 
 func (g *gatherSender) write(fd uintptr) bool {
+	g.calls++
 	g.msg.SetIovlen(g.n)
 	_, _, e := unix.Syscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(&g.msg)), 0)
 	return syscallDone(e, &g.err)
@@ -338,14 +346,15 @@ func rawSockaddr(ap netip.AddrPort) (unix.RawSockaddrInet6, uint32) {
 // sendBatch is a reusable sendmmsg(2) call: up to len(msgs) datagrams, all
 // through one socket, each to its own peer.
 type sendBatch struct {
-	msgs []mmsghdr
-	iovs []unix.Iovec
-	n    int        // datagrams queued
-	sock *udpSocket // the socket they leave from
-	off  int        // datagrams done (sent or failed) by the call in progress
-	fail int        // datagrams the kernel refused
-	err  error      // the last refusal
-	fn   func(fd uintptr) bool
+	msgs  []mmsghdr
+	iovs  []unix.Iovec
+	n     int        // datagrams queued
+	sock  *udpSocket // the socket they leave from
+	off   int        // datagrams done (sent or failed) by the call in progress
+	fail  int        // datagrams the kernel refused
+	err   error      // the last refusal
+	fn    func(fd uintptr) bool
+	calls uint64 // system calls made, for the loop counters
 }
 
 func newSendBatch(count int) *sendBatch {
@@ -372,6 +381,7 @@ func (b *sendBatch) full() bool { return b.n == len(b.msgs) }
 
 func (b *sendBatch) write(fd uintptr) bool {
 	for b.off < b.n {
+		b.calls++
 		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&b.msgs[b.off])), uintptr(b.n-b.off), 0, 0, 0)
 		switch e {
 		case 0:

@@ -84,6 +84,19 @@ type counters struct {
 	address      atomic.Uint64
 	neigh, route atomic.Uint64
 	socket       atomic.Uint64
+	loops        loopCounters
+}
+
+// loopCounters count what the packet loops do: how often the poller woke
+// each kind of loop, and the system calls each made, by kind (failed ones
+// and those that found nothing to read included). The egress and ingress
+// loops' counters are on cache lines of their own.
+type loopCounters struct {
+	_                                 [64]byte
+	egressWakes, tapReads, udpSends   atomic.Uint64
+	_                                 [40]byte
+	ingressWakes, udpRecvs, tapWrites atomic.Uint64
+	_                                 [40]byte
 }
 
 func (c *counters) drop(r DropReason) { c.drops[r].Add(1) }
@@ -95,8 +108,16 @@ func (c *counters) stats() backend.Stats {
 			repairDevice: c.device.Load(), repairLink: c.link.Load(), repairAddress: c.address.Load(),
 			repairNeigh: c.neigh.Load(), repairRoute: c.route.Load(), repairSocket: c.socket.Load(),
 		},
-		Drops:  make(map[string]uint64, numDropReasons),
-		Events: map[string]uint64{EventPartialChecksum: c.partialCsum.Load()},
+		Drops: make(map[string]uint64, numDropReasons),
+		Events: map[string]uint64{
+			EventPartialChecksum: c.partialCsum.Load(),
+			EventEgressWakeups:   c.loops.egressWakes.Load(),
+			EventIngressWakeups:  c.loops.ingressWakes.Load(),
+			EventTAPReads:        c.loops.tapReads.Load(),
+			EventUDPSends:        c.loops.udpSends.Load(),
+			EventUDPRecvs:        c.loops.udpRecvs.Load(),
+			EventTAPWrites:       c.loops.tapWrites.Load(),
+		},
 	}
 	for r := DropNone + 1; r < numDropReasons; r++ {
 		s.Drops[r.String()] = c.drops[r].Load()
@@ -109,3 +130,17 @@ func (c *counters) stats() backend.Stats {
 // leaves it, and that were delivered with the checksum marked as to be
 // completed (see the package documentation).
 const EventPartialChecksum = "partial_checksum"
+
+// The packet loops' activity, in Stats().Events: wake-ups of the egress
+// (TAP to underlay) and ingress loops by the Go poller, and their system
+// calls by kind: TAP reads, UDP sends (sendmsg with or without UDP GSO,
+// sendmmsg), UDP receives (recvmmsg) and TAP writes. Calls that failed or
+// found nothing to read count too: these say how well the loops batch.
+const (
+	EventEgressWakeups  = "egress_wakeups"
+	EventIngressWakeups = "ingress_wakeups"
+	EventTAPReads       = "syscalls_tap_read"
+	EventUDPSends       = "syscalls_udp_send"
+	EventUDPRecvs       = "syscalls_udp_recv"
+	EventTAPWrites      = "syscalls_tap_write"
+)

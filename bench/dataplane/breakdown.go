@@ -7,17 +7,21 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
 	"runtime/pprof"
 	"strings"
 	"time"
 
 	"github.com/google/pprof/profile"
+
+	"github.com/weft-net/weft/backend/uvxlan"
 )
 
 // A category of the dataplane's CPU time. A profile sample belongs to the
 // first category whose function appears on its stack, from the leaf up:
 // a system call is charged to the call site that made it (its kernel time
-// included, since the profiler's clock counts user and system time).
+// included, since the profiler's clock counts user and system time). A
+// closure counts as the function it is declared in.
 type category struct {
 	name  string
 	funcs []string // suffixes of fully qualified function names
@@ -26,11 +30,11 @@ type category struct {
 var categories = []category{
 	{"egress: TAP read (syscall, kernel copy out)", []string{"(*tapBatch).read"}},
 	{"egress: UDP GSO send (syscall, kernel copy in, UDP/IP)", []string{"(*gatherSender).write", "(*sender).write", "(*sendBatch).write"}},
-	{"egress: segmentation, headers, checksums", []string{"(*datapath).sendSegments", "(*segmenter).gather", "(*tsoPlan).fixHeader", "planTSO", "segmentTCP", "(*datapath).egressOffloaded", "(*datapath).queue", "(*datapath).egress"}},
+	{"egress: segmentation, headers, checksums", []string{"(*datapath).sendSegments", "(*segmenter).pack", "(*segmenter).flush", "(*datapath).sendRun", "(*tsoPlan).fixHeader", "planTSO", "segmentTCP", "(*datapath).egressOffloaded", "(*datapath).queue", "(*datapath).egress"}},
 	{"ingress: recvmmsg (syscall, kernel copy out)", []string{"(*recvBatch).read"}},
 	{"ingress: TAP write (syscall, kernel copy in, delivery to the pod)", []string{"(*datapath).writeTAP", "(*datapath).writeTAPv"}},
 	{"ingress: GRO merge", []string{"(*coalescer).add", "(*coalescer).merge", "(*coalescer).emit", "(*coalescer).flush", "(*coalescer).single"}},
-	{"ingress: decode, source and checksum checks", []string{"(*datapath).receive", "(*datapath).checkInner", "checkInnerFrame", "(*decoder).decode", "(*datapath).receiveSuper", "(*datapath).ingress"}},
+	{"ingress: decode, source and checksum checks", []string{"(*datapath).receive", "(*datapath).checkInner", "checkInnerFrame", "(*decoder).decode", "(*datapath).receiveSuper", "(*datapath).receiveBatch", "(*datapath).ingress"}},
 	{"Go scheduler: parking and waking the packet loops", []string{"runtime.findRunnable", "runtime.schedule", "runtime.park_m", "runtime.netpoll", "runtime.mcall", "(*pollDesc).wait"}},
 }
 
@@ -85,13 +89,20 @@ func profileBreakdown(ctx context.Context, o options, log *slog.Logger) (*breakd
 	return bd, nil
 }
 
-// frames sums the frame counters of the topology's backends.
+// loopEvents are the uvxlan loop counters the breakdown reports.
+var loopEvents = []string{uvxlan.EventTAPReads, uvxlan.EventUDPSends, uvxlan.EventUDPRecvs, uvxlan.EventTAPWrites,
+	uvxlan.EventEgressWakeups, uvxlan.EventIngressWakeups}
+
+// frames sums the frame and loop counters of the topology's backends.
 func (t *topology) frames() map[string]uint64 {
 	m := map[string]uint64{}
 	for _, b := range t.backend {
 		s := b.Stats()
 		m["sent"] += s.TxFrames
 		m["received"] += s.RxFrames
+		for _, k := range loopEvents {
+			m[k] += s.Events[k]
+		}
 	}
 	return m
 }
@@ -105,15 +116,19 @@ func (bd *breakdown) charge(p *profile.Profile) {
 	}
 }
 
+// closureSuffix ends the name of a closure (or of a closure in a closure).
+var closureSuffix = regexp.MustCompile(`(\.func\d+)+(\.\d+)*$`)
+
 func classify(s *profile.Sample) string {
 	for _, loc := range s.Location {
 		for _, line := range loc.Line {
 			if line.Function == nil {
 				continue
 			}
+			name := closureSuffix.ReplaceAllString(line.Function.Name, "")
 			for _, c := range categories {
 				for _, f := range c.funcs {
-					if strings.HasSuffix(line.Function.Name, f) {
+					if strings.HasSuffix(name, f) {
 						return c.name
 					}
 				}
@@ -138,6 +153,11 @@ func (bd *breakdown) write(w io.Writer) {
 	}
 	us := float64(bd.total.Microseconds()) / per
 	fmt.Fprintf(w, "| **total** | **%.1f** | 100 %% |\n\n", us)
-	fmt.Fprintf(w, "%.1f µs of CPU per 64 KB is %.1f Gb/s per dataplane core. Per 64 KB the dataplanes sent %.1f and received %.1f datagrams or frames (counters of both nodes).\n",
-		us, 65536*8/us/1e3, float64(bd.frames["sent"])/per, float64(bd.frames["received"])/per)
+	f := func(k string) float64 { return float64(bd.frames[k]) / per }
+	fmt.Fprintf(w, "%.1f µs of CPU per 64 KB is %.1f Gb/s per dataplane core. Per 64 KB (counters of both nodes) the dataplanes sent %.1f and received %.1f datagrams or frames; ",
+		us, 65536*8/us/1e3, f("sent"), f("received"))
+	calls := f(uvxlan.EventTAPReads) + f(uvxlan.EventUDPSends) + f(uvxlan.EventUDPRecvs) + f(uvxlan.EventTAPWrites)
+	fmt.Fprintf(w, "their loops made %.1f system calls (TAP reads %.1f, UDP sends %.1f, UDP receives %.1f, TAP writes %.1f; those that found nothing to read included) and were woken %.1f times (egress %.1f, ingress %.1f).\n",
+		calls, f(uvxlan.EventTAPReads), f(uvxlan.EventUDPSends), f(uvxlan.EventUDPRecvs), f(uvxlan.EventTAPWrites),
+		f(uvxlan.EventEgressWakeups)+f(uvxlan.EventIngressWakeups), f(uvxlan.EventEgressWakeups), f(uvxlan.EventIngressWakeups))
 }
