@@ -249,7 +249,8 @@ func (dp *datapath) countSend(n int, err error) {
 // ingress moves datagrams from receive socket q to TAP queue q until the
 // datapath closes. A failed socket is replaced (recvFailed); it never ends
 // the loop. As in egress, the datagrams are handled inside the poller's
-// read callback, which waits only once a read found the queue empty.
+// read callback, which asks it to wait at once after a batch that was not
+// full (the kernel found the queue empty).
 func (dp *datapath) ingress(q int) {
 	count, size := plainBatch, plainBuf
 	if dp.vnet {
@@ -269,24 +270,24 @@ func (dp *datapath) ingress(q int) {
 	wake := func(fd uintptr) bool {
 		dp.b.ctr.loops.ingressWakes.Add(1)
 		defer dp.countIngressCalls(r, tg)
-		for {
-			if !r.read(fd) {
-				return false // nothing queued: wait for the poller
-			}
-			if r.err != nil {
-				return true
-			}
-			dp.receiveBatch(q, r, deliver, gro, tg, segOut)
-			if !r.full() {
-				return false // the kernel found the queue empty
-			}
+		if !r.read(fd) {
+			return false // nothing queued: wait for the poller
 		}
+		if r.err != nil {
+			return true
+		}
+		dp.receiveBatch(q, r, deliver, gro, tg, segOut)
+		return r.full() // else the kernel found the queue empty: wait
 	}
 	for {
 		sock := dp.rxs[q].Load()
+		r.err = nil
 		err := sock.rc.Read(wake)
 		if err == nil {
 			err = r.err
+		}
+		if err == nil {
+			continue // a full batch: there is more to read
 		}
 		if dp.closing.Load() {
 			return

@@ -63,12 +63,13 @@ func (b *tapBatch) frame(i int) []byte { return b.bufs[i][:b.at+b.lens[i]] }
 // queue whose device was deleted is reported (lostTAP) and the loop waits
 // for the reconciler to open the device again.
 //
-// The frames are handled inside the poller's read callback (wake), which
-// reads again at once while the queue holds more and asks the poller to
-// wait only once a read found it empty: each wake-up costs one read that
-// fails with EAGAIN, not two. (Returning from the callback would cost
-// another: the next RawConn.Read forgets a readiness the poller saw in
-// between, so it must begin with a read.)
+// The frames are handled inside the poller's read callback (wake): after a
+// batch whose last read found the queue empty (EAGAIN) it asks the poller
+// to wait at once, so a wake-up costs one read that finds nothing, not
+// two. (Returning from the callback would cost another: the next
+// RawConn.Read forgets a readiness the poller saw in between, so it must
+// begin with a read.) After a full batch it returns, and the next read
+// finds frames.
 func (dp *datapath) egress(q int) {
 	at, count := vxlanHeaderLen, egressPlainBatch
 	if dp.vnet {
@@ -83,33 +84,29 @@ func (dp *datapath) egress(q int) {
 	}
 	wake := func(fd uintptr) bool {
 		dp.b.ctr.loops.egressWakes.Add(1)
-		defer dp.countEgressCalls(tb, sb, sg)
-		for {
-			tb.read(fd)
-			for i := range tb.n {
-				if dp.vnet {
-					dp.egressOffloaded(sb, sg, tb.frame(i))
-				} else {
-					dp.queue(sb, tb.frame(i))
-				}
-			}
-			if sg != nil {
-				sg.flush() // before the next read reuses the buffers
-			}
-			dp.flush(sb)
-			if tb.err != nil {
-				return true
-			}
-			if tb.drained {
-				return false // wait for the poller
+		tb.read(fd)
+		for i := range tb.n {
+			if dp.vnet {
+				dp.egressOffloaded(sb, sg, tb.frame(i))
+			} else {
+				dp.queue(sb, tb.frame(i))
 			}
 		}
+		if sg != nil {
+			sg.flush() // before the next read reuses the buffers
+		}
+		dp.flush(sb)
+		dp.countEgressCalls(tb, sb, sg)
+		return !tb.drained || tb.err != nil // else wait for the poller
 	}
 	for {
 		t := dp.taps[q].Load()
 		err := t.rc.Read(wake)
 		if err == nil {
 			err = tb.err
+		}
+		if err == nil {
+			continue // a full batch: there is more to read
 		}
 		if dp.closing.Load() {
 			return

@@ -2,8 +2,10 @@ package uvxlan
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -165,5 +167,62 @@ func TestRestartAndRemove(t *testing.T) {
 	}
 	if err := RemoveDevice(a.host.Handle, 1); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStopUnderLoad stops both nodes while UDP floods from each pod to the
+// other keep their TAP queues and receive sockets full: Run must return
+// (the packet loops must notice the closed files between batches), and
+// the floods must have gone through the dataplane first.
+func TestStopUnderLoad(t *testing.T) {
+	u := nettest.NewUnderlay(t, netip.MustParsePrefix("192.168.77.0/24"), 1500)
+	a := newUVNode(t, u, "a", subnetA, false)
+	b := newUVNode(t, u, "b", subnetB, false)
+	connect(t, a, b)
+	stopFlood := make(chan struct{})
+	var floods sync.WaitGroup
+	for _, d := range [][2]*testNode{{a, b}, {b, a}} {
+		for range 3 {
+			var c *net.UDPConn
+			if err := d[0].pod.Do(func() (err error) {
+				c, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(d[1].podIP, 9)))
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			floods.Go(func() {
+				defer c.Close()
+				buf := make([]byte, 1400)
+				for {
+					select {
+					case <-stopFlood:
+						return
+					default:
+					}
+					c.Write(buf) // errors (ICMP port unreachable) do not matter
+				}
+			})
+		}
+	}
+	defer func() {
+		close(stopFlood)
+		floods.Wait()
+	}()
+	time.Sleep(500 * time.Millisecond)
+	for _, n := range []*testNode{a, b} {
+		if st := n.b.Stats(); st.TxFrames < 1000 || st.RxFrames < 1000 {
+			t.Fatalf("the floods did not go through: %+v", st)
+		}
+	}
+	stopped := make(chan struct{})
+	go func() {
+		b.stop()
+		a.stop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10 s of its context's end while traffic flowed")
 	}
 }
