@@ -54,6 +54,13 @@ type options struct {
 const spinEnv = "WEFT_BENCH_SPIN"
 
 func main() {
+	if spec := os.Getenv(nodeEnv); spec != "" {
+		if err := runNode(spec); err != nil {
+			fmt.Fprintln(os.Stderr, "dataplane node:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if os.Getenv(spinEnv) != "" {
 		backend.SetProcessNice(0) // a pod's priority, not the dataplane's
 		for {
@@ -69,7 +76,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("dataplane", flag.ContinueOnError)
-	modes := fs.String("modes", "kernel,uvxlan", "comma-separated modes: underlay, kernel (hand-made kernel VXLAN), weft-vxlan (weft's kernel backend), uvxlan, uvxlan-plain")
+	modes := fs.String("modes", "kernel,uvxlan-proc,uvxlan", "comma-separated modes: underlay, kernel (hand-made kernel VXLAN), weft-vxlan (weft's kernel backend), uvxlan, uvxlan-plain, uvxlan-proc (uvxlan with each node in a process of its own, as weftd)")
 	loads := fs.String("load", "quiet,busy", "comma-separated conditions: quiet, busy (a child process keeps one core busy)")
 	quick := fs.Bool("quick", false, "3 s runs, 1 round, quiet only, no breakdown")
 	var o options

@@ -79,11 +79,11 @@ func measureOnce(ctx context.Context, mr *modeResult, o options, log *slog.Logge
 		return s, err
 	}
 	s.p50, s.p99 = float64(p50)/1e3, float64(p99)/1e3
-	c0, p0 := readCPU(), procCPU()
+	c0, p0 := readCPU(), t.dataplaneCPU()
 	if s.gbps1, err = iperf(ctx, t, 1, o.dur); err != nil {
 		return s, err
 	}
-	c1, p1 := readCPU(), procCPU()
+	c1, p1 := readCPU(), t.dataplaneCPU()
 	s.busy = c1.busyCores(c0)
 	s.proc = math.NaN()
 	if strings.HasPrefix(mr.mode, "uvxlan") {

@@ -21,7 +21,7 @@ type report struct {
 
 func header(o options) string {
 	host, _ := os.Hostname()
-	return fmt.Sprintf("%s, %s; %d CPUs (%s); iperf3 TCP %s per run; %d interleaved rounds per condition (median, and lowest–highest); %d pings per round; uvxlan dataplanes (both nodes in this process, GOMAXPROCS %d) at nice %d, everything else at 0",
+	return fmt.Sprintf("%s, %s; %d CPUs (%s); iperf3 TCP %s per run; %d interleaved rounds per condition (median, and lowest–highest); %d pings per round; uvxlan: both nodes' dataplanes in this process (GOMAXPROCS %d), uvxlan-proc: each in a process of its own, as weftd runs; dataplanes at nice %d, everything else at 0",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), host, runtime.NumCPU(), kernelRelease(), o.dur, o.rounds, o.pings, runtime.GOMAXPROCS(0), o.nice)
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/weft-net/weft/backend"
@@ -47,6 +48,20 @@ type topology struct {
 	nss     []*nettest.NS
 	stop    []func()
 	backend []*uvxlan.Backend
+	procs   []*nodeProc // uvxlan-proc: the node processes
+}
+
+// dataplaneCPU is the CPU time the uvxlan dataplanes have used so far:
+// this process's, or that of the node processes.
+func (t *topology) dataplaneCPU() time.Duration {
+	if len(t.procs) == 0 {
+		return procCPU()
+	}
+	var d time.Duration
+	for _, p := range t.procs {
+		d += p.cpu()
+	}
+	return d
 }
 
 const overlayMTU = 1450
@@ -108,6 +123,8 @@ func build(ctx context.Context, mode string, queues int, log *slog.Logger) (t *t
 		err = t.weftVXLAN(ctx, log)
 	case "uvxlan", "uvxlan-plain":
 		err = t.userVXLAN(ctx, mode == "uvxlan-plain", queues, log)
+	case "uvxlan-proc":
+		err = t.processVXLAN(queues)
 	default:
 		err = fmt.Errorf("unknown mode %q", mode)
 	}

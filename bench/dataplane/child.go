@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/backend/uvxlan"
+	"github.com/weft-net/weft/vtep"
+)
+
+// nodeEnv makes the binary one node's uvxlan dataplane (mode uvxlan-proc):
+// its value is the node's nodeSpec in JSON.
+const nodeEnv = "WEFT_BENCH_NODE"
+
+// nodeSpec is what a node process needs: its namespace, its underlay
+// address and subnet, and its one peer.
+type nodeSpec struct {
+	NetNS      string       `json:"netns"`
+	Local      netip.Addr   `json:"local"`
+	Subnet     netip.Prefix `json:"subnet"`
+	PeerAddr   netip.Addr   `json:"peer_addr"`
+	PeerSubnet netip.Prefix `json:"peer_subnet"`
+	Queues     int          `json:"queues"`
+}
+
+// runNode is the main of a node process: it runs the dataplane, writes
+// "ready" to stdout once the peer is programmed, and when stdin closes
+// stops and writes its Stats as JSON.
+func runNode(spec string) error {
+	var s nodeSpec
+	if err := json.Unmarshal([]byte(spec), &s); err != nil {
+		return fmt.Errorf("node spec: %w", err)
+	}
+	b, err := uvxlan.New(uvxlan.Config{NetNS: s.NetNS, Local: s.Local, MAC: backend.VTEPMAC(s.Local, 1),
+		MTU: overlayMTU, Subnet: s.Subnet, Queues: s.Queues}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	exited := make(chan error, 1)
+	go func() { exited <- b.Run(ctx) }()
+	b.Set(vtep.Table{s.PeerSubnet: {MAC: backend.VTEPMAC(s.PeerAddr, 1), Addr: s.PeerAddr}})
+	select {
+	case <-b.Ready():
+	case err := <-exited:
+		cancel()
+		return errors.Join(errors.New("backend stopped"), err)
+	}
+	fmt.Println("ready")
+	io.Copy(io.Discard, os.Stdin) // until the parent closes it
+	cancel()
+	if err := <-exited; err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(b.Stats())
+}
+
+// nodeProc is a running node process.
+type nodeProc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+	stats backend.Stats // after stop
+}
+
+// startNode starts a node process for n with peer and waits until it is
+// ready.
+func startNode(n, peer *node, queues int) (*nodeProc, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	spec, err := json.Marshal(nodeSpec{NetNS: n.host.Path, Local: n.addr, Subnet: n.subnet,
+		PeerAddr: peer.addr, PeerSubnet: peer.subnet, Queues: queues})
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), nodeEnv+"="+string(spec))
+	cmd.Stderr = os.Stderr
+	p := &nodeProc{cmd: cmd}
+	if p.stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	p.out = bufio.NewReader(stdout)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start node process: %w", err)
+	}
+	line := make(chan string, 1)
+	go func() { l, _ := p.out.ReadString('\n'); line <- l }()
+	select {
+	case l := <-line:
+		if strings.TrimSpace(l) == "ready" {
+			return p, nil
+		}
+	case <-time.After(30 * time.Second):
+	}
+	p.kill()
+	return nil, errors.New("node process did not get ready")
+}
+
+// stop ends the node process and reads its Stats.
+func (p *nodeProc) stop() error {
+	p.stdin.Close()
+	var err error
+	if jerr := json.NewDecoder(p.out).Decode(&p.stats); jerr != nil {
+		err = fmt.Errorf("node stats: %w", jerr)
+	}
+	return errors.Join(err, p.cmd.Wait())
+}
+
+func (p *nodeProc) kill() {
+	p.cmd.Process.Kill() // ours, by PID
+	p.cmd.Wait()
+}
+
+// cpu is the CPU time the node process has used so far.
+func (p *nodeProc) cpu() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name, which is in parentheses.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / clockTicks
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's times (100 on Linux).
+const clockTicks = 100
+
+// processVXLAN runs each host's uvxlan dataplane in a process of its own,
+// as weftd does, instead of both in this one.
+func (t *topology) processVXLAN(queues int) error {
+	for _, p := range [][2]*node{{t.a, t.b}, {t.b, t.a}} {
+		np, err := startNode(p[0], p[1], queues)
+		if err != nil {
+			return err
+		}
+		t.procs = append(t.procs, np)
+		t.stop = append(t.stop, func() {
+			if err := np.stop(); err != nil {
+				fmt.Fprintln(os.Stderr, "node process:", err)
+			}
+		})
+	}
+	return nil
+}
