@@ -136,14 +136,17 @@
 // # Latency
 //
 // A round trip crosses four goroutine wake-ups (egress and ingress on both
-// nodes), which the kernel's softirq path does not pay: bench/dataplane
-// measures a median round trip three to five times the kernel's on a 2-core
-// machine. One loop per queue for both directions, sleeping in ppoll after
+// nodes), which the kernel's softirq path does not pay: with each node in a
+// process of its own, as weftd runs, bench/dataplane measured a median
+// round trip 3.2 (one core kept busy) to 4.5 (quiet) times the kernel's on
+// a 2-core VM (2026-12-01), where waking an idle virtual CPU is slow. One loop per queue for both directions, sleeping in ppoll after
 // a bounded busy-poll (so that a reply is caught without a wake-up), was
 // built and measured (2026-11-30): it was slower than Go's netpoller on
 // every figure, round trip included, and is not used; so was one locked OS
-// thread per loop sleeping in ppoll (2026-12-01). bench/dataplane's README
-// lists these and the other variants measured and not adopted.
+// thread per loop sleeping in ppoll (2026-12-01), and so was the ingress
+// loop sending at once what a TAP write made the pod answer (2026-12-01).
+// bench/dataplane's README lists these and the other variants measured and
+// not adopted.
 //
 // GBP is not supported: it lives in the skb mark, which a TAP cannot see.
 package uvxlan
