@@ -349,6 +349,12 @@ func equalMAC(a net.HardwareAddr, b []byte) bool { return string(a) == string(b)
 // close releases what open acquired. The device itself stays (persistent).
 func (dp *datapath) close() {
 	dp.closing.Store(true)
+	// The send sockets first: closing a file waits for the calls using it,
+	// and the egress loop sends from inside its TAP read callback, so a
+	// send that waits for room must fail before the TAP can close.
+	for _, s := range dp.tx {
+		s.close()
+	}
 	for i := range dp.taps {
 		if q := dp.taps[i].Load(); q != nil {
 			q.close()
@@ -361,9 +367,6 @@ func (dp *datapath) close() {
 		if s := dp.rxs[i].Load(); s != nil {
 			s.close()
 		}
-	}
-	for _, s := range dp.tx {
-		s.close()
 	}
 	if dp.ownHandle && dp.h != nil {
 		dp.h.Close()

@@ -111,7 +111,9 @@ func (dp *datapath) egress(q int) {
 		if dp.closing.Load() {
 			return
 		}
-		dp.lostTAP(q, err)
+		if dp.taps[q].Load() == t { // else the reconciler replaced it, and closed this one
+			dp.lostTAP(q, err)
+		}
 		if !dp.waitTAP(q, t) {
 			return
 		}

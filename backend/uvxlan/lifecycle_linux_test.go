@@ -208,11 +208,13 @@ func TestStopUnderLoad(t *testing.T) {
 		close(stopFlood)
 		floods.Wait()
 	}()
-	time.Sleep(500 * time.Millisecond)
 	for _, n := range []*testNode{a, b} {
-		if st := n.b.Stats(); st.TxFrames < 1000 || st.RxFrames < 1000 {
-			t.Fatalf("the floods did not go through: %+v", st)
-		}
+		eventually(t, "the floods go through", func() error {
+			if st := n.b.Stats(); st.TxFrames < 1000 || st.RxFrames < 1000 {
+				return fmt.Errorf("%d frames sent, %d received", st.TxFrames, st.RxFrames)
+			}
+			return nil
+		})
 	}
 	stopped := make(chan struct{})
 	go func() {
@@ -223,6 +225,8 @@ func TestStopUnderLoad(t *testing.T) {
 	select {
 	case <-stopped:
 	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return within 10 s of its context's end while traffic flowed")
+		// The cleanup would wait for the same Run: crash with every
+		// goroutine's stack instead.
+		panic("Run did not return within 10 s of its context's end while traffic flowed")
 	}
 }

@@ -140,7 +140,10 @@ func newRecvBatch(count, size int) *recvBatch {
 // read fills the batch from fd without blocking. It reports false when
 // nothing was queued (EAGAIN); else r.n datagrams are in the batch, or
 // r.err says why none could be read. A batch that is not full means the
-// kernel found the queue empty after the last datagram.
+// kernel found the queue empty after the last datagram, or that receiving
+// the next one failed: Linux keeps that error for the next call without a
+// wake-up, so the loop sees it with the next datagram. (These sockets are
+// unconnected and do not ask for ICMP errors, which leaves faults.)
 func (r *recvBatch) read(fd uintptr) bool {
 	for i := range r.msgs {
 		h := &r.msgs[i].hdr
