@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/weft-net/weft/backend"
@@ -69,10 +70,12 @@ func runNode(spec string) error {
 
 // nodeProc is a running node process.
 type nodeProc struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	out   *bufio.Reader
-	stats backend.Stats // after stop
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	out     *bufio.Reader
+	stopped sync.Once
+	stats   backend.Stats // after stop
+	err     error         // of stop
 }
 
 // startNode starts a node process for n with peer and waits until it is
@@ -96,6 +99,7 @@ func startNode(n, peer *node, queues int) (*nodeProc, error) {
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
+		p.stdin.Close()
 		return nil, err
 	}
 	p.out = bufio.NewReader(stdout)
@@ -115,14 +119,27 @@ func startNode(n, peer *node, queues int) (*nodeProc, error) {
 	return nil, errors.New("node process did not get ready")
 }
 
-// stop ends the node process and reads its Stats.
+// stop ends the node process and reads its Stats; a process that has not
+// ended 30 s later is killed. Later calls return the first one's result.
 func (p *nodeProc) stop() error {
-	p.stdin.Close()
-	var err error
-	if jerr := json.NewDecoder(p.out).Decode(&p.stats); jerr != nil {
-		err = fmt.Errorf("node stats: %w", jerr)
-	}
-	return errors.Join(err, p.cmd.Wait())
+	p.stopped.Do(func() {
+		p.stdin.Close()
+		done := make(chan error, 1)
+		go func() {
+			var err error
+			if jerr := json.NewDecoder(p.out).Decode(&p.stats); jerr != nil {
+				err = fmt.Errorf("node stats: %w", jerr)
+			}
+			done <- errors.Join(err, p.cmd.Wait())
+		}()
+		select {
+		case p.err = <-done:
+		case <-time.After(30 * time.Second):
+			p.cmd.Process.Kill() // ours, by PID
+			p.err = errors.Join(errors.New("node process did not stop within 30 s; killed"), <-done)
+		}
+	})
+	return p.err
 }
 
 func (p *nodeProc) kill() {
@@ -131,19 +148,23 @@ func (p *nodeProc) kill() {
 }
 
 // cpu is the CPU time the node process has used so far.
-func (p *nodeProc) cpu() time.Duration {
+func (p *nodeProc) cpu() (time.Duration, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
 	if err != nil {
-		return 0
+		return 0, err
 	}
-	// The fields after the command name, which is in parentheses.
+	// The fields after the command name, which is in parentheses: utime
+	// and stime are the 14th and 15th of the line.
 	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
 	if len(f) < 13 {
-		return 0
+		return 0, fmt.Errorf("short /proc/%d/stat", p.cmd.Process.Pid)
 	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / clockTicks
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return time.Duration(ut+st) * time.Second / clockTicks, nil
 }
 
 // clockTicks is USER_HZ, the unit of /proc/PID/stat's times (100 on Linux).

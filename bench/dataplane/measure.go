@@ -86,17 +86,15 @@ func measureOnce(ctx context.Context, mr *modeResult, o options, log *slog.Logge
 	c1, p1 := readCPU(), t.dataplaneCPU()
 	s.busy = c1.busyCores(c0)
 	s.proc = math.NaN()
-	if strings.HasPrefix(mr.mode, "uvxlan") {
+	if strings.HasPrefix(mr.mode, "uvxlan") && p0 >= 0 && p1 >= 0 {
 		s.proc = (p1 - p0).Seconds() / c1.wall.Sub(c0.wall).Seconds()
 	}
 	if s.gbps4, err = iperf(ctx, t, 4, o.dur); err != nil {
 		return s, err
 	}
-	for _, b := range t.backend {
-		for k, v := range b.Stats().Drops {
-			if v > 0 {
-				mr.drops[k] += v
-			}
+	for k, v := range t.drops() {
+		if v > 0 {
+			mr.drops[k] += v
 		}
 	}
 	return s, nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -52,16 +53,42 @@ type topology struct {
 }
 
 // dataplaneCPU is the CPU time the uvxlan dataplanes have used so far:
-// this process's, or that of the node processes.
+// this process's, or that of the node processes (-1 when one cannot be
+// read).
 func (t *topology) dataplaneCPU() time.Duration {
 	if len(t.procs) == 0 {
 		return procCPU()
 	}
 	var d time.Duration
 	for _, p := range t.procs {
-		d += p.cpu()
+		c, err := p.cpu()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "node process cpu:", err)
+			return -1
+		}
+		d += c
 	}
 	return d
+}
+
+// drops sums the drop counters of the uvxlan dataplanes; node processes
+// report theirs when they stop, so drops stops them.
+func (t *topology) drops() map[string]uint64 {
+	m := map[string]uint64{}
+	for _, b := range t.backend {
+		for k, v := range b.Stats().Drops {
+			m[k] += v
+		}
+	}
+	for _, p := range t.procs {
+		if err := p.stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "node process:", err)
+		}
+		for k, v := range p.stats.Drops {
+			m[k] += v
+		}
+	}
+	return m
 }
 
 const overlayMTU = 1450
