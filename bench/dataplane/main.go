@@ -47,7 +47,7 @@ type options struct {
 	queues  int
 	verbose bool
 	profile string // where to keep the breakdown run's CPU profile
-	nice    int    // the nice value of this process, which runs the uvxlan dataplanes
+	nice    int    // the nice value of this process and of the uvxlan dataplanes it runs or starts
 }
 
 // spinEnv makes the binary a busy loop: the background load of -load busy.
@@ -88,7 +88,7 @@ func run(ctx context.Context, args []string) error {
 	breakdown := fs.Bool("breakdown", true, "profile a separate uvxlan 1-stream run and print where the CPU of a 64 KB super-frame goes")
 	idle := fs.Duration("idle", 10*time.Second, "measure the CPU of an idle uvxlan node pair for this long (0: skip)")
 	fs.StringVar(&o.profile, "cpuprofile", "", "keep the CPU profile of the breakdown run in `file` (go tool pprof)")
-	fs.IntVar(&o.nice, "dataplane-nice", 0, "nice value of the uvxlan dataplanes (this process), as weftd's --dataplane-nice; iperf3, ping and the background load run at 0 as pods do")
+	fs.IntVar(&o.nice, "dataplane-nice", 0, "nice value of the uvxlan dataplanes (this process, whose nice the node processes of uvxlan-proc inherit), as weftd's --dataplane-nice; iperf3, ping and the background load run at 0 as pods do")
 	readme := fs.String("readme", "", "write the report between the markers of this README")
 	if err := fs.Parse(args); err != nil {
 		return err
