@@ -89,14 +89,15 @@ type counters struct {
 
 // loopCounters count what the packet loops do: how often the poller woke
 // each kind of loop, and the system calls each made, by kind (failed ones
-// and those that found nothing to read included). The egress and ingress
-// loops' counters are on cache lines of their own.
+// and those that found nothing to read included). A full cache line of
+// padding before, between and after the egress and the ingress loop's
+// counters keeps them on lines of their own whatever the alignment.
 type loopCounters struct {
 	_                                 [64]byte
 	egressWakes, tapReads, udpSends   atomic.Uint64
-	_                                 [40]byte
+	_                                 [64]byte
 	ingressWakes, udpRecvs, tapWrites atomic.Uint64
-	_                                 [40]byte
+	_                                 [64]byte
 }
 
 func (c *counters) drop(r DropReason) { c.drops[r].Add(1) }
