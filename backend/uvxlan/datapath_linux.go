@@ -267,17 +267,23 @@ func (dp *datapath) ingress(q int) {
 	} else {
 		segOut = make([]byte, 2*(ethHeaderLen+maxIPPacket))
 	}
+	waited := true // the callback last asked the poller to wait (or the loop starts)
 	wake := func(fd uintptr) bool {
-		dp.b.ctr.loops.ingressWakes.Add(1)
+		if waited {
+			dp.b.ctr.loops.ingressWakes.Add(1)
+		}
 		defer dp.countIngressCalls(r, tg)
+		waited = true
 		if !r.read(fd) {
 			return false // nothing queued: wait for the poller
 		}
 		if r.err != nil {
+			waited = false
 			return true
 		}
 		dp.receiveBatch(q, r, deliver, gro, tg, segOut)
-		return r.full() // else the kernel found the queue empty: wait
+		waited = !r.full() // the kernel found the queue empty: wait
+		return !waited
 	}
 	for {
 		sock := dp.rxs[q].Load()

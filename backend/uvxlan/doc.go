@@ -107,12 +107,13 @@
 // buffer and its payload is gathered by the send from where the TAP read
 // put it, so userspace copies no payload. Each wake-up of the egress loop
 // reads every frame queued on the TAP; the segments of consecutive
-// super-frames of a flow share sends (a send is cut only when it is full,
-// or at a shorter last segment, another peer or source port, or the end of
-// the wake-up's frames), and the small frames (ACKs, UDP, ICMP) leave
-// together in one sendmmsg per source socket. Both loops work inside the
-// Go poller's read callback and ask it to wait only once a read found the
-// queue empty, so a wake-up costs one read that finds nothing, not two. The receive socket uses
+// super-frames of a flow share sends (a send is cut when it is full, at a
+// shorter last segment, at a segment for another peer, source port or
+// segment size, before a plain frame, and at the end of the wake-up's
+// frames), and the small frames (ACKs, UDP, ICMP) leave together in one
+// sendmmsg per source socket. Both loops work inside the Go poller's read
+// callback and ask it to wait as soon as a read found the queue empty, so
+// a wake-up costs at most one read that finds nothing, not two. The receive socket uses
 // UDP GRO and recvmmsg; consecutive TCP segments of a flow, once their
 // checksums are checked, are merged into one super-frame written to the
 // TAP with NEEDS_CSUM (software GRO), again as a gather list (one writev:
@@ -143,10 +144,10 @@
 // a bounded busy-poll (so that a reply is caught without a wake-up), was
 // built and measured (2026-11-30): it was slower than Go's netpoller on
 // every figure, round trip included, and is not used; so was one locked OS
-// thread per loop sleeping in ppoll (2026-12-01), and so was the ingress
-// loop sending at once what a TAP write made the pod answer (2026-12-01).
-// bench/dataplane's README lists these and the other variants measured and
-// not adopted.
+// thread per loop sleeping in ppoll (2026-12-01). The ingress loop sending
+// at once what a TAP write made the pod answer did not shorten the round
+// trip (2026-12-01) and is not used either. bench/dataplane's README lists
+// these and the other variants measured and not adopted.
 //
 // GBP is not supported: it lives in the skb mark, which a TAP cannot see.
 package uvxlan

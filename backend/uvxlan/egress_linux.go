@@ -82,8 +82,11 @@ func (dp *datapath) egress(q int) {
 		sg = newSegmenter()
 		sg.send = func(run runKey, nseg int) { dp.sendRun(sg, run, nseg) }
 	}
+	waited := true // the callback last asked the poller to wait (or the loop starts)
 	wake := func(fd uintptr) bool {
-		dp.b.ctr.loops.egressWakes.Add(1)
+		if waited {
+			dp.b.ctr.loops.egressWakes.Add(1)
+		}
 		tb.read(fd)
 		for i := range tb.n {
 			if dp.vnet {
@@ -97,7 +100,8 @@ func (dp *datapath) egress(q int) {
 		}
 		dp.flush(sb)
 		dp.countEgressCalls(tb, sb, sg)
-		return !tb.drained || tb.err != nil // else wait for the poller
+		waited = tb.drained && tb.err == nil // wait for the poller
+		return !waited
 	}
 	for {
 		t := dp.taps[q].Load()
