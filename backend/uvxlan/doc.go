@@ -139,8 +139,8 @@
 // A round trip crosses four goroutine wake-ups (egress and ingress on both
 // nodes), which the kernel's softirq path does not pay: with each node in a
 // process of its own, as weftd runs, bench/dataplane measured a median
-// round trip 3.2 (one core kept busy) to 4.5 (quiet) times the kernel's on
-// a 2-core VM (2026-12-01), where waking an idle virtual CPU is slow. One loop per queue for both directions, sleeping in ppoll after
+// round trip 3.0 (one core kept busy) to 5.1 (quiet) times the kernel's on
+// a 2-core VM (2026-12-01 13:12), where waking an idle virtual CPU is slow. One loop per queue for both directions, sleeping in ppoll after
 // a bounded busy-poll (so that a reply is caught without a wake-up), was
 // built and measured (2026-11-30): it was slower than Go's netpoller on
 // every figure, round trip included, and is not used; so was one locked OS
