@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -204,6 +203,7 @@ func pingLatency(t *topology, n int) (p50, p99 time.Duration, err error) {
 // cpuSample is the machine-wide CPU time from /proc/stat.
 type cpuSample struct {
 	busy, total uint64
+	cpus        int // the machine's online CPUs (its cpuN lines), whatever this process's affinity
 	wall        time.Time
 }
 
@@ -213,7 +213,12 @@ func readCPU() cpuSample {
 	if err != nil {
 		return s
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
+	line, rest, _ := strings.Cut(string(b), "\n")
+	for l := range strings.Lines(rest) {
+		if strings.HasPrefix(l, "cpu") {
+			s.cpus++
+		}
+	}
 	for i, f := range strings.Fields(line)[1:] {
 		v, _ := strconv.ParseUint(f, 10, 64)
 		s.total += v
@@ -228,7 +233,7 @@ func (s cpuSample) busyCores(before cpuSample) float64 {
 	if s.total == before.total {
 		return 0
 	}
-	return float64(s.busy-before.busy) / float64(s.total-before.total) * float64(runtime.NumCPU())
+	return float64(s.busy-before.busy) / float64(s.total-before.total) * float64(s.cpus)
 }
 
 // procCPU is the CPU time this process has used so far.

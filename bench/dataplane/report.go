@@ -21,8 +21,12 @@ type report struct {
 
 func header(o options) string {
 	host, _ := os.Hostname()
-	return fmt.Sprintf("%s, %s; %d CPUs (%s); iperf3 TCP %s per run; %d interleaved rounds per condition (median, and lowest–highest); %d pings per round; uvxlan: both nodes' dataplanes in this process (GOMAXPROCS %d), uvxlan-proc: each in a process of its own, as weftd runs; dataplanes at nice %d, everything else at 0",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), host, runtime.NumCPU(), kernelRelease(), o.dur, o.rounds, o.pings, runtime.GOMAXPROCS(0), o.nice)
+	cpus := fmt.Sprintf("%d CPUs", runtime.NumCPU())
+	if m := readCPU().cpus; m > runtime.NumCPU() {
+		cpus = fmt.Sprintf("%d CPUs, of which the benchmark's CPU affinity allows %d", m, runtime.NumCPU())
+	}
+	return fmt.Sprintf("%s, %s; %s (%s); iperf3 TCP %s per run; %d interleaved rounds per condition (median, and lowest–highest); %d pings per round; uvxlan: both nodes' dataplanes in this process (GOMAXPROCS %d), uvxlan-proc: each in a process of its own, as weftd runs; dataplanes at nice %d, everything else at 0",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), host, cpus, kernelRelease(), o.dur, o.rounds, o.pings, runtime.GOMAXPROCS(0), o.nice)
 }
 
 func kernelRelease() string {
