@@ -140,14 +140,20 @@
 // nodes), which the kernel's softirq path does not pay: with each node in a
 // process of its own, as weftd runs, bench/dataplane measured a median
 // round trip 3.0 (one core kept busy) to 5.1 (quiet) times the kernel's on
-// a 2-core VM (2026-12-01 13:12), where waking an idle virtual CPU is slow. One loop per queue for both directions, sleeping in ppoll after
-// a bounded busy-poll (so that a reply is caught without a wake-up), was
-// built and measured (2026-11-30): it was slower than Go's netpoller on
-// every figure, round trip included, and is not used; so was one locked OS
-// thread per loop sleeping in ppoll (2026-12-01). The ingress loop sending
-// at once what a TAP write made the pod answer did not shorten the round
-// trip (2026-12-01) and is not used either. bench/dataplane's README lists
-// these and the other variants measured and not adopted.
+// a 2-core VM (2026-12-01 13:12), where waking a thread on the other, idle
+// virtual CPU is slow: with the whole benchmark confined to one CPU the
+// median fell by about a third and the dataplane moved about 40 % more
+// per core (2026-12-01 14:25). One loop per queue for both directions,
+// sleeping in ppoll after a bounded busy-poll (so that a reply is caught
+// without a wake-up), was built and measured (2026-11-30): it was slower
+// than Go's netpoller on every figure, round trip included, and is not
+// used; so were one locked OS thread per loop sleeping in ppoll, a bounded
+// busy-poll in the netpoller loops, and MSG_ZEROCOPY sends, which the
+// kernel copies anyway on delivery to a local socket (2026-12-01). The
+// ingress loop sending at once what a TAP write made the pod answer did
+// not shorten the round trip (2026-12-01) and is not used either.
+// bench/dataplane's README lists these and the other variants measured
+// and not adopted.
 //
 // GBP is not supported: it lives in the skb mark, which a TAP cannot see.
 package uvxlan
