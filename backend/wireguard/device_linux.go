@@ -2,12 +2,16 @@ package wireguard
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
@@ -170,7 +174,16 @@ func (k *kernelDevice) Close() error { return nil }
 type userDevice struct {
 	dev    *device.Device
 	nsPath string
+	pub    wgtypes.Key // this node's public key, once Configure set the private one
+
+	mu     sync.Mutex
+	closed bool
+	later  map[wgtypes.Key]*time.Timer // handshakes this node starts only if the peer does not
 }
+
+// kickDelay is how long a node waits for a peer that starts the
+// handshake first (kicksFirst) before starting one itself.
+const kickDelay = time.Second
 
 func newUserDevice(h *netlink.Handle, nsPath, name string, mtu int, log *slog.Logger) (*userDevice, error) {
 	if l, err := h.LinkByName(name); err == nil {
@@ -193,7 +206,7 @@ func newUserDevice(h *netlink.Handle, nsPath, name string, mtu int, log *slog.Lo
 		Verbosef: func(string, ...any) {},
 		Errorf:   func(f string, a ...any) { log.Debug("wireguard-go: "+fmt.Sprintf(f, a...), "device", name) },
 	}
-	return &userDevice{dev: device.NewDevice(t, conn.NewDefaultBind(), lg), nsPath: nsPath}, nil
+	return &userDevice{dev: device.NewDevice(t, conn.NewDefaultBind(), lg), nsPath: nsPath, later: map[wgtypes.Key]*time.Timer{}}, nil
 }
 
 func (u *userDevice) Configure(c Config, key *wgtypes.Key, port int, set []Peer, remove []string) error {
@@ -214,18 +227,73 @@ func (u *userDevice) Configure(c Config, key *wgtypes.Key, port int, set []Peer,
 	if err != nil {
 		return err
 	}
+	if key != nil {
+		u.pub = key.PublicKey()
+	}
 	// Start a handshake with every peer just set rather than wait for
 	// traffic: a peer that still holds a session with this node's previous
-	// device (weftd restarted) would otherwise send into it until its own
-	// rekey timeout.
+	// device (weftd restarted) would otherwise send into it until it gives
+	// up on it, 15 s after its last packet went unanswered. Of two nodes
+	// only one starts at once (kicksFirst); the other waits kickDelay and
+	// starts one only if no handshake with that peer completed meanwhile
+	// (the peer does not know this node yet, or it kept its old session).
+	// Two nodes that set each other up at the same moment would otherwise
+	// cross their initiations, and wireguard-go can come out of crossed
+	// handshakes with a session that carries no packet from one side (seen
+	// as a ping that failed for TestWireGuard's whole 10 s).
+	now := time.Now()
 	for _, p := range set {
-		if k, err := wgtypes.ParseKey(p.Key); err == nil {
+		k, err := wgtypes.ParseKey(p.Key)
+		if err != nil {
+			continue
+		}
+		if kicksFirst(u.pub, k) {
 			if peer := u.dev.LookupPeer(device.NoisePublicKey(k)); peer != nil {
 				peer.SendHandshakeInitiation(false)
 			}
+			continue
 		}
+		u.kickLater(k, now)
 	}
 	return nil
+}
+
+// kicksFirst reports whether a node with public key own starts the
+// handshake with peer at once when it sets the peer up: the node with the
+// lower key does, so that of two nodes exactly one does.
+func kicksFirst(own, peer wgtypes.Key) bool {
+	return bytes.Compare(own[:], peer[:]) < 0
+}
+
+// kickLater starts a handshake with peer after kickDelay unless one
+// completed after since.
+func (u *userDevice) kickLater(peer wgtypes.Key, since time.Time) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed {
+		return
+	}
+	if t := u.later[peer]; t != nil {
+		t.Stop()
+	}
+	u.later[peer] = time.AfterFunc(kickDelay, func() {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		if u.closed {
+			return
+		}
+		delete(u.later, peer)
+		text, err := u.dev.IpcGet()
+		if err != nil {
+			return
+		}
+		if last, ok := lastHandshake(text, peer); !ok || !last.Before(since) {
+			return // removed, or a handshake completed: nothing to repair
+		}
+		if p := u.dev.LookupPeer(device.NoisePublicKey(peer)); p != nil {
+			p.SendHandshakeInitiation(false)
+		}
+	})
 }
 
 func (u *userDevice) Peers() (map[string]Peer, error) {
@@ -237,8 +305,45 @@ func (u *userDevice) Peers() (map[string]Peer, error) {
 }
 
 func (u *userDevice) Close() error {
+	u.mu.Lock()
+	u.closed = true
+	for _, t := range u.later {
+		t.Stop()
+	}
+	u.mu.Unlock()
 	u.dev.Close()
 	return nil
+}
+
+// lastHandshake returns when the last handshake with peer completed, from
+// a UAPI "get" answer (the zero time when none did); ok is false when the
+// answer has no such peer.
+func lastHandshake(text string, peer wgtypes.Key) (last time.Time, ok bool) {
+	want := hex.EncodeToString(peer[:])
+	var sec, nsec int64
+	in := false
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), "=")
+		if k == "public_key" {
+			in = v == want
+			ok = ok || in
+			continue
+		}
+		if !in {
+			continue
+		}
+		switch k {
+		case "last_handshake_time_sec":
+			sec, _ = strconv.ParseInt(v, 10, 64)
+		case "last_handshake_time_nsec":
+			nsec, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	if !ok || sec == 0 && nsec == 0 {
+		return time.Time{}, ok
+	}
+	return time.Unix(sec, nsec), true
 }
 
 // parseUAPIPeers reads the peers of a UAPI "get" answer.
