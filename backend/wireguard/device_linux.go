@@ -174,11 +174,12 @@ func (k *kernelDevice) Close() error { return nil }
 type userDevice struct {
 	dev    *device.Device
 	nsPath string
+	log    *slog.Logger
 	pub    wgtypes.Key // this node's public key, once Configure set the private one
 
 	mu     sync.Mutex
 	closed bool
-	later  map[wgtypes.Key]*time.Timer // handshakes this node starts only if the peer does not
+	timers map[*time.Timer]struct{} // pending kickLater calls
 }
 
 // kickDelay is how long a node waits for a peer that starts the
@@ -206,17 +207,49 @@ func newUserDevice(h *netlink.Handle, nsPath, name string, mtu int, log *slog.Lo
 		Verbosef: func(string, ...any) {},
 		Errorf:   func(f string, a ...any) { log.Debug("wireguard-go: "+fmt.Sprintf(f, a...), "device", name) },
 	}
-	return &userDevice{dev: device.NewDevice(t, conn.NewDefaultBind(), lg), nsPath: nsPath, later: map[wgtypes.Key]*time.Timer{}}, nil
+	return &userDevice{dev: device.NewDevice(t, conn.NewDefaultBind(), lg), nsPath: nsPath, log: log.With("device", name),
+		timers: map[*time.Timer]struct{}{}}, nil
 }
 
+// Configure also starts a handshake with every peer it sets, rather than
+// wait for traffic: a peer that still holds a session with this node's
+// previous device (weftd restarted) would otherwise keep sending into it
+// until its own timer makes it start a new handshake, about 15 s after its
+// first packet that got no answer. Of two nodes only one starts at once
+// (kicksFirst); the other waits kickDelay and starts one only if no
+// handshake with that peer completed meanwhile (the peer does not know
+// this node yet, or it kept its old session). Its persistent keepalive,
+// which would start a handshake as soon as it is turned on, is turned on
+// then too. When two nodes that set each other up at the same moment both
+// started at once, their initiations crossed, and in TestWireGuard a ping
+// between them then failed for the test's whole 10 s (at least 4 of 80
+// runs).
 func (u *userDevice) Configure(c Config, key *wgtypes.Key, port int, set []Peer, remove []string) error {
-	text, err := c.uapi(key, port, set, remove)
+	if key != nil {
+		u.pub = key.PublicKey()
+	}
+	var first, later []Peer
+	for _, p := range set {
+		if k, err := wgtypes.ParseKey(p.Key); err == nil && !kicksFirst(u.pub, k) {
+			later = append(later, p)
+		} else {
+			first = append(first, p) // a bad key fails in uapi
+		}
+	}
+	text, err := c.uapi(key, port, first, remove)
 	if err != nil {
 		return err
 	}
+	quiet := c
+	quiet.Keepalive = 0
+	rest, err := quiet.uapi(nil, 0, later, nil)
+	if err != nil {
+		return err
+	}
+	since := time.Now()
 	// Setting the port or bringing the device up opens its UDP sockets.
 	err = inNS(u.nsPath, func() error {
-		if err := u.dev.IpcSet(text); err != nil {
+		if err := u.dev.IpcSet(text + rest); err != nil {
 			return fmt.Errorf("configure wireguard-go: %w", err)
 		}
 		if err := u.dev.Up(); err != nil {
@@ -227,73 +260,71 @@ func (u *userDevice) Configure(c Config, key *wgtypes.Key, port int, set []Peer,
 	if err != nil {
 		return err
 	}
-	if key != nil {
-		u.pub = key.PublicKey()
+	for _, p := range first {
+		k, _ := wgtypes.ParseKey(p.Key)
+		if peer := u.dev.LookupPeer(device.NoisePublicKey(k)); peer != nil {
+			peer.SendHandshakeInitiation(false)
+		}
 	}
-	// Start a handshake with every peer just set rather than wait for
-	// traffic: a peer that still holds a session with this node's previous
-	// device (weftd restarted) would otherwise send into it until it gives
-	// up on it, 15 s after its last packet went unanswered. Of two nodes
-	// only one starts at once (kicksFirst); the other waits kickDelay and
-	// starts one only if no handshake with that peer completed meanwhile
-	// (the peer does not know this node yet, or it kept its old session).
-	// Two nodes that set each other up at the same moment would otherwise
-	// cross their initiations, and wireguard-go can come out of crossed
-	// handshakes with a session that carries no packet from one side (seen
-	// as a ping that failed for TestWireGuard's whole 10 s).
-	now := time.Now()
-	for _, p := range set {
-		k, err := wgtypes.ParseKey(p.Key)
-		if err != nil {
-			continue
-		}
-		if kicksFirst(u.pub, k) {
-			if peer := u.dev.LookupPeer(device.NoisePublicKey(k)); peer != nil {
-				peer.SendHandshakeInitiation(false)
-			}
-			continue
-		}
-		u.kickLater(k, now)
+	if len(later) > 0 {
+		u.kickLater(c.Keepalive, later, since)
 	}
 	return nil
 }
 
 // kicksFirst reports whether a node with public key own starts the
 // handshake with peer at once when it sets the peer up: the node with the
-// lower key does, so that of two nodes exactly one does.
+// lower key does, so that of two nodes only one does.
 func kicksFirst(own, peer wgtypes.Key) bool {
 	return bytes.Compare(own[:], peer[:]) < 0
 }
 
-// kickLater starts a handshake with peer after kickDelay unless one
-// completed after since.
-func (u *userDevice) kickLater(peer wgtypes.Key, since time.Time) {
+// kickLater, after kickDelay, turns on the persistent keepalive of the
+// peers (when keepalive is not 0; that sends a keepalive, or starts a
+// handshake when there is no session) or else starts a handshake with
+// each of them that completed none after since. Peers removed meanwhile
+// are left alone.
+func (u *userDevice) kickLater(keepalive int, peers []Peer, since time.Time) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.closed {
 		return
 	}
-	if t := u.later[peer]; t != nil {
-		t.Stop()
-	}
-	u.later[peer] = time.AfterFunc(kickDelay, func() {
+	var t *time.Timer
+	t = time.AfterFunc(kickDelay, func() {
 		u.mu.Lock()
 		defer u.mu.Unlock()
+		delete(u.timers, t)
 		if u.closed {
 			return
 		}
-		delete(u.later, peer)
 		text, err := u.dev.IpcGet()
 		if err != nil {
+			u.log.Warn("wireguard handshakes not started", "error", err)
 			return
 		}
-		if last, ok := lastHandshake(text, peer); !ok || !last.Before(since) {
-			return // removed, or a handshake completed: nothing to repair
+		last := lastHandshakes(text)
+		var on strings.Builder
+		for _, p := range peers {
+			k, _ := wgtypes.ParseKey(p.Key)
+			at, ok := last[k]
+			switch {
+			case !ok: // removed
+			case keepalive > 0:
+				fmt.Fprintf(&on, "public_key=%x\nupdate_only=true\npersistent_keepalive_interval=%d\n", k[:], keepalive)
+			case at.Before(since):
+				if peer := u.dev.LookupPeer(device.NoisePublicKey(k)); peer != nil {
+					peer.SendHandshakeInitiation(false)
+				}
+			}
 		}
-		if p := u.dev.LookupPeer(device.NoisePublicKey(peer)); p != nil {
-			p.SendHandshakeInitiation(false)
+		if on.Len() > 0 {
+			if err := u.dev.IpcSet(on.String()); err != nil {
+				u.log.Warn("wireguard persistent keepalive not turned on", "error", err)
+			}
 		}
 	})
+	u.timers[t] = struct{}{}
 }
 
 func (u *userDevice) Peers() (map[string]Peer, error) {
@@ -307,7 +338,7 @@ func (u *userDevice) Peers() (map[string]Peer, error) {
 func (u *userDevice) Close() error {
 	u.mu.Lock()
 	u.closed = true
-	for _, t := range u.later {
+	for t := range u.timers {
 		t.Stop()
 	}
 	u.mu.Unlock()
@@ -315,35 +346,43 @@ func (u *userDevice) Close() error {
 	return nil
 }
 
-// lastHandshake returns when the last handshake with peer completed, from
-// a UAPI "get" answer (the zero time when none did); ok is false when the
-// answer has no such peer.
-func lastHandshake(text string, peer wgtypes.Key) (last time.Time, ok bool) {
-	want := hex.EncodeToString(peer[:])
-	var sec, nsec int64
+// lastHandshakes returns, from a UAPI "get" answer, when the last
+// handshake with each peer completed (the zero time when none did).
+func lastHandshakes(text string) map[wgtypes.Key]time.Time {
+	out := map[wgtypes.Key]time.Time{}
+	var cur wgtypes.Key
 	in := false
+	var sec, nsec int64
+	flush := func() {
+		if !in {
+			return
+		}
+		if sec != 0 || nsec != 0 {
+			out[cur] = time.Unix(sec, nsec)
+		} else {
+			out[cur] = time.Time{}
+		}
+	}
 	sc := bufio.NewScanner(strings.NewReader(text))
 	for sc.Scan() {
 		k, v, _ := strings.Cut(sc.Text(), "=")
-		if k == "public_key" {
-			in = v == want
-			ok = ok || in
-			continue
-		}
-		if !in {
-			continue
-		}
 		switch k {
+		case "public_key":
+			flush()
+			b, err := hex.DecodeString(v)
+			in = err == nil && len(b) == len(cur)
+			if in {
+				copy(cur[:], b)
+			}
+			sec, nsec = 0, 0
 		case "last_handshake_time_sec":
 			sec, _ = strconv.ParseInt(v, 10, 64)
 		case "last_handshake_time_nsec":
 			nsec, _ = strconv.ParseInt(v, 10, 64)
 		}
 	}
-	if !ok || sec == 0 && nsec == 0 {
-		return time.Time{}, ok
-	}
-	return time.Unix(sec, nsec), true
+	flush()
+	return out
 }
 
 // parseUAPIPeers reads the peers of a UAPI "get" answer.

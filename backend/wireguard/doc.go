@@ -28,13 +28,14 @@
 // the same. An in-process device lives as long as weftd: a restart
 // re-creates it with the same key. It starts a handshake with each peer it
 // sets up, so that a peer still holding a session with the device of the
-// last run does not send into it until it gives up on it (15 s). Of two
-// nodes only the one with the lower public key starts at once; the other
-// waits a second and starts one only if no handshake completed meanwhile.
-// Two nodes that both started at once when they set each other up crossed
-// their initiations, and wireguard-go could come out of that with a
-// session that carried no packet from one of them (in TestWireGuard a
-// ping failed for the test's whole 10 s, in at least 4 of 80 runs).
+// last run does not keep sending into it until its own timer starts a new
+// handshake (about 15 s). Of two nodes only the one with the lower public
+// key starts at once; the other waits a second and then starts one if no
+// handshake completed meanwhile, and only then turns on the peer's
+// persistent keepalive (turning it on starts a handshake too). When both
+// started at once, their initiations crossed, and in TestWireGuard a ping
+// between them then failed for the test's whole 10 s (at least 4 of 80
+// runs).
 //
 // # Keys
 //

@@ -193,9 +193,11 @@ func (b *Backend) ensureDevice(d *devState) (bool, error) {
 		return false, fmt.Errorf("find %s: %w", d.spec.name, err)
 	}
 	if err := h.LinkSetMTU(l, b.cfg.MTU); err != nil {
+		dev.Close() // else its socket keeps the port, and the next attempt fails
 		return false, fmt.Errorf("set MTU of %s: %w", d.spec.name, err)
 	}
 	if err := h.LinkSetUp(l); err != nil {
+		dev.Close()
 		return false, fmt.Errorf("set %s up: %w", d.spec.name, err)
 	}
 	d.dev, d.index = dev, l.Attrs().Index
