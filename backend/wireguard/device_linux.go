@@ -155,6 +155,9 @@ func (k *kernelDevice) Peers() (map[string]Peer, error) {
 	out := map[string]Peer{}
 	for _, p := range d.Peers {
 		q := Peer{Key: p.PublicKey.String()}
+		if t := p.LastHandshakeTime; t.Unix() != 0 {
+			q.LastHandshake = t
+		}
 		if p.Endpoint != nil {
 			q.Endpoint = p.Endpoint.AddrPort()
 		}
@@ -298,21 +301,21 @@ func (u *userDevice) kickLater(keepalive int, peers []Peer, since time.Time) {
 		if u.closed {
 			return
 		}
-		text, err := u.dev.IpcGet()
+		have, err := u.Peers()
 		if err != nil {
 			u.log.Warn("wireguard handshakes not started", "error", err)
 			return
 		}
-		last := lastHandshakes(text)
 		var on strings.Builder
 		for _, p := range peers {
-			k, _ := wgtypes.ParseKey(p.Key)
-			at, ok := last[k]
+			h, ok := have[p.Key]
 			switch {
 			case !ok: // removed
 			case keepalive > 0:
+				k, _ := wgtypes.ParseKey(p.Key)
 				fmt.Fprintf(&on, "public_key=%x\nupdate_only=true\npersistent_keepalive_interval=%d\n", k[:], keepalive)
-			case at.Before(since):
+			case h.LastHandshake.Before(since):
+				k, _ := wgtypes.ParseKey(p.Key)
 				if peer := u.dev.LookupPeer(device.NoisePublicKey(k)); peer != nil {
 					peer.SendHandshakeInitiation(false)
 				}
@@ -346,53 +349,20 @@ func (u *userDevice) Close() error {
 	return nil
 }
 
-// lastHandshakes returns, from a UAPI "get" answer, when the last
-// handshake with each peer completed (the zero time when none did).
-func lastHandshakes(text string) map[wgtypes.Key]time.Time {
-	out := map[wgtypes.Key]time.Time{}
-	var cur wgtypes.Key
-	in := false
-	var sec, nsec int64
-	flush := func() {
-		if !in {
-			return
-		}
-		if sec != 0 || nsec != 0 {
-			out[cur] = time.Unix(sec, nsec)
-		} else {
-			out[cur] = time.Time{}
-		}
-	}
-	sc := bufio.NewScanner(strings.NewReader(text))
-	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), "=")
-		switch k {
-		case "public_key":
-			flush()
-			b, err := hex.DecodeString(v)
-			in = err == nil && len(b) == len(cur)
-			if in {
-				copy(cur[:], b)
-			}
-			sec, nsec = 0, 0
-		case "last_handshake_time_sec":
-			sec, _ = strconv.ParseInt(v, 10, 64)
-		case "last_handshake_time_nsec":
-			nsec, _ = strconv.ParseInt(v, 10, 64)
-		}
-	}
-	flush()
-	return out
-}
-
-// parseUAPIPeers reads the peers of a UAPI "get" answer.
+// parseUAPIPeers reads the peers of a UAPI "get" answer, with their last
+// handshakes.
 func parseUAPIPeers(text string) (map[string]Peer, error) {
 	out := map[string]Peer{}
 	var cur *Peer
+	var sec, nsec int64
 	flush := func() {
 		if cur != nil {
+			if sec != 0 || nsec != 0 {
+				cur.LastHandshake = time.Unix(sec, nsec)
+			}
 			out[cur.Key] = *cur
 		}
+		sec, nsec = 0, 0
 	}
 	sc := bufio.NewScanner(strings.NewReader(text))
 	for sc.Scan() {
@@ -414,6 +384,10 @@ func parseUAPIPeers(text string) (map[string]Peer, error) {
 			if p, err := netip.ParsePrefix(v); err == nil && cur != nil {
 				cur.AllowedIPs = append(cur.AllowedIPs, p)
 			}
+		case "last_handshake_time_sec":
+			sec, _ = strconv.ParseInt(v, 10, 64)
+		case "last_handshake_time_nsec":
+			nsec, _ = strconv.ParseInt(v, 10, 64)
 		}
 	}
 	flush()

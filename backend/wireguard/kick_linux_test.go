@@ -32,16 +32,18 @@ func TestLastHandshakes(t *testing.T) {
 	a, b, c := newKey(t).PublicKey(), newKey(t).PublicKey(), newKey(t).PublicKey()
 	text := "private_key=00\nlisten_port=51820\n" +
 		"public_key=" + hex.EncodeToString(a[:]) + "\nendpoint=192.168.77.2:51820\nlast_handshake_time_sec=1764590000\nlast_handshake_time_nsec=250\nallowed_ip=10.244.2.0/24\n" +
-		"public_key=" + hex.EncodeToString(b[:]) + "\nlast_handshake_time_sec=0\nlast_handshake_time_nsec=0\n" +
-		"public_key=zz\nlast_handshake_time_sec=7\n"
-	got := lastHandshakes(text)
-	if at, ok := got[a]; !ok || !at.Equal(time.Unix(1764590000, 250)) {
-		t.Errorf("a: %v %v", at, ok)
+		"public_key=" + hex.EncodeToString(b[:]) + "\nlast_handshake_time_sec=0\nlast_handshake_time_nsec=0\n"
+	got, err := parseUAPIPeers(text)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if at, ok := got[b]; !ok || !at.IsZero() {
-		t.Errorf("b (never): %v %v", at, ok)
+	if p, ok := got[a.String()]; !ok || !p.LastHandshake.Equal(time.Unix(1764590000, 250)) {
+		t.Errorf("a: %+v %v", p, ok)
 	}
-	if _, ok := got[c]; ok {
+	if p, ok := got[b.String()]; !ok || !p.LastHandshake.IsZero() {
+		t.Errorf("b (never): %+v %v", p, ok)
+	}
+	if _, ok := got[c.String()]; ok {
 		t.Error("c is not a peer")
 	}
 	if len(got) != 2 {
@@ -161,11 +163,11 @@ func newKey(t *testing.T) wgtypes.Key {
 func waitHandshake(t *testing.T, d *userDevice, peer wgtypes.Key, deadline time.Time) time.Time {
 	t.Helper()
 	for {
-		text, err := d.dev.IpcGet()
+		have, err := d.Peers()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if last := lastHandshakes(text)[peer]; !last.IsZero() {
+		if last := have[peer.String()].LastHandshake; !last.IsZero() {
 			return last
 		}
 		if time.Now().After(deadline) {

@@ -63,6 +63,9 @@ type Peer struct {
 	Key        string // public key, base64
 	Endpoint   netip.AddrPort
 	AllowedIPs []netip.Prefix // sorted
+	// LastHandshake is, in a peer read from a device (Peers), when its
+	// last handshake completed; zero when none did. Not configured.
+	LastHandshake time.Time
 }
 
 // peersFor returns the peers of device d for table t, sorted by key: the
