@@ -3,6 +3,7 @@ module github.com/weft-net/weft
 go 1.26.8
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/containernetworking/cni v1.3.1
 	github.com/containernetworking/plugins v1.10.0
 	github.com/google/nftables v0.3.0

@@ -54,7 +54,7 @@ func (dp *datapath) openRx(q int) (*udpSocket, error) {
 func (dp *datapath) listenRx() (*udpSocket, error) {
 	cfg := dp.b.cfg
 	role := roleRecv
-	if dp.vnet {
+	if dp.rxGRO() {
 		role = roleRecvGRO
 	}
 	return listenUDP(netip.AddrPortFrom(cfg.Local, uint16(cfg.Port)), role, cfg.Queues > 1)

@@ -36,6 +36,7 @@ type datapath struct {
 	closing   atomic.Bool                 // set by close: the loops' errors are expected
 	adopted   bool                        // open took over queues or sockets kept by the last run (Config.Files)
 	repair    chan struct{}               // a packet loop asks the reconciler for a full sync
+	fastOn    atomic.Bool                 // the fast path's programs are attached
 
 	// Owned by the reconciler.
 	linkIndex  int
@@ -43,6 +44,7 @@ type datapath struct {
 	overlay    *backend.Overlay
 	applied    vtep.Table // the table last programmed, nil before
 	programmed bool       // the device and a table were programmed once
+	fastErr    string     // why the fast path is not attached, as last logged
 }
 
 // tapQueue is one open queue of the TAP.

@@ -199,7 +199,7 @@ func (dp *datapath) adoptRx(f *os.File) (*udpSocket, error) {
 		return fail(err)
 	}
 	role := roleRecv
-	if dp.vnet {
+	if dp.rxGRO() {
 		role = roleRecvGRO
 	}
 	var serr error
@@ -209,7 +209,7 @@ func (dp *datapath) adoptRx(f *os.File) (*udpSocket, error) {
 			serr = fmt.Errorf("port sharing %v, this configuration needs %v", share != 0, cfg.Queues > 1)
 			return
 		}
-		if !dp.vnet && serr == nil {
+		if role != roleRecvGRO && serr == nil {
 			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_GRO, 0)
 		}
 		if serr == nil {

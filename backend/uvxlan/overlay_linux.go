@@ -41,6 +41,7 @@ func (dp *datapath) sync(full bool) error {
 	if err := dp.program(*tp, full || recreated); err != nil {
 		return err
 	}
+	dp.syncFast()
 	dp.programmed = true
 	dp.b.MarkReady()
 	return nil

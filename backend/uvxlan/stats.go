@@ -73,6 +73,9 @@ const (
 	repairNeigh   = "neigh"
 	repairRoute   = "route"
 	repairSocket  = "socket" // a UDP socket failed and was reopened
+	// the fast path's programs were attached again (a device replaced, a
+	// program detached by someone else)
+	repairFastPath = "fastpath"
 )
 
 // counters are updated from the hot path with atomic adds only.
@@ -85,6 +88,10 @@ type counters struct {
 	neigh, route atomic.Uint64
 	socket       atomic.Uint64
 	loops        loopCounters
+
+	fastAttaches  atomic.Uint64 // the fast path's programs were attached (again)
+	fastRepairs   atomic.Uint64 // attached again after a device was replaced or a program detached
+	fastMapErrors atomic.Uint64 // a Set whose peers did not all fit in the fast path's maps
 }
 
 // loopCounters count what the packet loops do: how often the poller woke
@@ -108,6 +115,7 @@ func (c *counters) stats() backend.Stats {
 		Repairs: map[string]uint64{
 			repairDevice: c.device.Load(), repairLink: c.link.Load(), repairAddress: c.address.Load(),
 			repairNeigh: c.neigh.Load(), repairRoute: c.route.Load(), repairSocket: c.socket.Load(),
+			repairFastPath: c.fastRepairs.Load(),
 		},
 		Drops: make(map[string]uint64, numDropReasons),
 		Events: map[string]uint64{
@@ -144,4 +152,24 @@ const (
 	EventUDPSends       = "syscalls_udp_send"
 	EventUDPRecvs       = "syscalls_udp_recv"
 	EventTAPWrites      = "syscalls_tap_write"
+)
+
+// The fast path's counters (Config.FastPath), in Stats().Events: frames and
+// bytes (inner frames, Ethernet header included; a TSO super-frame or a
+// super-packet counts once) it encapsulated and decapsulated, frames it
+// dropped because its headers were already changed when a helper failed,
+// peers whose packets its ingress program handed to the userspace path for
+// good (they sent an skb holding several datagrams, see the package
+// documentation), how often its programs were attached, and Sets whose
+// peers did not all fit in its maps. Its frames count in TxFrames and
+// RxFrames too.
+const (
+	EventFastTxFrames  = "fastpath_tx_frames"
+	EventFastTxBytes   = "fastpath_tx_bytes"
+	EventFastRxFrames  = "fastpath_rx_frames"
+	EventFastRxBytes   = "fastpath_rx_bytes"
+	EventFastErrors    = "fastpath_errors"
+	EventFastDemoted   = "fastpath_demoted_peers"
+	EventFastAttaches  = "fastpath_attaches"
+	EventFastMapErrors = "fastpath_map_errors"
 )

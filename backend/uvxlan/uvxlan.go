@@ -73,6 +73,17 @@ type Config struct {
 	// anyone able to send UDP from a peer's underlay address can then inject
 	// packets into the pod network with any source address.
 	AllowForeignSources bool
+	// FastPath has the kernel carry the bulk of the traffic: weft loads two
+	// tc BPF programs it generates, one on the TAP's egress that
+	// encapsulates IPv4 frames to known peers and sends them out of the
+	// underlay device, one on that device's ingress that takes VXLAN
+	// packets from known peers off, with the same checks, and hands the
+	// inner frames to the TAP. What a program does not fully check goes on
+	// to the userspace path as before. IPv4 backends only; it needs
+	// CAP_BPF and CAP_NET_ADMIN and Linux 6.6 or later (tcx). Where it
+	// cannot be set up, the backend logs why and runs without it. See the
+	// package documentation, "Fast path".
+	FastPath bool
 	// Files, when set, keeps the TAP queues and receive sockets open while
 	// the process restarts (a service manager's file descriptor store):
 	// what arrives meanwhile waits in the kernel's queues instead of being
@@ -146,6 +157,7 @@ type Backend struct {
 	*backend.Desired                       // the latest table, Ready
 
 	ctr     counters
+	fast    *fastPath // nil without Config.FastPath, or where it cannot work
 	running atomic.Bool
 	dp      atomic.Pointer[datapath] // the running datapath, for tests
 }
@@ -167,6 +179,9 @@ func New(cfg Config, log *slog.Logger) (*Backend, error) {
 		Desired: backend.NewDesired(),
 	}
 	b.peers.Store(newPeers(nil, cfg.Port, cfg.Local.Is6()))
+	if cfg.FastPath {
+		b.openFastPath()
+	}
 	return b, nil
 }
 
@@ -174,13 +189,17 @@ func New(cfg Config, log *slog.Logger) (*Backend, error) {
 // (an atomic pointer swap); neighbours and routes follow in Run. t must not
 // be modified afterwards.
 func (b *Backend) Set(t vtep.Table) {
+	// The fast path's maps first: a peer the userspace path knows is then
+	// already the fast path's, so a flow does not start on the userspace
+	// path and overtake itself when the maps catch up.
+	b.setFastPeers(t)
 	b.peers.Store(newPeers(t, b.cfg.Port, b.cfg.Local.Is6()))
 	b.Desired.Set(t)
 }
 
 // Stats returns the frame, drop, repair and event counters; drops are
 // keyed by DropReason.String().
-func (b *Backend) Stats() backend.Stats { return b.ctr.stats() }
+func (b *Backend) Stats() backend.Stats { return b.addFastStats(b.ctr.stats()) }
 
 // Config returns the configuration with its defaults filled in.
 func (b *Backend) Config() Config { return b.cfg }
@@ -222,6 +241,7 @@ func (b *Backend) Run(ctx context.Context) error {
 		Drift:  dp.drift,
 	}
 	err = r.Run(ctx)
+	dp.detachFast()
 	dp.close() // after the reconciler: it may be replacing the TAP
 	loops.Wait()
 	if err != nil {

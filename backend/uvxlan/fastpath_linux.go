@@ -1,0 +1,387 @@
+package uvxlan
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/vtep"
+	"golang.org/x/sys/unix"
+)
+
+// maxFastPeers bounds the fast path's maps. Peers beyond it (more than a
+// /16 cut into /24s has, many times over) take the userspace path.
+const maxFastPeers = 1 << 16
+
+// fastPath is the kernel fast path of one backend (Config.FastPath): two tc
+// programs weft generates (fastpath_prog_linux.go), one on the TAP's
+// egress and one on the underlay device's ingress, and the maps they read.
+// The maps live as long as the Backend and follow every Set; the programs
+// are attached by Run's reconciler and detached when Run returns.
+type fastPath struct {
+	tx    *ebpf.Map // VTEP MAC (8 bytes, zero padded) → peer IPv4 underlay address
+	rx    *ebpf.Map // LPM trie: (peer underlay address, inner source) → 1
+	stats *ebpf.Map // per-CPU counters, one element of numFastCounters uint64
+
+	mu     sync.Mutex // the maps' contents below, against concurrent Sets
+	txKeys map[txKey][4]byte
+	rxKeys map[rxKey]struct{}
+
+	// Owned by the reconciler.
+	params          progParams
+	egress, ingress link.Link
+	egProg, ingProg *ebpf.Program
+	attached        bool
+}
+
+type txKey [8]byte
+
+// rxKey is the LPM trie key: the prefix length in bits (host order), then
+// the peer's underlay address and the inner source, in network order.
+type rxKey struct {
+	Bits  uint32
+	Outer [4]byte
+	Inner [4]byte
+}
+
+// newFastPath creates the maps. It fails where the kernel or the process's
+// privileges allow no BPF maps; the backend then runs without it.
+func newFastPath() (_ *fastPath, err error) {
+	f := &fastPath{txKeys: map[txKey][4]byte{}, rxKeys: map[rxKey]struct{}{}}
+	defer func() {
+		if err != nil {
+			f.closeMaps()
+		}
+	}()
+	if f.tx, err = ebpf.NewMap(&ebpf.MapSpec{Name: "weft_fp_tx", Type: ebpf.Hash, KeySize: 8, ValueSize: 4,
+		MaxEntries: maxFastPeers, Flags: unix.BPF_F_NO_PREALLOC}); err != nil {
+		return nil, fmt.Errorf("create tx map: %w", err)
+	}
+	if f.rx, err = ebpf.NewMap(&ebpf.MapSpec{Name: "weft_fp_rx", Type: ebpf.LPMTrie, KeySize: 12, ValueSize: 4,
+		MaxEntries: maxFastPeers, Flags: unix.BPF_F_NO_PREALLOC}); err != nil {
+		return nil, fmt.Errorf("create rx map: %w", err)
+	}
+	if f.stats, err = ebpf.NewMap(&ebpf.MapSpec{Name: "weft_fp_stats", Type: ebpf.PerCPUArray, KeySize: 4,
+		ValueSize: 8 * numFastCounters, MaxEntries: 1}); err != nil {
+		return nil, fmt.Errorf("create stats map: %w", err)
+	}
+	return f, nil
+}
+
+func (f *fastPath) closeMaps() {
+	for _, m := range []*ebpf.Map{f.tx, f.rx, f.stats} {
+		if m != nil {
+			m.Close()
+		}
+	}
+}
+
+// setPeers makes the maps hold t's IPv4 peers: each VTEP MAC's underlay
+// address, and for each peer its subnets (or, with allowForeign, any inner
+// source). It returns how many peers or subnets could not be written.
+func (f *fastPath) setPeers(t vtep.Table, allowForeign bool) (failed int, err error) {
+	tx := make(map[txKey][4]byte, len(t))
+	rx := make(map[rxKey]struct{}, len(t))
+	for pfx, v := range t {
+		a := v.Addr.Unmap()
+		if !a.Is4() || v.MAC.IsZero() || !pfx.Addr().Is4() {
+			continue
+		}
+		var k txKey
+		copy(k[:], v.MAC[:])
+		tx[k] = a.As4()
+		rk := rxKey{Bits: 32, Outer: a.As4()}
+		if !allowForeign {
+			rk.Bits, rk.Inner = uint32(32+pfx.Bits()), pfx.Masked().Addr().As4()
+		}
+		rx[rk] = struct{}{}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var errs []error
+	// New entries first, stale ones after: a peer that stays is never
+	// missing from the maps in between.
+	for k, a := range tx {
+		if old, ok := f.txKeys[k]; ok && old == a {
+			continue
+		}
+		if err := f.tx.Put(k, a); err != nil {
+			failed++
+			errs = append(errs, err)
+			continue
+		}
+		f.txKeys[k] = a
+	}
+	for k := range rx {
+		if _, ok := f.rxKeys[k]; ok {
+			continue
+		}
+		if err := f.rx.Put(k, uint32(rxFast)); err != nil {
+			failed++
+			errs = append(errs, err)
+			continue
+		}
+		f.rxKeys[k] = struct{}{}
+	}
+	for k := range f.txKeys {
+		if _, ok := tx[k]; !ok {
+			if err := f.tx.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				errs = append(errs, err)
+				continue
+			}
+			delete(f.txKeys, k)
+		}
+	}
+	for k := range f.rxKeys {
+		if _, ok := rx[k]; !ok {
+			if err := f.rx.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				errs = append(errs, err)
+				continue
+			}
+			delete(f.rxKeys, k)
+		}
+	}
+	if len(errs) > 0 {
+		return failed, fmt.Errorf("fast path maps: %w", errs[0])
+	}
+	return 0, nil
+}
+
+// counters sums the per-CPU counters.
+func (f *fastPath) counters() (c [numFastCounters]uint64) {
+	var per [][numFastCounters]uint64
+	if err := f.stats.Lookup(uint32(0), &per); err != nil {
+		return c
+	}
+	for _, v := range per {
+		for i := range c {
+			c[i] += v[i]
+		}
+	}
+	return c
+}
+
+// alive reports whether both programs are attached where they should be: a
+// deleted device (or a detach by someone else) leaves a link defunct.
+func (f *fastPath) alive() bool {
+	if !f.attached {
+		return false
+	}
+	for _, l := range []struct {
+		link  link.Link
+		index int
+	}{{f.egress, f.params.tap}, {f.ingress, f.params.underlay}} {
+		info, err := l.link.Info()
+		if err != nil || info.TCX() == nil || int(info.TCX().Ifindex) != l.index {
+			return false
+		}
+	}
+	return true
+}
+
+// attach loads the programs for p and attaches them, in the calling
+// thread's network namespace; programs attached for other parameters are
+// replaced. It reports whether anything changed.
+func (f *fastPath) attach(p progParams) (bool, error) {
+	if f.alive() && f.params == p {
+		return false, nil
+	}
+	f.detach()
+	eg, err := loadProgram("weft_fp_egress", egressProgram(p, f.tx, f.stats))
+	if err != nil {
+		return false, err
+	}
+	ing, err := loadProgram("weft_fp_ingress", ingressProgram(p, f.rx, f.stats))
+	if err != nil {
+		eg.Close()
+		return false, err
+	}
+	f.egProg, f.ingProg = eg, ing
+	if f.egress, err = link.AttachTCX(link.TCXOptions{Interface: p.tap, Program: eg, Attach: ebpf.AttachTCXEgress}); err != nil {
+		f.detach()
+		return false, fmt.Errorf("attach to the tap's egress: %w", err)
+	}
+	if f.ingress, err = link.AttachTCX(link.TCXOptions{Interface: p.underlay, Program: ing, Attach: ebpf.AttachTCXIngress}); err != nil {
+		f.detach()
+		return false, fmt.Errorf("attach to the underlay's ingress: %w", err)
+	}
+	f.params, f.attached = p, true
+	return true, nil
+}
+
+// detach removes the programs (closing a tcx link detaches it).
+func (f *fastPath) detach() {
+	if f.egress != nil {
+		f.egress.Close()
+	}
+	if f.ingress != nil {
+		f.ingress.Close()
+	}
+	if f.egProg != nil {
+		f.egProg.Close()
+	}
+	if f.ingProg != nil {
+		f.ingProg.Close()
+	}
+	f.egress, f.ingress, f.egProg, f.ingProg = nil, nil, nil, nil
+	f.attached = false
+}
+
+func loadProgram(name string, insns asm.Instructions) (*ebpf.Program, error) {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: name, Type: ebpf.SchedCLS, Instructions: insns, License: "Apache-2.0"})
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", name, err)
+	}
+	return prog, nil
+}
+
+// underlayIndex returns the index of the device that holds addr.
+func underlayIndex(h *netlink.Handle, addr netip.Addr) (int, error) {
+	addrs, err := h.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return 0, fmt.Errorf("list addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == addr {
+			return a.LinkIndex, nil
+		}
+	}
+	return 0, fmt.Errorf("no device holds %s", addr)
+}
+
+// fastParams are the programs' immediates for this datapath.
+func (dp *datapath) fastParams() (progParams, error) {
+	cfg := dp.b.cfg
+	u, err := underlayIndex(dp.h, cfg.Local)
+	if err != nil {
+		return progParams{}, err
+	}
+	return progParams{local: cfg.Local, vni: cfg.VNI, port: cfg.Port, mac: subnet.MAC(cfg.MAC), mtu: cfg.MTU,
+		tap: dp.linkIndex, underlay: u}, nil
+}
+
+// openFastPath creates the fast path's maps for New; where that fails the
+// backend runs without it.
+func (b *Backend) openFastPath() {
+	if !b.cfg.Local.Is4() {
+		b.log.Warn("the fast path carries IPv4 only; this IPv6 backend runs without it")
+		return
+	}
+	f, err := newFastPath()
+	if err != nil {
+		b.log.Warn("fast path unavailable; using the userspace path only", "err", err)
+		return
+	}
+	b.fast = f
+}
+
+// setFastPeers writes t into the fast path's maps. A peer that cannot be
+// written (the maps are full) takes the userspace path.
+func (b *Backend) setFastPeers(t vtep.Table) {
+	if b.fast == nil {
+		return
+	}
+	if failed, err := b.fast.setPeers(t, b.cfg.AllowForeignSources); err != nil {
+		b.ctr.fastMapErrors.Add(1)
+		b.log.Warn("fast path: some peers take the userspace path", "entries", failed, "err", err)
+	}
+}
+
+// addFastStats adds the fast path's counters to s: its frames to TxFrames
+// and RxFrames, and each counter to Events.
+func (b *Backend) addFastStats(s backend.Stats) backend.Stats {
+	if b.fast == nil {
+		return s
+	}
+	c := b.fast.counters()
+	s.TxFrames += c[fastTxFrames]
+	s.RxFrames += c[fastRxFrames]
+	s.Events[EventFastTxFrames] = c[fastTxFrames]
+	s.Events[EventFastTxBytes] = c[fastTxBytes]
+	s.Events[EventFastRxFrames] = c[fastRxFrames]
+	s.Events[EventFastRxBytes] = c[fastRxBytes]
+	s.Events[EventFastErrors] = c[fastErrors]
+	s.Events[EventFastDemoted] = c[fastDemoted]
+	s.Events[EventFastAttaches] = b.ctr.fastAttaches.Load()
+	s.Events[EventFastMapErrors] = b.ctr.fastMapErrors.Load()
+	return s
+}
+
+// syncFast is part of the reconciler's sync: it attaches the fast path's
+// programs for the current TAP and underlay device, again when a device
+// was replaced or a program detached, and logs when that fails (once per
+// different reason). Meanwhile the userspace path carries everything.
+func (dp *datapath) syncFast() {
+	f := dp.b.fast
+	if f == nil {
+		return
+	}
+	p, err := dp.fastParams()
+	var changed bool
+	if err == nil {
+		err = inNS(dp.b.cfg.NetNS, func() (err error) { changed, err = f.attach(p); return err })
+	}
+	if err != nil {
+		if msg := err.Error(); msg != dp.fastErr {
+			dp.fastErr = msg
+			dp.b.log.Warn("fast path not attached; the userspace path carries everything", "err", err)
+		}
+		f.detach()
+		dp.setFastOn(false)
+		return
+	}
+	if changed {
+		if dp.b.ctr.fastAttaches.Add(1) > 1 {
+			dp.b.ctr.fastRepairs.Add(1)
+		}
+		dp.fastErr = ""
+		dp.b.log.Info("fast path attached", "tap_index", p.tap, "underlay_index", p.underlay)
+	}
+	dp.setFastOn(true)
+}
+
+// detachFast removes the fast path's programs when Run ends: the userspace
+// path (or the queues kept for the next run) takes over.
+func (dp *datapath) detachFast() {
+	if f := dp.b.fast; f != nil {
+		f.detach()
+		dp.setFastOn(false)
+	}
+}
+
+// rxGRO reports whether the receive sockets should ask for UDP GRO. Not
+// while the fast path is attached: GRO would merge a peer's datagrams
+// before the ingress program sees them (on a device that does GRO), and
+// merged ones can only take the userspace path, behind single ones of the
+// same flow that took the fast path.
+func (dp *datapath) rxGRO() bool { return dp.vnet && !dp.fastOn.Load() }
+
+// setFastOn records whether the fast path is attached and sets UDP GRO on
+// the receive sockets to match.
+func (dp *datapath) setFastOn(on bool) {
+	if dp.fastOn.Swap(on) == on {
+		return
+	}
+	gro := 0
+	if dp.rxGRO() {
+		gro = 1
+	}
+	for i := range dp.rxs {
+		s := dp.rxs[i].Load()
+		if s == nil {
+			continue
+		}
+		var serr error
+		err := s.rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_GRO, gro) })
+		if err = errors.Join(err, serr); err != nil {
+			dp.b.log.Warn("set udp gro on a receive socket", "gro", gro, "err", err)
+		}
+	}
+}
