@@ -78,9 +78,18 @@ func icmpFrame(dstMAC, srcMAC subnet.MAC, src, dst netip.Addr, size int) []byte 
 
 // TestIngressFiltering sends hostile and broken datagrams to a uvxlan node
 // and checks that each is dropped under its reason while traffic goes on.
+//
+// With the fast path on, each must still reach the userspace path and be
+// counted there: the ingress program takes none of them.
 func TestIngressFiltering(t *testing.T) {
+	for _, fast := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fastpath=%v", fast), func(t *testing.T) { testIngressFiltering(t, fast) })
+	}
+}
+
+func testIngressFiltering(t *testing.T, fast bool) {
 	u := nettest.NewUnderlay(t, netip.MustParsePrefix("192.168.77.0/24"), 1500)
-	a := newUVNode(t, u, "a", subnetA, false)
+	a := newUVNodeWith(t, u, "a", subnetA, func(c *Config) { c.FastPath = fast })
 	b := newKernelNode(t, u, "b", subnetB)
 	evil := u.AddHost(t, "evil", "eth0")
 	connect(t, a, b)
@@ -104,23 +113,34 @@ func TestIngressFiltering(t *testing.T) {
 		from   *nettest.Host
 		pkts   [][]byte
 		reason DropReason
+		// The fast path leaves inner checksums to the receiving stack, as
+		// the kernel's VXLAN does (see the package documentation), so
+		// only the userspace path counts these.
+		userspaceOnly bool
 	}{
-		{"valid packet from a non-peer", evil, [][]byte{encap(1, good), encap(1, good), encap(1, good)}, DropNotPeer},
-		{"wrong vni", b.host, [][]byte{encap(2, good), encap(0, good)}, DropWrongVNI},
-		{"bad flags", b.host, [][]byte{badFlags, reserved}, DropBadFlags},
-		{"garbage", b.host, [][]byte{[]byte("hello"), {}, make([]byte, 21)}, DropTruncated},
-		{"other destination mac", b.host, [][]byte{encap(1, icmpFrame(b.mac, b.mac, b.podIP, a.podIP, 56))}, DropNotForUs},
-		{"broadcast", b.host, [][]byte{encap(1, icmpFrame(subnet.MAC{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, b.mac, b.podIP, a.podIP, 56))}, DropNotForUs},
-		{"inner source outside the sender's subnet", b.host, [][]byte{encap(1, foreign), encap(1, foreign), encap(1, fromGateway)}, DropForeignSource},
-		{"arp", b.host, [][]byte{encap(1, arp)}, DropEtherType},
-		{"corrupted inner checksum", b.host, [][]byte{encap(1, badSum), encap(1, badUDP)}, DropBadChecksum},
-		{"oversize (fragmented underlay)", b.host, [][]byte{encap(1, icmpFrame(a.mac, b.mac, b.podIP, a.podIP, 1500))}, DropOversize},
+		{"valid packet from a non-peer", evil, [][]byte{encap(1, good), encap(1, good), encap(1, good)}, DropNotPeer, false},
+		{"wrong vni", b.host, [][]byte{encap(2, good), encap(0, good)}, DropWrongVNI, false},
+		{"bad flags", b.host, [][]byte{badFlags, reserved}, DropBadFlags, false},
+		{"garbage", b.host, [][]byte{[]byte("hello"), {}, make([]byte, 21)}, DropTruncated, false},
+		{"other destination mac", b.host, [][]byte{encap(1, icmpFrame(b.mac, b.mac, b.podIP, a.podIP, 56))}, DropNotForUs, false},
+		{"broadcast", b.host, [][]byte{encap(1, icmpFrame(subnet.MAC{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, b.mac, b.podIP, a.podIP, 56))}, DropNotForUs, false},
+		{"inner source outside the sender's subnet", b.host, [][]byte{encap(1, foreign), encap(1, foreign), encap(1, fromGateway)}, DropForeignSource, false},
+		{"arp", b.host, [][]byte{encap(1, arp)}, DropEtherType, false},
+		{"corrupted inner checksum", b.host, [][]byte{encap(1, badSum), encap(1, badUDP)}, DropBadChecksum, true},
+		{"oversize (fragmented underlay)", b.host, [][]byte{encap(1, icmpFrame(a.mac, b.mac, b.podIP, a.podIP, 1500))}, DropOversize, false},
 	} {
+		if fast && tc.userspaceOnly {
+			continue
+		}
 		t.Run(tc.name, func(t *testing.T) {
-			before := a.b.Stats().Drops[tc.reason.String()]
+			st := a.b.Stats()
+			before := st.Drops[tc.reason.String()]
 			src := tc.from.Addr
 			sendFrom(t, tc.from.NS, src, a.host.Addr, tc.pkts...)
 			waitDrops(t, a.b, tc.reason, before+uint64(len(tc.pkts)))
+			if got := a.b.Stats().Events[EventFastRxFrames]; got != st.Events[EventFastRxFrames] {
+				t.Errorf("the fast path took %d of them", got-st.Events[EventFastRxFrames])
+			}
 			if out, err := ping(b, a.podIP); err != nil {
 				t.Fatalf("forwarding stopped: %v\n%s", err, out)
 			}
@@ -263,9 +283,15 @@ func parseUnderlay(p []byte) (underlayPacket, error) {
 // TestPeerChurn swaps the peer table continuously while TCP transfers run
 // in both directions: no crash, no race (go test -race), no lost peer.
 func TestPeerChurn(t *testing.T) {
+	for _, fast := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fastpath=%v", fast), func(t *testing.T) { testPeerChurn(t, fast) })
+	}
+}
+
+func testPeerChurn(t *testing.T, fast bool) {
 	u := nettest.NewUnderlay(t, netip.MustParsePrefix("192.168.77.0/24"), 1500)
-	a := newUVNode(t, u, "a", subnetA, false)
-	b := newUVNode(t, u, "b", subnetB, false)
+	a := newUVNodeWith(t, u, "a", subnetA, func(c *Config) { c.FastPath = fast })
+	b := newUVNodeWith(t, u, "b", subnetB, func(c *Config) { c.FastPath = fast })
 	connect(t, a, b)
 	base := vtep.Table{b.subnet: {MAC: b.mac, Addr: b.host.Addr}}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -298,6 +324,9 @@ func TestPeerChurn(t *testing.T) {
 	a.b.Set(base)
 	if out, err := ping(a, b.podIP); err != nil {
 		t.Fatalf("ping after churn: %v\n%s", err, out)
+	}
+	if fast {
+		checkFastMaps(t, a.b, base)
 	}
 	// The reconciler converges on the last table: only b's route is left.
 	deadline := time.Now().Add(5 * time.Second)
