@@ -71,6 +71,10 @@ type BackendConfig struct {
 	// sending node's subnet). Routed setups that forward other sources
 	// through a node need it; the kernel VXLAN device never checks.
 	AllowForeignSources bool
+	// FastPath has the uvxlan dataplane's traffic to and from peers carried
+	// by tc BPF programs weft loads (uvxlan.Config.FastPath); a node where
+	// they cannot be loaded runs without them.
+	FastPath bool
 
 	// wireguard only (Flannel's names and defaults).
 	ListenPort, ListenPortV6    int    // UDP ports of the IPv4 and IPv6 devices
@@ -105,6 +109,7 @@ type rawBackend struct {
 	Learning            bool
 	DirectRouting       bool
 	AllowForeignSources bool
+	FastPath            bool
 
 	ListenPort, ListenPortV6    int
 	PSK                         string
@@ -275,7 +280,10 @@ func parseBackend(raw *rawBackend) (BackendConfig, error) {
 		return b, fmt.Errorf("Backend.MTU %d: must be between 1280 and 65535, or 0 for the underlay device's MTU", raw.MTU)
 	}
 	b.MTU, b.GBP, b.Learning, b.DirectRouting = raw.MTU, raw.GBP, raw.Learning, raw.DirectRouting
-	b.AllowForeignSources = raw.AllowForeignSources
+	b.AllowForeignSources, b.FastPath = raw.AllowForeignSources, raw.FastPath
+	if b.FastPath && b.Type != BackendTypeUVXLAN {
+		return b, fmt.Errorf("Backend.FastPath: only the %q backend has a fast path, not %q", BackendTypeUVXLAN, b.Type)
+	}
 	if b.Type == BackendTypeWireGuard {
 		return parseWireGuard(b, raw)
 	}

@@ -100,6 +100,13 @@ func TestParseConfigDefaults(t *testing.T) {
 				Backend: BackendConfig{Type: BackendTypeUVXLAN, VNI: 1, Port: 8472, AllowForeignSources: true}},
 		},
 		{
+			name: "uvxlan with the fast path",
+			json: `{"Network": "10.9.0.0/16", "Backend": {"Type": "uvxlan", "fastPath": true}}`,
+			want: Config{EnableIPv4: true, Network: mustPrefix(t, "10.9.0.0/16"), SubnetLen: 24,
+				SubnetMin: mustAddr(t, "10.9.1.0"), SubnetMax: mustAddr(t, "10.9.255.0"),
+				Backend: BackendConfig{Type: BackendTypeUVXLAN, VNI: 1, Port: 8472, FastPath: true}},
+		},
+		{
 			name: "SubnetMin and SubnetMax in CIDR form",
 			json: `{"Network": "10.9.0.0/16", "SubnetMin": "10.9.5.0/24", "SubnetMax": "10.9.6.0/24"}`,
 			want: Config{EnableIPv4: true, Network: mustPrefix(t, "10.9.0.0/16"), SubnetLen: 24,
@@ -192,6 +199,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"Port too big", `{"Network": "10.1.0.0/16", "Backend": {"Port": 70000}}`, "Backend.Port 70000: must be between 1 and 65535"},
 		{"MTU too small", `{"Network": "10.1.0.0/16", "Backend": {"MTU": 500}}`, "Backend.MTU 500"},
 		{"uvxlan with GBP", `{"Network": "10.1.0.0/16", "Backend": {"Type": "uvxlan", "GBP": true}}`, "not supported by the uvxlan backend"},
+		{"fast path on vxlan", `{"Network": "10.1.0.0/16", "Backend": {"Type": "vxlan", "FastPath": true}}`, `Backend.FastPath: only the "uvxlan" backend has a fast path, not "vxlan"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

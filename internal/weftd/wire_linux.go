@@ -99,7 +99,7 @@ func uvxlanV6Name(vni int) string { return fmt.Sprintf("weft-u6.%d", vni) }
 // its own netlink handle.
 func newUVXLAN(cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, files *fdstore.Store, log *slog.Logger) (backend.Backend, []string, error) {
 	base := uvxlan.Config{VNI: cfg.Backend.VNI, Port: cfg.Backend.Port, MTU: mtu,
-		AllowForeignSources: cfg.Backend.AllowForeignSources, Files: files}
+		AllowForeignSources: cfg.Backend.AllowForeignSources, FastPath: cfg.Backend.FastPath, Files: files}
 	var parts []backend.Backend
 	var names []string
 	if lease.Subnet.IsValid() {
