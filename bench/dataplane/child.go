@@ -34,6 +34,7 @@ type nodeSpec struct {
 	PeerAddr   netip.Addr   `json:"peer_addr"`
 	PeerSubnet netip.Prefix `json:"peer_subnet"`
 	Queues     int          `json:"queues"`
+	FastPath   bool         `json:"fast_path"`
 }
 
 // runNode is the main of a node process: it runs the dataplane, writes
@@ -45,7 +46,7 @@ func runNode(spec string) error {
 		return fmt.Errorf("node spec: %w", err)
 	}
 	b, err := uvxlan.New(uvxlan.Config{NetNS: s.NetNS, Local: s.Local, MAC: backend.VTEPMAC(s.Local, 1),
-		MTU: overlayMTU, Subnet: s.Subnet, Queues: s.Queues}, slog.New(slog.DiscardHandler))
+		MTU: overlayMTU, Subnet: s.Subnet, Queues: s.Queues, FastPath: s.FastPath}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err
 	}
@@ -58,6 +59,11 @@ func runNode(spec string) error {
 	case err := <-exited:
 		cancel()
 		return errors.Join(errors.New("backend stopped"), err)
+	}
+	if s.FastPath && b.Stats().Events[uvxlan.EventFastAttaches] == 0 {
+		cancel()
+		<-exited
+		return errors.New("the fast path did not attach (see weftd's log for why: run the backend with a logger)")
 	}
 	fmt.Println("ready")
 	io.Copy(io.Discard, os.Stdin) // until the parent closes it
@@ -80,13 +86,13 @@ type nodeProc struct {
 
 // startNode starts a node process for n with peer and waits until it is
 // ready.
-func startNode(n, peer *node, queues int) (*nodeProc, error) {
+func startNode(n, peer *node, queues int, fast bool) (*nodeProc, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	spec, err := json.Marshal(nodeSpec{NetNS: n.host.Path, Local: n.addr, Subnet: n.subnet,
-		PeerAddr: peer.addr, PeerSubnet: peer.subnet, Queues: queues})
+		PeerAddr: peer.addr, PeerSubnet: peer.subnet, Queues: queues, FastPath: fast})
 	if err != nil {
 		return nil, err
 	}
@@ -171,10 +177,10 @@ func (p *nodeProc) cpu() (time.Duration, error) {
 const clockTicks = 100
 
 // processVXLAN runs each host's uvxlan dataplane in a process of its own,
-// as weftd does, instead of both in this one.
-func (t *topology) processVXLAN(queues int) error {
+// as weftd does, instead of both in this one; with fast, with the fast path.
+func (t *topology) processVXLAN(queues int, fast bool) error {
 	for _, p := range [][2]*node{{t.a, t.b}, {t.b, t.a}} {
-		np, err := startNode(p[0], p[1], queues)
+		np, err := startNode(p[0], p[1], queues, fast)
 		if err != nil {
 			return err
 		}

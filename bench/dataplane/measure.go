@@ -29,6 +29,7 @@ type modeResult struct {
 	mode    string
 	samples []sample
 	drops   map[string]uint64
+	fast    fastShare // uvxlan-fast: summed over its rounds
 }
 
 // condition is one background load and the results of every mode under it.
@@ -91,11 +92,16 @@ func measureOnce(ctx context.Context, mr *modeResult, o options, log *slog.Logge
 	if s.gbps4, err = iperf(ctx, t, 4, o.dur); err != nil {
 		return s, err
 	}
-	for k, v := range t.drops() {
+	drops, fast := t.drops()
+	for k, v := range drops {
 		if v > 0 {
 			mr.drops[k] += v
 		}
 	}
+	mr.fast.tx += fast.tx
+	mr.fast.rx += fast.rx
+	mr.fast.fastTx += fast.fastTx
+	mr.fast.fastRx += fast.fastRx
 	return s, nil
 }
 

@@ -71,10 +71,11 @@ func (t *topology) dataplaneCPU() time.Duration {
 	return d
 }
 
-// drops sums the drop counters of the uvxlan dataplanes; node processes
-// report theirs when they stop, so drops stops them.
-func (t *topology) drops() map[string]uint64 {
-	m := map[string]uint64{}
+// drops sums the drop counters of the uvxlan dataplanes, and the frames
+// they and their fast paths sent and received; node processes report
+// theirs when they stop, so drops stops them.
+func (t *topology) drops() (m map[string]uint64, f fastShare) {
+	m = map[string]uint64{}
 	for _, b := range t.backend {
 		for k, v := range b.Stats().Drops {
 			m[k] += v
@@ -87,9 +88,17 @@ func (t *topology) drops() map[string]uint64 {
 		for k, v := range p.stats.Drops {
 			m[k] += v
 		}
+		f.tx += p.stats.TxFrames
+		f.rx += p.stats.RxFrames
+		f.fastTx += p.stats.Events[uvxlan.EventFastTxFrames]
+		f.fastRx += p.stats.Events[uvxlan.EventFastRxFrames]
 	}
-	return m
+	return m, f
 }
+
+// fastShare counts frames sent and received, and how many of them the
+// fast path carried.
+type fastShare struct{ tx, rx, fastTx, fastRx uint64 }
 
 const overlayMTU = 1450
 
@@ -150,8 +159,8 @@ func build(ctx context.Context, mode string, queues int, log *slog.Logger) (t *t
 		err = t.weftVXLAN(ctx, log)
 	case "uvxlan", "uvxlan-plain":
 		err = t.userVXLAN(ctx, mode == "uvxlan-plain", queues, log)
-	case "uvxlan-proc":
-		err = t.processVXLAN(queues)
+	case "uvxlan-proc", "uvxlan-fast":
+		err = t.processVXLAN(queues, mode == "uvxlan-fast")
 	default:
 		err = fmt.Errorf("unknown mode %q", mode)
 	}
