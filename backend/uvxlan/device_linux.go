@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -36,15 +37,16 @@ type datapath struct {
 	closing   atomic.Bool                 // set by close: the loops' errors are expected
 	adopted   bool                        // open took over queues or sockets kept by the last run (Config.Files)
 	repair    chan struct{}               // a packet loop asks the reconciler for a full sync
-	fastOn    atomic.Bool                 // the fast path's programs are attached
 
 	// Owned by the reconciler.
 	linkIndex  int
 	tapBroken  atomic.Bool // a packet loop lost its TAP queue
 	overlay    *backend.Overlay
-	applied    vtep.Table // the table last programmed, nil before
-	programmed bool       // the device and a table were programmed once
-	fastErr    string     // why the fast path is not attached, as last logged
+	applied    vtep.Table          // the table last programmed, nil before
+	programmed bool                // the device and a table were programmed once
+	fastErr    string              // why the fast path is not attached, as last logged
+	fastRoutes map[netip.Addr]bool // peer addresses whose route was checked: true if it leaves elsewhere
+	fastFull   time.Time           // when all were last checked again
 }
 
 // tapQueue is one open queue of the TAP.

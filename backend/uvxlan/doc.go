@@ -155,5 +155,88 @@
 // bench/dataplane's README lists these and the other variants measured
 // and not adopted.
 //
+// # Fast path
+//
+// With Config.FastPath, Run attaches two tc programs (tcx, Linux 6.6 or
+// later) that weft generates at run time with cilium/ebpf's assembler, so
+// building weft needs no C compiler and ships no object file. They carry
+// the traffic to and from peers in the kernel, as the kernel's VXLAN does,
+// and the userspace path only what they do not take:
+//
+//   - On the TAP's egress, an IPv4 frame whose destination MAC is a peer's
+//     VTEP MAC is encapsulated in place, as the kernel's VXLAN sends it:
+//     outer IPv4 without DF, with a random ID and TTL 64, the UDP source
+//     port from the inner flow's hash (32768–60999), UDP checksum 0, the I
+//     flag and the VNI. It leaves through the device that holds Local, which
+//     must be an Ethernet device (not loopback or dummy), through the
+//     kernel's neighbour table, as Flannel's kernel VXLAN leaves through its
+//     --iface device. Peers whose route leaves through another device are
+//     left to the userspace path (EventFastOffDevice). A TSO super-frame
+//     stays one skb marked as a UDP tunnel, which the kernel segments, or a
+//     virtual link carries whole, as it does the kernel VXLAN's own.
+//   - On that device's ingress, a packet is decapsulated and handed to the
+//     TAP, as if the userspace path had written it, only if it is for this
+//     host (not another host's or a VLAN's), IPv4 without options or
+//     fragmentation and with a correct header checksum, UDP to Local and
+//     Port, with exactly the I flag and our VNI, for our VTEP MAC, carrying
+//     IPv4 from a source inside the sending peer's subnets (one LPM lookup
+//     of the outer and the inner source; any inner source with
+//     AllowForeignSources), within the MTU (for a super-packet: an MSS that
+//     leaves 40 bytes for headers), and if its lengths agree (one datagram).
+//
+// Anything else goes on unchanged, to the next tcx program or to the TAP
+// queue and the UDP socket, where the userspace path checks it and counts
+// every drop as it does without the fast path. The fast path's own frames
+// count in TxFrames and RxFrames (a super-frame once, where the userspace
+// path counts its segments) and under EventFastTxFrames and the other fast
+// path events. Differences from the userspace path, and from the kernel's
+// VXLAN:
+//
+//   - The outer UDP checksum is not checked, and inner TCP and UDP
+//     checksums are left to the receiving stack, as the kernel's VXLAN
+//     leaves them: a packet that came from a NIC is checked there (the
+//     pod's InCsumErrors), one from a local sender on a virtual link keeps
+//     that sender's checksum offload state. DropBadChecksum only counts
+//     what reaches the userspace path.
+//   - Its packets do not pass the host's netfilter hooks or reverse path
+//     filter on the way in (the ingress program runs before them) or out
+//     (the egress program sends through the neighbour table), where the
+//     kernel's VXLAN's pass the INPUT and OUTPUT ones: host firewall rules
+//     on the VXLAN port do not see them. Outer packets are not fragmented:
+//     the underlay's MTU must take the overlay MTU plus 50 bytes, as it is
+//     configured by default.
+//   - A super-packet of UDP datagrams (a peer without the fast path sends
+//     with UDP GSO, which a virtual link carries whole) can only be taken
+//     apart by the userspace path. Were that peer's single datagrams still
+//     taken by the fast path, they would overtake the super-packets queued
+//     there and reorder its flows, so the first such super-packet hands
+//     that peer's packets (its entry for that subnet) to the userspace path
+//     for good, until the entry is removed or the backend is made again
+//     (EventFastDemoted). A single datagram whose lengths do not agree just
+//     goes on to the userspace path.
+//   - The receive sockets do not ask for UDP GRO, also while the programs
+//     are not attached: on a device that does GRO, it would merge a peer's
+//     datagrams before the ingress program sees them.
+//   - When the programs attach while a flow runs (at start, or after a
+//     repair), its frames already queued for the userspace path can arrive
+//     after its first fast ones, once. A frame the egress program cannot
+//     take (one over 65499 bytes, or one it cannot make room in) goes to
+//     the userspace path, behind which later fast frames of its flow can
+//     arrive first.
+//   - Decapsulated super-packets keep the tunnel's GSO marks (the kernel's
+//     own decapsulation clears them): forwarded on, they are segmented by
+//     their TCP headers, in software where the device has no tunnel
+//     offloads. Tested into a bridge and a veth.
+//
+// The programs are detached when Run returns (their tcx links are closed);
+// Config.Files bridges a restart as before. A replaced TAP or underlay
+// device, or a program detached by someone else, is found by the next sync
+// and attached again (repair "fastpath"); a replaced underlay device at
+// the latest by the next full sync (Config.Reconcile). Where the maps cannot be
+// created (no CAP_BPF, or no BPF in the kernel) or the programs cannot be
+// attached (no tcx: then not tried again), the backend logs why and runs
+// on the userspace path alone; an IPv6 backend always does.
+// bench/dataplane's mode uvxlan-fast measures it.
+//
 // GBP is not supported: it lives in the skb mark, which a TAP cannot see.
 package uvxlan

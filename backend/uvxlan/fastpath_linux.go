@@ -3,8 +3,12 @@ package uvxlan
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"net"
 	"net/netip"
+	"runtime"
 	"sync"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -30,9 +34,12 @@ type fastPath struct {
 	rx    *ebpf.Map // LPM trie: (peer underlay address, inner source) → 1
 	stats *ebpf.Map // per-CPU counters, one element of numFastCounters uint64
 
-	mu     sync.Mutex // the maps' contents below, against concurrent Sets
+	mu     sync.Mutex // the maps' contents below and off, against concurrent Sets
 	txKeys map[txKey][4]byte
 	rxKeys map[rxKey]struct{}
+	off    map[netip.Addr]bool // peers whose route leaves through another device
+
+	unsupported error // the kernel cannot attach the programs: not tried again
 
 	// Owned by the reconciler.
 	params          progParams
@@ -85,13 +92,15 @@ func (f *fastPath) closeMaps() {
 
 // setPeers makes the maps hold t's IPv4 peers: each VTEP MAC's underlay
 // address, and for each peer its subnets (or, with allowForeign, any inner
-// source). It returns how many peers or subnets could not be written.
-func (f *fastPath) setPeers(t vtep.Table, allowForeign bool) (failed int, err error) {
+// source). Peers whose address is in off are left out: the route to them
+// does not leave through the underlay device. It returns how many peers
+// or subnets could not be written.
+func (f *fastPath) setPeers(t vtep.Table, allowForeign bool, off map[netip.Addr]bool) (failed int, err error) {
 	tx := make(map[txKey][4]byte, len(t))
 	rx := make(map[rxKey]struct{}, len(t))
 	for pfx, v := range t {
 		a := v.Addr.Unmap()
-		if !a.Is4() || v.MAC.IsZero() || !pfx.Addr().Is4() {
+		if !a.Is4() || v.MAC.IsZero() || !pfx.Addr().Is4() || off[a] {
 			continue
 		}
 		var k txKey
@@ -190,6 +199,9 @@ func (f *fastPath) alive() bool {
 // thread's network namespace; programs attached for other parameters are
 // replaced. It reports whether anything changed.
 func (f *fastPath) attach(p progParams) (bool, error) {
+	if f.unsupported != nil {
+		return false, f.unsupported
+	}
 	if f.alive() && f.params == p {
 		return false, nil
 	}
@@ -206,7 +218,11 @@ func (f *fastPath) attach(p progParams) (bool, error) {
 	f.egProg, f.ingProg = eg, ing
 	if f.egress, err = link.AttachTCX(link.TCXOptions{Interface: p.tap, Program: eg, Attach: ebpf.AttachTCXEgress}); err != nil {
 		f.detach()
-		return false, fmt.Errorf("attach to the tap's egress: %w", err)
+		err = fmt.Errorf("attach to the tap's egress: %w", err)
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			f.unsupported = err
+		}
+		return false, err
 	}
 	if f.ingress, err = link.AttachTCX(link.TCXOptions{Interface: p.underlay, Program: ing, Attach: ebpf.AttachTCXIngress}); err != nil {
 		f.detach()
@@ -242,16 +258,31 @@ func loadProgram(name string, insns asm.Instructions) (*ebpf.Program, error) {
 	return prog, nil
 }
 
-// underlayIndex returns the index of the device that holds addr.
+// underlayIndex returns the index of the device that holds addr, which
+// must be an Ethernet device that sends somewhere: the programs read and
+// write an Ethernet header there, and a loopback or dummy device would
+// swallow what they send.
 func underlayIndex(h *netlink.Handle, addr netip.Addr) (int, error) {
 	addrs, err := h.AddrList(nil, netlink.FAMILY_V4)
 	if err != nil {
 		return 0, fmt.Errorf("list addresses: %w", err)
 	}
 	for _, a := range addrs {
-		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == addr {
-			return a.LinkIndex, nil
+		if ip, ok := netip.AddrFromSlice(a.IP); !ok || ip.Unmap() != addr {
+			continue
 		}
+		l, err := h.LinkByIndex(a.LinkIndex)
+		if err != nil {
+			return 0, fmt.Errorf("device of %s: %w", addr, err)
+		}
+		at := l.Attrs()
+		switch {
+		case at.EncapType != "ether":
+			return 0, fmt.Errorf("%s, which holds %s, is not an Ethernet device (%s)", at.Name, addr, at.EncapType)
+		case l.Type() == "dummy" || at.Flags&net.FlagLoopback != 0:
+			return 0, fmt.Errorf("%s, which holds %s, is a %s device: the route to the peers leaves elsewhere", at.Name, addr, l.Type())
+		}
+		return a.LinkIndex, nil
 	}
 	return 0, fmt.Errorf("no device holds %s", addr)
 }
@@ -280,6 +311,7 @@ func (b *Backend) openFastPath() {
 		return
 	}
 	b.fast = f
+	runtime.AddCleanup(b, func(f *fastPath) { f.closeMaps() }, f)
 }
 
 // setFastPeers writes t into the fast path's maps. A peer that cannot be
@@ -288,7 +320,10 @@ func (b *Backend) setFastPeers(t vtep.Table) {
 	if b.fast == nil {
 		return
 	}
-	if failed, err := b.fast.setPeers(t, b.cfg.AllowForeignSources); err != nil {
+	b.fast.mu.Lock()
+	off := b.fast.off
+	b.fast.mu.Unlock()
+	if failed, err := b.fast.setPeers(t, b.cfg.AllowForeignSources, off); err != nil {
 		b.ctr.fastMapErrors.Add(1)
 		b.log.Warn("fast path: some peers take the userspace path", "entries", failed, "err", err)
 	}
@@ -311,6 +346,9 @@ func (b *Backend) addFastStats(s backend.Stats) backend.Stats {
 	s.Events[EventFastDemoted] = c[fastDemoted]
 	s.Events[EventFastAttaches] = b.ctr.fastAttaches.Load()
 	s.Events[EventFastMapErrors] = b.ctr.fastMapErrors.Load()
+	b.fast.mu.Lock()
+	s.Events[EventFastOffDevice] = uint64(len(b.fast.off))
+	b.fast.mu.Unlock()
 	return s
 }
 
@@ -334,7 +372,6 @@ func (dp *datapath) syncFast() {
 			dp.b.log.Warn("fast path not attached; the userspace path carries everything", "err", err)
 		}
 		f.detach()
-		dp.setFastOn(false)
 		return
 	}
 	if changed {
@@ -342,9 +379,50 @@ func (dp *datapath) syncFast() {
 			dp.b.ctr.fastRepairs.Add(1)
 		}
 		dp.fastErr = ""
+		dp.fastRoutes = nil // the underlay may be another device: check again
 		dp.b.log.Info("fast path attached", "tap_index", p.tap, "underlay_index", p.underlay)
 	}
-	dp.setFastOn(true)
+}
+
+// checkFastRoutes is part of the reconciler's sync, after the peers are
+// programmed: it leaves to the userspace path the peers whose route does
+// not leave through the underlay device (the egress program sends through
+// that device only). New peer addresses are checked at once, all of them
+// again on a full sync at most once a minute.
+func (dp *datapath) checkFastRoutes(t vtep.Table, full bool) {
+	f := dp.b.fast
+	if f == nil || !f.attached {
+		return
+	}
+	if dp.fastRoutes == nil || (full && time.Since(dp.fastFull) > time.Minute) {
+		dp.fastRoutes, dp.fastFull = map[netip.Addr]bool{}, time.Now()
+	}
+	off := map[netip.Addr]bool{}
+	for _, v := range t {
+		a := v.Addr.Unmap()
+		if !a.Is4() {
+			continue
+		}
+		elsewhere, ok := dp.fastRoutes[a]
+		if !ok {
+			rs, err := dp.h.RouteGet(a.AsSlice())
+			elsewhere = err != nil || len(rs) == 0 || rs[0].LinkIndex != f.params.underlay
+			dp.fastRoutes[a] = elsewhere
+		}
+		if elsewhere {
+			off[a] = true
+		}
+	}
+	f.mu.Lock()
+	same := maps.Equal(off, f.off)
+	f.off = off
+	f.mu.Unlock()
+	if !same {
+		if len(off) > 0 {
+			dp.b.log.Warn("fast path: peers whose route leaves through another device take the userspace path", "peers", len(off))
+		}
+		dp.b.setFastPeers(t)
+	}
 }
 
 // detachFast removes the fast path's programs when Run ends: the userspace
@@ -352,36 +430,15 @@ func (dp *datapath) syncFast() {
 func (dp *datapath) detachFast() {
 	if f := dp.b.fast; f != nil {
 		f.detach()
-		dp.setFastOn(false)
 	}
 }
 
-// rxGRO reports whether the receive sockets should ask for UDP GRO. Not
-// while the fast path is attached: GRO would merge a peer's datagrams
-// before the ingress program sees them (on a device that does GRO), and
-// merged ones can only take the userspace path, behind single ones of the
-// same flow that took the fast path.
-func (dp *datapath) rxGRO() bool { return dp.vnet && !dp.fastOn.Load() }
-
-// setFastOn records whether the fast path is attached and sets UDP GRO on
-// the receive sockets to match.
-func (dp *datapath) setFastOn(on bool) {
-	if dp.fastOn.Swap(on) == on {
-		return
-	}
-	gro := 0
-	if dp.rxGRO() {
-		gro = 1
-	}
-	for i := range dp.rxs {
-		s := dp.rxs[i].Load()
-		if s == nil {
-			continue
-		}
-		var serr error
-		err := s.rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_GRO, gro) })
-		if err = errors.Join(err, serr); err != nil {
-			dp.b.log.Warn("set udp gro on a receive socket", "gro", gro, "err", err)
-		}
-	}
-}
+// rxGRO reports whether the receive sockets ask for UDP GRO: not with the
+// fast path, also while its programs are not attached. On a device that
+// does GRO (a NIC) it would merge a peer's datagrams before the ingress
+// program sees them, and merged ones can only take the userspace path,
+// behind single ones of the same flows that took the fast path. (Turning
+// it on and off with the programs would lose what a kept socket queued
+// across a restart: the kernel marks merged datagrams only for a socket
+// that still asks.)
+func (dp *datapath) rxGRO() bool { return dp.vnet && dp.b.fast == nil }

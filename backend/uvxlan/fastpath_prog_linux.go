@@ -19,9 +19,11 @@ import (
 
 // struct __sk_buff offsets (linux/bpf.h).
 const (
-	skbLen      = 0
-	skbProtocol = 16
-	skbGSOSize  = 176
+	skbLen         = 0
+	skbPktType     = 4
+	skbProtocol    = 16
+	skbVLANPresent = 20
+	skbGSOSize     = 176
 )
 
 // tc return codes and helper flags (linux/pkt_cls.h, linux/bpf.h).
@@ -64,18 +66,19 @@ const (
 	rxUserspace = 2
 )
 
-// be16 and be32 return the value whose little-endian load or store matches
-// v's bytes in network order: what a BPF load of packet bytes compares with.
+// be16 and be32 return the value whose load or store in the host's byte
+// order matches v's bytes in network order: what a BPF load of packet
+// bytes compares with.
 func be16(v uint16) int32 {
 	var b [2]byte
 	binary.BigEndian.PutUint16(b[:], v)
-	return int32(binary.LittleEndian.Uint16(b[:]))
+	return int32(binary.NativeEndian.Uint16(b[:]))
 }
 
 func be32(v uint32) int32 {
 	var b [4]byte
 	binary.BigEndian.PutUint32(b[:], v)
-	return int32(binary.LittleEndian.Uint32(b[:]))
+	return int32(binary.NativeEndian.Uint32(b[:]))
 }
 
 func addr4(a netip.Addr) uint32 { b := a.As4(); return binary.BigEndian.Uint32(b[:]) }
@@ -270,10 +273,17 @@ func egressProgram(p progParams, tx, stats *ebpf.Map) asm.Instructions {
 // reaches the UDP socket: a VXLAN packet for us from a peer, whose inner
 // IPv4 source is inside that peer's subnets (the rx map), is decapsulated
 // in place and handed to the TAP's receive path, as if the userspace path
-// had written it. Everything else goes on to the socket unchanged:
-// packets with IP options or fragments, other VNIs, flags or MACs, inner
-// frames that are not IPv4, too big, from foreign sources, and skbs that
-// hold more than one datagram (UDP GRO or GSO), whose lengths do not match.
+// had written it. Everything else goes on to the socket unchanged: packets
+// for other hosts or VLANs, with IP options, fragments or a bad header
+// checksum, other VNIs, flags or MACs, inner frames that are not IPv4 or
+// too big, from foreign sources, and skbs whose lengths do not match one
+// datagram. An skb that holds several (a super-packet of UDP datagrams: a
+// peer without the fast path sends with UDP GSO, which a virtual link
+// carries whole) can only be taken apart by the userspace path; from then
+// on that peer's packets all go there (its rx entry says so), so that
+// none of its flows' single datagrams overtakes a super-packet queued
+// there. The outer UDP checksum is not checked: the inner packet's own are,
+// by the receiving stack.
 //
 // Stack: the first 84 bytes at fp-90 (outer Ethernet fp-90, outer IPv4
 // fp-76, UDP fp-56, VXLAN fp-48, inner Ethernet fp-40, inner IPv4 fp-26),
@@ -294,6 +304,10 @@ func ingressProgram(p progParams, rx, stats *ebpf.Map) asm.Instructions {
 		asm.Mov.Reg(R6, R1),
 		asm.LoadMem(R2, R6, skbProtocol, asm.Word),
 		asm.JNE.Imm(R2, be16(0x0800), "pass"),
+		asm.LoadMem(R2, R6, skbPktType, asm.Word),
+		asm.JNE.Imm(R2, 0, "pass"), // PACKET_HOST only
+		asm.LoadMem(R2, R6, skbVLANPresent, asm.Word),
+		asm.JNE.Imm(R2, 0, "pass"), // a tagged frame is its VLAN device's
 		asm.Mov.Reg(R1, R6),
 		asm.Mov.Imm(R2, 0),
 		asm.Mov.Reg(R3, R10),
@@ -328,6 +342,30 @@ func ingressProgram(p progParams, rx, stats *ebpf.Map) asm.Instructions {
 		asm.LoadMem(R2, R10, iip, asm.Byte),
 		asm.RSh.Imm(R2, 4),
 		asm.JNE.Imm(R2, 4, "pass"),
+		asm.LoadMem(R2, R10, iip, asm.Byte),
+		asm.And.Imm(R2, 0x0f),
+		asm.JLT.Imm(R2, 5, "pass"),
+		asm.LSh.Imm(R2, 2), // inner header length
+		asm.LoadMem(R7, R10, iip+2, asm.Half),
+		asm.HostTo(asm.BE, R7, asm.Half), // inner IPv4 length
+		asm.JLT.Reg(R7, R2, "pass"),
+		// The outer IPv4 header checksum, as ip_rcv checks it.
+		asm.Mov.Imm(R1, 0),
+		asm.Mov.Imm(R2, 0),
+		asm.Mov.Reg(R3, R10),
+		asm.Add.Imm(R3, ip),
+		asm.Mov.Imm(R4, ipv4HeaderLen),
+		asm.Mov.Imm(R5, 0),
+		asm.FnCsumDiff.Call(),
+		asm.Mov.Reg(R2, R0),
+		asm.RSh.Imm(R2, 16),
+		asm.And.Imm(R0, 0xffff),
+		asm.Add.Reg(R0, R2),
+		asm.Mov.Reg(R2, R0),
+		asm.RSh.Imm(R2, 16),
+		asm.And.Imm(R0, 0xffff),
+		asm.Add.Reg(R0, R2),
+		asm.JNE.Imm(R0, 0xffff, "pass"),
 		// rx[outer source, inner source]: a peer's, and inside its subnets;
 		// its value says whether the peer's packets take the fast path.
 		asm.StoreImm(R10, keyOff, 64, asm.Word),
@@ -345,37 +383,28 @@ func ingressProgram(p progParams, rx, stats *ebpf.Map) asm.Instructions {
 		asm.Mov.Reg(R9, R0),
 		asm.LoadMem(R2, R9, 0, asm.Word),
 		asm.JNE.Imm(R2, rxFast, "pass"),
-		asm.LoadMem(R2, R10, iip, asm.Byte),
-		asm.And.Imm(R2, 0x0f),
-		asm.JLT.Imm(R2, 5, "pass"),
-		asm.LSh.Imm(R2, 2), // inner header length
-		asm.LoadMem(R7, R10, iip+2, asm.Half),
-		asm.HostTo(asm.BE, R7, asm.Half), // inner IPv4 length
-		asm.JLT.Reg(R7, R2, "pass"),
 		// One datagram, whose lengths agree: UDP = inner IPv4 + 30, outer
-		// IPv4 = UDP + 20, skb = outer IPv4 + 14. Else it holds several (a
-		// userspace peer's UDP GSO send across a virtual link, or GRO):
-		// only the userspace path can take it apart, and from now on it
-		// takes all of this peer's packets, so that none of a flow's
-		// overtakes an earlier one queued there.
+		// IPv4 = UDP + 20, skb = outer IPv4 + 14. A super-packet whose do
+		// not holds several datagrams.
+		asm.LoadMem(R8, R6, skbGSOSize, asm.Word),
 		asm.LoadMem(R3, R10, udp+4, asm.Half),
 		asm.HostTo(asm.BE, R3, asm.Half),
 		asm.Mov.Reg(R4, R7),
 		asm.Add.Imm(R4, udpHeaderLen+vxlanHeaderLen+ethHeaderLen),
-		asm.JNE.Reg(R3, R4, "demote"),
+		asm.JNE.Reg(R3, R4, "mismatch"),
 		asm.LoadMem(R4, R10, ip+2, asm.Half),
 		asm.HostTo(asm.BE, R4, asm.Half),
 		asm.Add.Imm(R3, ipv4HeaderLen),
-		asm.JNE.Reg(R4, R3, "demote"),
+		asm.JNE.Reg(R4, R3, "mismatch"),
 		asm.LoadMem(R3, R6, skbLen, asm.Word),
 		asm.Add.Imm(R4, ethHeaderLen),
-		asm.JNE.Reg(R3, R4, "demote"),
-		// Within the MTU: the packet, or for a super-packet its segments.
-		asm.LoadMem(R3, R6, skbGSOSize, asm.Word),
-		asm.JNE.Imm(R3, 0, "gso"),
+		asm.JNE.Reg(R3, R4, "mismatch"),
+		// Within the MTU: the packet, or for a super-packet its segments
+		// (an MSS that leaves room for the IPv4 and TCP headers).
+		asm.JNE.Imm(R8, 0, "gso"),
 		asm.JGT.Imm(R7, int32(p.mtu), "pass"),
 		asm.Ja.Label("decap"),
-		asm.JGT.Imm(R3, int32(p.mtu-ipv4HeaderLen-20), "pass").WithSymbol("gso"),
+		asm.JGT.Imm(R8, int32(p.mtu-ipv4HeaderLen-20), "pass").WithSymbol("gso"),
 		// Take off outer IPv4, UDP, VXLAN and the inner Ethernet header
 		// (the MSS stays), then put the inner MACs where the outer were.
 		asm.Mov.Reg(R1, R6).WithSymbol("decap"),
@@ -400,10 +429,26 @@ func ingressProgram(p progParams, rx, stats *ebpf.Map) asm.Instructions {
 		asm.Mov.Imm(R2, redirectIngress),
 		asm.FnRedirect.Call(),
 		asm.Return(),
-		asm.StoreImm(R9, 0, rxUserspace, asm.Word).WithSymbol("demote"),
+		// Lengths that do not match: a single packet (padded, or odd) just
+		// goes on; a super-packet hands its peer to the userspace path,
+		// counted once by whichever CPU swapped the value.
+		asm.JEq.Imm(R8, 0, "pass").WithSymbol("mismatch"),
+		asm.Mov.Imm(R2, rxUserspace),
+		xchg(R9, R2),
+		asm.JNE.Imm(R2, rxFast, "pass"),
 		asm.Mov.Imm(R8, 0),
 	)
 	insns = append(insns, countInsns(stats, fastDemoted, R8, "pass")...)
 	insns = append(insns, asm.Ja.Label("pass"))
 	return append(insns, errorInsns(stats)...)
+}
+
+// xchg is an atomic exchange of the word at dst with src, src getting the
+// old value. cilium/ebpf v0.22's Instruction.Marshal takes the immediate
+// before it fills in the atomic operation's code (BPF_XCHG | BPF_FETCH),
+// so it would send 0, an atomic add; the code is set here.
+func xchg(dst, src asm.Register) asm.Instruction {
+	ins := asm.Xchg.Mem(dst, src, asm.Word, 0)
+	ins.Constant = 0xe1
+	return ins
 }

@@ -34,6 +34,9 @@ func (dp *datapath) sync(full bool) error {
 			dp.b.log.Warn("repaired device address")
 		}
 	}
+	// Before the peers: a replaced TAP needs the fast path on it even when
+	// programming the routes fails.
+	dp.syncFast()
 	tp := dp.b.Table()
 	if tp == nil {
 		return nil
@@ -41,7 +44,7 @@ func (dp *datapath) sync(full bool) error {
 	if err := dp.program(*tp, full || recreated); err != nil {
 		return err
 	}
-	dp.syncFast()
+	dp.checkFastRoutes(*tp, full)
 	dp.programmed = true
 	dp.b.MarkReady()
 	return nil

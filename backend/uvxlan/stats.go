@@ -158,18 +158,20 @@ const (
 // bytes (inner frames, Ethernet header included; a TSO super-frame or a
 // super-packet counts once) it encapsulated and decapsulated, frames it
 // dropped because its headers were already changed when a helper failed,
-// peers whose packets its ingress program handed to the userspace path for
-// good (they sent an skb holding several datagrams, see the package
-// documentation), how often its programs were attached, and Sets whose
-// peers did not all fit in its maps. Its frames count in TxFrames and
-// RxFrames too.
+// how often its programs were attached, Sets whose peers did not all fit
+// in its maps, peers it leaves to the userspace path because the route to
+// them does not leave through the underlay device, and peers whose
+// packets its ingress program handed to the userspace path for good (they
+// sent a super-packet of several datagrams; see the package
+// documentation). Its frames count in TxFrames and RxFrames too.
 const (
 	EventFastTxFrames  = "fastpath_tx_frames"
 	EventFastTxBytes   = "fastpath_tx_bytes"
 	EventFastRxFrames  = "fastpath_rx_frames"
 	EventFastRxBytes   = "fastpath_rx_bytes"
 	EventFastErrors    = "fastpath_errors"
-	EventFastDemoted   = "fastpath_demoted_peers"
 	EventFastAttaches  = "fastpath_attaches"
 	EventFastMapErrors = "fastpath_map_errors"
+	EventFastDemoted   = "fastpath_demoted_peers"
+	EventFastOffDevice = "fastpath_peers_off_device"
 )

@@ -199,9 +199,6 @@ func TestFastPathThroughWeftd(t *testing.T) {
 	if err := Ping(p1.NS, pk.IP, "-M", "do", "-s", "1422"); err != nil {
 		t.Errorf("DF ping at the MTU: %v", err)
 	}
-	if err := Ping(p1.NS, pk.IP, "-M", "do", "-s", "1423"); err == nil {
-		t.Error("DF ping above the MTU crossed")
-	}
 	for _, n := range []*Node{f1, f2} {
 		for _, ev := range []string{"fastpath_tx_frames", "fastpath_rx_frames"} {
 			v, err := n.Metric("weft_dataplane_events_total", "event", ev)
