@@ -3,6 +3,7 @@ package uvxlan
 import (
 	"errors"
 	"net/netip"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -108,8 +109,11 @@ type segmenter struct {
 	run  runKey                     // where the run goes and its stride
 	nseg int                        // segments in the run
 	send func(run runKey, nseg int) // sends the run gathered in g
-	s    *sender
-	out  []byte // room for whole segments, for the copying path
+	// single, when set and true, makes every run one segment (no UDP GSO):
+	// see Backend.fastSingle.
+	single *atomic.Bool
+	s      *sender
+	out    []byte // room for whole segments, for the copying path
 }
 
 // runKey is what the segments of one UDP GSO send share: the socket they
@@ -164,6 +168,9 @@ func (sg *segmenter) pack(plan *tsoPlan, frame []byte, vni uint32, key runKey) {
 		sg.flush()
 	}
 	per := min(maxUDPPayload/key.stride, maxGSOSegments)
+	if sg.single != nil && sg.single.Load() {
+		per = 1
+	}
 	slot := vxlanHeaderLen + plan.hdrLen
 	for i := range plan.nseg {
 		if sg.nseg == 0 {
@@ -215,6 +222,9 @@ func (dp *datapath) sendSegmentsCopied(sg *segmenter, p *peer, frame []byte, h v
 	sock := dp.txSocket(frame)
 	s, out := sg.s, sg.out
 	per := min(maxUDPPayload/stride, maxGSOSegments)
+	if dp.b.fastSingle.Load() {
+		per = 1
+	}
 	for off := 0; off < used; {
 		end := min(off+per*stride, used)
 		for seg := off; seg < end; seg += stride {

@@ -114,7 +114,7 @@
 // sendmmsg per source socket. Both loops work inside the Go poller's read
 // callback and ask it to wait as soon as a read found the queue empty, so
 // a wake-up costs at most one read that finds nothing, not two. The receive socket uses
-// UDP GRO and recvmmsg; consecutive TCP segments of a flow, once their
+// UDP GRO (not with the fast path, below) and recvmmsg; consecutive TCP segments of a flow, once their
 // checksums are checked, are merged into one super-frame written to the
 // TAP with NEEDS_CSUM (software GRO), again as a gather list (one writev:
 // the merged headers, then each segment's payload in the receive buffer).
@@ -170,8 +170,11 @@
 //     flag and the VNI. It leaves through the device that holds Local, which
 //     must be an Ethernet device (not loopback or dummy), through the
 //     kernel's neighbour table, as Flannel's kernel VXLAN leaves through its
-//     --iface device. Peers whose route leaves through another device are
-//     left to the userspace path (EventFastOffDevice). A TSO super-frame
+//     --iface device. Peers whose route from Local leaves through another
+//     device are left to the userspace path (EventFastOffDevice); a new
+//     peer's route is checked at the next sync, all of them again on a full
+//     sync at most once a minute, so a route that moves later is followed
+//     within about a minute. A TSO super-frame
 //     stays one skb marked as a UDP tunnel, which the kernel segments, or a
 //     virtual link carries whole, as it does the kernel VXLAN's own.
 //   - On that device's ingress, a packet is decapsulated and handed to the
@@ -213,9 +216,14 @@
 //     that peer's packets (its entry for that subnet) to the userspace path
 //     for good, until the entry is removed or the backend is made again
 //     (EventFastDemoted). A single datagram whose lengths do not agree just
-//     goes on to the userspace path.
-//   - The receive sockets do not ask for UDP GRO, also while the programs
-//     are not attached: on a device that does GRO, it would merge a peer's
+//     goes on to the userspace path. So that this does not happen to a
+//     node with the fast path, its own userspace path sends one datagram
+//     per send (no UDP GSO) from the start of Run, while it carries what
+//     the TAP queued before the programs attach, until a sync finds that
+//     they cannot be attached.
+//   - The receive sockets do not ask for UDP GRO while the fast path is on
+//     (its maps could be created), also while the programs are not
+//     attached: on a device that does GRO, it would merge a peer's
 //     datagrams before the ingress program sees them.
 //   - When the programs attach while a flow runs (at start, or after a
 //     repair), its frames already queued for the userspace path can arrive

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,10 +35,14 @@ type fastPath struct {
 	rx    *ebpf.Map // LPM trie: (peer underlay address, inner source) → 1
 	stats *ebpf.Map // per-CPU counters, one element of numFastCounters uint64
 
-	mu     sync.Mutex // the maps' contents below and off, against concurrent Sets
-	txKeys map[txKey][4]byte
-	rxKeys map[rxKey]struct{}
-	off    map[netip.Addr]bool // peers whose route leaves through another device
+	// mu orders every change of the maps: a Set's table and the
+	// reconciler's route checks are applied together, under it.
+	mu           sync.Mutex
+	table        vtep.Table          // the latest Set's
+	allowForeign bool                // Config.AllowForeignSources
+	off          map[netip.Addr]bool // peers whose route leaves through another device
+	txKeys       map[txKey][4]byte   // what the maps hold
+	rxKeys       map[rxKey]struct{}
 
 	unsupported error // the kernel cannot attach the programs: not tried again
 
@@ -90,12 +95,44 @@ func (f *fastPath) closeMaps() {
 	}
 }
 
-// setPeers makes the maps hold t's IPv4 peers: each VTEP MAC's underlay
-// address, and for each peer its subnets (or, with allowForeign, any inner
-// source). Peers whose address is in off are left out: the route to them
-// does not leave through the underlay device. It returns how many peers
-// or subnets could not be written.
+// setPeers makes the maps hold t's IPv4 peers (and remembers t and off):
+// each VTEP MAC's underlay address, and for each peer its subnets (or,
+// with allowForeign, any inner source). Peers whose address is in off are
+// left out: the route to them does not leave through the underlay device.
+// It returns how many peers or subnets could not be written.
 func (f *fastPath) setPeers(t vtep.Table, allowForeign bool, off map[netip.Addr]bool) (failed int, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.table, f.allowForeign, f.off = t, allowForeign, off
+	return f.applyLocked()
+}
+
+// setTable changes the table, keeps the peers left out, and applies both.
+func (f *fastPath) setTable(t vtep.Table, allowForeign bool) (failed int, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.table, f.allowForeign = t, allowForeign
+	return f.applyLocked()
+}
+
+// setOff changes the peers left out and applies the latest table again.
+func (f *fastPath) setOff(off map[netip.Addr]bool) (failed int, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.off = off
+	return f.applyLocked()
+}
+
+// latest returns the latest table and the peers left out.
+func (f *fastPath) latest() (vtep.Table, map[netip.Addr]bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.table, f.off
+}
+
+// applyLocked writes f.table less f.off into the maps; f.mu is held.
+func (f *fastPath) applyLocked() (failed int, err error) {
+	t, allowForeign, off := f.table, f.allowForeign, f.off
 	tx := make(map[txKey][4]byte, len(t))
 	rx := make(map[rxKey]struct{}, len(t))
 	for pfx, v := range t {
@@ -112,8 +149,6 @@ func (f *fastPath) setPeers(t vtep.Table, allowForeign bool, off map[netip.Addr]
 		}
 		rx[rk] = struct{}{}
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	var errs []error
 	// New entries first, stale ones after: a peer that stays is never
 	// missing from the maps in between.
@@ -206,13 +241,16 @@ func (f *fastPath) attach(p progParams) (bool, error) {
 		return false, nil
 	}
 	f.detach()
+	// A program the kernel refuses (the verifier) will be refused again.
 	eg, err := loadProgram("weft_fp_egress", egressProgram(p, f.tx, f.stats))
 	if err != nil {
+		f.unsupported = err
 		return false, err
 	}
 	ing, err := loadProgram("weft_fp_ingress", ingressProgram(p, f.rx, f.stats))
 	if err != nil {
 		eg.Close()
+		f.unsupported = err
 		return false, err
 	}
 	f.egProg, f.ingProg = eg, ing
@@ -261,11 +299,20 @@ func loadProgram(name string, insns asm.Instructions) (*ebpf.Program, error) {
 // underlayIndex returns the index of the device that holds addr, which
 // must be an Ethernet device that sends somewhere: the programs read and
 // write an Ethernet header there, and a loopback or dummy device would
-// swallow what they send.
-func underlayIndex(h *netlink.Handle, addr netip.Addr) (int, error) {
-	addrs, err := h.AddrList(nil, netlink.FAMILY_V4)
-	if err != nil {
-		return 0, fmt.Errorf("list addresses: %w", err)
+// swallow what they send. The device of index last is asked first.
+func underlayIndex(h *netlink.Handle, addr netip.Addr, last int) (int, error) {
+	var addrs []netlink.Addr
+	if l, err := h.LinkByIndex(last); last != 0 && err == nil {
+		addrs, _ = h.AddrList(l, netlink.FAMILY_V4)
+		if !slices.ContainsFunc(addrs, func(a netlink.Addr) bool { ip, _ := netip.AddrFromSlice(a.IP); return ip.Unmap() == addr }) {
+			addrs = nil
+		}
+	}
+	if addrs == nil {
+		var err error
+		if addrs, err = h.AddrList(nil, netlink.FAMILY_V4); err != nil {
+			return 0, fmt.Errorf("list addresses: %w", err)
+		}
 	}
 	for _, a := range addrs {
 		if ip, ok := netip.AddrFromSlice(a.IP); !ok || ip.Unmap() != addr {
@@ -290,7 +337,7 @@ func underlayIndex(h *netlink.Handle, addr netip.Addr) (int, error) {
 // fastParams are the programs' immediates for this datapath.
 func (dp *datapath) fastParams() (progParams, error) {
 	cfg := dp.b.cfg
-	u, err := underlayIndex(dp.h, cfg.Local)
+	u, err := underlayIndex(dp.h, cfg.Local, dp.b.fast.params.underlay)
 	if err != nil {
 		return progParams{}, err
 	}
@@ -320,10 +367,7 @@ func (b *Backend) setFastPeers(t vtep.Table) {
 	if b.fast == nil {
 		return
 	}
-	b.fast.mu.Lock()
-	off := b.fast.off
-	b.fast.mu.Unlock()
-	if failed, err := b.fast.setPeers(t, b.cfg.AllowForeignSources, off); err != nil {
+	if failed, err := b.fast.setTable(t, b.cfg.AllowForeignSources); err != nil {
 		b.ctr.fastMapErrors.Add(1)
 		b.log.Warn("fast path: some peers take the userspace path", "entries", failed, "err", err)
 	}
@@ -372,8 +416,12 @@ func (dp *datapath) syncFast() {
 			dp.b.log.Warn("fast path not attached; the userspace path carries everything", "err", err)
 		}
 		f.detach()
+		// For good, or until a sync attaches them: the peers may as well
+		// hand this node to their userspace paths.
+		dp.b.fastSingle.Store(false)
 		return
 	}
+	dp.b.fastSingle.Store(true)
 	if changed {
 		if dp.b.ctr.fastAttaches.Add(1) > 1 {
 			dp.b.ctr.fastRepairs.Add(1)
@@ -384,19 +432,22 @@ func (dp *datapath) syncFast() {
 	}
 }
 
-// checkFastRoutes is part of the reconciler's sync, after the peers are
-// programmed: it leaves to the userspace path the peers whose route does
-// not leave through the underlay device (the egress program sends through
-// that device only). New peer addresses are checked at once, all of them
-// again on a full sync at most once a minute.
-func (dp *datapath) checkFastRoutes(t vtep.Table, full bool) {
+// checkFastRoutes is part of the reconciler's sync: it leaves to the
+// userspace path the peers whose route (from Local) does not leave through
+// the underlay device, since the egress program sends through that device
+// only. New peer addresses are checked at the next sync, all of them again
+// on a full sync at most once a minute; one whose route cannot be found is
+// left out and asked again at the next sync.
+func (dp *datapath) checkFastRoutes(full bool) {
 	f := dp.b.fast
 	if f == nil || !f.attached {
 		return
 	}
+	t, prev := f.latest()
 	if dp.fastRoutes == nil || (full && time.Since(dp.fastFull) > time.Minute) {
 		dp.fastRoutes, dp.fastFull = map[netip.Addr]bool{}, time.Now()
 	}
+	opts := &netlink.RouteGetOptions{SrcAddr: dp.b.cfg.Local.AsSlice()}
 	off := map[netip.Addr]bool{}
 	for _, v := range t {
 		a := v.Addr.Unmap()
@@ -405,23 +456,25 @@ func (dp *datapath) checkFastRoutes(t vtep.Table, full bool) {
 		}
 		elsewhere, ok := dp.fastRoutes[a]
 		if !ok {
-			rs, err := dp.h.RouteGet(a.AsSlice())
+			rs, err := dp.h.RouteGetWithOptions(a.AsSlice(), opts)
 			elsewhere = err != nil || len(rs) == 0 || rs[0].LinkIndex != f.params.underlay
-			dp.fastRoutes[a] = elsewhere
+			if err == nil {
+				dp.fastRoutes[a] = elsewhere
+			}
 		}
 		if elsewhere {
 			off[a] = true
 		}
 	}
-	f.mu.Lock()
-	same := maps.Equal(off, f.off)
-	f.off = off
-	f.mu.Unlock()
-	if !same {
-		if len(off) > 0 {
-			dp.b.log.Warn("fast path: peers whose route leaves through another device take the userspace path", "peers", len(off))
-		}
-		dp.b.setFastPeers(t)
+	if maps.Equal(off, prev) {
+		return
+	}
+	if len(off) > 0 {
+		dp.b.log.Warn("fast path: peers whose route leaves through another device take the userspace path", "peers", len(off))
+	}
+	if failed, err := f.setOff(off); err != nil {
+		dp.b.ctr.fastMapErrors.Add(1)
+		dp.b.log.Warn("fast path: some peers take the userspace path", "entries", failed, "err", err)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -133,6 +134,33 @@ func TestFastPath(t *testing.T) {
 		}
 		// a's own sends still take the fast path.
 		checkFastCounters(t, after, false)
+	})
+
+	t.Run("a fast node's restart does not hand it over", func(t *testing.T) {
+		// Between its Run's start and the programs' attaching, a fast node's
+		// userspace path carries the frames its TAP queued; were they sent
+		// as UDP GSO super-packets, the peer's ingress program would hand
+		// the node to its userspace path for good.
+		u := nettest.NewUnderlay(t, netip.MustParsePrefix("192.168.77.0/24"), 1500)
+		a := newFastNode(t, u, "a", subnetA)
+		b := newFastNode(t, u, "b", subnetB)
+		connect(t, a, b)
+		errc := make(chan error, 1)
+		go func() { errc <- transferErr(b, a, 200<<20) }()
+		for range 3 {
+			time.Sleep(200 * time.Millisecond)
+			b.stop()
+			b.stop = start(t, b.b, "b")
+			t.Cleanup(b.stop)
+		}
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		st := a.b.Stats()
+		if n := st.Events[EventFastDemoted]; n != 0 {
+			t.Errorf("b handed to a's userspace path (%d) by its restarts", n)
+		}
+		checkFastCounters(t, st, false)
 	})
 
 	t.Run("receive sockets do not ask for udp gro", func(t *testing.T) {

@@ -54,7 +54,7 @@ const (
 	fastRxFrames
 	fastRxBytes
 	fastErrors  // a frame dropped after its headers were changed (cannot be handed on)
-	fastDemoted // peers whose packets the ingress program handed to the userspace path for good
+	fastDemoted // rx entries whose packets the ingress program handed to the userspace path for good
 	_           // (fastDemoted's byte slot, unused)
 	numFastCounters
 )

@@ -41,10 +41,11 @@ func (dp *datapath) sync(full bool) error {
 	if tp == nil {
 		return nil
 	}
-	if err := dp.program(*tp, full || recreated); err != nil {
+	err = dp.program(*tp, full || recreated)
+	dp.checkFastRoutes(full) // needs the peers' addresses only
+	if err != nil {
 		return err
 	}
-	dp.checkFastRoutes(*tp, full)
 	dp.programmed = true
 	dp.b.MarkReady()
 	return nil

@@ -3,6 +3,7 @@ package uvxlan
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -30,8 +31,9 @@ func sendFrom(t *testing.T, n *nettest.NS, src, dst netip.Addr, datagrams ...[]b
 }
 
 // sendFromCsum is sendFrom; without csum the datagrams carry no UDP
-// checksum, as the kernel's VXLAN sends them (only those reach the fast
-// path's checks).
+// checksum, which also makes them cross a veth with no checksum offload
+// state: the receiving stack then checks the inner checksums itself, as for
+// a packet from a NIC.
 func sendFromCsum(t *testing.T, n *nettest.NS, src, dst netip.Addr, csum bool, datagrams ...[]byte) {
 	t.Helper()
 	var c *net.UDPConn
@@ -92,11 +94,12 @@ func icmpFrame(dstMAC, srcMAC subnet.MAC, src, dst netip.Addr, size int) []byte 
 // TestIngressFiltering sends hostile and broken datagrams to a uvxlan node
 // and checks that each is dropped under its reason while traffic goes on.
 //
-// With the fast path on, each is sent without a UDP checksum, as a kernel
-// peer sends, so that it meets the ingress program's checks: it must still
-// reach the userspace path and be counted there. Frames with corrupted
-// inner checksums are the exception: the fast path leaves those to the
-// receiving stack, which must drop them.
+// With the fast path on, each meets the ingress program's checks first: it
+// must still reach the userspace path and be counted there. Frames with
+// corrupted inner checksums are the exception: the fast path leaves those
+// to the receiving stack, which must drop them. A single datagram whose
+// lengths do not agree must go on to the userspace path without handing
+// the peer over.
 func TestIngressFiltering(t *testing.T) {
 	for _, fast := range []bool{false, true} {
 		t.Run(fmt.Sprintf("fastpath=%v", fast), func(t *testing.T) { testIngressFiltering(t, fast) })
@@ -152,7 +155,7 @@ func testIngressFiltering(t *testing.T, fast bool) {
 			st := a.b.Stats()
 			before := st.Drops[tc.reason.String()]
 			src := tc.from.Addr
-			sendFromCsum(t, tc.from.NS, src, a.host.Addr, !fast, tc.pkts...)
+			sendFrom(t, tc.from.NS, src, a.host.Addr, tc.pkts...)
 			waitDrops(t, a.b, tc.reason, before+uint64(len(tc.pkts)))
 			if got := a.b.Stats().Events[EventFastRxFrames]; got != st.Events[EventFastRxFrames] {
 				t.Errorf("the fast path took %d of them", got-st.Events[EventFastRxFrames])
@@ -178,6 +181,24 @@ func testIngressFiltering(t *testing.T, fast bool) {
 		})
 		if n := a.b.Stats().Events[EventFastRxFrames] - st.Events[EventFastRxFrames]; n != 2 {
 			t.Errorf("the fast path took %d of the 2 frames", n)
+		}
+	})
+	t.Run("trailing bytes", func(t *testing.T) {
+		st := a.b.Stats()
+		padded := append(encap(1, good), 0xaa, 0xbb)
+		sendFrom(t, b.host.NS, b.host.Addr, a.host.Addr, padded, padded)
+		eventually(t, "the userspace path sees both", func() error {
+			if n := a.b.Stats().Events[EventIngressWakeups] - st.Events[EventIngressWakeups]; n == 0 {
+				return errors.New("no ingress wake-up")
+			}
+			return nil
+		})
+		after := a.b.Stats()
+		if n := after.Events[EventFastRxFrames] - st.Events[EventFastRxFrames]; n != 0 {
+			t.Errorf("the fast path took %d padded datagrams", n)
+		}
+		if n := after.Events[EventFastDemoted]; n != 0 {
+			t.Errorf("padded single datagrams handed the peer over (%d)", n)
 		}
 	})
 }

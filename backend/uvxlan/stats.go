@@ -160,10 +160,10 @@ const (
 // dropped because its headers were already changed when a helper failed,
 // how often its programs were attached, Sets whose peers did not all fit
 // in its maps, peers it leaves to the userspace path because the route to
-// them does not leave through the underlay device, and peers whose
-// packets its ingress program handed to the userspace path for good (they
-// sent a super-packet of several datagrams; see the package
-// documentation). Its frames count in TxFrames and RxFrames too.
+// them does not leave through the underlay device, and peer entries (a
+// peer and one of its subnets) whose packets its ingress program handed to
+// the userspace path for good (the peer sent a super-packet of several
+// datagrams; see the package documentation). Its frames count in TxFrames and RxFrames too.
 const (
 	EventFastTxFrames  = "fastpath_tx_frames"
 	EventFastTxBytes   = "fastpath_tx_bytes"
@@ -172,6 +172,6 @@ const (
 	EventFastErrors    = "fastpath_errors"
 	EventFastAttaches  = "fastpath_attaches"
 	EventFastMapErrors = "fastpath_map_errors"
-	EventFastDemoted   = "fastpath_demoted_peers"
+	EventFastDemoted   = "fastpath_demoted_entries"
 	EventFastOffDevice = "fastpath_peers_off_device"
 )
