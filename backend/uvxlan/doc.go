@@ -137,7 +137,8 @@
 // # Latency
 //
 // A round trip crosses four goroutine wake-ups (egress and ingress on both
-// nodes), which the kernel's softirq path does not pay: with each node in a
+// nodes), which the kernel's softirq path does not pay (nor does the fast
+// path, below, which runs in it): with each node in a
 // process of its own, as weftd runs, bench/dataplane measured a median
 // round trip 3.0 (one core kept busy) to 5.1 (quiet) times the kernel's on
 // a 2-core VM (2026-12-01 13:12), where waking a thread on the other, idle
