@@ -45,11 +45,11 @@ func StartCluster(dir string, n int) (*Cluster, error) {
 	}
 	c := &Cluster{}
 	var initial []string
-	for i := range n {
-		port, err := freePort()
-		if err != nil {
-			return nil, fmt.Errorf("start etcd cluster: %w", err)
-		}
+	ports, err := freePorts(n)
+	if err != nil {
+		return nil, fmt.Errorf("start etcd cluster: %w", err)
+	}
+	for i, port := range ports {
 		m := &Member{
 			Name:    fmt.Sprintf("m%d", i),
 			dir:     filepath.Join(dir, fmt.Sprintf("m%d", i)),

@@ -123,12 +123,19 @@ func waitReady(e *embed.Etcd) error {
 // Close stops the server; closing again does nothing.
 func (s *Server) Close() { s.closeOnce.Do(s.etcd.Close) }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
+// freePorts returns n different TCP ports on 127.0.0.1 that were free a
+// moment ago. Each listener stays open until all are found: closed at once,
+// the kernel may hand the same port out again (two members of a cluster
+// then got one peer port).
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports, nil
 }
