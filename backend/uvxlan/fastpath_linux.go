@@ -16,7 +16,6 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"github.com/weft-net/weft/backend"
-	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
 	"golang.org/x/sys/unix"
 )
@@ -95,19 +94,10 @@ func (f *fastPath) closeMaps() {
 	}
 }
 
-// setPeers makes the maps hold t's IPv4 peers (and remembers t and off):
-// each VTEP MAC's underlay address, and for each peer its subnets (or,
-// with allowForeign, any inner source). Peers whose address is in off are
-// left out: the route to them does not leave through the underlay device.
-// It returns how many peers or subnets could not be written.
-func (f *fastPath) setPeers(t vtep.Table, allowForeign bool, off map[netip.Addr]bool) (failed int, err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.table, f.allowForeign, f.off = t, allowForeign, off
-	return f.applyLocked()
-}
-
-// setTable changes the table, keeps the peers left out, and applies both.
+// setTable makes the maps hold t's IPv4 peers, less those left out
+// (setOff): each VTEP MAC's underlay address, and for each peer its subnets
+// (or, with allowForeign, any inner source). It returns how many peers or
+// subnets could not be written.
 func (f *fastPath) setTable(t vtep.Table, allowForeign bool) (failed int, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -115,7 +105,8 @@ func (f *fastPath) setTable(t vtep.Table, allowForeign bool) (failed int, err er
 	return f.applyLocked()
 }
 
-// setOff changes the peers left out and applies the latest table again.
+// setOff changes the peers left out, whose route does not leave through the
+// underlay device, and applies the latest table again.
 func (f *fastPath) setOff(off map[netip.Addr]bool) (failed int, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -302,8 +293,10 @@ func loadProgram(name string, insns asm.Instructions) (*ebpf.Program, error) {
 // swallow what they send. The device of index last is asked first.
 func underlayIndex(h *netlink.Handle, addr netip.Addr, last int) (int, error) {
 	var addrs []netlink.Addr
-	if l, err := h.LinkByIndex(last); last != 0 && err == nil {
-		addrs, _ = h.AddrList(l, netlink.FAMILY_V4)
+	if last != 0 {
+		if l, err := h.LinkByIndex(last); err == nil {
+			addrs, _ = h.AddrList(l, netlink.FAMILY_V4)
+		}
 		if !slices.ContainsFunc(addrs, func(a netlink.Addr) bool { ip, _ := netip.AddrFromSlice(a.IP); return ip.Unmap() == addr }) {
 			addrs = nil
 		}
@@ -341,7 +334,7 @@ func (dp *datapath) fastParams() (progParams, error) {
 	if err != nil {
 		return progParams{}, err
 	}
-	return progParams{local: cfg.Local, vni: cfg.VNI, port: cfg.Port, mac: subnet.MAC(cfg.MAC), mtu: cfg.MTU,
+	return progParams{local: cfg.Local, vni: cfg.VNI, port: cfg.Port, mac: cfg.MAC, mtu: cfg.MTU,
 		tap: dp.linkIndex, underlay: u}, nil
 }
 

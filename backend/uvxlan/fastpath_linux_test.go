@@ -244,19 +244,17 @@ func TestFastPath(t *testing.T) {
 		if got := a.b.Stats().Events[EventFastTxFrames]; got <= sent {
 			t.Errorf("no frame took the fast path after the repair (%d, %d before)", got, sent)
 		}
-		for _, c := range []struct {
+		hooks := []struct {
 			dev    string
 			attach ebpf.AttachType
-		}{{"weft-u.1", ebpf.AttachTCXEgress}, {"eth0", ebpf.AttachTCXIngress}} {
+		}{{"weft-u.1", ebpf.AttachTCXEgress}, {"eth0", ebpf.AttachTCXIngress}}
+		for _, c := range hooks {
 			if n := attachedPrograms(t, a.host.NS, c.dev, c.attach); n != 1 {
 				t.Errorf("%s %v: %d programs attached while running, want 1", c.dev, c.attach, n)
 			}
 		}
 		a.stop()
-		for _, c := range []struct {
-			dev    string
-			attach ebpf.AttachType
-		}{{"weft-u.1", ebpf.AttachTCXEgress}, {"eth0", ebpf.AttachTCXIngress}} {
+		for _, c := range hooks {
 			if n := attachedPrograms(t, a.host.NS, c.dev, c.attach); n != 0 {
 				t.Errorf("%s %v: %d programs attached after Run returned", c.dev, c.attach, n)
 			}
@@ -285,7 +283,7 @@ func TestFastPathSetPeers(t *testing.T) {
 		{},
 	}
 	for i, tab := range tables {
-		if _, err := f.setPeers(tab, false, nil); err != nil {
+		if _, err := f.setTable(tab, false); err != nil {
 			t.Fatal(err)
 		}
 		want := vtep.Table{}
@@ -301,14 +299,20 @@ func TestFastPathSetPeers(t *testing.T) {
 	moved := mac(1)
 	moved.Addr = netip.MustParseAddr("192.168.0.11")
 	tab := vtep.Table{sn("10.244.1.0/24"): moved, sn("10.244.2.0/24"): mac(2)}
-	if _, err := f.setPeers(tab, false, map[netip.Addr]bool{mac(2).Addr: true}); err != nil {
+	if _, err := f.setOff(map[netip.Addr]bool{mac(2).Addr: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.setTable(tab, false); err != nil {
 		t.Fatal(err)
 	}
 	t.Run("moved and off", func(t *testing.T) { checkFastMaps(t, b, vtep.Table{sn("10.244.1.0/24"): moved}) })
-	if _, err := f.setPeers(vtep.Table{}, false, nil); err != nil {
+	if _, err := f.setTable(vtep.Table{}, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.setPeers(vtep.Table{sn("10.244.1.0/24"): mac(1)}, true, nil); err != nil {
+	if _, err := f.setOff(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.setTable(vtep.Table{sn("10.244.1.0/24"): mac(1)}, true); err != nil {
 		t.Fatal(err)
 	}
 	var rk rxKey

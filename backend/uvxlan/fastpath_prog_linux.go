@@ -43,9 +43,7 @@ const (
 
 // encapLen is what VXLAN over IPv4 puts in front of the inner frame after
 // the outer Ethernet header: IPv4, UDP, VXLAN and the inner Ethernet header.
-const encapLen = ipv4HeaderLen + udpHeaderLen + vxlanHeaderLen + ethHeaderLen
-
-const ipv4HeaderLen = 20 // without options
+const encapLen = ipv4HeaderLenMin + udpHeaderLen + vxlanHeaderLen + ethHeaderLen
 
 // Counter slots of the per-CPU stats array's one element.
 const (
@@ -55,7 +53,6 @@ const (
 	fastRxBytes
 	fastErrors  // a frame dropped after its headers were changed (cannot be handed on)
 	fastDemoted // rx entries whose packets the ingress program handed to the userspace path for good
-	_           // (fastDemoted's byte slot, unused)
 	numFastCounters
 )
 
@@ -94,42 +91,63 @@ type progParams struct {
 	underlay int        // ifindex of the device that holds local
 }
 
-// countInsns adds 1 to counter slot frames and the value of lenReg to the
-// slot after it, then goes on at label; it uses R0-R2 and fp-4.
-func countInsns(stats *ebpf.Map, frames int, lenReg asm.Register, label string) asm.Instructions {
-	return asm.Instructions{
+// countInsns adds 1 to counter slot and, unless bytes is R0, the value of
+// bytes to the slot after it, then goes on at next; it uses R0-R2 and fp-4.
+func countInsns(stats *ebpf.Map, slot int, bytes asm.Register, next string) asm.Instructions {
+	insns := asm.Instructions{
 		asm.StoreImm(asm.R10, -4, 0, asm.Word),
 		asm.LoadMapPtr(asm.R1, stats.FD()),
 		asm.Mov.Reg(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, -4),
 		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, label),
-		asm.LoadMem(asm.R1, asm.R0, int16(frames*8), asm.DWord),
+		asm.JEq.Imm(asm.R0, 0, next),
+		asm.LoadMem(asm.R1, asm.R0, int16(slot*8), asm.DWord),
 		asm.Add.Imm(asm.R1, 1),
-		asm.StoreMem(asm.R0, int16(frames*8), asm.R1, asm.DWord),
-		asm.LoadMem(asm.R1, asm.R0, int16(frames*8+8), asm.DWord),
-		asm.Add.Reg(asm.R1, lenReg),
-		asm.StoreMem(asm.R0, int16(frames*8+8), asm.R1, asm.DWord),
+		asm.StoreMem(asm.R0, int16(slot*8), asm.R1, asm.DWord),
 	}
+	if bytes != asm.R0 {
+		insns = append(insns,
+			asm.LoadMem(asm.R1, asm.R0, int16(slot*8+8), asm.DWord),
+			asm.Add.Reg(asm.R1, bytes),
+			asm.StoreMem(asm.R0, int16(slot*8+8), asm.R1, asm.DWord),
+		)
+	}
+	return insns
 }
 
 // errorInsns counts an error and drops the frame (its headers are half
-// changed, so it cannot be handed on).
+// changed, so it cannot be handed on), and holds the "pass" exit.
 func errorInsns(stats *ebpf.Map) asm.Instructions {
-	return asm.Instructions{
-		asm.StoreImm(asm.R10, -4, 0, asm.Word).WithSymbol("error"),
-		asm.LoadMapPtr(asm.R1, stats.FD()),
-		asm.Mov.Reg(asm.R2, asm.R10),
-		asm.Add.Imm(asm.R2, -4),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "shot"),
-		asm.LoadMem(asm.R1, asm.R0, fastErrors*8, asm.DWord),
-		asm.Add.Imm(asm.R1, 1),
-		asm.StoreMem(asm.R0, fastErrors*8, asm.R1, asm.DWord),
+	insns := countInsns(stats, fastErrors, asm.R0, "shot")
+	insns[0] = insns[0].WithSymbol("error")
+	return append(insns,
 		asm.Mov.Imm(asm.R0, tcActShot).WithSymbol("shot"),
 		asm.Return(),
 		asm.Mov.Imm(asm.R0, tcxNext).WithSymbol("pass"),
 		asm.Return(),
+	)
+}
+
+// headerSumInsns leaves in R0 the folded 16-bit sum of the 20-byte IPv4
+// header at fp+off (0xffff for a header with a correct checksum); it uses
+// R0-R5.
+func headerSumInsns(off int16) asm.Instructions {
+	return asm.Instructions{
+		asm.Mov.Imm(asm.R1, 0),
+		asm.Mov.Imm(asm.R2, 0),
+		asm.Mov.Reg(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, int32(off)),
+		asm.Mov.Imm(asm.R4, ipv4HeaderLenMin),
+		asm.Mov.Imm(asm.R5, 0),
+		asm.FnCsumDiff.Call(),
+		asm.Mov.Reg(asm.R2, asm.R0),
+		asm.RSh.Imm(asm.R2, 16),
+		asm.And.Imm(asm.R0, 0xffff),
+		asm.Add.Reg(asm.R0, asm.R2),
+		asm.Mov.Reg(asm.R2, asm.R0),
+		asm.RSh.Imm(asm.R2, 16),
+		asm.And.Imm(asm.R0, 0xffff),
+		asm.Add.Reg(asm.R0, asm.R2),
 	}
 }
 
@@ -158,9 +176,9 @@ func egressProgram(p progParams, tx, stats *ebpf.Map) asm.Instructions {
 	insns := asm.Instructions{
 		asm.Mov.Reg(R6, R1),
 		asm.LoadMem(R2, R6, skbProtocol, asm.Word),
-		asm.JNE.Imm(R2, be16(0x0800), "pass"),
+		asm.JNE.Imm(R2, be16(etherTypeIPv4), "pass"),
 		asm.LoadMem(R8, R6, skbLen, asm.Word),
-		asm.JGT.Imm(R8, 0xffff-(ipv4HeaderLen+udpHeaderLen+vxlanHeaderLen), "pass"), // the outer length must fit
+		asm.JGT.Imm(R8, 0xffff-(ipv4HeaderLenMin+udpHeaderLen+vxlanHeaderLen), "pass"), // the outer length must fit
 		// The frame's Ethernet header becomes the inner one.
 		asm.Mov.Reg(R1, R6),
 		asm.Mov.Imm(R2, 0),
@@ -204,14 +222,14 @@ func egressProgram(p progParams, tx, stats *ebpf.Map) asm.Instructions {
 		asm.StoreImm(R10, hdr+2, 0, asm.Word),
 		asm.StoreImm(R10, hdr+6, 0, asm.Word),
 		asm.StoreImm(R10, hdr+10, 0, asm.Half),
-		asm.StoreImm(R10, hdr+12, int64(be16(0x0800)), asm.Half),
+		asm.StoreImm(R10, hdr+12, int64(be16(etherTypeIPv4)), asm.Half),
 		// Outer IPv4: no DF and a random ID, as the kernel's VXLAN by
 		// default; TTL 64.
 		asm.FnGetPrandomU32.Call(),
 		asm.StoreMem(R10, ip+4, R0, asm.Half),
 		asm.StoreImm(R10, ip, int64(be16(0x4500)), asm.Half),
 		asm.Mov.Reg(R2, R8),
-		asm.Add.Imm(R2, ipv4HeaderLen+udpHeaderLen+vxlanHeaderLen),
+		asm.Add.Imm(R2, ipv4HeaderLenMin+udpHeaderLen+vxlanHeaderLen),
 		asm.HostTo(asm.BE, R2, asm.Half),
 		asm.StoreMem(R10, ip+2, R2, asm.Half),
 		asm.StoreImm(R10, ip+6, 0, asm.Half),
@@ -228,24 +246,12 @@ func egressProgram(p progParams, tx, stats *ebpf.Map) asm.Instructions {
 		asm.StoreMem(R10, udp+4, R2, asm.Half),
 		asm.StoreImm(R10, udp+6, 0, asm.Half),
 		// VXLAN: the I flag and our VNI.
-		asm.StoreImm(R10, vx, int64(be32(0x08000000)), asm.Word),
+		asm.StoreImm(R10, vx, int64(be32(vxlanFlagI<<24)), asm.Word),
 		asm.StoreImm(R10, vx+4, int64(be32(uint32(p.vni)<<8)), asm.Word),
 		// The outer IPv4 header checksum.
-		asm.Mov.Imm(R1, 0),
-		asm.Mov.Imm(R2, 0),
-		asm.Mov.Reg(R3, R10),
-		asm.Add.Imm(R3, ip),
-		asm.Mov.Imm(R4, ipv4HeaderLen),
-		asm.Mov.Imm(R5, 0),
-		asm.FnCsumDiff.Call(),
-		asm.Mov.Reg(R2, R0),
-		asm.RSh.Imm(R2, 16),
-		asm.And.Imm(R0, 0xffff),
-		asm.Add.Reg(R0, R2),
-		asm.Mov.Reg(R2, R0),
-		asm.RSh.Imm(R2, 16),
-		asm.And.Imm(R0, 0xffff),
-		asm.Add.Reg(R0, R2),
+	}
+	insns = append(insns, headerSumInsns(ip)...)
+	insns = append(insns,
 		asm.Xor.Imm(R0, 0xffff),
 		asm.StoreMem(R10, ip+10, R0, asm.Half),
 		asm.Mov.Reg(R1, R6),
@@ -256,7 +262,7 @@ func egressProgram(p progParams, tx, stats *ebpf.Map) asm.Instructions {
 		asm.Mov.Imm(R5, 0),
 		asm.FnSkbStoreBytes.Call(),
 		asm.JNE.Imm(R0, 0, "error"),
-	}
+	)
 	insns = append(insns, countInsns(stats, fastTxFrames, R8, "send")...)
 	insns = append(insns,
 		asm.Mov.Imm(R1, int32(p.underlay)).WithSymbol("send"),
@@ -303,7 +309,7 @@ func ingressProgram(p progParams, rx, stats *ebpf.Map) asm.Instructions {
 	insns := asm.Instructions{
 		asm.Mov.Reg(R6, R1),
 		asm.LoadMem(R2, R6, skbProtocol, asm.Word),
-		asm.JNE.Imm(R2, be16(0x0800), "pass"),
+		asm.JNE.Imm(R2, be16(etherTypeIPv4), "pass"),
 		asm.LoadMem(R2, R6, skbPktType, asm.Word),
 		asm.JNE.Imm(R2, 0, "pass"), // PACKET_HOST only
 		asm.LoadMem(R2, R6, skbVLANPresent, asm.Word),
@@ -312,7 +318,7 @@ func ingressProgram(p progParams, rx, stats *ebpf.Map) asm.Instructions {
 		asm.Mov.Imm(R2, 0),
 		asm.Mov.Reg(R3, R10),
 		asm.Add.Imm(R3, buf),
-		asm.Mov.Imm(R4, ethHeaderLen+encapLen+ipv4HeaderLen),
+		asm.Mov.Imm(R4, ethHeaderLen+encapLen+ipv4HeaderLenMin),
 		asm.FnSkbLoadBytes.Call(),
 		asm.JNE.Imm(R0, 0, "pass"),
 		// Outer IPv4 without options or fragmentation, UDP, to us.
@@ -329,7 +335,7 @@ func ingressProgram(p progParams, rx, stats *ebpf.Map) asm.Instructions {
 		asm.JNE.Imm(R2, be16(uint16(p.port)), "pass"),
 		// VXLAN: exactly the I flag, our VNI.
 		asm.LoadMem(R2, R10, vx, asm.Word),
-		asm.JNE.Imm32(R2, be32(0x08000000), "pass"),
+		asm.JNE.Imm32(R2, be32(vxlanFlagI<<24), "pass"),
 		asm.LoadMem(R2, R10, vx+4, asm.Word),
 		asm.JNE.Imm32(R2, be32(uint32(p.vni)<<8), "pass"),
 		// Inner Ethernet to our VTEP MAC, carrying IPv4.
@@ -338,7 +344,7 @@ func ingressProgram(p progParams, rx, stats *ebpf.Map) asm.Instructions {
 		asm.LoadMem(R2, R10, inner+4, asm.Half),
 		asm.JNE.Imm(R2, be16(binary.BigEndian.Uint16(m[4:6])), "pass"),
 		asm.LoadMem(R2, R10, inner+12, asm.Half),
-		asm.JNE.Imm(R2, be16(0x0800), "pass"),
+		asm.JNE.Imm(R2, be16(etherTypeIPv4), "pass"),
 		asm.LoadMem(R2, R10, iip, asm.Byte),
 		asm.RSh.Imm(R2, 4),
 		asm.JNE.Imm(R2, 4, "pass"),
@@ -350,21 +356,9 @@ func ingressProgram(p progParams, rx, stats *ebpf.Map) asm.Instructions {
 		asm.HostTo(asm.BE, R7, asm.Half), // inner IPv4 length
 		asm.JLT.Reg(R7, R2, "pass"),
 		// The outer IPv4 header checksum, as ip_rcv checks it.
-		asm.Mov.Imm(R1, 0),
-		asm.Mov.Imm(R2, 0),
-		asm.Mov.Reg(R3, R10),
-		asm.Add.Imm(R3, ip),
-		asm.Mov.Imm(R4, ipv4HeaderLen),
-		asm.Mov.Imm(R5, 0),
-		asm.FnCsumDiff.Call(),
-		asm.Mov.Reg(R2, R0),
-		asm.RSh.Imm(R2, 16),
-		asm.And.Imm(R0, 0xffff),
-		asm.Add.Reg(R0, R2),
-		asm.Mov.Reg(R2, R0),
-		asm.RSh.Imm(R2, 16),
-		asm.And.Imm(R0, 0xffff),
-		asm.Add.Reg(R0, R2),
+	}
+	insns = append(insns, headerSumInsns(ip)...)
+	insns = append(insns,
 		asm.JNE.Imm(R0, 0xffff, "pass"),
 		// rx[outer source, inner source]: a peer's, and inside its subnets;
 		// its value says whether the peer's packets take the fast path.
@@ -394,7 +388,7 @@ func ingressProgram(p progParams, rx, stats *ebpf.Map) asm.Instructions {
 		asm.JNE.Reg(R3, R4, "mismatch"),
 		asm.LoadMem(R4, R10, ip+2, asm.Half),
 		asm.HostTo(asm.BE, R4, asm.Half),
-		asm.Add.Imm(R3, ipv4HeaderLen),
+		asm.Add.Imm(R3, ipv4HeaderLenMin),
 		asm.JNE.Reg(R4, R3, "mismatch"),
 		asm.LoadMem(R3, R6, skbLen, asm.Word),
 		asm.Add.Imm(R4, ethHeaderLen),
@@ -404,7 +398,7 @@ func ingressProgram(p progParams, rx, stats *ebpf.Map) asm.Instructions {
 		asm.JNE.Imm(R8, 0, "gso"),
 		asm.JGT.Imm(R7, int32(p.mtu), "pass"),
 		asm.Ja.Label("decap"),
-		asm.JGT.Imm(R8, int32(p.mtu-ipv4HeaderLen-20), "pass").WithSymbol("gso"),
+		asm.JGT.Imm(R8, int32(p.mtu-ipv4HeaderLenMin-tcpHeaderLenMin), "pass").WithSymbol("gso"),
 		// Take off outer IPv4, UDP, VXLAN and the inner Ethernet header
 		// (the MSS stays), then put the inner MACs where the outer were.
 		asm.Mov.Reg(R1, R6).WithSymbol("decap"),
@@ -422,7 +416,7 @@ func ingressProgram(p progParams, rx, stats *ebpf.Map) asm.Instructions {
 		asm.FnSkbStoreBytes.Call(),
 		asm.JNE.Imm(R0, 0, "error"),
 		asm.LoadMem(R8, R6, skbLen, asm.Word),
-	}
+	)
 	insns = append(insns, countInsns(stats, fastRxFrames, R8, "deliver")...)
 	insns = append(insns,
 		asm.Mov.Imm(R1, int32(p.tap)).WithSymbol("deliver"),
@@ -436,9 +430,8 @@ func ingressProgram(p progParams, rx, stats *ebpf.Map) asm.Instructions {
 		asm.Mov.Imm(R2, rxUserspace),
 		xchg(R9, R2),
 		asm.JNE.Imm(R2, rxFast, "pass"),
-		asm.Mov.Imm(R8, 0),
 	)
-	insns = append(insns, countInsns(stats, fastDemoted, R8, "pass")...)
+	insns = append(insns, countInsns(stats, fastDemoted, asm.R0, "pass")...)
 	insns = append(insns, asm.Ja.Label("pass"))
 	return append(insns, errorInsns(stats)...)
 }
