@@ -147,7 +147,7 @@ func (m *Member) Start() error {
 		return fmt.Errorf("etcd member %s: %w", m.Name, err)
 	}
 	if err := waitReady(e); err != nil {
-		e.Close()
+		abandon(e)
 		return fmt.Errorf("etcd member %s: %w", m.Name, err)
 	}
 	m.etcd = e

@@ -22,7 +22,7 @@ import (
 )
 
 // readyTimeout bounds how long a start waits for etcd to serve.
-const readyTimeout = 30 * time.Second
+var readyTimeout = 30 * time.Second // a variable for a test
 
 // Server is a running embedded etcd member.
 type Server struct {
@@ -103,7 +103,7 @@ func startSingle(cfg *embed.Config) (*embed.Etcd, error) {
 		return nil, fmt.Errorf("start etcd: %w", err)
 	}
 	if err := waitReady(e); err != nil {
-		e.Close()
+		abandon(e)
 		return nil, fmt.Errorf("start etcd: %w", err)
 	}
 	return e, nil
@@ -118,6 +118,15 @@ func waitReady(e *embed.Etcd) error {
 	case <-time.After(readyTimeout):
 		return fmt.Errorf("not ready after %s", readyTimeout)
 	}
+}
+
+// abandon stops a server that never became ready. Its Close would wait for
+// client servers that start only once it is ready, forever (a test's
+// cleanup then hung until go test's timeout): raft is stopped at once and
+// the rest closes in the background, without anyone waiting for it.
+func abandon(e *embed.Etcd) {
+	e.Server.HardStop()
+	go e.Close()
 }
 
 // Close stops the server; closing again does nothing.

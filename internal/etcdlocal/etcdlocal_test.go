@@ -174,3 +174,30 @@ func writeThenPause(t *testing.T, p *Proxy) (context.Context, *clientv3.Client) 
 	}
 	return ctx, c
 }
+
+// TestStartNotReadyReturns starts one member of three whose others are
+// down: it cannot become ready, and Start must return an error instead of
+// hanging in etcd's Close (which waits for client servers that start only
+// once the member is ready), and so must the cluster's Close after it.
+func TestStartNotReadyReturns(t *testing.T) {
+	cl, err := StartCluster(t.TempDir(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range cl.Members {
+		m.Kill()
+	}
+	old := readyTimeout
+	readyTimeout = time.Second
+	defer func() { readyTimeout = old }()
+	done := make(chan error, 1)
+	go func() { err := cl.Members[0].Start(); cl.Close(); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("a member without quorum started")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Start or Close of a member that cannot become ready did not return")
+	}
+}
