@@ -10,7 +10,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 )
 
 // messyNS is a namespace whose overlay link (a VXLAN device, vx0) and
@@ -46,7 +46,7 @@ func messyNS(t *testing.T) (*nettest.NS, int) {
 		{"ip", "-6", "route", "add", "fd00:9::/64", "via", "fd05::2", "proto", "87", "metric", "7"},
 		{"ip", "-6", "route", "add", "fd00:8::/64", "via", "fd05::3"},
 	} {
-		ns.MustRun(t, cmd...)
+		nettest.MustRun(t, ns, cmd...)
 	}
 	l, err := ns.Handle.LinkByName("vx0")
 	if err != nil {

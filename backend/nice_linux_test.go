@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/weft-net/weft/internal/testkit/nettest"
 )
 
 // TestSetProcessNice runs in a child process (the nice value would stay
@@ -17,8 +19,8 @@ func TestSetProcessNice(t *testing.T) {
 		niceChild(t)
 		return
 	}
-	if os.Geteuid() != 0 && os.Getenv("CI") == "" {
-		t.Skip("lowering the nice value needs root")
+	if os.Geteuid() != 0 {
+		nettest.CannotRun(t, nettest.SkipRoot, "lowering the nice value needs root")
 	}
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestSetProcessNice$", "-test.v")
 	cmd.Env = append(os.Environ(), "WEFT_NICE_CHILD=1")

@@ -6,7 +6,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
 )
@@ -49,8 +49,8 @@ func (s *entrySteps) Remove(e vtep.Entry) error { delete(s.have, e); return nil 
 // nothing to do.
 func TestApplyMatchesSync(t *testing.T) {
 	ns := nettest.NewNS(t, "apply")
-	ns.MustRun(t, "ip", "tuntap", "add", "dev", "tap0", "mode", "tap")
-	ns.MustRun(t, "ip", "link", "set", "tap0", "up")
+	nettest.MustRun(t, ns, "ip", "tuntap", "add", "dev", "tap0", "mode", "tap")
+	nettest.MustRun(t, ns, "ip", "link", "set", "tap0", "up")
 	l, err := ns.Handle.LinkByName("tap0")
 	if err != nil {
 		t.Fatal(err)

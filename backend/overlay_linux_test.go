@@ -8,7 +8,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
 )
@@ -23,12 +23,12 @@ type orderCheck struct {
 }
 
 func (o *orderCheck) Ensure(peers []vtep.Entry) (int, error) {
-	neigh := o.ns.MustRun(o.t, "ip", "neigh", "show", "dev", "tap0")
+	neigh := nettest.MustRun(o.t, o.ns, "ip", "neigh", "show", "dev", "tap0")
 	for _, p := range peers {
 		if !strings.Contains(neigh, Gateway(p.Subnet).String()+" ") {
 			o.t.Errorf("step ran before the neighbour of %s:\n%s", p.Subnet, neigh)
 		}
-		if r := o.ns.MustRun(o.t, "ip", "route", "show", p.Subnet.String()); r != "" {
+		if r := nettest.MustRun(o.t, o.ns, "ip", "route", "show", p.Subnet.String()); r != "" {
 			o.t.Errorf("step ran after the route of %s: %s", p.Subnet, r)
 		}
 		o.ensured = append(o.ensured, p.Subnet.String())
@@ -46,8 +46,8 @@ func (o *orderCheck) Prune(peers []vtep.Entry) (int, error) {
 // adoption with nothing to do, and removal.
 func TestOverlayOnTAP(t *testing.T) {
 	ns := nettest.NewNS(t, "ovl")
-	ns.MustRun(t, "ip", "tuntap", "add", "dev", "tap0", "mode", "tap")
-	ns.MustRun(t, "ip", "link", "set", "tap0", "up")
+	nettest.MustRun(t, ns, "ip", "tuntap", "add", "dev", "tap0", "mode", "tap")
+	nettest.MustRun(t, ns, "ip", "link", "set", "tap0", "up")
 	l, err := ns.Handle.LinkByName("tap0")
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +73,7 @@ func TestOverlayOnTAP(t *testing.T) {
 		t.Errorf("step saw %v, want %v", step.ensured, want)
 	}
 	show := func(argv ...string) string {
-		return strings.Join(strings.Fields(ns.MustRun(t, argv...)), " ")
+		return strings.Join(strings.Fields(nettest.MustRun(t, ns, argv...)), " ")
 	}
 	for _, c := range []struct{ argv, want string }{
 		{"ip -4 neigh show dev tap0 nud permanent", "10.244.2.0 lladdr 0a:00:00:00:00:02 PERMANENT"},

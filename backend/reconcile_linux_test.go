@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 )
 
 // TestLostSubscription: when a subscription ends on its own, the watch is

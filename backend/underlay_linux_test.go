@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 )
 
 // TestFindUnderlayOrder checks flanneld's selection order: each --iface in
@@ -14,14 +14,14 @@ import (
 func TestFindUnderlayOrder(t *testing.T) {
 	ns := nettest.NewNS(t, "ul")
 	for _, l := range []struct{ name, addr string }{{"ua", "10.1.0.1/24"}, {"ub", "10.2.0.1/24"}, {"uc", "10.3.0.1/24"}} {
-		ns.MustRun(t, "ip", "link", "add", l.name, "type", "veth", "peer", "name", l.name+"p")
-		ns.MustRun(t, "ip", "addr", "add", l.addr, "dev", l.name)
-		ns.MustRun(t, "ip", "link", "set", l.name, "up")
-		ns.MustRun(t, "ip", "link", "set", l.name+"p", "up")
+		nettest.MustRun(t, ns, "ip", "link", "add", l.name, "type", "veth", "peer", "name", l.name+"p")
+		nettest.MustRun(t, ns, "ip", "addr", "add", l.addr, "dev", l.name)
+		nettest.MustRun(t, ns, "ip", "link", "set", l.name, "up")
+		nettest.MustRun(t, ns, "ip", "link", "set", l.name+"p", "up")
 	}
-	ns.MustRun(t, "ip", "addr", "add", "10.3.0.9/24", "dev", "uc")
-	ns.MustRun(t, "ip", "route", "add", "default", "via", "10.2.0.254")
-	ns.MustRun(t, "ip", "route", "add", "172.16.0.0/16", "via", "10.3.0.254", "src", "10.3.0.9")
+	nettest.MustRun(t, ns, "ip", "addr", "add", "10.3.0.9/24", "dev", "uc")
+	nettest.MustRun(t, ns, "ip", "route", "add", "default", "via", "10.2.0.254")
+	nettest.MustRun(t, ns, "ip", "route", "add", "172.16.0.0/16", "via", "10.3.0.254", "src", "10.3.0.9")
 	tests := []struct {
 		name     string
 		q        UnderlayQuery

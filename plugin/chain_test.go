@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/weft-net/weft/internal/nettest"
-	"github.com/weft-net/weft/plugin/plugintest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
+	"github.com/weft-net/weft/internal/testkit/plugintest"
 	"github.com/weft-net/weft/subnet"
 )
 
@@ -27,7 +27,7 @@ func TestChainWithPortmap(t *testing.T) {
 		if d := a.Result.DNS; len(d.Nameservers) != 1 || d.Nameservers[0] != "10.96.0.10" || len(d.Search) != 1 {
 			t.Errorf("dns in result: %+v", d)
 		}
-		if out := e.node.MustRun(t, "ip", "-d", "link", "show", a.Result.Interfaces[1].Name); !strings.Contains(out, "hairpin on") {
+		if out := nettest.MustRun(t, e.node, "ip", "-d", "link", "show", a.Result.Interfaces[1].Name); !strings.Contains(out, "hairpin on") {
 			t.Errorf("host veth without hairpin (the default):\n%s", out)
 		}
 	})
@@ -77,7 +77,7 @@ func delTwice(t *testing.T, e *env, n *plugintest.Node, pods ...*plugintest.Pod)
 	if left := storeFiles(t, e.dataDir, "weft"); len(left) != 0 {
 		t.Errorf("allocations left: %v", left)
 	}
-	if rules := e.node.MustRun(t, "nft", "list", "ruleset"); strings.Contains(rules, "8080") {
+	if rules := nettest.MustRun(t, e.node, "nft", "list", "ruleset"); strings.Contains(rules, "8080") {
 		t.Errorf("portmap rules left after DEL:\n%s", rules)
 	}
 }
@@ -143,7 +143,7 @@ func TestMasquerade(t *testing.T) {
 	n := e.newNode(t, plugintest.Options{})
 	a := n.AddPod(t, "a")
 	ping(t, a.NS, extAddr)
-	rules := e.node.MustRun(t, "nft", "list", "table", "ip", "weft-cni")
+	rules := nettest.MustRun(t, e.node, "nft", "list", "table", "ip", "weft-cni")
 	if !strings.Contains(rules, "ip saddr 10.244.59.0/24 ip daddr != 10.244.0.0/16") || !strings.Contains(rules, "masquerade") {
 		t.Errorf("masquerade rule:\n%s", rules)
 	}
@@ -183,7 +183,7 @@ func TestDualStack(t *testing.T) {
 	if err := n.Check(a); err != nil {
 		t.Errorf("CHECK: %v", err)
 	}
-	if out := e.node.MustRun(t, "nft", "list", "table", "ip6", "weft-cni"); !strings.Contains(out, "fd00:10:244:50::/64") {
+	if out := nettest.MustRun(t, e.node, "nft", "list", "table", "ip6", "weft-cni"); !strings.Contains(out, "fd00:10:244:50::/64") {
 		t.Errorf("ip6 masquerade rule:\n%s", out)
 	}
 }
@@ -202,7 +202,7 @@ func TestIPv6Only(t *testing.T) {
 		t.Fatalf("IPs %v / %v", a.Result.IPs, b.Result.IPs)
 	}
 	ping(t, a.NS, b.IP)
-	if out := a.NS.MustRun(t, "ip", "-6", "route", "show", "default"); !strings.Contains(out, "via fd00:10:244:50::1") {
+	if out := nettest.MustRun(t, a.NS, "ip", "-6", "route", "show", "default"); !strings.Contains(out, "via fd00:10:244:50::1") {
 		t.Errorf("default route: %s", out)
 	}
 	if err := n.Check(a); err != nil {

@@ -8,8 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weft-net/weft/internal/nettest"
-	"github.com/weft-net/weft/plugin/plugintest"
+	"github.com/weft-net/weft/internal/namespace"
+	"github.com/weft-net/weft/internal/testkit/nettest"
+	"github.com/weft-net/weft/internal/testkit/plugintest"
 )
 
 // TestBadInput runs the binary with broken input; each case must print a
@@ -53,10 +54,10 @@ func badInputs(t *testing.T, e *env, pod *nettest.NS) []badInput {
 	os.WriteFile(notNS, nil, 0o644)
 	garbage := filepath.Join(t.TempDir(), "garbage.env")
 	os.WriteFile(garbage, []byte("FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=banana\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n"), 0o644)
-	if err := nettest.Bridge(e.node, "cni0"); err != nil { // a bridge without an address yet
+	if err := namespace.Bridge(e.node, "cni0"); err != nil { // a bridge without an address yet
 		t.Fatal(err)
 	}
-	e.node.MustRun(t, "ip", "link", "add", "notbr0", "type", "veth", "peer", "name", "notbr0p")
+	nettest.MustRun(t, e.node, "ip", "link", "add", "notbr0", "type", "veth", "peer", "name", "notbr0p")
 
 	good := map[string]any{"cniVersion": "1.0.0", "name": "weft", "type": "weft", "subnetFile": e.subnetFile, "dataDir": e.dataDir}
 	conf := func(mod map[string]any) string {
@@ -125,7 +126,7 @@ func noLeftovers(t *testing.T, e *env, pod *nettest.NS, network string) {
 	if left := storeFiles(t, e.dataDir, network); len(left) != 0 {
 		t.Errorf("allocations left: %v", left)
 	}
-	if out := pod.MustRun(t, "ip", "-o", "link"); strings.Count(strings.TrimSpace(out), "\n") != 0 {
+	if out := nettest.MustRun(t, pod, "ip", "-o", "link"); strings.Count(strings.TrimSpace(out), "\n") != 0 {
 		t.Errorf("pod namespace holds more than lo:\n%s", out)
 	}
 }
@@ -137,7 +138,7 @@ func TestFailedAddRollsBack(t *testing.T) {
 	e := newEnv(t, &f)
 	n := e.newNode(t, plugintest.Options{})
 	pod := nettest.NewNS(t, "pod")
-	pod.MustRun(t, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p")
+	nettest.MustRun(t, pod, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p")
 	if _, err := n.Add(pod, "dup"); err == nil || !strings.Contains(err.Error(), "exists") {
 		t.Fatalf("ADD into a pod that has eth0: %v", err)
 	}
@@ -171,7 +172,7 @@ func TestExhausted(t *testing.T) {
 	if left := storeFiles(t, e.dataDir, "weft"); len(left) != 1 || left[0] != first.IP.String() {
 		t.Errorf("store holds %v, want only %s", left, first.IP)
 	}
-	if out := pod.MustRun(t, "ip", "-o", "link"); strings.Contains(out, "eth0") {
+	if out := nettest.MustRun(t, pod, "ip", "-o", "link"); strings.Contains(out, "eth0") {
 		t.Errorf("pod got an eth0:\n%s", out)
 	}
 }
@@ -187,7 +188,7 @@ func TestDelTolerant(t *testing.T) {
 	if rc != 0 {
 		t.Fatalf("DEL of an unknown container: exit %d: %s", rc, out)
 	}
-	podNS, err := nettest.Create("gone")
+	podNS, err := namespace.Create("gone")
 	if err != nil {
 		t.Fatal(err)
 	}

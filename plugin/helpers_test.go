@@ -17,8 +17,9 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
-	"github.com/weft-net/weft/internal/nettest"
-	"github.com/weft-net/weft/plugin/plugintest"
+	"github.com/weft-net/weft/internal/namespace"
+	"github.com/weft-net/weft/internal/testkit/nettest"
+	"github.com/weft-net/weft/internal/testkit/plugintest"
 	"github.com/weft-net/weft/subnet"
 )
 
@@ -60,7 +61,7 @@ func newEnv(t *testing.T, f *subnet.File) *env {
 		n *nettest.NS
 		a netip.Addr
 	}{{e.node, nodeAddr}, {e.ext, extAddr}} {
-		if err := nettest.AddAddr(x.n, "eth0", netip.PrefixFrom(x.a, 24)); err != nil {
+		if err := namespace.AddAddr(x.n, "eth0", netip.PrefixFrom(x.a, 24)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -118,7 +119,7 @@ func storeFiles(t *testing.T, dataDir, name string) []string {
 // bridgePorts lists the links attached to cni0 in the node.
 func (e *env) bridgePorts(t *testing.T) []string {
 	t.Helper()
-	out := e.node.MustRun(t, "ip", "-o", "link", "show", "master", "cni0")
+	out := nettest.MustRun(t, e.node, "ip", "-o", "link", "show", "master", "cni0")
 	var ports []string
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
 		// "7: vethX@if2: <...>"; other lines are ip's warnings on stderr.

@@ -15,9 +15,10 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vishvananda/netlink"
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/namespace"
+	"github.com/weft-net/weft/internal/testkit/nettest"
+	"github.com/weft-net/weft/internal/testkit/plugintest"
 	"github.com/weft-net/weft/plugin"
-	"github.com/weft-net/weft/plugin/plugintest"
 	"github.com/weft-net/weft/subnet"
 )
 
@@ -52,7 +53,7 @@ func TestParallel(t *testing.T) {
 		t.Errorf("store %d entries, %d bridge ports; want %d: %v", len(storeFiles(t, e.dataDir, "weft")), len(e.bridgePorts(t)), pods, e.bridgePorts(t))
 	}
 	ping(t, got[0].NS, got[pods-1].IP)
-	if rules := e.node.MustRun(t, "nft", "list", "table", "ip", "weft-cni"); strings.Count(rules, "masquerade") != 1 {
+	if rules := nettest.MustRun(t, e.node, "nft", "list", "table", "ip", "weft-cni"); strings.Count(rules, "masquerade") != 1 {
 		t.Errorf("want one masquerade rule after parallel ADDs:\n%s", rules)
 	}
 	parallel(t, pods, func(i int) error { return n.Del(got[i]) })
@@ -106,7 +107,7 @@ func TestGC(t *testing.T) {
 	if ports := e.bridgePorts(t); len(ports) != 2 {
 		t.Errorf("bridge ports after GC: %v, want 2", ports)
 	}
-	if out := stale.NS.MustRun(t, "ip", "-o", "link"); strings.Contains(out, "eth0") {
+	if out := nettest.MustRun(t, stale.NS, "ip", "-o", "link"); strings.Contains(out, "eth0") {
 		t.Errorf("stale pod still has eth0:\n%s", out)
 	}
 	if left := retiredLinks(t, e.node); len(left) != 0 {
@@ -174,7 +175,7 @@ func TestDelRetires(t *testing.T) {
 	if ports := e.bridgePorts(t); len(ports) != 0 {
 		t.Errorf("bridge ports after DEL: %v", ports)
 	}
-	if out := podNS.MustRun(t, "ip", "-o", "link"); strings.Contains(out, "eth0") {
+	if out := nettest.MustRun(t, podNS, "ip", "-o", "link"); strings.Contains(out, "eth0") {
 		t.Errorf("pod still has eth0 after DEL:\n%s", out)
 	}
 	if out, err := podNS.Run("ping", "-c", "1", "-W", "1", gw.String()); err == nil {
@@ -196,7 +197,7 @@ func TestDelRetires(t *testing.T) {
 	if left := retiredLinks(t, e.node); len(left) != 0 {
 		t.Errorf("retired links not deleted by the reaper within 10 s: %v", left)
 	}
-	if out := podNS.MustRun(t, "ip", "-o", "link"); strings.Contains(out, "weftrm") {
+	if out := nettest.MustRun(t, podNS, "ip", "-o", "link"); strings.Contains(out, "weftrm") {
 		t.Errorf("old pod end still in the pod:\n%s", out)
 	}
 	if err := n.Check(p2); err != nil {
@@ -257,7 +258,7 @@ func TestCheckDrift(t *testing.T) {
 			if err := n.Check(p); err != nil {
 				t.Fatalf("CHECK before: %v", err)
 			}
-			p.NS.MustRun(t, c.sabot...)
+			nettest.MustRun(t, p.NS, c.sabot...)
 			var ce *types.Error
 			if err := n.Check(p); !errors.As(err, &ce) || ce.Code != c.code {
 				t.Fatalf("CHECK after %s: %v, want code %d", c.name, err, c.code)
@@ -274,15 +275,15 @@ func TestFlannelInterop(t *testing.T) {
 	if err := os.WriteFile(e.subnetFile, []byte(flanneld), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := nettest.Bridge(e.node, "cni0"); err != nil {
+	if err := namespace.Bridge(e.node, "cni0"); err != nil {
 		t.Fatal(err)
 	}
-	if err := nettest.AddAddr(e.node, "cni0", netip.MustParsePrefix("10.244.7.1/24")); err != nil {
+	if err := namespace.AddAddr(e.node, "cni0", netip.MustParsePrefix("10.244.7.1/24")); err != nil {
 		t.Fatal(err)
 	}
 	n := e.newNode(t, plugintest.Options{})
 	a := n.AddPod(t, "a")
-	addrs := e.node.MustRun(t, "ip", "-4", "-o", "addr", "show", "dev", "cni0")
+	addrs := nettest.MustRun(t, e.node, "ip", "-4", "-o", "addr", "show", "dev", "cni0")
 	if !strings.Contains(addrs, "10.244.59.1/24") || strings.Contains(addrs, "10.244.7.1") {
 		t.Errorf("cni0 addresses after ADD:\n%s", addrs)
 	}
@@ -290,7 +291,7 @@ func TestFlannelInterop(t *testing.T) {
 		t.Errorf("pod address %s", a.IP)
 	}
 	ping(t, a.NS, netip.MustParseAddr("10.244.59.1"))
-	if mtu := a.NS.MustRun(t, "cat", "/sys/class/net/eth0/mtu"); strings.TrimSpace(mtu) != "1450" {
+	if mtu := nettest.MustRun(t, a.NS, "cat", "/sys/class/net/eth0/mtu"); strings.TrimSpace(mtu) != "1450" {
 		t.Errorf("pod MTU %s, want 1450", mtu)
 	}
 }
@@ -301,10 +302,10 @@ func TestMTUOverride(t *testing.T) {
 	f := v4File(true)
 	e := newEnv(t, &f)
 	a := e.newNode(t, plugintest.Options{MTU: 1400, Extra: map[string]any{"hairpinMode": false}}).AddPod(t, "a")
-	if out := e.node.MustRun(t, "ip", "-d", "link", "show", a.Result.Interfaces[1].Name); !strings.Contains(out, "hairpin off") {
+	if out := nettest.MustRun(t, e.node, "ip", "-d", "link", "show", a.Result.Interfaces[1].Name); !strings.Contains(out, "hairpin off") {
 		t.Errorf("host veth with hairpin though hairpinMode is false:\n%s", out)
 	}
-	if mtu := a.NS.MustRun(t, "cat", "/sys/class/net/eth0/mtu"); strings.TrimSpace(mtu) != "1400" {
+	if mtu := nettest.MustRun(t, a.NS, "cat", "/sys/class/net/eth0/mtu"); strings.TrimSpace(mtu) != "1400" {
 		t.Errorf("pod MTU %s, want 1400", mtu)
 	}
 }

@@ -6,15 +6,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weft-net/weft/internal/nettest"
-	"github.com/weft-net/weft/plugin/plugintest"
+	"github.com/weft-net/weft/internal/namespace"
+	"github.com/weft-net/weft/internal/testkit/nettest"
+	"github.com/weft-net/weft/internal/testkit/plugintest"
 	"github.com/weft-net/weft/subnet"
 )
 
 // bridgeAddrs lists the global IPv4 addresses of dev in the node.
 func (e *env) bridgeAddrs(t *testing.T, dev string) string {
 	t.Helper()
-	return e.node.MustRun(t, "ip", "-4", "-o", "addr", "show", "dev", dev, "scope", "global")
+	return nettest.MustRun(t, e.node, "ip", "-4", "-o", "addr", "show", "dev", dev, "scope", "global")
 }
 
 // TestSharedBridgeKeepsHostAddress: "bridge":"br0" names a bridge the host
@@ -24,11 +25,11 @@ func (e *env) bridgeAddrs(t *testing.T, dev string) string {
 func TestSharedBridgeKeepsHostAddress(t *testing.T) {
 	f := v4File(true)
 	e := newEnv(t, &f)
-	if err := nettest.Bridge(e.node, "br0"); err != nil {
+	if err := namespace.Bridge(e.node, "br0"); err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range []string{"192.168.50.1/24", "10.244.7.1/24"} {
-		if err := nettest.AddAddr(e.node, "br0", netip.MustParsePrefix(a)); err != nil {
+		if err := namespace.AddAddr(e.node, "br0", netip.MustParsePrefix(a)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -45,7 +46,7 @@ func TestSharedBridgeKeepsHostAddress(t *testing.T) {
 		t.Errorf("the old node subnet's gateway 10.244.7.1/24 stayed on br0:\n%s", got)
 	}
 	// The host still reaches its own network through br0.
-	if out := e.node.MustRun(t, "ip", "-4", "route", "show", "192.168.50.0/24"); !strings.Contains(out, "br0") {
+	if out := nettest.MustRun(t, e.node, "ip", "-4", "route", "show", "192.168.50.0/24"); !strings.Contains(out, "br0") {
 		t.Errorf("route to the host's network is gone: %q", out)
 	}
 }
@@ -58,10 +59,10 @@ func TestOwnBridgeIsWefts(t *testing.T) {
 	e := newEnv(t, &f)
 	n := e.newNode(t, plugintest.Options{})
 	n.AddPod(t, "a")
-	if out := e.node.MustRun(t, "ip", "-d", "link", "show", "cni0"); !strings.Contains(out, "alias weft: pod bridge") {
+	if out := nettest.MustRun(t, e.node, "ip", "-d", "link", "show", "cni0"); !strings.Contains(out, "alias weft: pod bridge") {
 		t.Fatalf("cni0 created without weft's alias:\n%s", out)
 	}
-	if err := nettest.AddAddr(e.node, "cni0", netip.MustParsePrefix("192.168.99.1/24")); err != nil {
+	if err := namespace.AddAddr(e.node, "cni0", netip.MustParsePrefix("192.168.99.1/24")); err != nil {
 		t.Fatal(err)
 	}
 	n.AddPod(t, "b")
@@ -89,7 +90,7 @@ func TestMasqueradePerNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules := e.node.MustRun(t, "nft", "list", "table", "ip", "weft-cni")
+	rules := nettest.MustRun(t, e.node, "nft", "list", "table", "ip", "weft-cni")
 	for _, want := range []string{"chain masq-weft-a", "ip saddr 10.244.59.0/24 ip daddr != 10.244.0.0/16",
 		"chain masq-weft-b", "ip saddr 10.245.7.0/24 ip daddr != 10.245.0.0/16"} {
 		if !strings.Contains(rules, want) {
@@ -101,7 +102,7 @@ func TestMasqueradePerNetwork(t *testing.T) {
 	if err := nb.Del(b); err != nil {
 		t.Fatal(err)
 	}
-	rules = e.node.MustRun(t, "nft", "list", "table", "ip", "weft-cni")
+	rules = nettest.MustRun(t, e.node, "nft", "list", "table", "ip", "weft-cni")
 	if strings.Contains(rules, "weft-b") || strings.Contains(rules, "10.245.") {
 		t.Errorf("weft-b's chain stayed after its last pod was deleted:\n%s", rules)
 	}

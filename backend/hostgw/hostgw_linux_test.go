@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/vtep"
 )
 
@@ -38,14 +38,14 @@ func waitFor(t *testing.T, what string, cond func() string) {
 // neighbours, and that it follows table changes.
 func TestHostGWRoutes(t *testing.T) {
 	ns := nettest.NewNS(t, "hg")
-	ns.MustRun(t, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p")
-	ns.MustRun(t, "ip", "addr", "add", "192.168.77.1/24", "dev", "eth0")
-	ns.MustRun(t, "ip", "addr", "add", "fd77::1/64", "dev", "eth0", "nodad")
-	ns.MustRun(t, "ip", "link", "set", "eth0", "up")
-	ns.MustRun(t, "ip", "link", "set", "eth0p", "up")
-	ns.MustRun(t, "ip", "route", "add", "default", "via", "192.168.77.254")
-	ns.MustRun(t, "ip", "route", "add", "10.99.0.0/16", "via", "192.168.77.253")
-	ns.MustRun(t, "ip", "neigh", "add", "192.168.77.200", "lladdr", "02:00:00:00:00:c8", "dev", "eth0", "nud", "permanent")
+	nettest.MustRun(t, ns, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p")
+	nettest.MustRun(t, ns, "ip", "addr", "add", "192.168.77.1/24", "dev", "eth0")
+	nettest.MustRun(t, ns, "ip", "addr", "add", "fd77::1/64", "dev", "eth0", "nodad")
+	nettest.MustRun(t, ns, "ip", "link", "set", "eth0", "up")
+	nettest.MustRun(t, ns, "ip", "link", "set", "eth0p", "up")
+	nettest.MustRun(t, ns, "ip", "route", "add", "default", "via", "192.168.77.254")
+	nettest.MustRun(t, ns, "ip", "route", "add", "10.99.0.0/16", "via", "192.168.77.253")
+	nettest.MustRun(t, ns, "ip", "neigh", "add", "192.168.77.200", "lladdr", "02:00:00:00:00:c8", "dev", "eth0", "nud", "permanent")
 	l, err := ns.Handle.LinkByName("eth0")
 	if err != nil {
 		t.Fatal(err)
@@ -81,13 +81,13 @@ func TestHostGWRoutes(t *testing.T) {
 		"10.99.0.0/16 via 192.168.77.253 dev eth0 \n" +
 		"10.244.2.0/24 via 192.168.77.2 dev eth0 proto 87 \n" +
 		"192.168.77.0/24 dev eth0 proto kernel scope link src 192.168.77.1 \n"
-	if got := ns.MustRun(t, "ip", "-4", "route"); got != want4 {
+	if got := nettest.MustRun(t, ns, "ip", "-4", "route"); got != want4 {
 		t.Errorf("IPv4 routes:\n%s\nwant:\n%s", got, want4)
 	}
-	if got := ns.MustRun(t, "ip", "-6", "route", "show", "proto", "87"); !strings.HasPrefix(got, "fd00:10:244:2::/64 via fd77::2 dev eth0 metric 1024") {
+	if got := nettest.MustRun(t, ns, "ip", "-6", "route", "show", "proto", "87"); !strings.HasPrefix(got, "fd00:10:244:2::/64 via fd77::2 dev eth0 metric 1024") {
 		t.Errorf("IPv6 routes: %q", got)
 	}
-	if got := ns.MustRun(t, "ip", "neigh", "show", "192.168.77.200"); !strings.Contains(got, "PERMANENT") {
+	if got := nettest.MustRun(t, ns, "ip", "neigh", "show", "192.168.77.200"); !strings.Contains(got, "PERMANENT") {
 		t.Errorf("the underlay's own permanent neighbour was touched: %q", got)
 	}
 	off := b.OffLink()
@@ -104,8 +104,8 @@ func TestHostGWRoutes(t *testing.T) {
 		pfx("10.244.3.0/24"): {Addr: ip("192.168.77.3")},
 	})
 	waitFor(t, "table change", func() string {
-		got := ns.MustRun(t, "ip", "route", "show", "proto", "87")
-		got6 := ns.MustRun(t, "ip", "-6", "route", "show", "proto", "87")
+		got := nettest.MustRun(t, ns, "ip", "route", "show", "proto", "87")
+		got6 := nettest.MustRun(t, ns, "ip", "-6", "route", "show", "proto", "87")
 		if got != "10.244.2.0/24 via 192.168.77.2 dev eth0 \n10.244.3.0/24 via 192.168.77.3 dev eth0 \n" || got6 != "" {
 			return got + got6
 		}
@@ -116,9 +116,9 @@ func TestHostGWRoutes(t *testing.T) {
 	}
 
 	// A deleted route comes back and is counted as a repair.
-	ns.MustRun(t, "ip", "route", "del", "10.244.3.0/24")
+	nettest.MustRun(t, ns, "ip", "route", "del", "10.244.3.0/24")
 	waitFor(t, "route repaired", func() string {
-		if got := ns.MustRun(t, "ip", "route", "show", "10.244.3.0/24"); got != "10.244.3.0/24 via 192.168.77.3 dev eth0 proto 87 \n" {
+		if got := nettest.MustRun(t, ns, "ip", "route", "show", "10.244.3.0/24"); got != "10.244.3.0/24 via 192.168.77.3 dev eth0 proto 87 \n" {
 			return got
 		}
 		return ""

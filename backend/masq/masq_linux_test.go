@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 )
 
 var (
@@ -44,7 +44,7 @@ func newLab(t *testing.T) *lab {
 	}
 	l.podA, l.a, l.a6 = wirePod(t, node.NS, "podA", "10.244.1.1/25", "fd00:10:244:1::1/80")
 	l.podB, l.b, l.b6 = wirePod(t, node.NS, "podB", "10.244.1.129/25", "fd00:10:244:1:8000::1/80")
-	node.MustRun(t, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
+	nettest.MustRun(t, node, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
 	return l
 }
 
@@ -54,7 +54,7 @@ func addAddr(t *testing.T, n *nettest.NS, link, cidr string) {
 	if strings.Contains(cidr, ":") {
 		argv = append(argv, "nodad")
 	}
-	n.MustRun(t, argv...)
+	nettest.MustRun(t, n, argv...)
 }
 
 // wirePod makes a pod whose gateway (on the node) is gw/gw6; the pod gets
@@ -69,8 +69,8 @@ func wirePod(t *testing.T, node *nettest.NS, label, gw, gw6 string) (*nettest.NS
 	addAddr(t, node, "v-"+label, gw6)
 	addAddr(t, p, "eth0", netip.PrefixFrom(ip, g.Bits()).String())
 	addAddr(t, p, "eth0", netip.PrefixFrom(ip6, g6.Bits()).String())
-	p.MustRun(t, "ip", "route", "add", "default", "via", g.Addr().String())
-	p.MustRun(t, "ip", "-6", "route", "add", "default", "via", g6.Addr().String())
+	nettest.MustRun(t, p, "ip", "route", "add", "default", "via", g.Addr().String())
+	nettest.MustRun(t, p, "ip", "-6", "route", "add", "default", "via", g6.Addr().String())
 	return p, ip, ip6
 }
 
@@ -189,13 +189,13 @@ func TestMasquerade(t *testing.T) {
 	} {
 		t.Run("repaired after "+br.name, func(t *testing.T) {
 			before := m.Repairs()
-			l.node.MustRun(t, br.argv()...)
+			nettest.MustRun(t, l.node, br.argv()...)
 			deadline := time.Now().Add(10 * time.Second)
 			for m.Repairs() == before && time.Now().Before(deadline) {
 				time.Sleep(50 * time.Millisecond)
 			}
 			if m.Repairs() == before {
-				t.Fatalf("not repaired within 10s:\n%s", l.node.MustRun(t, "nft", "list", "ruleset"))
+				t.Fatalf("not repaired within 10s:\n%s", nettest.MustRun(t, l.node, "nft", "list", "ruleset"))
 			}
 			run(t)
 		})
@@ -206,7 +206,7 @@ func TestMasquerade(t *testing.T) {
 // text contains s.
 func ruleHandle(t *testing.T, n *nettest.NS, s string) string {
 	t.Helper()
-	out := n.MustRun(t, "nft", "-a", "list", "chain", "ip", TableIPv4, "postrouting")
+	out := nettest.MustRun(t, n, "nft", "-a", "list", "chain", "ip", TableIPv4, "postrouting")
 	for line := range strings.SplitSeq(out, "\n") {
 		if i := strings.Index(line, "# handle "); i >= 0 && strings.Contains(line, s) {
 			return strings.TrimSpace(line[i+len("# handle "):])
@@ -235,10 +235,10 @@ func TestRulesText(t *testing.T) {
 	}
 }
 `
-	if got := n.MustRun(t, "nft", "list", "table", "ip", TableIPv4); got != want4 {
+	if got := nettest.MustRun(t, n, "nft", "list", "table", "ip", TableIPv4); got != want4 {
 		t.Errorf("nft list table ip %s:\n%s\nwant:\n%s", TableIPv4, got, want4)
 	}
-	got6 := n.MustRun(t, "nft", "list", "table", "ip6", TableIPv6)
+	got6 := nettest.MustRun(t, n, "nft", "list", "table", "ip6", TableIPv6)
 	for _, s := range []string{
 		`ip6 saddr fd00:10:244::/56 ip6 daddr ff00::/8 return comment "weft: multicast, no nat"`,
 		`ip6 saddr fd00:10:244::/56 masquerade fully-random comment "weft: pod leaving the cluster network"`,
@@ -254,7 +254,7 @@ func TestRulesText(t *testing.T) {
 func TestRestartAndRemove(t *testing.T) {
 	n := nettest.NewNS(t, "node")
 	handle := func() string {
-		out := n.MustRun(t, "nft", "-a", "list", "tables")
+		out := nettest.MustRun(t, n, "nft", "-a", "list", "tables")
 		return out
 	}
 	stop := start(t, newMasq(t, n))
@@ -272,7 +272,7 @@ func TestRestartAndRemove(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if out := n.MustRun(t, "nft", "list", "tables"); strings.Contains(out, "weft") {
+	if out := nettest.MustRun(t, n, "nft", "list", "tables"); strings.Contains(out, "weft") {
 		t.Errorf("tables left after Remove: %s", out)
 	}
 }

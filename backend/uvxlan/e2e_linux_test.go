@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/weft-net/weft/backend"
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 )
 
 var (

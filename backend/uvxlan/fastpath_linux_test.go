@@ -13,7 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/vtep"
 	"golang.org/x/sys/unix"
 )
@@ -88,12 +88,12 @@ func TestFastPath(t *testing.T) {
 		for _, n := range []*testNode{a, b} {
 			gw := netip.PrefixFrom(n.subnet.Addr().Next(), n.subnet.Bits()).String()
 			h := n.host
-			h.MustRun(t, "ip", "addr", "del", gw, "dev", "vpod")
-			h.MustRun(t, "ip", "link", "add", "br0", "mtu", fmt.Sprint(n.mtu), "type", "bridge")
-			h.MustRun(t, "ip", "link", "set", "vpod", "master", "br0")
-			h.MustRun(t, "ip", "addr", "add", gw, "dev", "br0", "nodad")
-			h.MustRun(t, "ip", "link", "set", "br0", "up")
-			n.pod.MustRun(t, "ip", "route", "replace", "default", "via", n.subnet.Addr().Next().String())
+			nettest.MustRun(t, h, "ip", "addr", "del", gw, "dev", "vpod")
+			nettest.MustRun(t, h, "ip", "link", "add", "br0", "mtu", fmt.Sprint(n.mtu), "type", "bridge")
+			nettest.MustRun(t, h, "ip", "link", "set", "vpod", "master", "br0")
+			nettest.MustRun(t, h, "ip", "addr", "add", gw, "dev", "br0", "nodad")
+			nettest.MustRun(t, h, "ip", "link", "set", "br0", "up")
+			nettest.MustRun(t, n.pod, "ip", "route", "replace", "default", "via", n.subnet.Addr().Next().String())
 		}
 		connect(t, a, b)
 		transfer(t, a, b, 100<<20)
@@ -199,10 +199,10 @@ func TestFastPath(t *testing.T) {
 		u := nettest.NewUnderlay(t, netip.MustParsePrefix("192.168.77.0/24"), 1500)
 		a := newFastNode(t, u, "a", subnetA)
 		b := newFastNode(t, u, "b", subnetB)
-		a.host.MustRun(t, "ip", "link", "add", "other0", "type", "veth", "peer", "name", "other1")
-		a.host.MustRun(t, "ip", "link", "set", "other0", "up")
-		a.host.MustRun(t, "ip", "link", "set", "other1", "up")
-		a.host.MustRun(t, "ip", "route", "add", "192.168.78.0/24", "dev", "other0")
+		nettest.MustRun(t, a.host, "ip", "link", "add", "other0", "type", "veth", "peer", "name", "other1")
+		nettest.MustRun(t, a.host, "ip", "link", "set", "other0", "up")
+		nettest.MustRun(t, a.host, "ip", "link", "set", "other1", "up")
+		nettest.MustRun(t, a.host, "ip", "route", "add", "192.168.78.0/24", "dev", "other0")
 		connect(t, a, b)
 		far := vtep.VTEP{MAC: [6]byte{2, 0, 0, 0, 0, 0x78}, Addr: netip.MustParseAddr("192.168.78.5")}
 		tab := vtep.Table{b.subnet: {MAC: b.mac, Addr: b.host.Addr}, netip.MustParsePrefix("10.244.9.0/24"): far}
@@ -227,7 +227,7 @@ func TestFastPath(t *testing.T) {
 		if out, err := ping(a, b.podIP); err != nil {
 			t.Fatalf("ping: %v\n%s", err, out)
 		}
-		a.host.MustRun(t, "ip", "link", "del", "weft-u.1")
+		nettest.MustRun(t, a.host, "ip", "link", "del", "weft-u.1")
 		eventually(t, "fast path attached again", func() error {
 			if st := a.b.Stats(); st.Repairs[repairFastPath] != 1 || st.Events[EventFastAttaches] != 2 {
 				return fmt.Errorf("repairs %v, events %v", st.Repairs, st.Events)

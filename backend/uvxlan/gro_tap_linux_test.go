@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 )
 
 // tapPeer is a TCP sender in userspace that talks to the kernel through a
@@ -40,16 +40,16 @@ func newTapPeer(t *testing.T, v6 bool) *tapPeer {
 	p.f.v6, p.f.ts, p.f.df, p.f.win, p.f.ttl, p.f.tos = v6, 0, true, 65535, 64, 0
 	p.f.mac = [6]byte{0x02, 0x11, 0, 0, 0, 2}
 	mac := net.HardwareAddr(p.f.mac[:]).String()
-	n.MustRun(t, "ip", "link", "set", "wgro0", "address", net.HardwareAddr(oDstMAC[:]).String(), "mtu", "1500", "up")
+	nettest.MustRun(t, n, "ip", "link", "set", "wgro0", "address", net.HardwareAddr(oDstMAC[:]).String(), "mtu", "1500", "up")
 	if v6 {
 		p.addr = netip.MustParseAddr("fd99::1")
-		n.MustRun(t, "ip", "addr", "add", "fd99::1/64", "dev", "wgro0", "nodad")
-		n.MustRun(t, "ip", "neigh", "add", "fd99::2", "lladdr", mac, "dev", "wgro0", "nud", "permanent")
+		nettest.MustRun(t, n, "ip", "addr", "add", "fd99::1/64", "dev", "wgro0", "nodad")
+		nettest.MustRun(t, n, "ip", "neigh", "add", "fd99::2", "lladdr", mac, "dev", "wgro0", "nud", "permanent")
 		p.f.src, p.f.dst = netip.MustParseAddr("fd99::2").AsSlice(), p.addr.AsSlice()
 	} else {
 		p.addr = netip.MustParseAddr("10.99.0.1")
-		n.MustRun(t, "ip", "addr", "add", "10.99.0.1/24", "dev", "wgro0")
-		n.MustRun(t, "ip", "neigh", "add", "10.99.0.2", "lladdr", mac, "dev", "wgro0", "nud", "permanent")
+		nettest.MustRun(t, n, "ip", "addr", "add", "10.99.0.1/24", "dev", "wgro0")
+		nettest.MustRun(t, n, "ip", "neigh", "add", "10.99.0.2", "lladdr", mac, "dev", "wgro0", "nud", "permanent")
 		p.f.src, p.f.dst = netip.MustParseAddr("10.99.0.2").AsSlice(), p.addr.AsSlice()
 	}
 	// The datapath's writer: each frame gathered from its pieces in one
@@ -131,7 +131,7 @@ func (p *tapPeer) handshake(ln net.Listener) net.Conn {
 // checksum.
 func (p *tapPeer) csumErrors() int {
 	p.t.Helper()
-	out := p.ns.MustRun(p.t, "cat", "/proc/net/snmp") // TCP's counters serve both families
+	out := nettest.MustRun(p.t, p.ns, "cat", "/proc/net/snmp") // TCP's counters serve both families
 	var names []string
 	for _, line := range strings.Split(out, "\n") {
 		fields := strings.Fields(line)

@@ -18,7 +18,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/weft-net/weft/backend"
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
 	"golang.org/x/sys/unix"
@@ -59,11 +59,11 @@ func addPod(t *testing.T, n *testNode, label string) {
 		name string
 		addr netip.Addr
 	}{{n.host.NS, "vpod", gw}, {n.pod, "eth0", n.podIP}} {
-		l.ns.MustRun(t, "ip", "link", "set", l.name, "mtu", fmt.Sprint(n.mtu))
-		l.ns.MustRun(t, "ip", "addr", "add", netip.PrefixFrom(l.addr, n.subnet.Bits()).String(), "dev", l.name, "nodad")
+		nettest.MustRun(t, l.ns, "ip", "link", "set", l.name, "mtu", fmt.Sprint(n.mtu))
+		nettest.MustRun(t, l.ns, "ip", "addr", "add", netip.PrefixFrom(l.addr, n.subnet.Bits()).String(), "dev", l.name, "nodad")
 	}
-	n.pod.MustRun(t, "ip", "route", "add", "default", "via", gw.String())
-	n.host.MustRun(t, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
+	nettest.MustRun(t, n.pod, "ip", "route", "add", "default", "via", gw.String())
+	nettest.MustRun(t, n.host, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
 }
 
 // waitDAD waits until the host's IPv6 underlay address can be bound: the
@@ -71,7 +71,7 @@ func addPod(t *testing.T, n *testNode, label string) {
 func waitDAD(t *testing.T, h *nettest.Host) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for h.Addr.Is6() && strings.Contains(h.MustRun(t, "ip", "-6", "addr", "show", "dev", h.Link), "tentative") {
+	for h.Addr.Is6() && strings.Contains(nettest.MustRun(t, h, "ip", "-6", "addr", "show", "dev", h.Link), "tentative") {
 		if time.Now().After(deadline) {
 			t.Fatalf("address of %s still tentative", h.Name)
 		}
@@ -141,10 +141,10 @@ func newKernelNode(t *testing.T, u *nettest.Underlay, label string, sn netip.Pre
 	n.mac = backend.VTEPMAC(n.host.Addr, 1)
 	addPod(t, n, label)
 	h := n.host
-	h.MustRun(t, "ip", "link", "add", "vx0", "address", n.mac.String(), "mtu", fmt.Sprint(n.mtu), "type", "vxlan",
+	nettest.MustRun(t, h, "ip", "link", "add", "vx0", "address", n.mac.String(), "mtu", fmt.Sprint(n.mtu), "type", "vxlan",
 		"id", "1", "dstport", "8472", "local", h.Addr.String(), "dev", "eth0", "nolearning")
-	h.MustRun(t, "ip", "addr", "add", subnetAddr(sn).String()+"/32", "dev", "vx0")
-	h.MustRun(t, "ip", "link", "set", "vx0", "up")
+	nettest.MustRun(t, h, "ip", "addr", "add", subnetAddr(sn).String()+"/32", "dev", "vx0")
+	nettest.MustRun(t, h, "ip", "link", "set", "vx0", "up")
 	return n
 }
 
@@ -169,9 +169,9 @@ func connect(t *testing.T, nodes ...*testNode) {
 		}
 		for s, v := range tab {
 			gw := subnetAddr(s).String()
-			n.host.MustRun(t, "ip", "neigh", "replace", gw, "lladdr", v.MAC.String(), "dev", "vx0", "nud", "permanent")
+			nettest.MustRun(t, n.host, "ip", "neigh", "replace", gw, "lladdr", v.MAC.String(), "dev", "vx0", "nud", "permanent")
 			addFDB(t, n, v)
-			n.host.MustRun(t, "ip", "route", "replace", s.String(), "via", gw, "dev", "vx0", "onlink")
+			nettest.MustRun(t, n.host, "ip", "route", "replace", s.String(), "via", gw, "dev", "vx0", "onlink")
 		}
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 )
 
 // eventually retries f until it succeeds or 10 s have passed.
@@ -56,13 +56,13 @@ func TestRepairsDrift(t *testing.T) {
 		kind   string
 		break_ func()
 	}{
-		{"route deleted", "route", func() { a.host.MustRun(t, "ip", "route", "del", b.subnet.String()) }},
+		{"route deleted", "route", func() { nettest.MustRun(t, a.host, "ip", "route", "del", b.subnet.String()) }},
 		{"neighbour deleted", "neigh", func() {
-			a.host.MustRun(t, "ip", "neigh", "del", subnetAddr(b.subnet).String(), "dev", "weft-u.1")
+			nettest.MustRun(t, a.host, "ip", "neigh", "del", subnetAddr(b.subnet).String(), "dev", "weft-u.1")
 		}},
-		{"address deleted", "address", func() { a.host.MustRun(t, "ip", "addr", "flush", "dev", "weft-u.1") }},
-		{"device down", "link", func() { a.host.MustRun(t, "ip", "link", "set", "weft-u.1", "down") }},
-		{"device deleted", "device", func() { a.host.MustRun(t, "ip", "link", "del", "weft-u.1") }},
+		{"address deleted", "address", func() { nettest.MustRun(t, a.host, "ip", "addr", "flush", "dev", "weft-u.1") }},
+		{"device down", "link", func() { nettest.MustRun(t, a.host, "ip", "link", "set", "weft-u.1", "down") }},
+		{"device deleted", "device", func() { nettest.MustRun(t, a.host, "ip", "link", "del", "weft-u.1") }},
 		{"receive socket failed", "socket", closeSocket},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -127,7 +127,7 @@ func TestRestartAndRemove(t *testing.T) {
 	b := newUVNode(t, u, "b", subnetB, false)
 	connect(t, a, b)
 	a.stop()
-	routes := a.host.MustRun(t, "ip", "route", "show", "dev", "weft-u.1")
+	routes := nettest.MustRun(t, a.host, "ip", "route", "show", "dev", "weft-u.1")
 	if !strings.Contains(routes, b.subnet.String()) {
 		t.Fatalf("route gone after Run returned:\n%s", routes)
 	}

@@ -16,8 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weft-net/weft/internal/nettest"
-	"github.com/weft-net/weft/internal/testlog"
+	"github.com/weft-net/weft/internal/namespace"
+	"github.com/weft-net/weft/internal/testkit/nettest"
+	"github.com/weft-net/weft/internal/testkit/testlog"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
 	"golang.org/x/sys/unix"
@@ -206,7 +207,7 @@ func testIngressFiltering(t *testing.T, fast bool) {
 // nstatSum returns the sum of the named nstat counters in n.
 func nstatSum(t *testing.T, n *nettest.NS, names ...string) uint64 {
 	t.Helper()
-	out := n.MustRun(t, append([]string{"nstat", "-az"}, names...)...)
+	out := nettest.MustRun(t, n, append([]string{"nstat", "-az"}, names...)...)
 	var sum uint64
 	for _, l := range strings.Split(out, "\n") {
 		f := strings.Fields(l)
@@ -239,7 +240,7 @@ func TestWireFormat(t *testing.T) {
 	pcap := filepath.Join(t.TempDir(), "underlay.pcap")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cmd := u.NS.Command(ctx, "tcpdump", "-i", nettest.UnderlayBridge, "-U", "-n", "-c", "6", "-w", pcap, "udp")
+	cmd := u.NS.Command(ctx, "tcpdump", "-i", namespace.UnderlayBridge, "-U", "-n", "-c", "6", "-w", pcap, "udp")
 	stderr := &testlog.Buffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
@@ -294,7 +295,7 @@ func TestWireFormat(t *testing.T) {
 }
 
 func localPortRange(t *testing.T, n *nettest.NS) (uint16, uint16) {
-	out := n.MustRun(t, "cat", "/proc/sys/net/ipv4/ip_local_port_range")
+	out := nettest.MustRun(t, n, "cat", "/proc/sys/net/ipv4/ip_local_port_range")
 	var lo, hi uint16
 	if _, err := fmt.Sscan(out, &lo, &hi); err != nil {
 		t.Fatalf("parse port range %q: %v", out, err)
@@ -405,7 +406,7 @@ func testPeerChurn(t *testing.T, fast bool) {
 	// The reconciler converges on the last table: only b's route is left.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		routes := a.host.MustRun(t, "ip", "route", "show", "dev", "weft-u.1")
+		routes := nettest.MustRun(t, a.host, "ip", "route", "show", "dev", "weft-u.1")
 		if !strings.Contains(routes, "10.245.") && strings.Contains(routes, b.subnet.String()) {
 			break
 		}

@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
 )

@@ -14,7 +14,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/vtep"
 )
 
@@ -292,7 +292,7 @@ func TestRemoveDevices(t *testing.T) {
 			t.Errorf("%s still exists", name)
 		}
 	}
-	if out := n1.MustRun(t, "ip", "route", "show", "proto", "87"); out != "" {
+	if out := nettest.MustRun(t, n1, "ip", "route", "show", "proto", "87"); out != "" {
 		t.Errorf("routes left: %s", out)
 	}
 }
@@ -328,7 +328,7 @@ func TestDriftRepair(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			before := b.Repairs()
-			n1.MustRun(t, tc.argv...)
+			nettest.MustRun(t, n1, tc.argv...)
 			took := waitState(t, n1.NS, "weft.1", want4)
 			took = max(took, waitState(t, n1.NS, "weft-v6.1", want6))
 			t.Logf("repaired in %v", took)

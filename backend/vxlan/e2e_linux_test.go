@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/vtep"
 )
 
@@ -34,9 +34,9 @@ func pod(t *testing.T, nd *node, label string) (p *nettest.NS, ip, ip6 netip.Add
 	} {
 		addAddr(t, a.ns, a.link, a.addr)
 	}
-	p.MustRun(t, "ip", "route", "add", "default", "via", gw.String())
-	p.MustRun(t, "ip", "-6", "route", "add", "default", "via", gw6.String())
-	nd.MustRun(t, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
+	nettest.MustRun(t, p, "ip", "route", "add", "default", "via", gw.String())
+	nettest.MustRun(t, p, "ip", "-6", "route", "add", "default", "via", gw6.String())
+	nettest.MustRun(t, nd, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
 	return p, ip, ip6
 }
 
@@ -64,11 +64,11 @@ func TestPodsPing(t *testing.T) {
 			}{{p1, ip2}, {p2, ip1}, {p2, ip61}, {p1, ip62}, {n1.NS, ip2}} {
 				p := ping
 				if _, err := p.from.Run("ping", "-c", "3", "-i", "0.2", "-W", "2", p.to.String()); err != nil {
-					t.Errorf("ping %s from %s: %v\nn1 routes:\n%s", p.to, p.from.Name, err, n1.MustRun(t, "ip", "route"))
+					t.Errorf("ping %s from %s: %v\nn1 routes:\n%s", p.to, p.from.Name, err, nettest.MustRun(t, n1, "ip", "route"))
 				}
 			}
 			for _, dev := range []string{"weft.1", "weft-v6.1"} {
-				tx := n1.MustRun(t, "ip", "-s", "-o", "link", "show", dev)
+				tx := nettest.MustRun(t, n1, "ip", "-s", "-o", "link", "show", dev)
 				sent := vxlanTxPackets(t, tx)
 				if direct && sent != 0 {
 					t.Errorf("direct routing still sent %d packets through %s", sent, dev)
@@ -177,7 +177,7 @@ func TestRestartDropsNothing(t *testing.T) {
 	}
 	t.Logf("across two restarts: %s", strings.TrimSpace(out[strings.Index(out, "100 packets"):]))
 
-	n1.MustRun(t, "ip", "link", "del", "weft.1")
+	nettest.MustRun(t, n1, "ip", "link", "del", "weft.1")
 	eventually(t, 10*time.Second, "pings after the device was deleted", func() (bool, string) {
 		out, err := p1.Run("ping", "-c", "1", "-W", "1", ip2.String())
 		return err == nil, out
@@ -210,7 +210,7 @@ func TestFlannelPeer(t *testing.T) {
 		if argv[0] == "bridge" {
 			argv[0] = "/sbin/bridge"
 		}
-		n2.MustRun(t, argv...)
+		nettest.MustRun(t, n2, argv...)
 	}
 	b.Set(vtep.Table{n2.Subnet: {MAC: mac(flannelMAC), Addr: n2.Addr}})
 	start(t, b)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
 )
@@ -73,7 +73,7 @@ func (nd *node) entries(vni int) vtep.Table {
 }
 
 // addAddr adds addr to link, an IPv6 one without duplicate address
-// detection so that it is usable at once. (nettest.AddAddr's flag 0x80 is
+// detection so that it is usable at once. (namespace.AddAddr's flag 0x80 is
 // IFA_F_PERMANENT, not IFA_F_NODAD, so its IPv6 addresses stay tentative
 // for a second.)
 func addAddr(t *testing.T, n *nettest.NS, link string, addr netip.Prefix) {
@@ -82,7 +82,7 @@ func addAddr(t *testing.T, n *nettest.NS, link string, addr netip.Prefix) {
 	if addr.Addr().Is6() {
 		argv = append(argv, "nodad")
 	}
-	n.MustRun(t, argv...)
+	nettest.MustRun(t, n, argv...)
 }
 
 func testLogger(t *testing.T) *slog.Logger { return testLoggerTB(t) }

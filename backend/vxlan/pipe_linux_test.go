@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/weft-net/weft/backend"
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
 )
@@ -44,8 +44,8 @@ func newPipeSide(t *testing.T, name string, pipelined bool) *pipeSide {
 
 func newPipeSideTB(t testing.TB, name string, pipelined bool) *pipeSide {
 	ns := nettest.NewNS(t, name)
-	ns.MustRun(t, "ip", "link", "add", "vx0", "address", "0a:00:00:00:00:01", "type", "vxlan", "id", "1", "dstport", "8472", "nolearning")
-	ns.MustRun(t, "ip", "link", "set", "vx0", "up")
+	nettest.MustRun(t, ns, "ip", "link", "add", "vx0", "address", "0a:00:00:00:00:01", "type", "vxlan", "id", "1", "dstport", "8472", "nolearning")
+	nettest.MustRun(t, ns, "ip", "link", "set", "vx0", "up")
 	l, err := ns.Handle.LinkByName("vx0")
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +75,7 @@ func (s *pipeSide) dump(t *testing.T) string {
 		{"ip", "-d", "neigh", "show", "dev", "vx0"},
 		{"bridge", "-d", "fdb", "show", "dev", "vx0"},
 	} {
-		lines := strings.Split(strings.TrimSpace(s.ns.MustRun(t, argv...)), "\n")
+		lines := strings.Split(strings.TrimSpace(nettest.MustRun(t, s.ns, argv...)), "\n")
 		for i, l := range lines {
 			lines[i] = strings.TrimRight(l, " ") // ip prints a trailing space on some lines
 		}
@@ -191,7 +191,7 @@ func TestPipeReportsEachFailure(t *testing.T) {
 	if done != 297 {
 		t.Errorf("%d written, want 297", done)
 	}
-	if got := strings.Count(s.ns.MustRun(t, "ip", "neigh", "show", "dev", "vx0"), "PERMANENT"); got != 297 {
+	if got := strings.Count(nettest.MustRun(t, s.ns, "ip", "neigh", "show", "dev", "vx0"), "PERMANENT"); got != 297 {
 		t.Errorf("%d neighbours in the kernel, want 297", got)
 	}
 	// The failures themselves, not just the first: each in its place.
@@ -218,14 +218,14 @@ func TestPipeReportsEachFailure(t *testing.T) {
 // address (also an all-zero MAC's), not other entries or another device's.
 func TestFDBDumpMatchesHandle(t *testing.T) {
 	s := newPipeSide(t, "fdbdump", true)
-	s.ns.MustRun(t, "ip", "link", "add", "vx1", "type", "vxlan", "id", "2", "dstport", "8473", "nolearning")
+	nettest.MustRun(t, s.ns, "ip", "link", "add", "vx1", "type", "vxlan", "id", "2", "dstport", "8473", "nolearning")
 	for _, cmd := range [][]string{
 		{"bridge", "fdb", "append", "0a:00:00:00:00:11", "dst", "100.64.0.1", "dev", "vx0", "self", "permanent"},
 		{"bridge", "fdb", "append", "00:00:00:00:00:00", "dst", "100.64.0.3", "dev", "vx0", "self", "permanent"},
 		{"bridge", "fdb", "append", "0a:00:00:00:00:14", "dst", "100.64.0.4", "dev", "vx0", "self", "dynamic"},
 		{"bridge", "fdb", "append", "0a:00:00:00:00:15", "dst", "100.64.0.5", "dev", "vx1", "self", "permanent"},
 	} {
-		s.ns.MustRun(t, cmd...)
+		nettest.MustRun(t, s.ns, cmd...)
 	}
 	plain := fdb{h: s.ns.Handle, link: s.fdb.link}
 	want, err := plain.list()

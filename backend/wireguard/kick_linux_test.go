@@ -12,7 +12,8 @@ import (
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/namespace"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/subnet"
 )
 
@@ -88,7 +89,7 @@ func TestWhoStartsTheHandshake(t *testing.T) {
 				n    *nettest.NS
 				addr string
 			}{{n1, "192.168.78.1/24"}, {n2, "192.168.78.2/24"}} {
-				if err := nettest.AddAddr(x.n, "eth0", netip.MustParsePrefix(x.addr)); err != nil {
+				if err := namespace.AddAddr(x.n, "eth0", netip.MustParsePrefix(x.addr)); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -11,7 +11,7 @@ import (
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
 )
@@ -29,7 +29,7 @@ func TestBackendInNamespace(t *testing.T) {
 	force := true
 	if _, _, err := openDevice(n.Handle, n.Path, "wgprobe", 1420, &force, slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil {
 		t.Log("this kernel has WireGuard: the kernel path was taken")
-		n.MustRun(t, "ip", "link", "del", "wgprobe")
+		nettest.MustRun(t, n, "ip", "link", "del", "wgprobe")
 	} else if !strings.Contains(err.Error(), "the kernel has no WireGuard") {
 		t.Fatalf("forced kernel device: %v", err)
 	}
@@ -56,13 +56,13 @@ func TestBackendInNamespace(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("not ready")
 	}
-	if b.Kernel() && !strings.Contains(n.MustRun(t, "ip", "-d", "-o", "link"), "wireguard") {
+	if b.Kernel() && !strings.Contains(nettest.MustRun(t, n, "ip", "-d", "-o", "link"), "wireguard") {
 		t.Fatal("kernel device expected")
 	}
 	check := func() string {
-		links := n.MustRun(t, "ip", "-o", "link")
-		addr := n.MustRun(t, "ip", "-o", "-4", "addr")
-		route := n.MustRun(t, "ip", "route", "show", "10.244.0.0/16")
+		links := nettest.MustRun(t, n, "ip", "-o", "link")
+		addr := nettest.MustRun(t, n, "ip", "-o", "-4", "addr")
+		route := nettest.MustRun(t, n, "ip", "route", "show", "10.244.0.0/16")
 		if !strings.Contains(links, "flannel-wg: <POINTOPOINT") || !strings.Contains(links, "mtu 1420") ||
 			!strings.Contains(addr, "flannel-wg    inet 10.244.1.0/32") ||
 			!strings.HasPrefix(route, "10.244.0.0/16 dev flannel-wg proto 87 scope link") {
@@ -73,7 +73,7 @@ func TestBackendInNamespace(t *testing.T) {
 	if msg := check(); msg != "" {
 		t.Fatalf("device state:\n%s", msg)
 	}
-	n.MustRun(t, "ip", "link", "del", "flannel-wg")
+	nettest.MustRun(t, n, "ip", "link", "del", "flannel-wg")
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		out, _ := n.Run("ip", "-o", "link")
@@ -99,12 +99,12 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 func TestRemoveDevices(t *testing.T) {
 	n := nettest.NewNS(t, "wgrm")
-	n.MustRun(t, "ip", "tuntap", "add", "flannel-wg", "mode", "tun")
-	n.MustRun(t, "ip", "tuntap", "add", "other", "mode", "tun")
+	nettest.MustRun(t, n, "ip", "tuntap", "add", "flannel-wg", "mode", "tun")
+	nettest.MustRun(t, n, "ip", "tuntap", "add", "other", "mode", "tun")
 	if err := RemoveDevices(n.Handle); err != nil {
 		t.Fatal(err)
 	}
-	links := n.MustRun(t, "ip", "-o", "link")
+	links := nettest.MustRun(t, n, "ip", "-o", "link")
 	if strings.Contains(links, "flannel-wg") || !strings.Contains(links, "other") {
 		t.Errorf("links after RemoveDevices:\n%s", links)
 	}

@@ -15,9 +15,9 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/vishvananda/netlink"
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
+	"github.com/weft-net/weft/internal/testkit/plugintest"
 	"github.com/weft-net/weft/plugin"
-	"github.com/weft-net/weft/plugin/plugintest"
 	"github.com/weft-net/weft/subnet"
 )
 

@@ -13,7 +13,8 @@ import (
 	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/backend/uvxlan"
 	"github.com/weft-net/weft/backend/vxlan"
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/namespace"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/vtep"
 	"golang.org/x/sys/unix"
 )
@@ -112,7 +113,7 @@ func (t *topology) close() {
 }
 
 func (t *topology) newNS(label string) (*nettest.NS, error) {
-	n, err := nettest.Create(label)
+	n, err := namespace.Create(label)
 	if err != nil {
 		return nil, err
 	}
@@ -136,11 +137,11 @@ func build(ctx context.Context, mode string, queues int, log *slog.Logger) (t *t
 			return t, err
 		}
 	}
-	if err := nettest.VethPair(t.a.host, "eth0", t.b.host, "eth0"); err != nil {
+	if err := namespace.VethPair(t.a.host, "eth0", t.b.host, "eth0"); err != nil {
 		return t, err
 	}
 	for _, n := range []*node{t.a, t.b} {
-		if err := nettest.AddAddr(n.host, "eth0", netip.PrefixFrom(n.addr, 24)); err != nil {
+		if err := namespace.AddAddr(n.host, "eth0", netip.PrefixFrom(n.addr, 24)); err != nil {
 			return t, err
 		}
 	}
@@ -173,7 +174,7 @@ func (t *topology) addPod(n *node) (err error) {
 	if n.pod, err = t.newNS("bench-pod"); err != nil {
 		return err
 	}
-	if err := nettest.VethPair(n.host, "vpod", n.pod, "eth0"); err != nil {
+	if err := namespace.VethPair(n.host, "vpod", n.pod, "eth0"); err != nil {
 		return err
 	}
 	gw := n.subnet.Addr().Next()

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weft-net/weft/internal/nettest"
-	"github.com/weft-net/weft/plugin/plugintest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
+	"github.com/weft-net/weft/internal/testkit/plugintest"
 	"github.com/weft-net/weft/subnet"
 )
 
@@ -54,7 +54,7 @@ func (n *cniNode) leftovers(t *testing.T) (addrs, links, files int) {
 			files++
 		}
 	}
-	for _, l := range splitLines(n.ns.MustRun(t, "ip", "-o", "link", "show")) {
+	for _, l := range splitLines(nettest.MustRun(t, n.ns, "ip", "-o", "link", "show")) {
 		f := strings.SplitN(l, ": ", 3)
 		if len(f) > 1 {
 			if name := strings.SplitN(f[1], "@", 2)[0]; name != "lo" && name != "cni0" {

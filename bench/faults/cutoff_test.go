@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/test/e2e"
 )
@@ -72,9 +73,9 @@ func TestEtcdCutOff(t *testing.T) {
 // VXLAN device.
 func dataplane(t *testing.T, n *e2e.Node) string {
 	t.Helper()
-	return n.MustRun(t, "ip", "route", "show", "dev", "weft.1") +
-		n.MustRun(t, "bridge", "fdb", "show", "dev", "weft.1") +
-		n.MustRun(t, "ip", "neigh", "show", "dev", "weft.1")
+	return nettest.MustRun(t, n, "ip", "route", "show", "dev", "weft.1") +
+		nettest.MustRun(t, n, "bridge", "fdb", "show", "dev", "weft.1") +
+		nettest.MustRun(t, n, "ip", "neigh", "show", "dev", "weft.1")
 }
 
 // diffLines counts the lines of a missing from b.
@@ -120,7 +121,7 @@ func afterCut(t *testing.T, n *e2e.Node, lifted time.Time, newPeer netip.Prefix)
 		if renewed == 0 && renewalsSince(n, lifted) > 0 {
 			renewed = time.Since(lifted)
 		}
-		if learned == 0 && containsRoute(n.MustRun(t, "ip", "route", "show", "dev", "weft.1"), newPeer.String()) {
+		if learned == 0 && containsRoute(nettest.MustRun(t, n, "ip", "route", "show", "dev", "weft.1"), newPeer.String()) {
 			learned = time.Since(lifted)
 		}
 		time.Sleep(50 * time.Millisecond)

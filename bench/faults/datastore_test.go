@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/weft-net/weft/backend"
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/test/e2e"
 )
@@ -74,7 +74,7 @@ func TestHostileDatastore(t *testing.T) {
 		return nil
 	})
 	checkPeersRejects(t, c, n1, hostileLeases(t))
-	routes := n1.MustRun(t, "ip", "route")
+	routes := nettest.MustRun(t, n1, "ip", "route")
 	hijacked := 0
 	for _, p := range []string{"0.0.0.0/1", "10.250.0.0/24", "10.244.200.0/25", "10.244.201.0/24", "10.244.202.0/24", "10.244.203.0/24", "10.244.204.0/24"} {
 		if containsRoute(routes, p) {

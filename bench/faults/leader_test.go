@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/test/e2e"
 )
 
@@ -23,7 +24,7 @@ func TestEtcdLeaderKills(t *testing.T) {
 	if err := e2e.Ping(a.NS, b.IP); err != nil {
 		t.Fatal(err)
 	}
-	before := n1.MustRun(t, "ip", "route", "show", "dev", "weft.1")
+	before := nettest.MustRun(t, n1, "ip", "route", "show", "dev", "weft.1")
 	waitPings := startPingLoss(a.NS, b.IP, span+2*time.Second)
 	kills := 0
 	for start := time.Now(); time.Since(start) < span; {
@@ -54,7 +55,7 @@ func TestEtcdLeaderKills(t *testing.T) {
 			removed += int(v)
 		}
 	}
-	after := n1.MustRun(t, "ip", "route", "show", "dev", "weft.1")
+	after := nettest.MustRun(t, n1, "ip", "route", "show", "dev", "weft.1")
 	for _, l := range splitLines(before) {
 		if !strings.Contains(after, l) {
 			removed++

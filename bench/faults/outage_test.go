@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/weft-net/weft/internal/etcdlocal"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/test/e2e"
 )
 
@@ -27,7 +28,7 @@ func TestEtcdOutage(t *testing.T) {
 	if err := e2e.Ping(a.NS, b.IP); err != nil {
 		t.Fatal(err)
 	}
-	before := n1.MustRun(t, "ip", "route", "show", "dev", "weft.1")
+	before := nettest.MustRun(t, n1, "ip", "route", "show", "dev", "weft.1")
 	waitPings := startPingLoss(a.NS, b.IP, outage+4*time.Second)
 	c.Etcd.Close()
 	stopped := time.Now()
@@ -59,7 +60,7 @@ func TestEtcdOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	after := n1.MustRun(t, "ip", "route", "show", "dev", "weft.1")
+	after := nettest.MustRun(t, n1, "ip", "route", "show", "dev", "weft.1")
 	removed := 0
 	for _, l := range splitLines(before) {
 		if !strings.Contains(after, l) {

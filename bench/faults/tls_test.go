@@ -15,8 +15,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/weft-net/weft/internal/etcdlocal"
-	"github.com/weft-net/weft/internal/nettest"
-	"github.com/weft-net/weft/internal/testpki"
+	"github.com/weft-net/weft/internal/testkit/nettest"
+	"github.com/weft-net/weft/internal/testkit/testpki"
 	"github.com/weft-net/weft/subnet/etcd"
 	"github.com/weft-net/weft/test/e2e"
 )

@@ -19,7 +19,7 @@
 // CPU and memory count as etcd's here.
 //
 // BenchmarkKubeFleet does the same in Kubernetes mode: a real kube-apiserver
-// (internal/kubetest) holding 1,000 Nodes with kubelet-sized status, and
+// (internal/testkit/kubetest) holding 1,000 Nodes with kubelet-sized status, and
 // 1,000 watchers in this process, each the real kube registry with its own
 // client, HTTP connection and Node informer. It prints how long a new and a
 // deleted Node take to reach every watcher, and the heap the watchers hold

@@ -16,7 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/weft-net/weft/internal/kubetest"
+	"github.com/weft-net/weft/internal/testkit/kubetest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/test/e2e"
 )
 
@@ -75,7 +76,7 @@ func kubeRound(b *testing.B, k *kubetest.Cluster, cs kubernetes.Interface, weftd
 	defer cs.CoreV1().Nodes().Delete(ctx, self, metav1.DeleteOptions{}) //nolint:errcheck // best effort between rounds
 	c := e2e.NewCluster(b, e2e.Options{Nodes: 0, Config: config, Weftd: weftd})
 	apiserver := strings.TrimPrefix(k.Admin.Host, "https://")
-	c.OnNode = func(n *e2e.Node) { n.ForwardLoopback(b, apiserver) }
+	c.OnNode = func(n *e2e.Node) { nettest.ForwardLoopback(b, n, apiserver) }
 	load := loadAvg()
 	start := time.Now()
 	node := c.AddNode("k1", "--kube-subnet-mgr", "--kubeconfig", k.Kubeconfig(), "--node-name", self, "--net-config-path", netConf)

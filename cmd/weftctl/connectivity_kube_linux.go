@@ -14,8 +14,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/weft-net/weft/internal/connectivity"
-	"github.com/weft-net/weft/internal/connectivity/kubeprobe"
+	"github.com/weft-net/weft/internal/ops/connectivity"
+	"github.com/weft-net/weft/internal/ops/connectivity/kubeprobe"
 )
 
 // kubeFlags are connectivity's flags in Kubernetes mode.

@@ -16,11 +16,11 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/vishvananda/netlink"
 
-	"github.com/weft-net/weft/internal/inspect"
+	"github.com/weft-net/weft/internal/ops/inspect"
 
 	"github.com/weft-net/weft/backend"
-	"github.com/weft-net/weft/internal/connectivity"
-	"github.com/weft-net/weft/internal/lab"
+	"github.com/weft-net/weft/internal/ops/connectivity"
+	"github.com/weft-net/weft/internal/ops/lab"
 	"github.com/weft-net/weft/subnet"
 )
 

@@ -11,10 +11,10 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/weft-net/weft/internal/connectivity"
-	"github.com/weft-net/weft/internal/doctor"
 	"github.com/weft-net/weft/internal/flagenv"
-	"github.com/weft-net/weft/internal/lab"
+	"github.com/weft-net/weft/internal/ops/connectivity"
+	"github.com/weft-net/weft/internal/ops/doctor"
+	"github.com/weft-net/weft/internal/ops/lab"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/subnet/kube"
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/weft-net/weft/internal/inspect"
+	"github.com/weft-net/weft/internal/ops/inspect"
 )
 
 func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -10,7 +10,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/weft-net/weft/internal/lab"
+	"github.com/weft-net/weft/internal/ops/lab"
 )
 
 const labUsage = `usage: weftctl lab <up|down|status|exec> [flags]

@@ -8,7 +8,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/weft-net/weft/internal/inspect"
+	"github.com/weft-net/weft/internal/ops/inspect"
 )
 
 func runLeases(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 )
 
 func TestRunArguments(t *testing.T) {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/weft-net/weft/internal/inspect"
-	"github.com/weft-net/weft/internal/lab"
+	"github.com/weft-net/weft/internal/ops/inspect"
+	"github.com/weft-net/weft/internal/ops/lab"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
 )

@@ -14,8 +14,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/weft-net/weft/internal/flagenv"
-	"github.com/weft-net/weft/internal/inspect"
-	"github.com/weft-net/weft/internal/lab"
+	"github.com/weft-net/weft/internal/ops/inspect"
+	"github.com/weft-net/weft/internal/ops/lab"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/subnet/etcd"
 	"github.com/weft-net/weft/subnet/kube"

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 )
 
 // TestHelpAndVersion runs the weftd binary: --help and -h print the usage

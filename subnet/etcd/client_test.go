@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/weft-net/weft/internal/etcdlocal"
-	"github.com/weft-net/weft/internal/testpki"
+	"github.com/weft-net/weft/internal/testkit/testpki"
 )
 
 // loopback is where the test etcd servers listen: their certificates

@@ -12,7 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/weft-net/weft/internal/etcdlocal"
-	"github.com/weft-net/weft/internal/testlog"
+	"github.com/weft-net/weft/internal/testkit/testlog"
 	"github.com/weft-net/weft/subnet"
 )
 

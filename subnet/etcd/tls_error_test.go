@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/weft-net/weft/internal/etcdlocal"
-	"github.com/weft-net/weft/internal/testpki"
+	"github.com/weft-net/weft/internal/testkit/testpki"
 )
 
 // TestNoClientCertificateError: etcd requires client certificates and the

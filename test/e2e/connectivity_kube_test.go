@@ -18,9 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/weft-net/weft/internal/connectivity/kubeprobe"
-	"github.com/weft-net/weft/internal/kubetest"
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/ops/connectivity/kubeprobe"
+	"github.com/weft-net/weft/internal/testkit/kubetest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 )
 
 // TestConnectivityKubernetes runs `weftctl connectivity --kubeconfig` as
@@ -43,7 +43,7 @@ func TestConnectivityKubernetes(t *testing.T) {
 		}
 	}
 
-	e.c.Nodes[2].MustRun(t, "nft", "add table inet wefttest; add chain inet wefttest in { type filter hook input priority 0; }; add rule inet wefttest in udp dport 8472 drop")
+	nettest.MustRun(t, e.c.Nodes[2], "nft", "add table inet wefttest; add chain inet wefttest in { type filter hook input priority 0; }; add rule inet wefttest in udp dport 8472 drop")
 	pods, nodes, _ = e.run(2, "60s")
 	e.checkCleanedUp()
 	for what, m := range map[string]map[string]bool{"pod to pod": pods, "node to node": nodes} {
@@ -51,7 +51,7 @@ func TestConnectivityKubernetes(t *testing.T) {
 			t.Errorf("n3's port blocked, %s: %s, want %s", what, got, want)
 		}
 	}
-	e.c.Nodes[2].MustRun(t, "nft", "delete table inet wefttest")
+	nettest.MustRun(t, e.c.Nodes[2], "nft", "delete table inet wefttest")
 
 	e.interrupted()
 	e.nodeDown()
@@ -81,7 +81,7 @@ func newConnEnv(t *testing.T) *connEnv {
 
 	e.c = NewCluster(t, Options{Nodes: 0})
 	apiserver := strings.TrimPrefix(k.Admin.Host, "https://")
-	e.c.OnNode = func(n *Node) { n.ForwardLoopback(t, apiserver) }
+	e.c.OnNode = func(n *Node) { nettest.ForwardLoopback(t, n, apiserver) }
 	for _, name := range []string{"n1", "n2", "n3"} {
 		createNode(ctx, t, k, name)
 		e.c.AddNode(name, "--kube-subnet-mgr", "--kubeconfig", weftKubeconfig, "--node-name", name, "--net-config-path", netConf)

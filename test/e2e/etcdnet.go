@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/weft-net/weft/internal/etcdlocal"
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 )
 
 // EtcdPort is the port etcd serves on over the underlay (Options.EtcdOnUnderlay).

@@ -25,9 +25,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/weft-net/weft/internal/kubetest"
-	"github.com/weft-net/weft/internal/nettest"
-	"github.com/weft-net/weft/plugin/plugintest"
+	"github.com/weft-net/weft/internal/testkit/kubetest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
+	"github.com/weft-net/weft/internal/testkit/plugintest"
 )
 
 // TestFlannelLayoutManifest applies kube-manifests/flannel-compat (Flannel's
@@ -72,7 +72,7 @@ func TestFlannelLayoutManifest(t *testing.T) {
 	c := NewCluster(t, Options{Nodes: 0})
 	apiserver := strings.TrimPrefix(k.Admin.Host, "https://")
 	c.OnNode = func(n *Node) {
-		n.ForwardLoopback(t, apiserver)
+		nettest.ForwardLoopback(t, n, apiserver)
 		n.Prog = flanneld
 		n.Env = []string{"POD_NAME=kube-flannel-ds-" + n.Label, "POD_NAMESPACE=kube-flannel", "NODE_NAME="}
 	}

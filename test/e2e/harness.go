@@ -20,8 +20,9 @@ import (
 
 	"github.com/weft-net/weft/internal/etcdlocal"
 	"github.com/weft-net/weft/internal/fdstore"
-	"github.com/weft-net/weft/internal/nettest"
-	"github.com/weft-net/weft/plugin/plugintest"
+	"github.com/weft-net/weft/internal/namespace"
+	"github.com/weft-net/weft/internal/testkit/nettest"
+	"github.com/weft-net/weft/internal/testkit/plugintest"
 	"github.com/weft-net/weft/subnet"
 )
 
@@ -173,7 +174,7 @@ func (c *Cluster) AddNode(label string, args ...string) *Node {
 		for range len(c.Nodes) + 1 {
 			a = a.Next()
 		}
-		if err := nettest.AddAddr(h.NS, "eth0", netip.PrefixFrom(a, c.v6.Bits())); err != nil {
+		if err := namespace.AddAddr(h.NS, "eth0", netip.PrefixFrom(a, c.v6.Bits())); err != nil {
 			c.T.Fatal(err)
 		}
 	}
@@ -338,7 +339,7 @@ func Eventually(tb testing.TB, timeout time.Duration, what string, cond func() e
 // Output runs argv in ns and returns its output; the test fails on error.
 func Output(tb testing.TB, ns *nettest.NS, argv ...string) string {
 	tb.Helper()
-	return ns.MustRun(tb, argv...)
+	return nettest.MustRun(tb, ns, argv...)
 }
 
 // Subnet returns the node subnet from the node's subnet file.

@@ -13,7 +13,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/subnet"
 )
 
@@ -117,7 +117,7 @@ func TestHostGW(t *testing.T) {
 			{"ip", "route", "del", peer},
 			{"ip", "route", "replace", peer, "via", n3.Addr.String(), "dev", "eth0"},
 		} {
-			n1.MustRun(t, cmd...)
+			nettest.MustRun(t, n1, cmd...)
 			want := peer + " via " + n2.Addr.String() + " dev eth0 proto 87 \n"
 			took := Eventually(t, 5*time.Second, "route back after "+strings.Join(cmd, " "), func() error {
 				if got := Output(t, n1.NS, "ip", "route", "show", peer); got != want {
@@ -137,11 +137,11 @@ func TestHostGW(t *testing.T) {
 
 	t.Run("a node on another segment is reported, not routed", func(t *testing.T) {
 		c.OnNode = func(n *Node) {
-			n.MustRun(t, "ip", "addr", "flush", "dev", "eth0", "scope", "global")
-			n.MustRun(t, "ip", "addr", "add", "192.168.88.4/24", "dev", "eth0")
-			n.MustRun(t, "ip", "route", "add", "default", "via", "192.168.88.254", "dev", "eth0", "onlink")
-			n.MustRun(t, "ip", "addr", "add", "fd88::4/64", "dev", "eth0", "nodad")
-			n.MustRun(t, "ip", "-6", "route", "add", "default", "via", "fd88::ffff", "dev", "eth0", "onlink")
+			nettest.MustRun(t, n, "ip", "addr", "flush", "dev", "eth0", "scope", "global")
+			nettest.MustRun(t, n, "ip", "addr", "add", "192.168.88.4/24", "dev", "eth0")
+			nettest.MustRun(t, n, "ip", "route", "add", "default", "via", "192.168.88.254", "dev", "eth0", "onlink")
+			nettest.MustRun(t, n, "ip", "addr", "add", "fd88::4/64", "dev", "eth0", "nodad")
+			nettest.MustRun(t, n, "ip", "-6", "route", "add", "default", "via", "fd88::ffff", "dev", "eth0", "onlink")
 		}
 		far := c.AddNode("far")
 		c.OnNode = nil

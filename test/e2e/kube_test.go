@@ -14,7 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/weft-net/weft/internal/kubetest"
+	"github.com/weft-net/weft/internal/testkit/kubetest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 )
 
 // TestKubernetesMode runs weftd --kube-subnet-mgr on node namespaces against
@@ -30,7 +31,7 @@ func TestKubernetesMode(t *testing.T) {
 
 	c := NewCluster(t, Options{Nodes: 0})
 	apiserver := strings.TrimPrefix(k.Admin.Host, "https://")
-	c.OnNode = func(n *Node) { n.ForwardLoopback(t, apiserver) }
+	c.OnNode = func(n *Node) { nettest.ForwardLoopback(t, n, apiserver) }
 	kubeArgs := func(name string) []string {
 		return []string{"--kube-subnet-mgr", "--kubeconfig", kubeconfig, "--node-name", name, "--net-config-path", netConf}
 	}
@@ -74,7 +75,7 @@ func TestKubernetesMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	took := Eventually(t, 2*time.Second, "n2's subnet gone from n1's kernel", func() error {
-		if strings.Contains(n1.MustRun(t, "ip", "route", "show", "dev", device), gone.String()) {
+		if strings.Contains(nettest.MustRun(t, n1, "ip", "route", "show", "dev", device), gone.String()) {
 			return fmt.Errorf("route to %s still there", gone)
 		}
 		return nil

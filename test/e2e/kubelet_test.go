@@ -23,9 +23,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/weft-net/weft/internal/kubetest"
-	"github.com/weft-net/weft/internal/nettest"
-	"github.com/weft-net/weft/plugin/plugintest"
+	"github.com/weft-net/weft/internal/namespace"
+	"github.com/weft-net/weft/internal/testkit/kubetest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
+	"github.com/weft-net/weft/internal/testkit/plugintest"
 )
 
 // kubelet plays the scheduler's and the kubelets' part for the pods of
@@ -191,7 +192,7 @@ func (kl *kubelet) start(ctx context.Context, p *corev1.Pod) {
 	kl.mu.Unlock()
 	rp := &runningPod{name: p.Name, node: n, ns: n.NS, ip: n.Addr, done: make(chan error, 1), log: filepath.Join(kl.dir, p.Name+".log")}
 	if !p.Spec.HostNetwork { // the node's namespace forwards the API server already
-		ns, err := nettest.Create(id)
+		ns, err := namespace.Create(id)
 		if err != nil {
 			kl.t.Errorf("kubelet: %s: %v", p.Name, err)
 			return

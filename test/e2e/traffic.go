@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 )
 
 // Transfer sends size bytes of pseudo-random data over TCP from src to a

@@ -6,7 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weft-net/weft/plugin/plugintest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
+	"github.com/weft-net/weft/internal/testkit/plugintest"
 )
 
 // TestMixedBackends runs a kernel VXLAN node and a userspace (uvxlan) node
@@ -20,7 +21,7 @@ func TestMixedBackends(t *testing.T) {
 	u.WaitReady()
 	// Both nodes keep the default offloads of their veth: the kernel node
 	// leaves inner checksums partial, and the uvxlan node must take them.
-	if out := u.MustRun(t, "ip", "-d", "link", "show", "weft-u.1"); !strings.Contains(out, "tun") {
+	if out := nettest.MustRun(t, u, "ip", "-d", "link", "show", "weft-u.1"); !strings.Contains(out, "tun") {
 		t.Fatalf("uvxlan node has no TAP device:\n%s", out)
 	}
 	a, b := k.CNI.AddPod(t, "a"), u.CNI.AddPod(t, "b")
@@ -74,7 +75,7 @@ func TestSwitchBackend(t *testing.T) {
 	n1.Args = append(n1.Args, "--backend", "uvxlan")
 	n1.Start()
 	n1.WaitReady()
-	links := n1.MustRun(t, "ip", "-o", "link", "show")
+	links := nettest.MustRun(t, n1, "ip", "-o", "link", "show")
 	if strings.Contains(links, device+":") || !strings.Contains(links, "weft-u.1") {
 		t.Fatalf("after switching to uvxlan the links are:\n%s", links)
 	}
@@ -86,7 +87,7 @@ func TestSwitchBackend(t *testing.T) {
 	n1.Args = n1.Args[:len(n1.Args)-2]
 	n1.Start()
 	n1.WaitReady()
-	links = n1.MustRun(t, "ip", "-o", "link", "show")
+	links = nettest.MustRun(t, n1, "ip", "-o", "link", "show")
 	if strings.Contains(links, "weft-u.1") || !strings.Contains(links, device+":") {
 		t.Fatalf("after switching back to vxlan the links are:\n%s", links)
 	}
@@ -102,7 +103,7 @@ func TestDualStackUserspace(t *testing.T) {
 	k := c.AddNode("kern")
 	u.WaitReady()
 	k.WaitReady()
-	links := u.MustRun(t, "ip", "-o", "link", "show")
+	links := nettest.MustRun(t, u, "ip", "-o", "link", "show")
 	if !strings.Contains(links, "weft-u.1") || !strings.Contains(links, "weft-u6.1") {
 		t.Fatalf("dual-stack uvxlan node needs a TAP per family:\n%s", links)
 	}
@@ -144,11 +145,11 @@ func TestFlannelDeviceToUVXLAN(t *testing.T) {
 	k := c.AddNode("kern")
 	c.OnNode = func(n *Node) {
 		for _, d := range []struct{ name, vni string }{{"flannel.1", "1"}, {"flannel.7", "7"}} {
-			n.MustRun(t, "ip", "link", "add", d.name, "type", "vxlan", "id", d.vni, "dstport", "8472",
+			nettest.MustRun(t, n, "ip", "link", "add", d.name, "type", "vxlan", "id", d.vni, "dstport", "8472",
 				"local", n.Addr.String(), "dev", "eth0", "nolearning")
-			n.MustRun(t, "ip", "link", "set", d.name, "up")
+			nettest.MustRun(t, n, "ip", "link", "set", d.name, "up")
 		}
-		if out := n.MustRun(t, "ss", "-uanp"); !strings.Contains(out, ":8472") {
+		if out := nettest.MustRun(t, n, "ss", "-uanp"); !strings.Contains(out, ":8472") {
 			t.Fatalf("flannel.1 does not hold the port:\n%s", out)
 		}
 	}
@@ -156,7 +157,7 @@ func TestFlannelDeviceToUVXLAN(t *testing.T) {
 	c.OnNode = nil
 	k.WaitReady()
 	u.WaitReady()
-	if out := u.MustRun(t, "ip", "-o", "link", "show", "type", "vxlan"); strings.TrimSpace(out) != "" {
+	if out := nettest.MustRun(t, u, "ip", "-o", "link", "show", "type", "vxlan"); strings.TrimSpace(out) != "" {
 		t.Fatalf("kernel vxlan devices left on the uvxlan node:\n%s", out)
 	}
 	a, b := k.CNI.AddPod(t, "a"), u.CNI.AddPod(t, "b")

@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weft-net/weft/plugin/plugintest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
+	"github.com/weft-net/weft/internal/testkit/plugintest"
 )
 
 const device = "weft.1"
@@ -144,7 +145,7 @@ func TestDriftIsRepaired(t *testing.T) {
 			if err := Ping(a.NS, b.IP); err != nil {
 				t.Fatalf("before: %v", err)
 			}
-			n1.MustRun(t, tt.cmd...)
+			nettest.MustRun(t, n1, tt.cmd...)
 			took := Eventually(t, 5*time.Second, "traffic back after deleting the "+tt.name, func() error {
 				return Ping(a.NS, b.IP, "-W", "1")
 			})
@@ -159,7 +160,7 @@ func TestDriftIsRepaired(t *testing.T) {
 // linkMAC returns the MAC of the overlay device on n.
 func linkMAC(t *testing.T, n *Node) string {
 	t.Helper()
-	out := n.MustRun(t, "cat", "/sys/class/net/"+device+"/address")
+	out := nettest.MustRun(t, n, "cat", "/sys/class/net/"+device+"/address")
 	return strings.TrimSpace(out)
 }
 
@@ -174,7 +175,7 @@ func TestLeaseChangesReachEveryNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	took := Eventually(t, 2*time.Second, "route to the deleted lease removed on n1", func() error {
-		if strings.Contains(n1.MustRun(t, "ip", "route", "show", "dev", device), gone.String()) {
+		if strings.Contains(nettest.MustRun(t, n1, "ip", "route", "show", "dev", device), gone.String()) {
 			return fmt.Errorf("route to %s still there", gone)
 		}
 		return nil
@@ -185,7 +186,7 @@ func TestLeaseChangesReachEveryNode(t *testing.T) {
 	n4.WaitReady()
 	fresh := n4.Subnet()
 	took = Eventually(t, 2*time.Second, "route to the new node on n1", func() error {
-		if !strings.Contains(n1.MustRun(t, "ip", "route", "show", "dev", device), fresh.String()) {
+		if !strings.Contains(nettest.MustRun(t, n1, "ip", "route", "show", "dev", device), fresh.String()) {
 			return fmt.Errorf("no route to %s yet", fresh)
 		}
 		return nil

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/subnet"
 )
 
@@ -148,7 +149,7 @@ func TestWeftdSurvivesEtcdLeaderKill(t *testing.T) {
 	n3.WaitReady()
 	fresh := n3.Subnet()
 	Eventually(t, 10*time.Second, "route to a node that joined after the kill, on n1", func() error {
-		if !strings.Contains(n1.MustRun(t, "ip", "route", "show", "dev", device), fresh.String()) {
+		if !strings.Contains(nettest.MustRun(t, n1, "ip", "route", "show", "dev", device), fresh.String()) {
 			return fmt.Errorf("no route to %s", fresh)
 		}
 		return nil
@@ -224,7 +225,7 @@ func TestReadiness(t *testing.T) {
 	if _, err := os.Stat(n.SubnetFile); err != nil {
 		t.Fatalf("ready without a subnet file: %v", err)
 	}
-	if out := n.MustRun(t, "ip", "link", "show", device); !strings.Contains(out, "UP") {
+	if out := nettest.MustRun(t, n, "ip", "link", "show", device); !strings.Contains(out, "UP") {
 		t.Fatalf("ready without the device up:\n%s", out)
 	}
 	if v, err := n.Metric("weft_ready"); err != nil || v != 1 {

@@ -8,7 +8,7 @@ import (
 	"os/exec"
 	"testing"
 
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 )
 
 func TestImage(t *testing.T) {
@@ -21,7 +21,7 @@ func TestImage(t *testing.T) {
 	var exit *exec.ExitError
 	if errors.As(err, &exit) && exit.ExitCode() == 77 {
 		// Under CI a mirror outage must fail the run, not drop the test.
-		nettest.SkipUnlessCI(t, "docker.io or busybox-static cannot be installed here (or not root): the image was not built")
+		nettest.CannotRun(t, nettest.SkipTools, "docker.io or busybox-static cannot be installed here (or not root): the image was not built")
 	}
 	if err != nil {
 		t.Fatalf("test/image/build.sh: %v", err)

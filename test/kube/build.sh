@@ -7,7 +7,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 WEFT_CACHE="${WEFT_CACHE:-${HOME:-/root}/.cache/weft}"
-KUBE_VERSION=v1.37.2 # keep in step with tools/go.mod and internal/kubetest
+KUBE_VERSION=v1.37.2 # keep in step with tools/go.mod and internal/testkit/kubetest
 out="$WEFT_CACHE/kube-$KUBE_VERSION"
 bins=(kube-apiserver kube-controller-manager etcd)
 

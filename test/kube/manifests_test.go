@@ -29,7 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
 
-	"github.com/weft-net/weft/internal/kubetest"
+	"github.com/weft-net/weft/internal/testkit/kubetest"
 	"github.com/weft-net/weft/subnet"
 	kubereg "github.com/weft-net/weft/subnet/kube"
 )

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/test/e2e"
 )
 
@@ -164,13 +164,13 @@ func crictlPath(t *testing.T) string {
 	if p, err := exec.LookPath("crictl"); err == nil {
 		return p
 	}
-	failOrSkip(t, "crictl is not installed (test/setup.sh installs it under "+filepath.Dir(p)+")")
+	nettest.CannotRun(t, nettest.SkipTools, "crictl is not installed (test/setup.sh installs it under "+filepath.Dir(p)+")")
 	return ""
 }
 
 func TestContainerdCRI(t *testing.T) {
 	if _, err := exec.LookPath("containerd"); err != nil {
-		failOrSkip(t, "containerd is not installed (test/setup.sh installs it)")
+		nettest.CannotRun(t, nettest.SkipTools, "containerd is not installed (test/setup.sh installs it)")
 	}
 	crictl := crictlPath(t)
 	c := e2e.NewCluster(t, e2e.Options{Nodes: 2})

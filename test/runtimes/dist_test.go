@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 )
 
 // TestDistUnits runs `systemd-analyze verify` on dist/weftd.service and on
@@ -17,10 +17,10 @@ import (
 // and weftctl freshly built). Any warning fails the test, not only errors.
 func TestDistUnits(t *testing.T) {
 	if _, err := exec.LookPath("systemd-analyze"); err != nil {
-		failOrSkip(t, "systemd-analyze is not installed (test/setup.sh installs systemd)")
+		nettest.CannotRun(t, nettest.SkipTools, "systemd-analyze is not installed (test/setup.sh installs systemd)")
 	}
 	if _, err := os.Stat("/lib/systemd/system/docker.service"); err != nil {
-		failOrSkip(t, "docker.io is not installed (test/setup.sh installs it)")
+		nettest.CannotRun(t, nettest.SkipTools, "docker.io is not installed (test/setup.sh installs it)")
 	}
 	dist := filepath.Join(nettest.ModuleRoot(t), "dist")
 	root := t.TempDir()

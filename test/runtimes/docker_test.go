@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/test/e2e"
 )
 
@@ -143,7 +143,7 @@ func (d *dockerHost) run(name string) *container {
 
 func TestDocker(t *testing.T) {
 	if _, err := os.Stat("/usr/sbin/dockerd"); err != nil {
-		failOrSkip(t, "docker.io is not installed (test/setup.sh installs it)")
+		nettest.CannotRun(t, nettest.SkipTools, "docker.io is not installed (test/setup.sh installs it)")
 	}
 	c := e2e.NewCluster(t, e2e.Options{Nodes: 2})
 	outside := c.Underlay.AddHost(t, "out", "eth0")
@@ -177,14 +177,4 @@ func TestDocker(t *testing.T) {
 			}
 		}
 	})
-}
-
-// failOrSkip skips a test whose tool is missing, except under CI where the
-// setup must have installed it.
-func failOrSkip(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
 }

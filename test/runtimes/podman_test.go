@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/test/e2e"
 )
 
@@ -107,7 +107,7 @@ func leftovers(h *rtHost, ipamDir string) string {
 
 func TestPodman(t *testing.T) {
 	if _, err := exec.LookPath("podman"); err != nil {
-		failOrSkip(t, "podman is not installed (test/setup.sh installs it)")
+		nettest.CannotRun(t, nettest.SkipTools, "podman is not installed (test/setup.sh installs it)")
 	}
 	c := e2e.NewCluster(t, e2e.Options{Nodes: 2})
 	outside := c.Underlay.AddHost(t, "out", "eth0")

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weft-net/weft/internal/nettest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/test/e2e"
 )
@@ -40,7 +40,7 @@ func TestWeftdWithUnitCapabilities(t *testing.T) {
 	for _, backend := range []string{"vxlan", "uvxlan"} {
 		t.Run(backend, func(t *testing.T) {
 			h := c.Underlay.AddHost(t, "cap"+backend[:1], "eth0")
-			h.MustRun(t, "sysctl", "-qw", "net.ipv4.ip_forward=0")
+			nettest.MustRun(t, h, "sysctl", "-qw", "net.ipv4.ip_forward=0")
 			file := filepath.Join(t.TempDir(), "subnet.env")
 			log := filepath.Join(t.TempDir(), "weftd.log")
 			cmd, done := startCapped(t, h, bounding, log, "--etcd-endpoints", c.Etcd.Endpoint,
@@ -68,7 +68,7 @@ func TestWeftdWithUnitCapabilities(t *testing.T) {
 			if _, err := subnet.ReadFile(file); err != nil {
 				t.Errorf("subnet file: %v", err)
 			}
-			if fwd := strings.TrimSpace(h.MustRun(t, "cat", "/proc/sys/net/ipv4/ip_forward")); fwd != "1" {
+			if fwd := strings.TrimSpace(nettest.MustRun(t, h, "cat", "/proc/sys/net/ipv4/ip_forward")); fwd != "1" {
 				t.Errorf("ip_forward is %s after weftd started, want 1", fwd)
 			}
 		})

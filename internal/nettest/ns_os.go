@@ -1,5 +1,0 @@
-package nettest
-
-import "os"
-
-func openNS(path string) (*os.File, error) { return os.Open(path) }
