@@ -1,19 +1,19 @@
-// Package backend defines what every weft dataplane implements, and the
-// helpers they share: the stable VTEP MAC and the overlay MTU.
+// Package backend defines what every weft dataplane implements (Backend),
+// the counters each reports in one shape (Stats), and Join, which runs
+// several as one.
 //
-// The dataplanes live in subpackages: backend/vxlan programs a kernel VXLAN
-// device over netlink; backend/uvxlan moves frames between a TAP device and a
-// UDP socket in weftd itself. Both take the same vtep.Table and put the same
-// frames on the wire, so their nodes interoperate with each other and with
-// Flannel's vxlan backend.
+// The dataplanes live in subpackages: vxlan (a kernel VXLAN device), uvxlan
+// (a userspace VTEP on a TAP device, with an optional tc fast path), hostgw
+// (a route per peer via its public address), wireguard (kernel or
+// wireguard-go devices) and alloc (leases only, no dataplane); masq holds the
+// masquerade and forward rules. What several of them program the same way
+// (routes, neighbours and FDB entries in batches, the reconciler that repairs
+// drift, the underlay device) is in backend/kernel.
 package backend
 
 import (
 	"context"
-	"crypto/sha256"
-	"net/netip"
 
-	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
 )
 
@@ -32,35 +32,4 @@ type Backend interface {
 	Set(t vtep.Table)
 	Ready() <-chan struct{}
 	Reporter
-}
-
-// VTEPMAC derives the VTEP device MAC of a node from its public address and
-// the VNI. The result is a locally administered unicast address that stays the
-// same across daemon restarts and device recreation, so peers never hold a
-// stale FDB entry for us; distinct public addresses give distinct MACs.
-func VTEPMAC(public netip.Addr, vni int) subnet.MAC {
-	h := sha256.New()
-	h.Write([]byte("weft-vtep\x00"))
-	b := public.As16()
-	h.Write(b[:])
-	h.Write([]byte{byte(vni >> 16), byte(vni >> 8), byte(vni)})
-	var m subnet.MAC
-	copy(m[:], h.Sum(nil))
-	m[0] = m[0]&^0x01 | 0x02 // unicast, locally administered
-	return m
-}
-
-// VXLAN encapsulation overhead: outer IP + UDP (8) + VXLAN (8) + inner Ethernet (14).
-const (
-	OverheadIPv4 = 20 + 8 + 8 + 14
-	OverheadIPv6 = 40 + 8 + 8 + 14
-)
-
-// OverlayMTU returns the MTU of the overlay device for an underlay MTU: 1450
-// on a 1500-byte IPv4 underlay, 1430 on IPv6.
-func OverlayMTU(underlayMTU int, underlayIPv6 bool) int {
-	if underlayIPv6 {
-		return underlayMTU - OverheadIPv6
-	}
-	return underlayMTU - OverheadIPv4
 }

@@ -11,23 +11,24 @@ import (
 	"github.com/weft-net/weft/subnet"
 )
 
-// VTEP is a remote tunnel endpoint: its device MAC and its underlay address;
-// for wireguard, its public key and UDP port instead of a MAC.
-type VTEP struct {
+// Peer is a remote node as a dataplane sees it: its underlay address and,
+// for VXLAN, its VTEP device MAC; for WireGuard, its public key and UDP port
+// instead of a MAC.
+type Peer struct {
 	MAC  subnet.MAC
 	Addr netip.Addr
 	Key  string // wireguard: the peer's public key (base64)
 	Port int    // wireguard: the peer's UDP port (0: the same as ours)
 }
 
-// Table maps a remote node subnet (IPv4 or IPv6) to its VTEP. A Table handed
+// Table maps a remote node subnet (IPv4 or IPv6) to the peer behind it. A Table handed
 // to a backend is never modified afterwards: build a new one for a change.
-type Table map[netip.Prefix]VTEP
+type Table map[netip.Prefix]Peer
 
 // Entry is one row of a Table.
 type Entry struct {
 	Subnet netip.Prefix
-	VTEP   VTEP
+	Peer   Peer
 }
 
 // FromLeases builds the table of every vxlan lease but self's. A lease
@@ -85,10 +86,10 @@ func fromHostGW(n int, leases iter.Seq[subnet.Lease], self subnet.Lease) Table {
 			continue
 		}
 		if l.Subnet.IsValid() && l.Attrs.PublicIP.IsValid() {
-			t[l.Subnet] = VTEP{Addr: l.Attrs.PublicIP}
+			t[l.Subnet] = Peer{Addr: l.Attrs.PublicIP}
 		}
 		if l.IPv6Subnet.IsValid() && l.Attrs.PublicIPv6.IsValid() {
-			t[l.IPv6Subnet] = VTEP{Addr: l.Attrs.PublicIPv6}
+			t[l.IPv6Subnet] = Peer{Addr: l.Attrs.PublicIPv6}
 		}
 	}
 	return t
@@ -105,10 +106,10 @@ func fromWireGuard(n int, leases iter.Seq[subnet.Lease], self subnet.Lease) Tabl
 			continue
 		}
 		if d := l.Attrs.WireGuard; d != nil && l.Subnet.IsValid() && d.PublicKey != "" {
-			t[l.Subnet] = VTEP{Addr: l.Attrs.PublicIP, Key: d.PublicKey, Port: int(d.Port)}
+			t[l.Subnet] = Peer{Addr: l.Attrs.PublicIP, Key: d.PublicKey, Port: int(d.Port)}
 		}
 		if d := l.Attrs.WireGuardV6; d != nil && l.IPv6Subnet.IsValid() && d.PublicKey != "" {
-			t[l.IPv6Subnet] = VTEP{Addr: l.Attrs.PublicIPv6, Key: d.PublicKey, Port: int(d.Port)}
+			t[l.IPv6Subnet] = Peer{Addr: l.Attrs.PublicIPv6, Key: d.PublicKey, Port: int(d.Port)}
 		}
 	}
 	return t
@@ -121,10 +122,10 @@ func fromVXLAN(n int, leases iter.Seq[subnet.Lease], self subnet.Lease) Table {
 			continue
 		}
 		if d := l.Attrs.BackendData; d != nil && l.Subnet.IsValid() && l.Attrs.PublicIP.IsValid() && !d.VtepMAC.IsZero() {
-			t[l.Subnet] = VTEP{MAC: d.VtepMAC, Addr: l.Attrs.PublicIP}
+			t[l.Subnet] = Peer{MAC: d.VtepMAC, Addr: l.Attrs.PublicIP}
 		}
 		if d := l.Attrs.BackendV6Data; d != nil && l.IPv6Subnet.IsValid() && l.Attrs.PublicIPv6.IsValid() && !d.VtepMAC.IsZero() {
-			t[l.IPv6Subnet] = VTEP{MAC: d.VtepMAC, Addr: l.Attrs.PublicIPv6}
+			t[l.IPv6Subnet] = Peer{MAC: d.VtepMAC, Addr: l.Attrs.PublicIPv6}
 		}
 	}
 	return t
@@ -134,7 +135,7 @@ func fromVXLAN(n int, leases iter.Seq[subnet.Lease], self subnet.Lease) Table {
 func (t Table) Entries() []Entry {
 	out := make([]Entry, 0, len(t))
 	for p, v := range t {
-		out = append(out, Entry{Subnet: p, VTEP: v})
+		out = append(out, Entry{Subnet: p, Peer: v})
 	}
 	slices.SortFunc(out, func(a, b Entry) int { return comparePrefix(a.Subnet, b.Subnet) })
 	return out
@@ -143,7 +144,7 @@ func (t Table) Entries() []Entry {
 // Change is a subnet whose VTEP changed (new MAC, new address, or both).
 type Change struct {
 	Subnet   netip.Prefix
-	Old, New VTEP
+	Old, New Peer
 }
 
 // Diff is what turns one table into another. Each slice is sorted by subnet.
@@ -163,14 +164,14 @@ func Compute(old, new Table) Diff {
 		ov, ok := old[p]
 		switch {
 		case !ok:
-			d.Add = append(d.Add, Entry{Subnet: p, VTEP: nv})
+			d.Add = append(d.Add, Entry{Subnet: p, Peer: nv})
 		case ov != nv:
 			d.Change = append(d.Change, Change{Subnet: p, Old: ov, New: nv})
 		}
 	}
 	for p, ov := range old {
 		if _, ok := new[p]; !ok {
-			d.Remove = append(d.Remove, Entry{Subnet: p, VTEP: ov})
+			d.Remove = append(d.Remove, Entry{Subnet: p, Peer: ov})
 		}
 	}
 	byEntry := func(a, b Entry) int { return comparePrefix(a.Subnet, b.Subnet) }

@@ -65,9 +65,9 @@ func TestFromLeases(t *testing.T) {
 }
 
 func TestCompute(t *testing.T) {
-	a := VTEP{MAC: macA, Addr: ip("192.168.77.1")}
-	b := VTEP{MAC: macB, Addr: ip("192.168.77.2")}
-	bMoved := VTEP{MAC: macB, Addr: ip("192.168.77.22")}
+	a := Peer{MAC: macA, Addr: ip("192.168.77.1")}
+	b := Peer{MAC: macB, Addr: ip("192.168.77.2")}
+	bMoved := Peer{MAC: macB, Addr: ip("192.168.77.22")}
 	p1, p2, p3 := pfx("10.244.1.0/24"), pfx("10.244.2.0/24"), pfx("10.244.3.0/24")
 	tests := []struct {
 		name     string
@@ -80,7 +80,7 @@ func TestCompute(t *testing.T) {
 		{"add sorted", Table{}, Table{p3: a, p1: b}, Diff{Add: []Entry{{p1, b}, {p3, a}}}},
 		{"remove", Table{p1: a, p2: b}, Table{p1: a}, Diff{Remove: []Entry{{p2, b}}}},
 		{"address change", Table{p2: b}, Table{p2: bMoved}, Diff{Change: []Change{{p2, b, bMoved}}}},
-		{"mac change", Table{p2: b}, Table{p2: VTEP{MAC: macC, Addr: b.Addr}}, Diff{Change: []Change{{p2, b, VTEP{MAC: macC, Addr: b.Addr}}}}},
+		{"mac change", Table{p2: b}, Table{p2: Peer{MAC: macC, Addr: b.Addr}}, Diff{Change: []Change{{p2, b, Peer{MAC: macC, Addr: b.Addr}}}}},
 		{"all at once", Table{p1: a, p2: b}, Table{p2: bMoved, p3: a},
 			Diff{Add: []Entry{{p3, a}}, Remove: []Entry{{p1, a}}, Change: []Change{{p2, b, bMoved}}}},
 	}

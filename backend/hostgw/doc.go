@@ -25,9 +25,9 @@
 //
 // # Repair
 //
-// The routes are backend.Overlay's direct routes (DirectOnly: it owns no
+// The routes are kernel.Overlay's direct routes (DirectOnly: it owns no
 // link, so it reads and removes only weft's own routes, RouteProtocol 87,
-// never the underlay's neighbours or other routes). backend.Reconciler runs
+// never the underlay's neighbours or other routes). kernel.Reconciler runs
 // the sync on every new table, on a deleted or changed route of weft's and on
 // any change of the underlay device or its addresses (a peer may become
 // on-link or stop being), and every ResyncInterval; a repaired route is

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/vtep"
 )
 
@@ -43,9 +44,9 @@ type Config struct {
 
 // Backend is the host-gw dataplane (see the package documentation).
 type Backend struct {
-	cfg              Config
-	log              *slog.Logger
-	*backend.Desired // Set, Ready
+	cfg             Config
+	log             *slog.Logger
+	*kernel.Desired // Set, Ready
 
 	running   atomic.Bool
 	repairs   atomic.Uint64
@@ -53,10 +54,10 @@ type Backend struct {
 	off       atomic.Pointer[[]vtep.Entry]
 
 	// Owned by Run.
-	overlay *backend.Overlay
+	overlay *kernel.Overlay
 	applied vtep.Table // the table last programmed in full, nil before
 	routed  vtep.Table // its rows that got a route
-	offSet  map[netip.Prefix]vtep.VTEP
+	offSet  map[netip.Prefix]vtep.Peer
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -73,8 +74,8 @@ func New(cfg Config, log *slog.Logger) (*Backend, error) {
 		cfg.ResyncInterval = DefaultResyncInterval
 	}
 	b := &Backend{cfg: cfg, log: log.With("component", "host-gw"),
-		Desired: backend.NewDesired()}
-	b.overlay = backend.NewOverlay(cfg.Handle, 0, backend.OverlayOptions{
+		Desired: kernel.NewDesired()}
+	b.overlay = kernel.NewOverlay(cfg.Handle, 0, kernel.OverlayOptions{
 		Family: netlink.FAMILY_ALL, DirectRouting: true, DirectOnly: true})
 	return b, nil
 }
@@ -95,7 +96,7 @@ func (b *Backend) Run(ctx context.Context) error {
 		return errors.New("host-gw backend: already running")
 	}
 	defer b.running.Store(false)
-	r := &backend.Reconciler{
+	r := &kernel.Reconciler{
 		NetNS:  b.cfg.NetNS,
 		Log:    b.log,
 		Resync: b.cfg.ResyncInterval,
@@ -144,13 +145,13 @@ func (b *Backend) sync(bool) error {
 // reportOffLink logs and counts each peer that became unreachable, and logs
 // each that became reachable again.
 func (b *Backend) reportOffLink(off []vtep.Entry) {
-	now := make(map[netip.Prefix]vtep.VTEP, len(off))
+	now := make(map[netip.Prefix]vtep.Peer, len(off))
 	for _, e := range off {
-		now[e.Subnet] = e.VTEP
-		if v, ok := b.offSet[e.Subnet]; !ok || v != e.VTEP {
+		now[e.Subnet] = e.Peer
+		if v, ok := b.offSet[e.Subnet]; !ok || v != e.Peer {
 			b.offEvents.Add(1)
 			b.log.Warn("peer is not on this node's L2 segment: host-gw cannot reach it, no route programmed",
-				"subnet", e.Subnet, "publicIP", e.VTEP.Addr,
+				"subnet", e.Subnet, "publicIP", e.Peer.Addr,
 				"hint", "host-gw needs every node on one L2 segment; use vxlan or wireguard across routers")
 		}
 	}
@@ -167,18 +168,18 @@ func (b *Backend) reportOffLink(off []vtep.Entry) {
 // weft's deleted or changed, any route written for a peer subnet by someone
 // else (an `ip route replace` takes weft's place), and any change of the
 // underlay device or its addresses.
-func (b *Backend) drift() backend.Drift {
-	od := backend.NewOverlayDrift(b.routed, nil)
+func (b *Backend) drift() kernel.Drift {
+	od := kernel.NewOverlayDrift(b.routed, nil)
 	routed := b.routed
 	u := b.cfg.UnderlayIndex
-	return backend.Drift{
+	return kernel.Drift{
 		Link: func(l netlink.LinkUpdate) bool { return int(l.Index) == u },
 		Addr: func(a netlink.AddrUpdate) bool { return a.LinkIndex == u },
 		Route: func(r netlink.RouteUpdate) bool {
 			if od.Route(r) {
 				return true
 			}
-			if r.Dst == nil || r.Type != unix.RTM_NEWROUTE || r.Protocol == backend.RouteProtocol {
+			if r.Dst == nil || r.Type != unix.RTM_NEWROUTE || r.Protocol == kernel.RouteProtocol {
 				return false
 			}
 			ones, _ := r.Dst.Mask.Size()
@@ -191,7 +192,7 @@ func (b *Backend) drift() backend.Drift {
 
 // withoutSelf drops rows that describe this node.
 func (b *Backend) withoutSelf(t vtep.Table) vtep.Table {
-	self := func(p netip.Prefix, v vtep.VTEP) bool {
+	self := func(p netip.Prefix, v vtep.Peer) bool {
 		return p == b.cfg.Subnet.Masked() || p == b.cfg.IPv6Subnet.Masked() ||
 			(v.Addr.IsValid() && (v.Addr == b.cfg.Local || v.Addr == b.cfg.LocalIPv6))
 	}

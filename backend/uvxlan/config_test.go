@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/vtep"
 )
 
 func TestNewConfig(t *testing.T) {
@@ -24,12 +24,12 @@ func TestNewConfig(t *testing.T) {
 			if c.VNI != 1 || c.Port != 8472 || c.Name != "weft-u.1" || c.MTU != 1450 || c.Queues != 1 || c.SourcePorts != 16 {
 				t.Fatalf("defaults: %+v", c)
 			}
-			if c.MAC != backend.VTEPMAC(v4, 1) {
+			if c.MAC != vtep.DeviceMAC(v4, 1) {
 				t.Fatalf("mac %s, want the derived one", c.MAC)
 			}
 		}},
 		{"ipv6 defaults", Config{Local: v6, IPv6Subnet: sn6, VNI: 7}, "", func(t *testing.T, c Config) {
-			if c.MTU != 1430 || c.Name != "weft-u.7" || c.MAC != backend.VTEPMAC(v6, 7) {
+			if c.MTU != 1430 || c.Name != "weft-u.7" || c.MAC != vtep.DeviceMAC(v6, 7) {
 				t.Fatalf("defaults: %+v", c)
 			}
 		}},

@@ -16,7 +16,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/songgao/water"
 	"github.com/vishvananda/netlink"
-	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/vtep"
 	"golang.org/x/sys/unix"
 )
@@ -41,7 +41,7 @@ type datapath struct {
 	// Owned by the reconciler.
 	linkIndex  int
 	tapBroken  atomic.Bool // a packet loop lost its TAP queue
-	overlay    *backend.Overlay
+	overlay    *kernel.Overlay
 	applied    vtep.Table          // the table last programmed, nil before
 	programmed bool                // the device and a table were programmed once
 	fastErr    string              // why the fast path is not attached, as last logged

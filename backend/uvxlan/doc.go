@@ -16,7 +16,7 @@
 // its own device name. Per peer, the same kernel state as the kernel
 // backend except the FDB: a permanent neighbour <peer subnet>.0 lladdr
 // <peer VtepMAC> and a route <peer subnet> via <peer subnet>.0 dev
-// weft-u.<VNI> onlink (with backend.TunnelMetric's metric). The kernel
+// weft-u.<VNI> onlink (with kernel.TunnelMetric's metric). The kernel
 // therefore routes pod traffic into the TAP as Ethernet frames addressed to
 // the peer's VTEP MAC and never sends ARP for a peer. The device, neighbours and routes outlive
 // Run, so a restarting daemon keeps routing; RemoveDevice removes them when
@@ -89,7 +89,7 @@
 // # Repair
 //
 // Run repairs drift as the kernel backend does, through the shared
-// backend.Reconciler: the kernel's notifications about the TAP, its
+// kernel.Reconciler: the kernel's notifications about the TAP, its
 // address, neighbours and routes trigger a full sync at once (the
 // backend's own writes match the table it programmed and are ignored), and
 // a full sync also runs every Config.Reconcile. A deleted TAP is opened

@@ -204,7 +204,7 @@ func TestFastPath(t *testing.T) {
 		nettest.MustRun(t, a.host, "ip", "link", "set", "other1", "up")
 		nettest.MustRun(t, a.host, "ip", "route", "add", "192.168.78.0/24", "dev", "other0")
 		connect(t, a, b)
-		far := vtep.VTEP{MAC: [6]byte{2, 0, 0, 0, 0, 0x78}, Addr: netip.MustParseAddr("192.168.78.5")}
+		far := vtep.Peer{MAC: [6]byte{2, 0, 0, 0, 0, 0x78}, Addr: netip.MustParseAddr("192.168.78.5")}
 		tab := vtep.Table{b.subnet: {MAC: b.mac, Addr: b.host.Addr}, netip.MustParsePrefix("10.244.9.0/24"): far}
 		a.b.Set(tab)
 		eventually(t, "the far peer left to the userspace path", func() error {
@@ -272,10 +272,10 @@ func TestFastPathSetPeers(t *testing.T) {
 	}
 	defer f.closeMaps()
 	b := &Backend{fast: f}
-	mac := func(i byte) vtep.VTEP {
-		return vtep.VTEP{MAC: [6]byte{2, 0, 0, 0, 0, i}, Addr: netip.AddrFrom4([4]byte{192, 168, 0, i})}
+	mac := func(i byte) vtep.Peer {
+		return vtep.Peer{MAC: [6]byte{2, 0, 0, 0, 0, i}, Addr: netip.AddrFrom4([4]byte{192, 168, 0, i})}
 	}
-	v6 := vtep.VTEP{MAC: [6]byte{2, 0, 0, 0, 0, 9}, Addr: netip.MustParseAddr("fd00::9")}
+	v6 := vtep.Peer{MAC: [6]byte{2, 0, 0, 0, 0, 9}, Addr: netip.MustParseAddr("fd00::9")}
 	sn := func(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 	tables := []vtep.Table{
 		{sn("10.244.1.0/24"): mac(1), sn("10.244.2.0/24"): mac(2), sn("fd00:1::/64"): v6},

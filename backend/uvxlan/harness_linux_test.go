@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
@@ -93,8 +92,8 @@ func newUVNode(t *testing.T, u *nettest.Underlay, label string, sn netip.Prefix,
 // newUVNodeWith is newUVNode with the backend's Config changed by mod.
 func newUVNodeWith(t *testing.T, u *nettest.Underlay, label string, sn netip.Prefix, mod func(*Config)) *testNode {
 	t.Helper()
-	n := &testNode{host: u.AddHost(t, label, "eth0"), subnet: sn, mtu: backend.OverlayMTU(u.MTU, u.Prefix.Addr().Is6())}
-	n.mac = backend.VTEPMAC(n.host.Addr, 1)
+	n := &testNode{host: u.AddHost(t, label, "eth0"), subnet: sn, mtu: vtep.OverlayMTU(u.MTU, u.Prefix.Addr().Is6())}
+	n.mac = vtep.DeviceMAC(n.host.Addr, 1)
 	addPod(t, n, label)
 	waitDAD(t, n.host)
 	cfg := Config{
@@ -137,8 +136,8 @@ func start(t *testing.T, b *Backend, label string) func() {
 // must take them (see the package documentation).
 func newKernelNode(t *testing.T, u *nettest.Underlay, label string, sn netip.Prefix) *testNode {
 	t.Helper()
-	n := &testNode{host: u.AddHost(t, label, "eth0"), subnet: sn, mtu: backend.OverlayMTU(u.MTU, u.Prefix.Addr().Is6())}
-	n.mac = backend.VTEPMAC(n.host.Addr, 1)
+	n := &testNode{host: u.AddHost(t, label, "eth0"), subnet: sn, mtu: vtep.OverlayMTU(u.MTU, u.Prefix.Addr().Is6())}
+	n.mac = vtep.DeviceMAC(n.host.Addr, 1)
 	addPod(t, n, label)
 	h := n.host
 	nettest.MustRun(t, h, "ip", "link", "add", "vx0", "address", n.mac.String(), "mtu", fmt.Sprint(n.mtu), "type", "vxlan",
@@ -155,7 +154,7 @@ func connect(t *testing.T, nodes ...*testNode) {
 		tab := vtep.Table{}
 		for _, p := range nodes {
 			if p != n {
-				tab[p.subnet] = vtep.VTEP{MAC: p.mac, Addr: p.host.Addr}
+				tab[p.subnet] = vtep.Peer{MAC: p.mac, Addr: p.host.Addr}
 			}
 		}
 		if n.b != nil {
@@ -178,7 +177,7 @@ func connect(t *testing.T, nodes ...*testNode) {
 
 // addFDB adds "<mac> dst <addr> self permanent" on vx0 (with netlink: the
 // `bridge` on PATH may be the CNI plugin of that name).
-func addFDB(t *testing.T, n *testNode, v vtep.VTEP) {
+func addFDB(t *testing.T, n *testNode, v vtep.Peer) {
 	t.Helper()
 	l, err := n.host.Handle.LinkByName("vx0")
 	if err != nil {

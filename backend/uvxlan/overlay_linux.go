@@ -6,11 +6,11 @@ import (
 	"maps"
 
 	"github.com/vishvananda/netlink"
-	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/vtep"
 )
 
-// sync is the reconciler's Sync (backend.Reconciler): it makes sure the TAP
+// sync is the reconciler's Sync (kernel.Reconciler): it makes sure the TAP
 // exists and is the one the packet loops use, puts back its MAC, MTU,
 // address and up state, and programs the latest table's neighbours and
 // routes. A full sync reads the kernel and repairs drift; otherwise only
@@ -85,7 +85,7 @@ func (dp *datapath) ensureDevice() (bool, error) {
 }
 
 // program makes the TAP's neighbours and routes match t with the shared
-// backend.Overlay, as the kernel backend does for its VXLAN device, but with
+// kernel.Overlay, as the kernel backend does for its VXLAN device, but with
 // no FDB step: the dataplane maps the MAC to the underlay address itself.
 // Peers whose underlay family differs from ours are left out: this
 // backend's socket cannot reach them (a dual-stack node runs a second
@@ -96,8 +96,8 @@ func (dp *datapath) program(t vtep.Table, full bool) error {
 		if dp.b.cfg.Local.Is6() {
 			fam = netlink.FAMILY_V6
 		}
-		dp.overlay = backend.NewOverlay(dp.h, dp.linkIndex, backend.OverlayOptions{Family: fam,
-			Pipe: backend.NewLazyPipe(dp.h, dp.b.cfg.NetNS, dp.linkIndex)})
+		dp.overlay = kernel.NewOverlay(dp.h, dp.linkIndex, kernel.OverlayOptions{Family: fam,
+			Pipe: kernel.NewLazyPipe(dp.h, dp.b.cfg.NetNS, dp.linkIndex)})
 	}
 	reachable := make(vtep.Table, len(t))
 	for p, v := range t {
@@ -105,7 +105,7 @@ func (dp *datapath) program(t vtep.Table, full bool) error {
 			reachable[p] = v
 		}
 	}
-	var st backend.SyncStats
+	var st kernel.SyncStats
 	var err error
 	if !full && dp.applied != nil {
 		st, err = dp.overlay.Apply(dp.applied, reachable)
@@ -130,6 +130,6 @@ func (dp *datapath) program(t vtep.Table, full bool) error {
 
 // drift is the reconciler's Drift: the shared overlay rules for the TAP and
 // the table programmed last.
-func (dp *datapath) drift() backend.Drift {
-	return backend.NewOverlayDrift(dp.applied, map[string]int{dp.b.cfg.Name: dp.linkIndex}).Drift()
+func (dp *datapath) drift() kernel.Drift {
+	return kernel.NewOverlayDrift(dp.applied, map[string]int{dp.b.cfg.Name: dp.linkIndex}).Drift()
 }

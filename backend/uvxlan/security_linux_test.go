@@ -377,7 +377,7 @@ func testPeerChurn(t *testing.T, fast bool) {
 			tab := vtep.Table{b.subnet: base[b.subnet]}
 			for j := range i % 20 {
 				p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 245, byte(j), 0}), 24)
-				tab[p] = vtep.VTEP{MAC: subnet.MAC{2, 0, 0, 0, 0, byte(j)}, Addr: netip.AddrFrom4([4]byte{192, 168, 78, byte(j + 1)})}
+				tab[p] = vtep.Peer{MAC: subnet.MAC{2, 0, 0, 0, 0, byte(j)}, Addr: netip.AddrFrom4([4]byte{192, 168, 78, byte(j + 1)})}
 			}
 			a.b.Set(tab)
 			a.b.Stats()

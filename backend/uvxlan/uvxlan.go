@@ -12,6 +12,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
 )
@@ -36,7 +37,7 @@ type Config struct {
 	Port  int        // UDP port, ours and the peers'; default 8472
 	Local netip.Addr // this node's underlay address, IPv4 or IPv6
 	// MAC is the VTEP MAC the node advertises in its lease; zero means
-	// backend.VTEPMAC(Local, VNI). It must be stable across restarts.
+	// vtep.DeviceMAC(Local, VNI). It must be stable across restarts.
 	MAC subnet.MAC
 	MTU int // overlay MTU (underlay MTU − 50 on IPv4, − 70 on IPv6); default for 1500
 	// Subnet is this node's IPv4 subnet when Local is IPv4: <Subnet>.0/32
@@ -107,10 +108,10 @@ func (c *Config) setDefaults() error {
 		c.Name = DeviceName(c.VNI)
 	}
 	if c.MAC.IsZero() && c.Local.IsValid() {
-		c.MAC = backend.VTEPMAC(c.Local.Unmap(), c.VNI)
+		c.MAC = vtep.DeviceMAC(c.Local.Unmap(), c.VNI)
 	}
 	if c.MTU == 0 {
-		c.MTU = backend.OverlayMTU(1500, c.Local.Is6())
+		c.MTU = vtep.OverlayMTU(1500, c.Local.Is6())
 	}
 	if c.Queues == 0 {
 		c.Queues = 1
@@ -153,8 +154,8 @@ type Backend struct {
 	log *slog.Logger
 	dec decoder
 
-	peers            atomic.Pointer[peers] // read by the packet loops
-	*backend.Desired                       // the latest table, Ready
+	peers           atomic.Pointer[peers] // read by the packet loops
+	*kernel.Desired                       // the latest table, Ready
 
 	ctr  counters
 	fast *fastPath // nil without Config.FastPath, or where it cannot work
@@ -184,7 +185,7 @@ func New(cfg Config, log *slog.Logger) (*Backend, error) {
 		cfg:     cfg,
 		log:     log.With("component", "uvxlan", "dev", cfg.Name),
 		dec:     decoder{vni: uint32(cfg.VNI), mac: cfg.MAC, maxFrame: ethHeaderLen + cfg.MTU},
-		Desired: backend.NewDesired(),
+		Desired: kernel.NewDesired(),
 	}
 	b.peers.Store(newPeers(nil, cfg.Port, cfg.Local.Is6()))
 	if cfg.FastPath {
@@ -214,7 +215,7 @@ func (b *Backend) Config() Config { return b.cfg }
 
 // Run creates (or re-attaches to) the TAP device, opens the sockets and
 // moves frames until ctx is done, then returns after its goroutines exit.
-// Meanwhile it repairs drift as the kernel backend does (backend.Reconciler):
+// Meanwhile it repairs drift as the kernel backend does (kernel.Reconciler):
 // a changed or deleted neighbour, route or address, and a deleted TAP, are
 // put back on the kernel's change notification and by a full sync every
 // Config.Reconcile; a failed receive socket is reopened. None of these ends
@@ -240,7 +241,7 @@ func (b *Backend) Run(ctx context.Context) error {
 		loops.Go(func() { <-start; dp.ingress(q) })
 	}
 	go b.startLoops(ctx, dp, start)
-	r := backend.Reconciler{
+	r := kernel.Reconciler{
 		NetNS:  b.cfg.NetNS,
 		Log:    b.log,
 		Resync: b.cfg.Reconcile,

@@ -15,7 +15,7 @@ func bigTable(n int) vtep.Table {
 	t := make(vtep.Table, n)
 	for i := range n {
 		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(100 + i/256), byte(i % 256), 0}), 24)
-		t[p] = vtep.VTEP{
+		t[p] = vtep.Peer{
 			MAC:  subnet.MAC{0x0a, 0, 0, 0, byte(i >> 8), byte(i)},
 			Addr: netip.AddrFrom4([4]byte{192, 168, byte(78 + i/250), byte(1 + i%250)}),
 		}

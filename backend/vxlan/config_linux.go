@@ -9,8 +9,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/vtep"
 )
 
 // Defaults, the same as Flannel's.
@@ -54,14 +54,14 @@ type Config struct {
 	IPv6Subnet netip.Prefix
 
 	// MAC and MACv6 are the device MACs the node advertises in its lease;
-	// zero means backend.VTEPMAC(Local, VNI) (and LocalIPv6). They must be
+	// zero means vtep.DeviceMAC(Local, VNI) (and LocalIPv6). They must be
 	// stable across restarts: peers hold FDB entries for them.
 	MAC, MACv6 subnet.MAC
 	// MTU is the overlay MTU the node advertises (FLANNEL_MTU): the IPv4
 	// device's (underlay MTU − 50). With both devices, the IPv6 one gets 20
 	// bytes less for its larger outer header; an IPv6-only node's device
 	// gets MTU as it is. 0 means the underlay's MTU minus the encapsulation
-	// overhead of each device's family (backend.OverlayMTU).
+	// overhead of each device's family (vtep.OverlayMTU).
 	MTU int
 
 	// DirectRouting routes peers whose public address is on-link straight
@@ -121,7 +121,7 @@ func (c Config) withDefaults() (Config, error) {
 			c.Name = DeviceName(c.VNI, false)
 		}
 		if c.MAC.IsZero() {
-			c.MAC = backend.VTEPMAC(c.Local, c.VNI)
+			c.MAC = vtep.DeviceMAC(c.Local, c.VNI)
 		}
 	}
 	if v6 {
@@ -132,7 +132,7 @@ func (c Config) withDefaults() (Config, error) {
 			c.NameV6 = DeviceName(c.VNI, true)
 		}
 		if c.MACv6.IsZero() {
-			c.MACv6 = backend.VTEPMAC(c.LocalIPv6, c.VNI)
+			c.MACv6 = vtep.DeviceMAC(c.LocalIPv6, c.VNI)
 		}
 	}
 	for _, n := range []string{c.Name, c.NameV6} {
@@ -148,7 +148,7 @@ func (c Config) specs() []deviceSpec {
 	var out []deviceSpec
 	mtu6 := c.MTU
 	if mtu6 != 0 && c.Local.IsValid() {
-		mtu6 -= backend.OverheadIPv6 - backend.OverheadIPv4
+		mtu6 -= vtep.OverheadIPv6 - vtep.OverheadIPv4
 	}
 	if c.Local.IsValid() {
 		out = append(out, deviceSpec{

@@ -10,8 +10,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/vtep"
 )
 
 // deviceSpec is the VXLAN device of one address family.
@@ -99,7 +100,7 @@ func createDevice(h *netlink.Handle, s deviceSpec, log *slog.Logger) (netlink.Li
 		if err != nil {
 			return nil, fmt.Errorf("find underlay link %d: %w", s.underlay, err)
 		}
-		mtu = backend.OverlayMTU(u.Attrs().MTU, s.family == netlink.FAMILY_V6)
+		mtu = vtep.OverlayMTU(u.Attrs().MTU, s.family == netlink.FAMILY_V6)
 	}
 	if err := h.LinkAdd(s.link(mtu)); err != nil {
 		return nil, fmt.Errorf("create device %s: %w", s.name, err)
@@ -116,7 +117,7 @@ func createDevice(h *netlink.Handle, s deviceSpec, log *slog.Logger) (netlink.Li
 // and port with a local address of our family (flannel.1 left by flanneld):
 // the kernel refuses a second such device.
 func removeConflicts(h *netlink.Handle, s deviceSpec, log *slog.Logger) error {
-	links, err := backend.ListLinks(h)
+	links, err := kernel.ListLinks(h)
 	if err != nil {
 		return err
 	}
@@ -162,7 +163,7 @@ func fixDevice(h *netlink.Handle, l netlink.Link, s deviceSpec) error {
 // ensureAddr puts s.addr on the device and removes the other global
 // addresses of its family (a previous subnet of this node).
 func ensureAddr(h *netlink.Handle, l netlink.Link, s deviceSpec) error {
-	addrs, err := backend.ListAddrs(h, l, s.family)
+	addrs, err := kernel.ListAddrs(h, l, s.family)
 	if err != nil {
 		return err
 	}
@@ -184,7 +185,7 @@ func ensureAddr(h *netlink.Handle, l netlink.Link, s deviceSpec) error {
 	if found {
 		return nil
 	}
-	addr := &netlink.Addr{IPNet: backend.PrefixIPNet(s.addr)}
+	addr := &netlink.Addr{IPNet: kernel.PrefixIPNet(s.addr)}
 	if s.family == netlink.FAMILY_V6 {
 		addr.Flags = unix.IFA_F_NODAD
 	}

@@ -9,14 +9,14 @@
 //	ip link set weft.1 address <VtepMAC> mtu <underlay MTU − 50> up
 //	ip addr add <own subnet>.0/32 dev weft.1
 //
-// and per remote node subnet in the table, in this order (backend.Overlay
+// and per remote node subnet in the table, in this order (kernel.Overlay
 // writes the neighbour and the route, this package's FDB step sits between):
 //
 //	ip neigh replace <subnet>.0 lladdr <VtepMAC> dev weft.1 nud permanent
 //	bridge fdb replace <VtepMAC> dev weft.1 dst <PublicIP> self permanent
 //	ip route replace <subnet> via <subnet>.0 dev weft.1 onlink proto 87 metric <M>
 //
-// where M is the low 16 bits of the subnet's number (backend.TunnelMetric:
+// where M is the low 16 bits of the subnet's number (kernel.TunnelMetric:
 // 62469 for 10.244.5.0/24), which keeps the kernel's insertion of thousands
 // of routes fast and changes no forwarding decision; IPv6 routes keep the
 // default metric. A peer leaves in the reverse order. With DirectRouting, a
@@ -36,7 +36,7 @@
 // traffic.
 //
 // Where weft differs from Flannel: the device MAC is stable (derived from the
-// public address, see backend.VTEPMAC) and an existing compatible device is
+// public address, see vtep.DeviceMAC) and an existing compatible device is
 // adopted, never flushed or recreated, so restarting weftd drops no packet
 // and peers' FDB entries stay right; a peer whose MAC or address changed gets
 // its FDB entry replaced instead of leaving the old one behind; and the state
@@ -44,7 +44,7 @@
 // periodic full resync, so a deleted route, neighbour, FDB entry or even the
 // whole device is repaired within about a second. Writes and the reads of
 // a full sync go over a netlink socket of the backend's own
-// (backend.Pipe): windows of requests with one acknowledgement each, and
+// (kernel.Pipe): windows of requests with one acknowledgement each, and
 // dumps read into one kept buffer; at 5,000 peers a resync that finds
 // nothing to repair takes about 50 ms (2026-12-01). A device that uses our VNI
 // and port under another name (flannel.1 left by flanneld) would make the

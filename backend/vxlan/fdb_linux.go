@@ -9,20 +9,20 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
-	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
 )
 
-// fdb is the backend.PeerStep that writes, per tunnelled peer, the VXLAN FDB
+// fdb is the kernel.PeerStep that writes, per tunnelled peer, the VXLAN FDB
 // entry `<VtepMAC> dst <PublicIP> self permanent` on the device.
 type fdb struct {
 	h    *netlink.Handle
 	link int
-	pipe *backend.LazyPipe // nil: one request at a time
+	pipe *kernel.LazyPipe // nil: one request at a time
 }
 
-var _ backend.PeerStep = fdb{}
+var _ kernel.PeerStep = fdb{}
 
 // fdbEntry is one permanent FDB entry with a remote address.
 type fdbEntry struct {
@@ -34,7 +34,7 @@ type fdbEntry struct {
 // address; learned (non-permanent) entries are not weft's.
 func (f fdb) list() (map[fdbEntry]bool, error) {
 	if p := f.pipe.Get(); p != nil {
-		ns, err := p.DumpNeighbours(f.link, unix.AF_BRIDGE, func(n backend.NeighInfo) bool {
+		ns, err := p.DumpNeighbours(f.link, unix.AF_BRIDGE, func(n kernel.NeighInfo) bool {
 			return n.LinkIndex == f.link && n.State&netlink.NUD_PERMANENT != 0 && n.HasMAC && n.IP.IsValid()
 		})
 		if err != nil {
@@ -46,7 +46,7 @@ func (f fdb) list() (map[fdbEntry]bool, error) {
 		}
 		return out, nil
 	}
-	ns, err := backend.ListNeighbours(f.h, f.link, unix.AF_BRIDGE)
+	ns, err := kernel.ListNeighbours(f.h, f.link, unix.AF_BRIDGE)
 	if err != nil {
 		return nil, fmt.Errorf("list fdb: %w", err)
 	}
@@ -84,7 +84,7 @@ func (f fdb) Ensure(peers []vtep.Entry) (int, error) {
 	}
 	var missing []fdbEntry
 	for _, p := range peers {
-		if e := (fdbEntry{MAC: p.VTEP.MAC, Dst: p.VTEP.Addr}); !have[e] {
+		if e := (fdbEntry{MAC: p.Peer.MAC, Dst: p.Peer.Addr}); !have[e] {
 			missing = append(missing, e)
 		}
 	}
@@ -99,13 +99,13 @@ func (f fdb) write(es []fdbEntry, set bool) (int, error) {
 	if p := f.pipe.Get(); p != nil && len(es) >= 4 {
 		reqs := make([]*nl.NetlinkRequest, len(es))
 		for i, e := range es {
-			reqs[i] = backend.NeighRequest(f.neigh(e), set)
+			reqs[i] = kernel.NeighRequest(f.neigh(e), set)
 		}
 		ignore, verb := unix.ENOENT, "delete"
 		if set {
 			ignore, verb = 0, "set"
 		}
-		err := backend.PipeWrite(p, reqs, ignore, &n, func(i int) string {
+		err := kernel.PipeWrite(p, reqs, ignore, &n, func(i int) string {
 			return fmt.Sprintf("%s fdb %s dst %s", verb, es[i].MAC, es[i].Dst)
 		})
 		return n, err
@@ -138,7 +138,7 @@ func (f fdb) Prune(peers []vtep.Entry) (int, error) {
 	}
 	want := make(map[fdbEntry]bool, len(peers))
 	for _, p := range peers {
-		want[fdbEntry{MAC: p.VTEP.MAC, Dst: p.VTEP.Addr}] = true
+		want[fdbEntry{MAC: p.Peer.MAC, Dst: p.Peer.Addr}] = true
 	}
 	var stale []fdbEntry
 	for e := range have {
@@ -149,11 +149,11 @@ func (f fdb) Prune(peers []vtep.Entry) (int, error) {
 	return f.write(stale, false)
 }
 
-var _ backend.EntryStep = fdb{}
+var _ kernel.EntryStep = fdb{}
 
 // Add writes one peer's entry (replacing an entry of the same MAC).
 func (f fdb) Add(p vtep.Entry) error {
-	e := fdbEntry{MAC: p.VTEP.MAC, Dst: p.VTEP.Addr}
+	e := fdbEntry{MAC: p.Peer.MAC, Dst: p.Peer.Addr}
 	if err := f.h.NeighSet(f.neigh(e)); err != nil {
 		return fmt.Errorf("set fdb %s dst %s: %w", e.MAC, e.Dst, err)
 	}
@@ -162,7 +162,7 @@ func (f fdb) Add(p vtep.Entry) error {
 
 // Remove deletes one peer's entry; a missing entry is no error.
 func (f fdb) Remove(p vtep.Entry) error {
-	e := fdbEntry{MAC: p.VTEP.MAC, Dst: p.VTEP.Addr}
+	e := fdbEntry{MAC: p.Peer.MAC, Dst: p.Peer.Addr}
 	if err := f.h.NeighDel(f.neigh(e)); err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("delete fdb %s dst %s: %w", e.MAC, e.Dst, err)
 	}

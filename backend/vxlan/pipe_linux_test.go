@@ -12,7 +12,7 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
-	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
@@ -24,7 +24,7 @@ func pipeTable(from, n int, salt byte) vtep.Table {
 	t := vtep.Table{}
 	for i := from; i < from+n; i++ {
 		sn := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(1 + i/256), byte(i), 0}), 24)
-		t[sn] = vtep.VTEP{MAC: subnet.MAC{0x0a, salt, 0, 0, byte(i >> 8), byte(i)},
+		t[sn] = vtep.Peer{MAC: subnet.MAC{0x0a, salt, 0, 0, byte(i >> 8), byte(i)},
 			Addr: netip.AddrFrom4([4]byte{100, 64, byte(i >> 8), byte(i)})}
 	}
 	return t
@@ -34,7 +34,7 @@ func pipeTable(from, n int, salt byte) vtep.Table {
 // pipelined or not.
 type pipeSide struct {
 	ns  *nettest.NS
-	o   *backend.Overlay
+	o   *kernel.Overlay
 	fdb fdb
 }
 
@@ -52,16 +52,16 @@ func newPipeSideTB(t testing.TB, name string, pipelined bool) *pipeSide {
 	}
 	idx := l.Attrs().Index
 	s := &pipeSide{ns: ns, fdb: fdb{h: ns.Handle, link: idx}}
-	opts := backend.OverlayOptions{Family: netlink.FAMILY_V4}
+	opts := kernel.OverlayOptions{Family: netlink.FAMILY_V4}
 	if pipelined {
-		p := backend.NewLazyPipe(ns.Handle, ns.Path, idx)
+		p := kernel.NewLazyPipe(ns.Handle, ns.Path, idx)
 		if p.Get() == nil {
 			t.Fatalf("pipe: %v", p.Err())
 		}
 		s.fdb.pipe, opts.Pipe = p, p
 	}
 	opts.Step = s.fdb
-	s.o = backend.NewOverlay(ns.Handle, idx, opts)
+	s.o = kernel.NewOverlay(ns.Handle, idx, opts)
 	return s
 }
 
@@ -104,13 +104,13 @@ func TestPipelinedMatchesPerRequest(t *testing.T) {
 	t3 := pipeTable(350, 300, 3)
 	steps := []struct {
 		name string
-		do   func(o *backend.Overlay) (backend.SyncStats, error)
+		do   func(o *kernel.Overlay) (kernel.SyncStats, error)
 	}{
-		{"sync 600", func(o *backend.Overlay) (backend.SyncStats, error) { return o.Sync(t1) }},
-		{"sync change", func(o *backend.Overlay) (backend.SyncStats, error) { return o.Sync(t2) }},
-		{"apply", func(o *backend.Overlay) (backend.SyncStats, error) { return o.Apply(t2, t3) }},
-		{"sync after apply", func(o *backend.Overlay) (backend.SyncStats, error) { return o.Sync(t3) }},
-		{"remove all", func(o *backend.Overlay) (backend.SyncStats, error) { return o.Sync(vtep.Table{}) }},
+		{"sync 600", func(o *kernel.Overlay) (kernel.SyncStats, error) { return o.Sync(t1) }},
+		{"sync change", func(o *kernel.Overlay) (kernel.SyncStats, error) { return o.Sync(t2) }},
+		{"apply", func(o *kernel.Overlay) (kernel.SyncStats, error) { return o.Apply(t2, t3) }},
+		{"sync after apply", func(o *kernel.Overlay) (kernel.SyncStats, error) { return o.Sync(t3) }},
+		{"remove all", func(o *kernel.Overlay) (kernel.SyncStats, error) { return o.Sync(vtep.Table{}) }},
 	}
 	for i, st := range steps {
 		a, errA := st.do(plain.o)
@@ -167,7 +167,7 @@ func TestPipeReportsEachFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := backend.NewLazyPipe(s.ns.Handle, s.ns.Path, l.Attrs().Index).Get()
+	p := kernel.NewLazyPipe(s.ns.Handle, s.ns.Path, l.Attrs().Index).Get()
 	if p == nil {
 		t.Fatal("no pipe")
 	}
@@ -181,10 +181,10 @@ func TestPipeReportsEachFailure(t *testing.T) {
 		if i == 0 || i == 127 || i == 200 {
 			n.LinkIndex = 9999
 		}
-		reqs = append(reqs, backend.NeighRequest(n, true))
+		reqs = append(reqs, kernel.NeighRequest(n, true))
 	}
 	done := 0
-	err = backend.PipeWrite(p, reqs, 0, &done, func(i int) string { return fmt.Sprintf("neighbour %d", i) })
+	err = kernel.PipeWrite(p, reqs, 0, &done, func(i int) string { return fmt.Sprintf("neighbour %d", i) })
 	if err == nil || !strings.HasPrefix(err.Error(), "neighbour 0: ") {
 		t.Errorf("error %v, want one naming neighbour 0", err)
 	}
@@ -206,9 +206,9 @@ func TestPipeReportsEachFailure(t *testing.T) {
 	}
 	// Deleting what is gone is no error when the caller says so.
 	done = 0
-	del := []*nl.NetlinkRequest{backend.NeighRequest(&netlink.Neigh{LinkIndex: l.Attrs().Index, Family: netlink.FAMILY_V4,
+	del := []*nl.NetlinkRequest{kernel.NeighRequest(&netlink.Neigh{LinkIndex: l.Attrs().Index, Family: netlink.FAMILY_V4,
 		IP: netip.MustParseAddr("10.9.99.99").AsSlice()}, false)}
-	if err := backend.PipeWrite(p, del, unix.ENOENT, &done, func(int) string { return "" }); err != nil || done != 0 {
+	if err := kernel.PipeWrite(p, del, unix.ENOENT, &done, func(int) string { return "" }); err != nil || done != 0 {
 		t.Errorf("deleting a missing neighbour: %v, %d done", err, done)
 	}
 }

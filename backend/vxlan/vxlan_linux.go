@@ -11,15 +11,16 @@ import (
 	"time"
 
 	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
 )
 
 // Backend is the kernel VXLAN dataplane (see the package documentation).
 type Backend struct {
-	cfg              Config
-	log              *slog.Logger
-	*backend.Desired // Set, Ready
+	cfg             Config
+	log             *slog.Logger
+	*kernel.Desired // Set, Ready
 
 	running atomic.Bool
 	repairs repairCounters
@@ -34,7 +35,7 @@ var _ backend.Backend = (*Backend)(nil)
 type devState struct {
 	spec    deviceSpec
 	index   int // 0 until the device was first seen or made
-	overlay *backend.Overlay
+	overlay *kernel.Overlay
 }
 
 // New validates cfg and returns a backend that programs nothing until Run.
@@ -46,7 +47,7 @@ func New(cfg Config, log *slog.Logger) (*Backend, error) {
 	b := &Backend{
 		cfg:     cfg,
 		log:     log.With("component", "vxlan"),
-		Desired: backend.NewDesired(),
+		Desired: kernel.NewDesired(),
 	}
 	for _, s := range cfg.specs() {
 		b.devs = append(b.devs, &devState{spec: s})
@@ -68,7 +69,7 @@ func (b *Backend) Run(ctx context.Context) error {
 	}
 	defer b.running.Store(false)
 
-	r := backend.Reconciler{
+	r := kernel.Reconciler{
 		NetNS:  b.cfg.NetNS,
 		Log:    b.log,
 		Resync: b.cfg.ResyncInterval,
@@ -119,8 +120,8 @@ func (b *Backend) reconcileDevice(d *devState, tp *vtep.Table, full bool) error 
 	}
 	if idx != d.index || d.overlay == nil {
 		d.index = idx
-		pipe := backend.NewLazyPipe(b.cfg.Handle, b.cfg.NetNS, idx)
-		d.overlay = backend.NewOverlay(b.cfg.Handle, idx, backend.OverlayOptions{
+		pipe := kernel.NewLazyPipe(b.cfg.Handle, b.cfg.NetNS, idx)
+		d.overlay = kernel.NewOverlay(b.cfg.Handle, idx, kernel.OverlayOptions{
 			Family:        d.spec.family,
 			DirectRouting: b.cfg.DirectRouting,
 			Step:          fdb{h: b.cfg.Handle, link: idx, pipe: pipe},
@@ -157,7 +158,7 @@ func (b *Backend) reconcileDevice(d *devState, tp *vtep.Table, full bool) error 
 // underlay addresses): a route for our own subnet into the tunnel would cut
 // off our pods. The daemon's table never has them; this is a safety net.
 func (b *Backend) withoutSelf(t vtep.Table) vtep.Table {
-	self := func(p netip.Prefix, v vtep.VTEP) bool {
+	self := func(p netip.Prefix, v vtep.Peer) bool {
 		return p == b.cfg.Subnet.Masked() || p == b.cfg.IPv6Subnet.Masked() ||
 			v.Addr == b.cfg.Local || v.Addr == b.cfg.LocalIPv6
 	}
@@ -183,7 +184,7 @@ type repairCounters struct {
 	device, neigh, fdb, route atomic.Uint64
 }
 
-func (c *repairCounters) add(st backend.SyncStats) {
+func (c *repairCounters) add(st kernel.SyncStats) {
 	c.neigh.Add(uint64(st.NeighSet + st.NeighDel))
 	c.fdb.Add(uint64(st.StepSet + st.StepDel))
 	c.route.Add(uint64(st.RouteSet + st.RouteDel))

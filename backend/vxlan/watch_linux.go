@@ -6,19 +6,19 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/subnet"
 )
 
 // drift is the shared overlay drift rules for the devices and the table
 // last programmed, plus the FDB entries: a deleted one that the table
 // wants, or a new permanent one that it does not.
-func (b *Backend) drift() backend.Drift {
+func (b *Backend) drift() kernel.Drift {
 	links := make(map[string]int, len(b.devs))
 	for _, d := range b.devs {
 		links[d.spec.name] = d.index
 	}
-	od := backend.NewOverlayDrift(b.applied, links)
+	od := kernel.NewOverlayDrift(b.applied, links)
 	fdb := make(map[fdbEntry]bool, len(b.applied))
 	for _, v := range b.applied {
 		fdb[fdbEntry{MAC: v.MAC, Dst: v.Addr}] = true

@@ -45,7 +45,7 @@
 //
 // # Repair
 //
-// backend.Reconciler syncs on every new table, on notifications about the
+// kernel.Reconciler syncs on every new table, on notifications about the
 // devices, their addresses and routes, and every ResyncInterval: a missing
 // device is re-created, a missing address or route put back, and the
 // device's peers compared with the table (stale ones removed, missing or

@@ -77,13 +77,13 @@ func (c Config) peersFor(d deviceSpec, t vtep.Table) []Peer {
 	var allowed = map[string][]netip.Prefix{}
 	for _, e := range t.Entries() {
 		is4 := e.Subnet.Addr().Is4()
-		if e.VTEP.Key == "" || is4 && !d.v4 || !is4 && !d.v6 {
+		if e.Peer.Key == "" || is4 && !d.v4 || !is4 && !d.v6 {
 			continue
 		}
-		r := byKey[e.VTEP.Key]
+		r := byKey[e.Peer.Key]
 		if r == nil {
 			r = &rows{}
-			byKey[e.VTEP.Key] = r
+			byKey[e.Peer.Key] = r
 		}
 		e := e
 		if is4 {
@@ -91,7 +91,7 @@ func (c Config) peersFor(d deviceSpec, t vtep.Table) []Peer {
 		} else {
 			r.v6 = &e
 		}
-		allowed[e.VTEP.Key] = append(allowed[e.VTEP.Key], e.Subnet)
+		allowed[e.Peer.Key] = append(allowed[e.Peer.Key], e.Subnet)
 	}
 	var out []Peer
 	for key, r := range byKey {
@@ -114,17 +114,17 @@ func (c Config) peersFor(d deviceSpec, t vtep.Table) []Peer {
 // are both public; else IPv4). The port is the one in the peer's lease, or
 // the device's own when the lease names none.
 func (c Config) endpoint(d deviceSpec, v4, v6 *vtep.Entry) (netip.AddrPort, bool) {
-	v4ok := v4 != nil && v4.VTEP.Addr.IsValid()
-	v6ok := v6 != nil && v6.VTEP.Addr.IsValid()
+	v4ok := v4 != nil && v4.Peer.Addr.IsValid()
+	v6ok := v6 != nil && v6.Peer.Addr.IsValid()
 	use4 := v4ok
 	switch c.Mode {
 	case subnet.WireGuardIPv6:
 		use4 = false
 	case subnet.WireGuardAuto:
 		switch {
-		case !v6ok, v4ok && !v4.VTEP.Addr.IsPrivate() && c.Local.IsValid():
+		case !v6ok, v4ok && !v4.Peer.Addr.IsPrivate() && c.Local.IsValid():
 			use4 = true
-		case !v6.VTEP.Addr.IsPrivate() && c.LocalIPv6.IsValid() && !c.LocalIPv6.IsPrivate():
+		case !v6.Peer.Addr.IsPrivate() && c.LocalIPv6.IsValid() && !c.LocalIPv6.IsPrivate():
 			use4 = false
 		default:
 			use4 = true
@@ -138,10 +138,10 @@ func (c Config) endpoint(d deviceSpec, v4, v6 *vtep.Entry) (netip.AddrPort, bool
 		return netip.AddrPort{}, false
 	}
 	port := d.port
-	if e.VTEP.Port != 0 {
-		port = e.VTEP.Port
+	if e.Peer.Port != 0 {
+		port = e.Peer.Port
 	}
-	return netip.AddrPortFrom(e.VTEP.Addr, uint16(port)), true
+	return netip.AddrPortFrom(e.Peer.Addr, uint16(port)), true
 }
 
 func comparePrefix(a, b netip.Prefix) int {

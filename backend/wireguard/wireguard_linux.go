@@ -15,14 +15,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/vtep"
 )
 
 // Backend is the wireguard dataplane (see the package documentation).
 type Backend struct {
-	cfg              Config
-	log              *slog.Logger
-	*backend.Desired // Set, Ready
+	cfg             Config
+	log             *slog.Logger
+	*kernel.Desired // Set, Ready
 
 	running atomic.Bool
 	repairs sync.Map // kind → *atomic.Uint64
@@ -48,7 +49,7 @@ func New(cfg Config, log *slog.Logger) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{cfg: cfg, log: log.With("component", "wireguard"), Desired: backend.NewDesired()}
+	b := &Backend{cfg: cfg, log: log.With("component", "wireguard"), Desired: kernel.NewDesired()}
 	for _, s := range cfg.specs() {
 		b.devs = append(b.devs, &devState{spec: s})
 	}
@@ -73,7 +74,7 @@ func (b *Backend) Run(ctx context.Context) error {
 			}
 		}
 	}()
-	r := &backend.Reconciler{NetNS: b.cfg.NetNS, Log: b.log, Resync: b.cfg.ResyncInterval,
+	r := &kernel.Reconciler{NetNS: b.cfg.NetNS, Log: b.log, Resync: b.cfg.ResyncInterval,
 		Kick: b.Kick(), Sync: b.sync, Drift: b.drift}
 	if err := r.Run(ctx); err != nil {
 		return fmt.Errorf("wireguard backend: %w", err)
@@ -212,7 +213,7 @@ func (b *Backend) ensureAddrRoutes(d *devState, created bool) error {
 	if err != nil {
 		return fmt.Errorf("find %s: %w", d.spec.name, err)
 	}
-	have, err := backend.ListAddrs(h, link, netlink.FAMILY_ALL)
+	have, err := kernel.ListAddrs(h, link, netlink.FAMILY_ALL)
 	if err != nil {
 		return err
 	}
@@ -226,12 +227,12 @@ func (b *Backend) ensureAddrRoutes(d *devState, created bool) error {
 		if !created {
 			b.repaired("address", 1)
 		}
-		if err := h.AddrReplace(link, &netlink.Addr{IPNet: backend.PrefixIPNet(a)}); err != nil {
+		if err := h.AddrReplace(link, &netlink.Addr{IPNet: kernel.PrefixIPNet(a)}); err != nil {
 			return fmt.Errorf("address %s on %s: %w", a, d.spec.name, err)
 		}
 	}
 	for _, p := range d.spec.routes {
-		rs, err := backend.ListRoutes(h, netlink.FAMILY_ALL, &netlink.Route{Dst: backend.PrefixIPNet(p), Table: unix.RT_TABLE_MAIN},
+		rs, err := kernel.ListRoutes(h, netlink.FAMILY_ALL, &netlink.Route{Dst: kernel.PrefixIPNet(p), Table: unix.RT_TABLE_MAIN},
 			netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
 		if err != nil {
 			return err
@@ -242,8 +243,8 @@ func (b *Backend) ensureAddrRoutes(d *devState, created bool) error {
 		if !created {
 			b.repaired("route", 1)
 		}
-		r := &netlink.Route{Dst: backend.PrefixIPNet(p), LinkIndex: d.index, Scope: netlink.SCOPE_LINK,
-			Table: unix.RT_TABLE_MAIN, Protocol: backend.RouteProtocol}
+		r := &netlink.Route{Dst: kernel.PrefixIPNet(p), LinkIndex: d.index, Scope: netlink.SCOPE_LINK,
+			Table: unix.RT_TABLE_MAIN, Protocol: kernel.RouteProtocol}
 		if err := h.RouteReplace(r); err != nil {
 			return fmt.Errorf("route %s dev %s: %w", p, d.spec.name, err)
 		}
@@ -252,13 +253,13 @@ func (b *Backend) ensureAddrRoutes(d *devState, created bool) error {
 }
 
 // drift: any change of a device, a lost address, a route through it gone.
-func (b *Backend) drift() backend.Drift {
+func (b *Backend) drift() kernel.Drift {
 	idx := map[int]bool{}
 	names := map[string]bool{}
 	for _, d := range b.devs {
 		idx[d.index], names[d.spec.name] = true, true
 	}
-	return backend.Drift{
+	return kernel.Drift{
 		Link: func(u netlink.LinkUpdate) bool {
 			return idx[int(u.Index)] || u.Link != nil && names[u.Link.Attrs().Name]
 		},

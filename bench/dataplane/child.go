@@ -45,7 +45,7 @@ func runNode(spec string) error {
 	if err := json.Unmarshal([]byte(spec), &s); err != nil {
 		return fmt.Errorf("node spec: %w", err)
 	}
-	b, err := uvxlan.New(uvxlan.Config{NetNS: s.NetNS, Local: s.Local, MAC: backend.VTEPMAC(s.Local, 1),
+	b, err := uvxlan.New(uvxlan.Config{NetNS: s.NetNS, Local: s.Local, MAC: vtep.DeviceMAC(s.Local, 1),
 		MTU: overlayMTU, Subnet: s.Subnet, Queues: s.Queues, FastPath: s.FastPath}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err
@@ -53,7 +53,7 @@ func runNode(spec string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	exited := make(chan error, 1)
 	go func() { exited <- b.Run(ctx) }()
-	b.Set(vtep.Table{s.PeerSubnet: {MAC: backend.VTEPMAC(s.PeerAddr, 1), Addr: s.PeerAddr}})
+	b.Set(vtep.Table{s.PeerSubnet: {MAC: vtep.DeviceMAC(s.PeerAddr, 1), Addr: s.PeerAddr}})
 	select {
 	case <-b.Ready():
 	case err := <-exited:

@@ -35,7 +35,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/backend/kernel"
 )
 
 type options struct {
@@ -62,7 +62,7 @@ func main() {
 		return
 	}
 	if os.Getenv(spinEnv) != "" {
-		backend.SetProcessNice(0) // a pod's priority, not the dataplane's
+		kernel.SetProcessNice(0) // a pod's priority, not the dataplane's
 		for {
 		}
 	}
@@ -105,7 +105,7 @@ func run(ctx context.Context, args []string) error {
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (network namespaces)")
 	}
-	if err := backend.SetProcessNice(o.nice); err != nil {
+	if err := kernel.SetProcessNice(o.nice); err != nil {
 		return err
 	}
 	log := slog.New(slog.DiscardHandler)
@@ -164,7 +164,7 @@ func withLoad(load string, f func() error) error {
 // pod returns argv to run a program at nice 0, as in a pod, whatever this
 // process's own nice value (which its children would inherit).
 func pod(argv ...string) []string {
-	n, err := backend.ThreadNice(0)
+	n, err := kernel.ThreadNice(0)
 	if err != nil || n == 0 {
 		return argv
 	}

@@ -202,8 +202,8 @@ func (t *topology) addPod(n *node) (err error) {
 func (t *topology) kernelVXLAN() error {
 	for _, p := range [][2]*node{{t.a, t.b}, {t.b, t.a}} {
 		n, peer := p[0], p[1]
-		mac := backend.VTEPMAC(n.addr, 1)
-		peerMAC := backend.VTEPMAC(peer.addr, 1)
+		mac := vtep.DeviceMAC(n.addr, 1)
+		peerMAC := vtep.DeviceMAC(peer.addr, 1)
 		gw := peer.subnet.Addr().String()
 		for _, c := range [][]string{
 			{"ip", "link", "add", "vx0", "address", mac.String(), "mtu", fmt.Sprint(overlayMTU), "type", "vxlan",
@@ -247,7 +247,7 @@ func (t *topology) weftVXLAN(ctx context.Context, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		if err := t.start(ctx, b, vtep.Table{peer.subnet: {MAC: backend.VTEPMAC(peer.addr, 1), Addr: peer.addr}}); err != nil {
+		if err := t.start(ctx, b, vtep.Table{peer.subnet: {MAC: vtep.DeviceMAC(peer.addr, 1), Addr: peer.addr}}); err != nil {
 			return err
 		}
 	}
@@ -278,14 +278,14 @@ func (t *topology) userVXLAN(ctx context.Context, plain bool, queues int, log *s
 	for _, p := range [][2]*node{{t.a, t.b}, {t.b, t.a}} {
 		n, peer := p[0], p[1]
 		b, err := uvxlan.New(uvxlan.Config{
-			Handle: n.host.Handle, NetNS: n.host.Path, Local: n.addr, MAC: backend.VTEPMAC(n.addr, 1),
+			Handle: n.host.Handle, NetNS: n.host.Path, Local: n.addr, MAC: vtep.DeviceMAC(n.addr, 1),
 			MTU: overlayMTU, Subnet: n.subnet, Plain: plain, Queues: queues,
 		}, log)
 		if err != nil {
 			return err
 		}
 		t.backend = append(t.backend, b)
-		if err := t.start(ctx, b, vtep.Table{peer.subnet: {MAC: backend.VTEPMAC(peer.addr, 1), Addr: peer.addr}}); err != nil {
+		if err := t.start(ctx, b, vtep.Table{peer.subnet: {MAC: vtep.DeviceMAC(peer.addr, 1), Addr: peer.addr}}); err != nil {
 			return err
 		}
 	}

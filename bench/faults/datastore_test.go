@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/test/e2e"
+	"github.com/weft-net/weft/vtep"
 )
 
 // leaseValue is the JSON value of a VXLAN lease for a node at ip.
@@ -21,7 +21,7 @@ func leaseValue(t *testing.T, ip string, vni int, typ string) string {
 	t.Helper()
 	a := netip.MustParseAddr(ip)
 	b, err := json.Marshal(subnet.LeaseAttrs{PublicIP: a, BackendType: typ,
-		BackendData: &subnet.VXLANData{VNI: vni, VtepMAC: backend.VTEPMAC(a, vni)}})
+		BackendData: &subnet.VXLANData{VNI: vni, VtepMAC: vtep.DeviceMAC(a, vni)}})
 	if err != nil {
 		t.Fatal(err)
 	}

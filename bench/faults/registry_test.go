@@ -10,17 +10,17 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/internal/etcdlocal"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/subnet/etcd"
+	"github.com/weft-net/weft/vtep"
 )
 
 // nodeAttrs are the lease attrs of a node at 172.16.i/256.i%256.
 func nodeAttrs(i int) subnet.LeaseAttrs {
 	ip := netip.AddrFrom4([4]byte{172, 16, byte(i / 256), byte(i % 256)})
 	return subnet.LeaseAttrs{PublicIP: ip, BackendType: subnet.BackendTypeVXLAN,
-		BackendData: &subnet.VXLANData{VNI: 1, VtepMAC: backend.VTEPMAC(ip, 1)}}
+		BackendData: &subnet.VXLANData{VNI: 1, VtepMAC: vtep.DeviceMAC(ip, 1)}}
 }
 
 // TestRegistryStampede: N nodes (registry clients, each with its own etcd

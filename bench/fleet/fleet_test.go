@@ -14,9 +14,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/subnet/etcd"
+	"github.com/weft-net/weft/vtep"
 )
 
 const (
@@ -53,7 +53,7 @@ type node struct {
 func attrs(i int) subnet.LeaseAttrs {
 	pub := netip.AddrFrom4([4]byte{100, 64 + byte(i>>16), byte(i >> 8), byte(i)})
 	return subnet.LeaseAttrs{PublicIP: pub, BackendType: "vxlan",
-		BackendData: &subnet.VXLANData{VNI: 1, VtepMAC: backend.VTEPMAC(pub, 1)}}
+		BackendData: &subnet.VXLANData{VNI: 1, VtepMAC: vtep.DeviceMAC(pub, 1)}}
 }
 
 func newRegistry(endpoints []string) (*clientv3.Client, *etcd.Registry, error) {

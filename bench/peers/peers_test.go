@@ -32,9 +32,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
-	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/test/e2e"
+	"github.com/weft-net/weft/vtep"
 )
 
 const config = `{"Network":"10.0.0.0/8","SubnetLen":24,"Backend":{"Type":"vxlan"}}`
@@ -47,7 +47,7 @@ func fakeLease(i int) (string, string) {
 	sn := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(n >> 8), byte(n), 0}), 24)
 	pub := netip.AddrFrom4([4]byte{100, 64 + byte(n>>16), byte(n >> 8), byte(n)})
 	attrs := subnet.LeaseAttrs{PublicIP: pub, BackendType: "vxlan",
-		BackendData: &subnet.VXLANData{VNI: 1, VtepMAC: backend.VTEPMAC(pub, 1)}}
+		BackendData: &subnet.VXLANData{VNI: 1, VtepMAC: vtep.DeviceMAC(pub, 1)}}
 	v, _ := json.Marshal(attrs)
 	return e2e.Prefix + "/subnets/" + subnet.MakeKey(sn, netip.Prefix{}), string(v)
 }

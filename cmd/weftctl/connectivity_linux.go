@@ -16,9 +16,9 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/vishvananda/netlink"
 
+	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/internal/ops/inspect"
 
-	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/internal/ops/connectivity"
 	"github.com/weft-net/weft/internal/ops/lab"
 	"github.com/weft-net/weft/subnet"
@@ -155,7 +155,7 @@ func (c *connFlags) lab(ctx context.Context, st *lab.State, ls []subnet.Lease, c
 func vtepOf(ls []subnet.Lease, public netip.Addr) (netip.Addr, bool) {
 	for _, l := range ls {
 		if l.Attrs.PublicIP == public {
-			return backend.Gateway(l.Subnet), true
+			return kernel.Gateway(l.Subnet), true
 		}
 	}
 	return netip.Addr{}, false
@@ -183,7 +183,7 @@ func (c *connFlags) hosts(ctx context.Context, ls []subnet.Lease, w io.Writer) e
 	if err != nil {
 		return err
 	}
-	vtep := backend.Gateway(self.Subnet)
+	vtep := kernel.Gateway(self.Subnet)
 	srv, err := connectivity.ListenTCP(nil, netip.AddrPortFrom(vtep, 0))
 	if err != nil {
 		return err

@@ -163,7 +163,7 @@ func peerLease(n int) subnet.Lease {
 	return subnet.Lease{
 		Subnet: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(n), 0}), 24),
 		Attrs: subnet.LeaseAttrs{PublicIP: ip, BackendType: "vxlan",
-			BackendData: &subnet.VXLANData{VNI: 1, VtepMAC: backend.VTEPMAC(ip, 1)}},
+			BackendData: &subnet.VXLANData{VNI: 1, VtepMAC: vtep.DeviceMAC(ip, 1)}},
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/internal/etcdlocal"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/subnet/etcd"
@@ -24,7 +23,7 @@ func etcdValue(t *testing.T, ip string, vni int, typ string) string {
 	t.Helper()
 	a := netip.MustParseAddr(ip)
 	b, err := json.Marshal(subnet.LeaseAttrs{PublicIP: a, BackendType: typ,
-		BackendData: &subnet.VXLANData{VNI: vni, VtepMAC: backend.VTEPMAC(a, vni)}})
+		BackendData: &subnet.VXLANData{VNI: vni, VtepMAC: vtep.DeviceMAC(a, vni)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +93,7 @@ func TestDaemonRejectsHostileLeases(t *testing.T) {
 
 	tb := waitTable(t, fb, 1)
 	want := vtep.Table{netip.MustParsePrefix("10.244.2.0/24"): {
-		MAC: backend.VTEPMAC(netip.MustParseAddr("192.168.77.2"), 1), Addr: netip.MustParseAddr("192.168.77.2")}}
+		MAC: vtep.DeviceMAC(netip.MustParseAddr("192.168.77.2"), 1), Addr: netip.MustParseAddr("192.168.77.2")}}
 	if len(tb) != 1 || tb[netip.MustParsePrefix("10.244.2.0/24")] != want[netip.MustParsePrefix("10.244.2.0/24")] {
 		t.Fatalf("programmed %v, want only the valid peer %v", tb, want)
 	}

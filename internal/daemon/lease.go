@@ -11,6 +11,7 @@ import (
 
 	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/vtep"
 )
 
 // errLeaseLost ends a session: our key was deleted or taken over.
@@ -67,11 +68,11 @@ func (d *Daemon) attrs(cfg *subnet.Config, typ string) subnet.LeaseAttrs {
 	a := subnet.LeaseAttrs{BackendType: subnet.BackendTypeVXLAN}
 	if cfg.EnableIPv4 {
 		a.PublicIP = d.cfg.Node.PublicIP
-		a.BackendData = &subnet.VXLANData{VNI: cfg.Backend.VNI, VtepMAC: backend.VTEPMAC(d.cfg.Node.PublicIP, cfg.Backend.VNI)}
+		a.BackendData = &subnet.VXLANData{VNI: cfg.Backend.VNI, VtepMAC: vtep.DeviceMAC(d.cfg.Node.PublicIP, cfg.Backend.VNI)}
 	}
 	if cfg.EnableIPv6 && d.cfg.Node.PublicIPv6.IsValid() {
 		a.PublicIPv6 = d.cfg.Node.PublicIPv6
-		a.BackendV6Data = &subnet.VXLANData{VNI: cfg.Backend.VNI, VtepMAC: backend.VTEPMAC(d.cfg.Node.PublicIPv6, cfg.Backend.VNI)}
+		a.BackendV6Data = &subnet.VXLANData{VNI: cfg.Backend.VNI, VtepMAC: vtep.DeviceMAC(d.cfg.Node.PublicIPv6, cfg.Backend.VNI)}
 	}
 	return a
 }
@@ -120,7 +121,7 @@ func (d *Daemon) overlayMTU(cfg *subnet.Config, typ string) int {
 	if cfg.Backend.MTU != 0 {
 		underlay = cfg.Backend.MTU
 	}
-	return backend.OverlayMTU(underlay, !d.cfg.Node.PublicIP.IsValid())
+	return vtep.OverlayMTU(underlay, !d.cfg.Node.PublicIP.IsValid())
 }
 
 // session runs the dataplane, the watch and the renewals for one lease. It

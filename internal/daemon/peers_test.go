@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
 )
@@ -30,8 +29,8 @@ func TestPeerSetTable(t *testing.T) {
 		ip6 := netip.AddrFrom16([16]byte{0xfd, 0x99, 15: byte(1 + rng.IntN(40))})
 		l := subnet.Lease{Subnet: v4(a), IPv6Subnet: v6(b), Attrs: subnet.LeaseAttrs{
 			PublicIP: ip, PublicIPv6: ip6, BackendType: "vxlan",
-			BackendData:   &subnet.VXLANData{VNI: 1, VtepMAC: backend.VTEPMAC(ip, 1)},
-			BackendV6Data: &subnet.VXLANData{VNI: 1, VtepMAC: backend.VTEPMAC(ip6, 1)}}}
+			BackendData:   &subnet.VXLANData{VNI: 1, VtepMAC: vtep.DeviceMAC(ip, 1)},
+			BackendV6Data: &subnet.VXLANData{VNI: 1, VtepMAC: vtep.DeviceMAC(ip6, 1)}}}
 		if rng.IntN(10) == 0 { // rejected: another backend
 			l.Attrs.BackendType = "host-gw"
 		}
@@ -65,7 +64,7 @@ func TestPeerSetTable(t *testing.T) {
 		}
 		got := p.table()
 		// What the rows may be: every lease's rows, all givers of a subnet.
-		may := map[netip.Prefix][]vtep.VTEP{}
+		may := map[netip.Prefix][]vtep.Peer{}
 		for _, l := range p.leases {
 			for q, v := range vtep.FromLeases([]subnet.Lease{l}, self) {
 				may[q] = append(may[q], v)

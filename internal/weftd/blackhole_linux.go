@@ -8,7 +8,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/subnet"
 )
 
@@ -28,8 +28,8 @@ func addBlackholes(lease subnet.Lease) error {
 		if !p.IsValid() {
 			continue
 		}
-		r := &netlink.Route{Dst: backend.PrefixIPNet(p.Masked()), Type: unix.RTN_BLACKHOLE,
-			Table: unix.RT_TABLE_MAIN, Priority: blackholeMetric, Protocol: backend.RouteProtocol}
+		r := &netlink.Route{Dst: kernel.PrefixIPNet(p.Masked()), Type: unix.RTN_BLACKHOLE,
+			Table: unix.RT_TABLE_MAIN, Priority: blackholeMetric, Protocol: kernel.RouteProtocol}
 		if err := netlink.RouteReplace(r); err != nil {
 			errs = append(errs, fmt.Errorf("blackhole route %s: %w", p.Masked(), err))
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/backend/alloc"
 	"github.com/weft-net/weft/backend/hostgw"
+	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/backend/masq"
 	"github.com/weft-net/weft/backend/uvxlan"
 	"github.com/weft-net/weft/backend/vxlan"
@@ -21,6 +22,7 @@ import (
 	"github.com/weft-net/weft/internal/daemon"
 	"github.com/weft-net/weft/internal/fdstore"
 	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/vtep"
 )
 
 // underlayInfo is what weftd needs to know of the underlay device.
@@ -37,11 +39,11 @@ func findUnderlay(c *config) (underlayInfo, error) {
 		return underlayInfo{}, fmt.Errorf("netlink: %w", err)
 	}
 	defer h.Close()
-	q := backend.UnderlayQuery{Ifaces: c.ifaces, Regexes: c.ifaceRegexes}
+	q := kernel.UnderlayQuery{Ifaces: c.ifaces, Regexes: c.ifaceRegexes}
 	if c.ifaceCanReach != "" {
 		q.CanReach = netip.MustParseAddr(c.ifaceCanReach) // checked by validate
 	}
-	u, err := backend.FindUnderlay(h, q)
+	u, err := kernel.FindUnderlay(h, q)
 	if err != nil {
 		return underlayInfo{}, err
 	}
@@ -65,7 +67,7 @@ func factories(c *config, u underlayInfo, live *liveBackend, files *fdstore.Stor
 				return dp, err
 			}
 			if typ == "uvxlan" && c.dataplaneNice != 0 {
-				if err := backend.SetProcessNice(c.dataplaneNice); err != nil {
+				if err := kernel.SetProcessNice(c.dataplaneNice); err != nil {
 					log.Warn("cannot raise the priority of the userspace dataplane (--dataplane-nice)", "err", err)
 				} else {
 					log.Info("dataplane runs in weftd: raised its priority", "nice", c.dataplaneNice)
@@ -123,7 +125,7 @@ func newUVXLAN(cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, 
 		}
 		if len(parts) > 0 {
 			c.Name = uvxlanV6Name(c.VNI)
-			c.MTU = mtu - (backend.OverheadIPv6 - backend.OverheadIPv4)
+			c.MTU = mtu - (vtep.OverheadIPv6 - vtep.OverheadIPv4)
 		}
 		b, err := uvxlan.New(c, log)
 		if err != nil {

@@ -12,9 +12,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/vtep"
 )
 
 // lease reads a lease from etcd by subnet.
@@ -48,7 +48,7 @@ func TestWeftdLeaseFileAndRestart(t *testing.T) {
 	}
 	attrs, etcdLease := c.lease(t, sn)
 	if attrs.PublicIP != n.Addr || attrs.BackendType != "vxlan" || attrs.BackendData == nil ||
-		attrs.BackendData.VtepMAC != backend.VTEPMAC(n.Addr, 1) || attrs.BackendData.VNI != 1 {
+		attrs.BackendData.VtepMAC != vtep.DeviceMAC(n.Addr, 1) || attrs.BackendData.VNI != 1 {
 		t.Fatalf("lease value %+v", attrs)
 	}
 	if etcdLease == 0 {

@@ -11,9 +11,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/backend/masq"
 	"github.com/weft-net/weft/internal/ops/inspect"
+	"github.com/weft-net/weft/vtep"
 )
 
 // checkKernel checks the kernel features and settings weft relies on.
@@ -187,9 +187,9 @@ func checkUnderlay(s *state) {
 	name, mtu := u.Attrs().Name, u.Attrs().MTU
 	s.r.ok("underlay/device", "%s (MTU %d), public IP %s", name, mtu, local)
 	if s.k != nil {
-		overhead := backend.OverheadIPv4
+		overhead := vtep.OverheadIPv4
 		if local.Is6() {
-			overhead = backend.OverheadIPv6
+			overhead = vtep.OverheadIPv6
 		}
 		fileMTU := "no subnet file"
 		if s.file != nil {

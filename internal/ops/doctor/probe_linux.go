@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/internal/ops/connectivity"
 	"github.com/weft-net/weft/subnet"
 )
@@ -55,7 +55,7 @@ func (s *state) probe(_ context.Context, p subnet.Lease) probeResult {
 		return res
 	}
 	defer pg.Close()
-	vtep := backend.Gateway(p.Subnet)
+	vtep := kernel.Gateway(p.Subnet)
 	res.small = pg.PingN(vtep, s.Probe.Count, 84, false, s.Probe.Timeout)
 	if res.small.Received == 0 {
 		res.underlay = pg.PingN(p.Attrs.PublicIP, s.Probe.Count, 84, false, s.Probe.Timeout)
@@ -68,7 +68,7 @@ func (s *state) probe(_ context.Context, p subnet.Lease) probeResult {
 func (s *state) report(res probeResult) {
 	p := res.peer
 	name := "probe/" + p.Attrs.PublicIP.String()
-	vtep := backend.Gateway(p.Subnet)
+	vtep := kernel.Gateway(p.Subnet)
 	port := subnet.DefaultVXLANPort
 	if s.Config != nil {
 		port = s.Config.Backend.Port

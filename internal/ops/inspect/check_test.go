@@ -5,14 +5,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/vtep"
 )
 
 func vxlanLease(sn, pub string, vni int) subnet.Lease {
 	a := netip.MustParseAddr(pub)
 	return subnet.Lease{Subnet: netip.MustParsePrefix(sn), Attrs: subnet.LeaseAttrs{PublicIP: a, BackendType: "vxlan",
-		BackendData: &subnet.VXLANData{VNI: vni, VtepMAC: backend.VTEPMAC(a, vni)}}}
+		BackendData: &subnet.VXLANData{VNI: vni, VtepMAC: vtep.DeviceMAC(a, vni)}}}
 }
 
 // TestCheckLeases: the hostile leases of the fault suite are rejected with

@@ -8,8 +8,9 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/vtep"
 )
 
 // Explain follows a packet from src to dst through the live state: the
@@ -70,8 +71,8 @@ func (p *Path) explainOverlay(k *Kernel, r netlink.Route) {
 	want := p.DstLease
 	tr, _ := k.route(want.Subnet)
 	hop := p.add("route", "%s via %s dev %s onlink (proto %d)", want.Subnet, gwString(r), k.Device.Name, tr.Proto)
-	if p.Gateway != backend.Gateway(want.Subnet) {
-		hop.Problem = fmt.Sprintf("gateway should be %s, the destination subnet's first address", backend.Gateway(want.Subnet))
+	if p.Gateway != kernel.Gateway(want.Subnet) {
+		hop.Problem = fmt.Sprintf("gateway should be %s, the destination subnet's first address", kernel.Gateway(want.Subnet))
 	}
 	n, ok := k.neighbour(p.Gateway)
 	wantMAC := subnet.MAC{}
@@ -149,9 +150,9 @@ func (p *Path) explainUnderlay(h *netlink.Handle, k *Kernel, cfg *subnet.Config)
 	if k.Device.Kind != KindVXLAN {
 		who = "weftd"
 	}
-	overhead := backend.OverheadIPv4
+	overhead := vtep.OverheadIPv4
 	if p.UnderlayDst.Is6() {
-		overhead = backend.OverheadIPv6
+		overhead = vtep.OverheadIPv6
 	}
 	p.add("encapsulate", "%s wraps the frame: outer IP %s → %s, UDP → port %d, VXLAN VNI %d (+%d bytes)", who, addrOrDash(p.UnderlaySrc), p.UnderlayDst, port, vni, overhead)
 	p.InnerMTU = k.Device.MTU

@@ -7,7 +7,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/weft-net/weft/backend"
+	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/subnet"
 )
 
@@ -15,7 +15,7 @@ import (
 // the host-gw routes, and DirectRouting's.
 func WeftRoutes(h *netlink.Handle) ([]Route, error) {
 	rs, err := retry(func() ([]netlink.Route, error) {
-		return h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: backend.RouteProtocol, Table: unix.RT_TABLE_MAIN},
+		return h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: kernel.RouteProtocol, Table: unix.RT_TABLE_MAIN},
 			netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
 	})
 	if err != nil {
@@ -36,7 +36,7 @@ func WeftRoutes(h *netlink.Handle) ([]Route, error) {
 // OnLinkFunc reports, for h's namespace, whether an address is on-link.
 func OnLinkFunc(h *netlink.Handle) func(netip.Addr) bool {
 	return func(a netip.Addr) bool {
-		on, err := backend.OnLink(h, a)
+		on, err := kernel.OnLink(h, a)
 		return err == nil && on
 	}
 }
@@ -77,7 +77,7 @@ func (p *Path) explainHostGW(h *netlink.Handle, r netlink.Route) {
 		dev = l.Attrs().Name
 	}
 	hop := p.add("route", "%s via %s dev %s (host-gw: no encapsulation)", p.Dst, addrOrDash(gw), dev)
-	on, err := backend.OnLink(h, want)
+	on, err := kernel.OnLink(h, want)
 	switch {
 	case err != nil || !on:
 		hop.Problem = fmt.Sprintf("the destination node %s is not on this node's L2 segment: host-gw cannot reach it (use vxlan or wireguard across routers)", want)

@@ -28,7 +28,7 @@ const (
 // holds for it.
 type Peer struct {
 	Subnet   netip.Prefix
-	Want     *vtep.VTEP // nil when no lease asks for it
+	Want     *vtep.Peer // nil when no lease asks for it
 	Route    *Route     // nil when no route
 	MAC      subnet.MAC // neighbour MAC for the route's gateway (zero: none)
 	Underlay []netip.Addr

@@ -9,8 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/vtep"
 )
 
 // flannelAnn is the prefix of the lease annotations (Flannel's, weft's default).
@@ -26,7 +26,7 @@ func PeerNode(i int) *corev1.Node {
 	n := i + 1
 	sn := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(n >> 8), byte(n), 0}), 24)
 	pub := netip.AddrFrom4([4]byte{100, 64 + byte(n>>16), byte(n >> 8), byte(n)})
-	bd, _ := json.Marshal(subnet.VXLANData{VNI: 1, VtepMAC: backend.VTEPMAC(pub, 1)})
+	bd, _ := json.Marshal(subnet.VXLANData{VNI: 1, VtepMAC: vtep.DeviceMAC(pub, 1)})
 	name := fmt.Sprintf("peer-%05d", i)
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name,

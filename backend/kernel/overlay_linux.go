@@ -1,4 +1,4 @@
-package backend
+package kernel
 
 import (
 	"errors"
@@ -239,12 +239,12 @@ func (o *Overlay) peers(t vtep.Table) ([]Peer, error) {
 	out := make([]Peer, 0, len(t))
 	var off []vtep.Entry
 	for _, e := range t.Entries() {
-		if !o.carries(e.Subnet, e.VTEP) {
+		if !o.carries(e.Subnet, e.Peer) {
 			continue
 		}
 		p := Peer{Entry: e}
 		if o.opts.DirectRouting {
-			on, err := OnLink(o.h, e.VTEP.Addr)
+			on, err := OnLink(o.h, e.Peer.Addr)
 			if err != nil {
 				return nil, err
 			}
@@ -262,7 +262,7 @@ func (o *Overlay) peers(t vtep.Table) ([]Peer, error) {
 
 // carries reports whether a table row is this overlay's: a subnet of its
 // family behind an underlay address of the same family.
-func (o *Overlay) carries(p netip.Prefix, v vtep.VTEP) bool {
+func (o *Overlay) carries(p netip.Prefix, v vtep.Peer) bool {
 	return o.wants(p.Addr()) && p.Addr().Is4() == v.Addr.Is4()
 }
 

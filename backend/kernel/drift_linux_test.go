@@ -1,4 +1,4 @@
-package backend
+package kernel
 
 import (
 	"net"
@@ -14,7 +14,7 @@ import (
 
 func TestOverlayDriftRoutes(t *testing.T) {
 	peer := netip.MustParsePrefix("10.244.7.0/24")
-	vt := vtep.VTEP{Addr: netip.MustParseAddr("192.168.1.7"), MAC: subnet.MAC{0x4e, 1, 2, 3, 4, 5}}
+	vt := vtep.Peer{Addr: netip.MustParseAddr("192.168.1.7"), MAC: subnet.MAC{0x4e, 1, 2, 3, 4, 5}}
 	d := NewOverlayDrift(vtep.Table{peer: vt}, map[string]int{"weft.1": 3})
 	cidr := func(s string) *net.IPNet { _, n, _ := net.ParseCIDR(s); return n }
 	upd := func(typ uint16, r netlink.Route) netlink.RouteUpdate { return netlink.RouteUpdate{Type: typ, Route: r} }

@@ -1,4 +1,4 @@
-package backend
+package kernel
 
 import (
 	"net/netip"
@@ -90,7 +90,7 @@ func TunnelMetric(p netip.Prefix) int {
 // wantRoute is the route that carries p's subnet.
 func wantRoute(p Peer, link int) Route {
 	if p.Direct {
-		return Route{Dst: p.Subnet, Gw: p.VTEP.Addr, Priority: defaultMetric(p.Subnet)}
+		return Route{Dst: p.Subnet, Gw: p.Peer.Addr, Priority: defaultMetric(p.Subnet)}
 	}
 	return Route{Dst: p.Subnet, Gw: Gateway(p.Subnet), LinkIndex: link, OnLink: true, Priority: TunnelMetric(p.Subnet)}
 }
@@ -142,7 +142,7 @@ func plan(want []Peer, have Programmed, link int) syncPlan {
 	for _, p := range want {
 		wantRoutes[p.Subnet] = wantRoute(p, link)
 		if !p.Direct {
-			wantNeigh[Gateway(p.Subnet)] = p.VTEP.MAC
+			wantNeigh[Gateway(p.Subnet)] = p.Peer.MAC
 		}
 	}
 	haveNeigh := make(map[netip.Addr]subnet.MAC, len(have.Neighbours))
@@ -167,8 +167,8 @@ func plan(want []Peer, have Programmed, link int) syncPlan {
 	for _, p := range want {
 		if !p.Direct {
 			ip := Gateway(p.Subnet)
-			if mac, ok := haveNeigh[ip]; !ok || mac != p.VTEP.MAC {
-				sp.SetNeighbours = append(sp.SetNeighbours, Neighbour{IP: ip, MAC: p.VTEP.MAC})
+			if mac, ok := haveNeigh[ip]; !ok || mac != p.Peer.MAC {
+				sp.SetNeighbours = append(sp.SetNeighbours, Neighbour{IP: ip, MAC: p.Peer.MAC})
 			}
 		}
 		if !good[p.Subnet] {

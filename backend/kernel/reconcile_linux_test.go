@@ -1,4 +1,4 @@
-package backend
+package kernel
 
 import (
 	"log/slog"

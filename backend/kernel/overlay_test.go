@@ -1,4 +1,4 @@
-package backend
+package kernel
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ func tpeer(sub, mac, addr string, direct bool) Peer {
 	if err != nil {
 		panic(err)
 	}
-	return Peer{Entry: vtep.Entry{Subnet: netip.MustParsePrefix(sub), VTEP: vtep.VTEP{MAC: m, Addr: netip.MustParseAddr(addr)}}, Direct: direct}
+	return Peer{Entry: vtep.Entry{Subnet: netip.MustParsePrefix(sub), Peer: vtep.Peer{MAC: m, Addr: netip.MustParseAddr(addr)}}, Direct: direct}
 }
 
 func tneigh(ip, mac string) Neighbour {

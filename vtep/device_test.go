@@ -1,18 +1,18 @@
-package backend
+package vtep
 
 import (
 	"net/netip"
 	"testing"
 )
 
-// TestVTEPMACGolden pins VTEPMAC's values. They must survive upgrades: a
+// TestDeviceMACGolden pins DeviceMAC's values. They must survive upgrades: a
 // node's VTEP MAC is written in its lease and programmed in every peer's
 // neighbour and FDB entries, so a change would break traffic between
 // upgraded and not yet upgraded nodes. The values were computed once outside
 // weft (sha256 of "weft-vtep\x00", the 16-byte address and the 3-byte VNI;
 // first 6 bytes, unicast and locally administered bits set). Never update
 // them to make the test pass.
-func TestVTEPMACGolden(t *testing.T) {
+func TestDeviceMACGolden(t *testing.T) {
 	for _, tt := range []struct {
 		ip   string
 		vni  int
@@ -24,15 +24,15 @@ func TestVTEPMACGolden(t *testing.T) {
 		{"10.0.0.1", 1, "ae:4b:fd:0b:c5:b3"},
 		{"fd77::1", 1, "8e:a8:a6:1c:52:51"},
 	} {
-		if got := VTEPMAC(netip.MustParseAddr(tt.ip), tt.vni).String(); got != tt.want {
-			t.Errorf("VTEPMAC(%s, %d) = %s, want %s: a changed VTEP MAC breaks mixed-version clusters", tt.ip, tt.vni, got, tt.want)
+		if got := DeviceMAC(netip.MustParseAddr(tt.ip), tt.vni).String(); got != tt.want {
+			t.Errorf("DeviceMAC(%s, %d) = %s, want %s: a changed VTEP MAC breaks mixed-version clusters", tt.ip, tt.vni, got, tt.want)
 		}
 	}
 }
 
-func TestVTEPMAC(t *testing.T) {
-	a := VTEPMAC(netip.MustParseAddr("192.168.77.1"), 1)
-	if a != VTEPMAC(netip.MustParseAddr("192.168.77.1"), 1) {
+func TestDeviceMAC(t *testing.T) {
+	a := DeviceMAC(netip.MustParseAddr("192.168.77.1"), 1)
+	if a != DeviceMAC(netip.MustParseAddr("192.168.77.1"), 1) {
 		t.Fatal("not stable")
 	}
 	if a[0]&0x01 != 0 || a[0]&0x02 == 0 {
@@ -43,7 +43,7 @@ func TestVTEPMAC(t *testing.T) {
 		ip  string
 		vni int
 	}{{"192.168.77.2", 1}, {"192.168.77.1", 2}, {"fd77::1", 1}} {
-		m := VTEPMAC(netip.MustParseAddr(other.ip), other.vni)
+		m := DeviceMAC(netip.MustParseAddr(other.ip), other.vni)
 		if seen[m.String()] {
 			t.Fatalf("%s vni %d: MAC %s collides", other.ip, other.vni, m)
 		}

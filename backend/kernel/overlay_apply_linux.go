@@ -1,4 +1,4 @@
-package backend
+package kernel
 
 import "github.com/weft-net/weft/vtep"
 
@@ -35,17 +35,17 @@ func (o *Overlay) Apply(old, next vtep.Table) (SyncStats, error) {
 			}
 			st.StepDel++
 		}
-		if err := o.delNeighbours([]Neighbour{{IP: Gateway(e.Subnet), MAC: e.VTEP.MAC}}, &st); err != nil {
+		if err := o.delNeighbours([]Neighbour{{IP: Gateway(e.Subnet), MAC: e.Peer.MAC}}, &st); err != nil {
 			return st, err
 		}
 	}
 	for _, c := range d.Change {
-		e := vtep.Entry{Subnet: c.Subnet, VTEP: c.New}
+		e := vtep.Entry{Subnet: c.Subnet, Peer: c.New}
 		if err := o.addPeer(e, step, &st); err != nil {
 			return st, err
 		}
 		if step != nil { // the old entry goes after the new one is in place
-			if err := step.Remove(vtep.Entry{Subnet: c.Subnet, VTEP: c.Old}); err != nil {
+			if err := step.Remove(vtep.Entry{Subnet: c.Subnet, Peer: c.Old}); err != nil {
 				return st, err
 			}
 			st.StepDel++
@@ -61,7 +61,7 @@ func (o *Overlay) Apply(old, next vtep.Table) (SyncStats, error) {
 
 // addPeer writes one tunnelled peer: neighbour, step, route.
 func (o *Overlay) addPeer(e vtep.Entry, step EntryStep, st *SyncStats) error {
-	if err := o.setNeighbours([]Neighbour{{IP: Gateway(e.Subnet), MAC: e.VTEP.MAC}}, st); err != nil {
+	if err := o.setNeighbours([]Neighbour{{IP: Gateway(e.Subnet), MAC: e.Peer.MAC}}, st); err != nil {
 		return err
 	}
 	if step != nil {
