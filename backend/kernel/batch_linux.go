@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Pipe writes many neighbour, FDB and route changes over a netlink socket
+// BatchWriter writes many neighbour, FDB and route changes over a netlink socket
 // of its own without waiting for each acknowledgement: it sends a window of
 // requests in one sendmsg, then reads the answers (each failure, and the
 // acknowledgement of the window's last request), so thousands of peers cost
@@ -25,8 +25,8 @@ import (
 //
 // It also reads the kernel's tables (DumpNeighbours, DumpRoutes).
 //
-// A Pipe is not safe for concurrent use.
-type Pipe struct {
+// A BatchWriter is not safe for concurrent use.
+type BatchWriter struct {
 	s   *nl.NetlinkSocket
 	seq uint32
 	buf []byte // the answers of a dump (see dump), kept between dumps
@@ -37,16 +37,16 @@ type Pipe struct {
 
 // pipeWindow is how many requests are in flight at once: their failures
 // (each answered by an skb of under 1 KB; successes are not answered, see
-// window) must fit the socket's receive buffer, which OpenPipe raises but
+// window) must fit the socket's receive buffer, which OpenBatchWriter raises but
 // which may stay at the usual 208 KB default when the process may not raise
 // it.
 const pipeWindow = 128
 
-// OpenPipe opens a Pipe in the network namespace at nsPath ("" is the
+// OpenBatchWriter opens a BatchWriter in the network namespace at nsPath ("" is the
 // namespace of the calling process) and checks that it sees the link with
 // index link as h does (same name and address), so that it never writes
 // into another namespace than h's.
-func OpenPipe(h *netlink.Handle, nsPath string, link int) (*Pipe, error) {
+func OpenBatchWriter(h *netlink.Handle, nsPath string, link int) (*BatchWriter, error) {
 	ns := netns.None()
 	if nsPath != "" {
 		var err error
@@ -59,7 +59,7 @@ func OpenPipe(h *netlink.Handle, nsPath string, link int) (*Pipe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open netlink pipe: %w", err)
 	}
-	p := &Pipe{s: s}
+	p := &BatchWriter{s: s}
 	// Room for a window of acknowledgements, each a small message of its
 	// own; root may go beyond rmem_max.
 	_ = s.SetReceiveBufferSize(4<<20, true)
@@ -71,8 +71,8 @@ func OpenPipe(h *netlink.Handle, nsPath string, link int) (*Pipe, error) {
 	return p, nil
 }
 
-// sameLink checks that the pipe's namespace holds link as h's does.
-func (p *Pipe) sameLink(h *netlink.Handle, link int) error {
+// sameLink checks that the batch writer's namespace holds link as h's does.
+func (p *BatchWriter) sameLink(h *netlink.Handle, link int) error {
 	want, err := h.LinkByIndex(link)
 	if err != nil {
 		return fmt.Errorf("open netlink pipe: link %d: %w", link, err)
@@ -85,14 +85,14 @@ func (p *Pipe) sameLink(h *netlink.Handle, link int) error {
 	}
 	name, addr := linkNameAddr(msgs)
 	if name != want.Attrs().Name || addr.String() != want.Attrs().HardwareAddr.String() {
-		return fmt.Errorf("open netlink pipe: link %d is %q (%s) in the pipe's namespace but %q (%s) in the handle's: not the same namespace",
+		return fmt.Errorf("open netlink pipe: link %d is %q (%s) in the batch writer's namespace but %q (%s) in the handle's: not the same namespace",
 			link, name, addr, want.Attrs().Name, want.Attrs().HardwareAddr)
 	}
 	return nil
 }
 
 // exchange sends one request and returns its answers, for the check above.
-func (p *Pipe) exchange(req *nl.NetlinkRequest) ([][]byte, error) {
+func (p *BatchWriter) exchange(req *nl.NetlinkRequest) ([][]byte, error) {
 	p.seq++
 	req.Seq = p.seq
 	if err := p.s.Send(req); err != nil {
@@ -157,12 +157,12 @@ func ackErrno(data []byte) syscall.Errno {
 }
 
 // Close closes the socket.
-func (p *Pipe) Close() { p.s.Close() }
+func (p *BatchWriter) Close() { p.s.Close() }
 
 // Write sends reqs, a window at a time, and waits for every answer. It
 // returns, in order, each request's error (nil for success) and an error
 // when the exchange itself failed (then the results are incomplete).
-func (p *Pipe) Write(reqs []*nl.NetlinkRequest) ([]error, error) {
+func (p *BatchWriter) Write(reqs []*nl.NetlinkRequest) ([]error, error) {
 	res := make([]error, len(reqs))
 	for start := 0; start < len(reqs); start += pipeWindow {
 		end := min(start+pipeWindow, len(reqs))
@@ -179,7 +179,7 @@ func (p *Pipe) Write(reqs []*nl.NetlinkRequest) ([]error, error) {
 // message in order, so the last one's acknowledgement says that all are
 // done and every failure before it has been reported. That saves the
 // kernel an answer per success (most of a window).
-func (p *Pipe) window(reqs []*nl.NetlinkRequest, res []error) error {
+func (p *BatchWriter) window(reqs []*nl.NetlinkRequest, res []error) error {
 	first := p.seq + 1
 	var buf []byte
 	for i, r := range reqs {
@@ -214,40 +214,40 @@ func (p *Pipe) window(reqs []*nl.NetlinkRequest, res []error) error {
 	}
 }
 
-// LazyPipe opens a Pipe on first use, for the overlay and its step to
+// LazyBatchWriter opens a BatchWriter on first use, for the overlay and its step to
 // share; when it cannot be opened, Get returns nil ever after and callers
 // write one request at a time. The pipe's socket is closed when nothing
-// refers to the Pipe any more (its file's finalizer does it), never while
-// someone holds the *Pipe that Get returned.
-type LazyPipe struct {
+// refers to the BatchWriter any more (its file's finalizer does it), never while
+// someone holds the *BatchWriter that Get returned.
+type LazyBatchWriter struct {
 	h     *netlink.Handle
 	ns    string
 	link  int
 	tried bool
-	p     *Pipe
+	p     *BatchWriter
 	err   error
 }
 
-// NewLazyPipe returns a LazyPipe for OpenPipe(h, nsPath, link).
-func NewLazyPipe(h *netlink.Handle, nsPath string, link int) *LazyPipe {
-	return &LazyPipe{h: h, ns: nsPath, link: link}
+// NewLazyBatchWriter returns a LazyBatchWriter for OpenBatchWriter(h, nsPath, link).
+func NewLazyBatchWriter(h *netlink.Handle, nsPath string, link int) *LazyBatchWriter {
+	return &LazyBatchWriter{h: h, ns: nsPath, link: link}
 }
 
-// Get returns the pipe, or nil when l is nil or the pipe cannot be opened
+// Get returns the batch writer, or nil when l is nil or the batch writer cannot be opened
 // (Err says why).
-func (l *LazyPipe) Get() *Pipe {
+func (l *LazyBatchWriter) Get() *BatchWriter {
 	if l == nil {
 		return nil
 	}
 	if !l.tried {
 		l.tried = true
-		l.p, l.err = OpenPipe(l.h, l.ns, l.link)
+		l.p, l.err = OpenBatchWriter(l.h, l.ns, l.link)
 	}
 	return l.p
 }
 
-// Err is why the pipe could not be opened, if it could not.
-func (l *LazyPipe) Err() error { return l.err }
+// Err is why the batch writer could not be opened, if it could not.
+func (l *LazyBatchWriter) Err() error { return l.err }
 
 // Requests of the overlay's kinds, as netlink.Handle's NeighSet, NeighDel,
 // RouteReplace and RouteDel build them.

@@ -12,7 +12,7 @@ import (
 	"github.com/weft-net/weft/subnet"
 )
 
-// Dumps of the kernel's neighbour, FDB and route tables over the pipe's
+// Dumps of the kernel's neighbour, FDB and route tables over the batch writer's
 // socket. A full sync reads each table once or twice, and every resync
 // (every 10 s) does it again: at 5,000 peers that is about 25,000 entries.
 // netlink.Handle's lists build a netlink.Route or netlink.Neigh with its
@@ -52,7 +52,7 @@ type RouteInfo struct {
 // DumpNeighbours returns the neighbours of family on the link with index
 // link (AF_BRIDGE: the link's FDB entries) that keep takes, of those
 // netlink.Handle.NeighList(link, family) lists.
-func (p *Pipe) DumpNeighbours(link, family int, keep func(NeighInfo) bool) ([]NeighInfo, error) {
+func (p *BatchWriter) DumpNeighbours(link, family int, keep func(NeighInfo) bool) ([]NeighInfo, error) {
 	req := nl.NewNetlinkRequest(unix.RTM_GETNEIGH, unix.NLM_F_DUMP)
 	req.AddData(&netlink.Ndmsg{Family: uint8(family), Index: uint32(link)})
 	out := make([]NeighInfo, 0, p.sizeHint)
@@ -68,7 +68,7 @@ func (p *Pipe) DumpNeighbours(link, family int, keep func(NeighInfo) bool) ([]Ne
 // DumpRoutes returns the routes of family in the main table that keep
 // takes, of those netlink.Handle.RouteListFiltered(family, &Route{Table:
 // main}, RT_FILTER_TABLE) lists (cloned routes are left out).
-func (p *Pipe) DumpRoutes(family int, keep func(RouteInfo) bool) ([]RouteInfo, error) {
+func (p *BatchWriter) DumpRoutes(family int, keep func(RouteInfo) bool) ([]RouteInfo, error) {
 	req := nl.NewNetlinkRequest(unix.RTM_GETROUTE, unix.NLM_F_DUMP)
 	req.AddData(&nl.RtMsg{RtMsg: unix.RtMsg{Family: uint8(family)}})
 	out := make([]RouteInfo, 0, p.sizeHint)
@@ -85,7 +85,7 @@ func (p *Pipe) DumpRoutes(family int, keep func(RouteInfo) bool) ([]RouteInfo, e
 // dump is done; an answer's bytes are valid only during the call. A dump
 // the kernel interrupted (the table changed under it) is run again, up to
 // dumpRetries times, after restart (which drops what each kept of it).
-func (p *Pipe) dump(req *nl.NetlinkRequest, typ uint16, restart func(), each func([]byte)) error {
+func (p *BatchWriter) dump(req *nl.NetlinkRequest, typ uint16, restart func(), each func([]byte)) error {
 	if p.buf == nil {
 		p.buf = make([]byte, dumpBuffer)
 	}
@@ -102,7 +102,7 @@ func (p *Pipe) dump(req *nl.NetlinkRequest, typ uint16, restart func(), each fun
 	return fmt.Errorf("netlink dump: %w", netlink.ErrDumpInterrupted)
 }
 
-func (p *Pipe) dumpOnce(req *nl.NetlinkRequest, typ uint16, each func([]byte)) (interrupted bool, err error) {
+func (p *BatchWriter) dumpOnce(req *nl.NetlinkRequest, typ uint16, each func([]byte)) (interrupted bool, err error) {
 	p.seq++
 	req.Seq = p.seq
 	if err := unix.Sendto(p.s.GetFd(), req.Serialize(), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {

@@ -55,7 +55,7 @@ func messyNS(t *testing.T) (*nettest.NS, int) {
 	return ns, l.Attrs().Index
 }
 
-// TestDumpsMatchHandle: the overlay state read through the pipe's dumps is
+// TestDumpsMatchHandle: the overlay state read through the batch writer's dumps is
 // what netlink.Handle's lists give, for each family and for a link of
 // direct routes only, on a namespace with entries of every kind.
 func TestDumpsMatchHandle(t *testing.T) {
@@ -71,11 +71,11 @@ func TestDumpsMatchHandle(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			plain := NewOverlay(ns.Handle, idx, tc.opts)
-			pipe := NewLazyPipe(ns.Handle, ns.Path, idx)
+			pipe := NewLazyBatchWriter(ns.Handle, ns.Path, idx)
 			if pipe.Get() == nil {
 				t.Fatalf("pipe: %v", pipe.Err())
 			}
-			tc.opts.Pipe = pipe
+			tc.opts.Batch = pipe
 			dumped := NewOverlay(ns.Handle, idx, tc.opts)
 			want, err := plain.Programmed()
 			if err != nil {

@@ -59,10 +59,10 @@ type OverlayOptions struct {
 	DirectOnly bool
 	// Step, if not nil, is run between neighbours and routes.
 	Step PeerStep
-	// Pipe, if not nil, writes batches of neighbours and routes without
-	// waiting for each acknowledgement (see Pipe); the kernel ends up in
+	// Batch, if not nil, writes batches of neighbours and routes without
+	// waiting for each acknowledgement (see Batch); the kernel ends up in
 	// the same state as with one request at a time.
-	Pipe *LazyPipe
+	Batch *LazyBatchWriter
 }
 
 // Overlay programs, on one overlay link (a VXLAN device or a TAP), the
@@ -301,7 +301,7 @@ func OnLink(h *netlink.Handle, addr netip.Addr) (bool, error) {
 // with RouteProtocol), of the overlay's family. Routes the kernel adds by
 // itself (proto kernel) are left out.
 func (o *Overlay) Programmed() (Programmed, error) {
-	if pipe := o.opts.Pipe.Get(); pipe != nil {
+	if pipe := o.opts.Batch.Get(); pipe != nil {
 		return o.dumped(pipe)
 	}
 	var p Programmed
@@ -337,13 +337,13 @@ func (o *Overlay) Programmed() (Programmed, error) {
 	return p, nil
 }
 
-// dumped is Programmed read through the pipe's dumps (see DumpRoutes): the
+// dumped is Programmed read through the batch writer's dumps (see DumpRoutes): the
 // same entries, read with one route dump per family instead of two and
 // without a netlink.Neigh or netlink.Route per entry. Each kernel route is
 // listed once; merging the two lists above also merged routes that differ
 // only in what weft does not read (TOS, say), which a sync then removed one
 // per pass.
-func (o *Overlay) dumped(pipe *Pipe) (Programmed, error) {
+func (o *Overlay) dumped(pipe *BatchWriter) (Programmed, error) {
 	var p Programmed
 	for _, fam := range o.families() {
 		if !o.opts.DirectOnly {

@@ -97,7 +97,7 @@ func (dp *datapath) program(t vtep.Table, full bool) error {
 			fam = netlink.FAMILY_V6
 		}
 		dp.overlay = kernel.NewOverlay(dp.h, dp.linkIndex, kernel.OverlayOptions{Family: fam,
-			Pipe: kernel.NewLazyPipe(dp.h, dp.b.cfg.NetNS, dp.linkIndex)})
+			Batch: kernel.NewLazyBatchWriter(dp.h, dp.b.cfg.NetNS, dp.linkIndex)})
 	}
 	reachable := make(vtep.Table, len(t))
 	for p, v := range t {

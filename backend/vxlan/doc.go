@@ -44,7 +44,7 @@
 // periodic full resync, so a deleted route, neighbour, FDB entry or even the
 // whole device is repaired within about a second. Writes and the reads of
 // a full sync go over a netlink socket of the backend's own
-// (kernel.Pipe): windows of requests with one acknowledgement each, and
+// (kernel.BatchWriter): windows of requests with one acknowledgement each, and
 // dumps read into one kept buffer; at 5,000 peers a resync that finds
 // nothing to repair takes about 50 ms (2026-12-01). A device that uses our VNI
 // and port under another name (flannel.1 left by flanneld) would make the

@@ -19,7 +19,7 @@ import (
 type fdb struct {
 	h    *netlink.Handle
 	link int
-	pipe *kernel.LazyPipe // nil: one request at a time
+	pipe *kernel.LazyBatchWriter // nil: one request at a time
 }
 
 var _ kernel.PeerStep = fdb{}
@@ -91,7 +91,7 @@ func (f fdb) Ensure(peers []vtep.Entry) (int, error) {
 	return f.write(missing, true)
 }
 
-// write sets or deletes es, through the pipe when there is one and es is
+// write sets or deletes es, through the batch writer when there is one and es is
 // more than a few, and returns how many it wrote. A missing entry is no
 // error for a delete.
 func (f fdb) write(es []fdbEntry, set bool) (int, error) {
@@ -105,7 +105,7 @@ func (f fdb) write(es []fdbEntry, set bool) (int, error) {
 		if set {
 			ignore, verb = 0, "set"
 		}
-		err := kernel.PipeWrite(p, reqs, ignore, &n, func(i int) string {
+		err := kernel.WriteBatch(p, reqs, ignore, &n, func(i int) string {
 			return fmt.Sprintf("%s fdb %s dst %s", verb, es[i].MAC, es[i].Dst)
 		})
 		return n, err

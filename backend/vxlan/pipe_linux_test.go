@@ -54,11 +54,11 @@ func newPipeSideTB(t testing.TB, name string, pipelined bool) *pipeSide {
 	s := &pipeSide{ns: ns, fdb: fdb{h: ns.Handle, link: idx}}
 	opts := kernel.OverlayOptions{Family: netlink.FAMILY_V4}
 	if pipelined {
-		p := kernel.NewLazyPipe(ns.Handle, ns.Path, idx)
+		p := kernel.NewLazyBatchWriter(ns.Handle, ns.Path, idx)
 		if p.Get() == nil {
 			t.Fatalf("pipe: %v", p.Err())
 		}
-		s.fdb.pipe, opts.Pipe = p, p
+		s.fdb.pipe, opts.Batch = p, p
 	}
 	opts.Step = s.fdb
 	s.o = kernel.NewOverlay(ns.Handle, idx, opts)
@@ -167,11 +167,11 @@ func TestPipeReportsEachFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := kernel.NewLazyPipe(s.ns.Handle, s.ns.Path, l.Attrs().Index).Get()
+	p := kernel.NewLazyBatchWriter(s.ns.Handle, s.ns.Path, l.Attrs().Index).Get()
 	if p == nil {
 		t.Fatal("no pipe")
 	}
-	// The LazyPipe is garbage now; the Pipe in hand must stay open.
+	// The LazyBatchWriter is garbage now; the BatchWriter in hand must stay open.
 	runtime.GC()
 	runtime.GC()
 	var reqs []*nl.NetlinkRequest
@@ -184,7 +184,7 @@ func TestPipeReportsEachFailure(t *testing.T) {
 		reqs = append(reqs, kernel.NeighRequest(n, true))
 	}
 	done := 0
-	err = kernel.PipeWrite(p, reqs, 0, &done, func(i int) string { return fmt.Sprintf("neighbour %d", i) })
+	err = kernel.WriteBatch(p, reqs, 0, &done, func(i int) string { return fmt.Sprintf("neighbour %d", i) })
 	if err == nil || !strings.HasPrefix(err.Error(), "neighbour 0: ") {
 		t.Errorf("error %v, want one naming neighbour 0", err)
 	}
@@ -208,12 +208,12 @@ func TestPipeReportsEachFailure(t *testing.T) {
 	done = 0
 	del := []*nl.NetlinkRequest{kernel.NeighRequest(&netlink.Neigh{LinkIndex: l.Attrs().Index, Family: netlink.FAMILY_V4,
 		IP: netip.MustParseAddr("10.9.99.99").AsSlice()}, false)}
-	if err := kernel.PipeWrite(p, del, unix.ENOENT, &done, func(int) string { return "" }); err != nil || done != 0 {
+	if err := kernel.WriteBatch(p, del, unix.ENOENT, &done, func(int) string { return "" }); err != nil || done != 0 {
 		t.Errorf("deleting a missing neighbour: %v, %d done", err, done)
 	}
 }
 
-// TestFDBDumpMatchesHandle: the FDB entries read through the pipe's dump
+// TestFDBDumpMatchesHandle: the FDB entries read through the batch writer's dump
 // are those netlink.Handle's list gives: permanent entries with a remote
 // address (also an all-zero MAC's), not other entries or another device's.
 func TestFDBDumpMatchesHandle(t *testing.T) {

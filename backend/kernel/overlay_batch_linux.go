@@ -10,23 +10,23 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// minPipelined is the smallest batch written through the pipe; fewer
-// entries go one request at a time, where a pipe saves nothing.
+// minPipelined is the smallest batch written through the batch writer; fewer
+// entries go one request at a time, where a batch writer saves nothing.
 const minPipelined = 4
 
-// pipe returns the overlay's pipe for a batch of n entries, or nil.
-func (o *Overlay) pipe(n int) *Pipe {
+// pipe returns the overlay's batch writer for a batch of n entries, or nil.
+func (o *Overlay) pipe(n int) *BatchWriter {
 	if n < minPipelined {
 		return nil
 	}
-	return o.opts.Pipe.Get()
+	return o.opts.Batch.Get()
 }
 
-// PipeWrite writes reqs through p and adds the successes to *done. It
+// WriteBatch writes reqs through p and adds the successes to *done. It
 // returns the first failure in request order (described by what), skipping
 // the errno ignore (an entry already gone), or the error of the exchange.
 // Every request is attempted, also after a failure.
-func PipeWrite(p *Pipe, reqs []*nl.NetlinkRequest, ignore syscall.Errno, done *int, what func(i int) string) error {
+func WriteBatch(p *BatchWriter, reqs []*nl.NetlinkRequest, ignore syscall.Errno, done *int, what func(i int) string) error {
 	res, err := p.Write(reqs)
 	if err != nil {
 		return err
@@ -44,20 +44,20 @@ func PipeWrite(p *Pipe, reqs []*nl.NetlinkRequest, ignore syscall.Errno, done *i
 	return first
 }
 
-func (o *Overlay) pipeNeighbours(p *Pipe, ns []Neighbour, set bool, done *int) error {
+func (o *Overlay) pipeNeighbours(p *BatchWriter, ns []Neighbour, set bool, done *int) error {
 	reqs := make([]*nl.NetlinkRequest, len(ns))
 	for i, n := range ns {
 		reqs[i] = NeighRequest(o.neigh(n), set)
 	}
 	if set {
-		return PipeWrite(p, reqs, 0, done, func(i int) string {
+		return WriteBatch(p, reqs, 0, done, func(i int) string {
 			return fmt.Sprintf("set neighbour %s lladdr %s", ns[i].IP, ns[i].MAC)
 		})
 	}
-	return PipeWrite(p, reqs, unix.ENOENT, done, func(i int) string { return fmt.Sprintf("delete neighbour %s", ns[i].IP) })
+	return WriteBatch(p, reqs, unix.ENOENT, done, func(i int) string { return fmt.Sprintf("delete neighbour %s", ns[i].IP) })
 }
 
-func (o *Overlay) pipeRoutes(p *Pipe, rs []Route, set bool, done *int) error {
+func (o *Overlay) pipeRoutes(p *BatchWriter, rs []Route, set bool, done *int) error {
 	reqs := make([]*nl.NetlinkRequest, len(rs))
 	for i, r := range rs {
 		nr := o.route(r)
@@ -73,11 +73,11 @@ func (o *Overlay) pipeRoutes(p *Pipe, rs []Route, set bool, done *int) error {
 		reqs[i] = req
 	}
 	if set {
-		return PipeWrite(p, reqs, 0, done, func(i int) string {
+		return WriteBatch(p, reqs, 0, done, func(i int) string {
 			return fmt.Sprintf("replace route %s via %s", rs[i].Dst, rs[i].Gw)
 		})
 	}
-	return PipeWrite(p, reqs, unix.ESRCH, done, func(i int) string {
+	return WriteBatch(p, reqs, unix.ESRCH, done, func(i int) string {
 		return fmt.Sprintf("delete route %s via %s", rs[i].Dst, rs[i].Gw)
 	})
 }
