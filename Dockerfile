@@ -1,5 +1,4 @@
-# weft's image: weftd (the node daemon, the entrypoint; here the build with
-# the Kubernetes client, cmd/weftd-kube, installed as weftd) and weft (the CNI
+# weft's image: weftd (the node daemon, the entrypoint) and weft (the CNI
 # plugin, copied onto the host by the DaemonSet's init containers), built as
 # static binaries and shipped on an empty base with a static busybox, which
 # the init containers use to copy files atomically (cp + mv).
@@ -17,11 +16,10 @@ ARG VERSION=dev
 WORKDIR /src
 COPY . .
 RUN set -e; \
-    pkgs="./cmd/weftd-kube ./cmd/weft"; \
+    pkgs="./cmd/weftd ./cmd/weft"; \
     if ls cmd/weftctl/*.go >/dev/null 2>&1; then pkgs="$pkgs ./cmd/weftctl"; fi; \
     mkdir -p /out /fs/opt/bin /fs/bin; \
     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ $pkgs; \
-    mv /out/weftd-kube /out/weftd; \
     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /fs/opt/bin/install-conf ./cmd/install-conf; \
     ln -s /usr/local/bin/weftd /fs/opt/bin/flanneld; \
     ln -s /usr/local/bin/weft /fs/flannel; \

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,45 +31,43 @@ func TestHelpAndVersion(t *testing.T) {
 	}
 }
 
-// TestKubeModeRunsWeftdKube: this build has no Kubernetes client. With
-// --kube-subnet-mgr it runs weftd-kube from its own directory (found
-// through a symbolic link, as /opt/bin/flanneld in the image), which then
-// does the work; without weftd-kube there it says what is missing.
-func TestKubeModeRunsWeftdKube(t *testing.T) {
+// TestKubeModeOneBinary: the one weftd has the Kubernetes registry. Started
+// as flanneld (a symbolic link, as /opt/bin/flanneld in the image) with
+// --kube-subnet-mgr, it takes flanneld's defaults, says it has the client,
+// and fails on the missing kubeconfig.
+func TestKubeModeOneBinary(t *testing.T) {
 	weftd := nettest.Binary(t, "weftd")
-	kube := filepath.Join(filepath.Dir(weftd), "weftd-kube")
-	args := []string{"--kube-subnet-mgr", "--node-name", "n1", "--kubeconfig", "/nonexistent/kubeconfig"}
-
-	alone := t.TempDir()
-	copyFile(t, weftd, filepath.Join(alone, "weftd"))
-	out, err := exec.Command(filepath.Join(alone, "weftd"), args...).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "needs weftd-kube") || !strings.Contains(string(out), filepath.Join(alone, "weftd-kube")) {
-		t.Errorf("weftd without weftd-kube: %v:\n%s", err, out)
-	}
-
-	both := t.TempDir()
-	copyFile(t, weftd, filepath.Join(both, "weftd"))
-	copyFile(t, kube, filepath.Join(both, "weftd-kube"))
 	link := filepath.Join(t.TempDir(), "flanneld")
-	if err := os.Symlink(filepath.Join(both, "weftd"), link); err != nil {
+	if err := os.Symlink(weftd, link); err != nil {
 		t.Fatal(err)
 	}
-	out, err = exec.Command(link, args...).CombinedOutput()
-	// weftd-kube started (it logs that it has the client) and failed on
-	// the missing kubeconfig, as flanneld: it was started under that name.
+	ns := nettest.NewNS(t, "weftd") // nothing it does reaches the root namespace
+	out, err := ns.Command(context.Background(), link, "--kube-subnet-mgr", "--node-name", "n1", "--kubeconfig", "/nonexistent/kubeconfig").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "kubernetesClient=true") || !strings.Contains(string(out), "/nonexistent/kubeconfig") ||
 		!strings.Contains(string(out), "flannelCompat=true") {
-		t.Errorf("weftd --kube-subnet-mgr with weftd-kube beside it: %v:\n%s", err, out)
+		t.Errorf("weftd --kube-subnet-mgr as flanneld: %v:\n%s", err, out)
 	}
 }
 
-func copyFile(t *testing.T, from, to string) {
-	t.Helper()
-	b, err := os.ReadFile(from)
+// TestNoKubeBuild: a build with -tags weft_nokube leaves client-go out and
+// refuses --kube-subnet-mgr with a message that names the standard build.
+func TestNoKubeBuild(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "weftd")
+	build := exec.Command("go", "build", "-tags", "weft_nokube", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -tags weft_nokube: %v\n%s", err, out)
+	}
+	deps, err := exec.Command("go", "list", "-tags", "weft_nokube", "-deps", ".").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(to, b, 0o755); err != nil {
-		t.Fatal(err)
+	if strings.Contains(string(deps), "k8s.io/client-go") {
+		t.Error("the weft_nokube build links k8s.io/client-go")
+	}
+	ns := nettest.NewNS(t, "weftd")
+	out, err := ns.Command(context.Background(), bin, "--kube-subnet-mgr", "--node-name", "n1").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "weft_nokube") || !strings.Contains(string(out), "kubernetesClient=false") {
+		t.Errorf("weft_nokube weftd --kube-subnet-mgr: %v:\n%s", err, out)
 	}
 }

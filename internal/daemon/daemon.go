@@ -1,8 +1,12 @@
-// Package daemon is weftd's control loop. It leases this node's subnet from
-// a subnet.Registry, writes the subnet file, keeps the lease renewed (and
-// acquires again if it is lost), turns the peers' leases into a vtep.Table
-// and hands it to the dataplane. It knows no datastore and no kernel: cmd/weftd
-// wires in the registry and the factories that build the dataplane.
+// Package daemon is weftd: its command line (flanneld's too), its wiring
+// and its control loop. Run parses the flags, builds the registry (etcd, or
+// the Kubernetes API unless built with -tags weft_nokube) and the factories
+// of the configured dataplane, and serves health and metrics. The loop
+// (Daemon) leases this node's subnet from the registry, writes the subnet
+// file, keeps the lease renewed (and acquires again if it is lost), turns
+// the peers' leases into a vtep.Table and hands it to the dataplane. The
+// loop itself knows no datastore and no kernel: it sees the Registry and
+// Dataplane interfaces, which its tests fake. cmd/weftd is a one-line main.
 package daemon
 
 import (

@@ -73,7 +73,7 @@ done
 mkdir -p "$d/ctx"
 tar -C "$repo" --exclude=./.git --exclude=./test/kube/tools -c . | tar -C "$d/ctx" -x
 (cd "$d/ctx" && GOFLAGS=-mod=mod go mod vendor)
-pkgs="./cmd/weftd-kube ./cmd/weft"
+pkgs="./cmd/weftd ./cmd/weft"
 if ls "$d/ctx"/cmd/weftctl/*.go >/dev/null 2>&1; then pkgs="$pkgs ./cmd/weftctl"; fi
 
 # Warm a Go build cache kept for this purpose under $WEFT_CACHE by building

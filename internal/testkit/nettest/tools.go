@@ -48,13 +48,6 @@ func Binary(tb testing.TB, name string) string {
 		tb.Fatalf("go build ./cmd/%s: %v\n%s", name, err, b)
 	}
 	builtBins[name] = out
-	if name == "weftd" {
-		// weftd runs weftd-kube from its own directory for
-		// --kube-subnet-mgr, as the release and the image install them.
-		buildMu.Unlock()
-		Binary(tb, "weftd-kube")
-		buildMu.Lock()
-	}
 	return out
 }
 

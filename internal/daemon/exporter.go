@@ -1,4 +1,4 @@
-package weftd
+package daemon
 
 import (
 	"sync/atomic"
@@ -8,7 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/weft-net/weft/backend"
-	"github.com/weft-net/weft/internal/daemon"
 )
 
 // liveBackend holds the dataplane of the current lease, for metrics that
@@ -28,15 +27,15 @@ func (l *liveBackend) get() backend.Backend {
 
 // newMetrics returns the registry weftd serves on /metrics: Go runtime and
 // process metrics, the daemon's, and the live dataplane's counters.
-func newMetrics(live *liveBackend) (*prometheus.Registry, *daemon.Metrics) {
+func newMetrics(live *liveBackend) (*prometheus.Registry, *Metrics) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := daemon.NewMetrics(reg)
+	m := NewMetrics(reg)
 	registerBackendMetrics(reg, live)
 	return reg, m
 }
 
-func mountMetrics(hs *daemon.HealthServer, reg *prometheus.Registry) {
+func mountMetrics(hs *HealthServer, reg *prometheus.Registry) {
 	hs.Mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 }
 

@@ -1,4 +1,4 @@
-package weftd
+package daemon
 
 import (
 	"errors"
@@ -19,7 +19,6 @@ import (
 	"github.com/weft-net/weft/backend/uvxlan"
 	"github.com/weft-net/weft/backend/vxlan"
 	"github.com/weft-net/weft/backend/wireguard"
-	"github.com/weft-net/weft/internal/daemon"
 	"github.com/weft-net/weft/internal/fdstore"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
@@ -50,16 +49,16 @@ func findUnderlay(c *config) (underlayInfo, error) {
 	return underlayInfo{index: u.Index, name: u.Name, mtu: u.MTU, ipv4: u.IPv4, ipv6: u.IPv6}, nil
 }
 
-// factories wires the dataplanes and the masquerade rules into the daemon.
+// factories wires the dataplanes and the masquerade rules into the
 // files keeps the userspace dataplane's TAP queues and receive sockets
 // across restarts when a service manager offers its store.
-func factories(c *config, u underlayInfo, live *liveBackend, files *fdstore.Store, log *slog.Logger) daemon.Factories {
-	f := daemon.Factories{
+func factories(c *config, u underlayInfo, live *liveBackend, files *fdstore.Store, log *slog.Logger) Factories {
+	f := Factories{
 		LeaseData: wireGuardLeaseData,
-		Dataplane: func(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int) (daemon.Dataplane, error) {
+		Dataplane: func(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int) (Dataplane, error) {
 			if lease.IPv6Subnet.IsValid() {
 				if err := enableForwarding(forwardIPv6, log); err != nil {
-					return daemon.Dataplane{}, err
+					return Dataplane{}, err
 				}
 			}
 			dp, err := newDataplane(typ, cfg, lease, mtu, u, files, log)
@@ -83,7 +82,7 @@ func factories(c *config, u underlayInfo, live *liveBackend, files *fdstore.Stor
 		},
 	}
 	if c.ipMasq {
-		f.Masquerade = func(cfg *subnet.Config) (daemon.Runner, error) {
+		f.Masquerade = func(cfg *subnet.Config) (Runner, error) {
 			return masq.New(masq.Config{Network: cfg.Network, IPv6Network: cfg.IPv6Network,
 				CheckInterval: time.Duration(c.flannel.resyncSeconds) * time.Second}, log)
 		}
@@ -148,15 +147,15 @@ func removeUVXLAN(h *netlink.Handle, vni int) error {
 	return errors.Join(uvxlan.RemoveDevice(h, vni), uvxlan.RemoveDeviceNamed(h, uvxlanV6Name(vni)))
 }
 
-func newDataplane(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, files *fdstore.Store, log *slog.Logger) (daemon.Dataplane, error) {
+func newDataplane(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, files *fdstore.Store, log *slog.Logger) (Dataplane, error) {
 	h, err := netlink.NewHandle()
 	if err != nil {
-		return daemon.Dataplane{}, fmt.Errorf("netlink: %w", err)
+		return Dataplane{}, fmt.Errorf("netlink: %w", err)
 	}
 	dp, err := buildDataplane(h, typ, cfg, lease, mtu, u, files, log)
 	if err != nil {
 		h.Close()
-		return daemon.Dataplane{}, err
+		return Dataplane{}, err
 	}
 	if typ != subnet.BackendTypeUVXLAN { // no other dataplane keeps files
 		dp.Cleanup = withRelease(dp.Cleanup, files, nil, log)
@@ -165,14 +164,14 @@ func newDataplane(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u
 	return dp, nil
 }
 
-func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, files *fdstore.Store, log *slog.Logger) (daemon.Dataplane, error) {
+func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, files *fdstore.Store, log *slog.Logger) (Dataplane, error) {
 	switch typ {
 	case subnet.BackendTypeHostGW:
 		return newHostGW(h, cfg, lease, u, log)
 	case subnet.BackendTypeWireGuard:
 		return newWireGuard(h, cfg, lease, mtu, u, log)
 	case subnet.BackendTypeAlloc:
-		return daemon.Dataplane{Backend: alloc.New(), Cleanup: func() error { return removeOthers(h, cfg, "", log) }}, nil
+		return Dataplane{Backend: alloc.New(), Cleanup: func() error { return removeOthers(h, cfg, "", log) }}, nil
 	case subnet.BackendTypeVXLAN:
 		vc := vxlan.Config{
 			Handle:        h,
@@ -195,15 +194,15 @@ func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease sub
 		}
 		b, err := vxlan.New(vc, log)
 		if err != nil {
-			return daemon.Dataplane{}, err
+			return Dataplane{}, err
 		}
-		return daemon.Dataplane{Backend: b, Cleanup: func() error {
+		return Dataplane{Backend: b, Cleanup: func() error {
 			return errors.Join(removeUVXLAN(h, vc.VNI), wireguard.RemoveDevices(h))
 		}}, nil
 	case subnet.BackendTypeUVXLAN:
 		b, devices, err := newUVXLAN(cfg, lease, mtu, u, files, log)
 		if err != nil {
-			return daemon.Dataplane{}, err
+			return Dataplane{}, err
 		}
 		// Any kernel VXLAN device on our port (weft's, or flannel.<VNI>
 		// when replacing flanneld) holds the socket this dataplane binds.
@@ -215,9 +214,9 @@ func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease sub
 		ours := func(name string) bool {
 			return slices.ContainsFunc(devices, func(d string) bool { return strings.HasPrefix(name, d+"-") })
 		}
-		return daemon.Dataplane{Backend: b, Cleanup: withRelease(cleanup, files, ours, log)}, nil
+		return Dataplane{Backend: b, Cleanup: withRelease(cleanup, files, ours, log)}, nil
 	}
-	return daemon.Dataplane{}, fmt.Errorf("backend %q: unsupported", typ)
+	return Dataplane{}, fmt.Errorf("backend %q: unsupported", typ)
 }
 
 // removeOthers removes what the other backends left on a node that now
@@ -237,18 +236,18 @@ func removeOthers(h *netlink.Handle, cfg *subnet.Config, keep string, log *slog.
 // newHostGW builds the host-gw dataplane. As Flannel's, it refuses a node
 // whose advertised address is not the underlay's own (a node behind NAT):
 // peers route to that address directly.
-func newHostGW(h *netlink.Handle, cfg *subnet.Config, lease subnet.Lease, u underlayInfo, log *slog.Logger) (daemon.Dataplane, error) {
+func newHostGW(h *netlink.Handle, cfg *subnet.Config, lease subnet.Lease, u underlayInfo, log *slog.Logger) (Dataplane, error) {
 	a := lease.Attrs
 	if a.PublicIP.IsValid() && a.PublicIP != u.ipv4 || a.PublicIPv6.IsValid() && a.PublicIPv6 != u.ipv6 {
-		return daemon.Dataplane{}, fmt.Errorf("host-gw: the public address (%s %s) differs from the underlay's (%s %s): "+
+		return Dataplane{}, fmt.Errorf("host-gw: the public address (%s %s) differs from the underlay's (%s %s): "+
 			"a node behind NAT cannot use host-gw, peers route to its public address directly", a.PublicIP, a.PublicIPv6, u.ipv4, u.ipv6)
 	}
 	b, err := hostgw.New(hostgw.Config{Handle: h, UnderlayIndex: u.index, Local: u.ipv4, LocalIPv6: u.ipv6,
 		Subnet: lease.Subnet, IPv6Subnet: lease.IPv6Subnet}, log)
 	if err != nil {
-		return daemon.Dataplane{}, err
+		return Dataplane{}, err
 	}
-	return daemon.Dataplane{Backend: b, Cleanup: func() error { return removeOthers(h, cfg, subnet.BackendTypeHostGW, log) }}, nil
+	return Dataplane{Backend: b, Cleanup: func() error { return removeOthers(h, cfg, subnet.BackendTypeHostGW, log) }}, nil
 }
 
 // withRelease adds to cleanup the release of the files the last run kept

@@ -1,4 +1,4 @@
-package weftd
+package daemon
 
 import (
 	"errors"

@@ -1,35 +1,49 @@
-package weftd
+package daemon
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/weft-net/weft/internal/daemon"
 	"github.com/weft-net/weft/internal/fdstore"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/subnet/etcd"
 )
 
+// Main is weftd's main: it runs weftd with the process's arguments until
+// SIGINT or SIGTERM and exits 1 on an error.
+func Main(version string) {
+	tuneGC()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := Run(ctx, os.Args[0], os.Args[1:], version); err != nil {
+		if errors.Is(err, flag.ErrHelp) { // -h, --help: the usage was printed
+			return
+		}
+		fmt.Fprintln(os.Stderr, "weftd:", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
 // Run runs weftd with args (prog is the name it was started as: as
 // "flanneld" it takes flanneld's defaults) until ctx ends.
-func Run(ctx context.Context, prog string, args []string, opts Options) error {
+func Run(ctx context.Context, prog string, args []string, version string) error {
 	c, err := parseFlags(prog, args, os.Stderr)
 	if err != nil {
 		return err
 	}
 	if c.version {
-		fmt.Println("weftd", opts.Version)
+		fmt.Println("weftd", version)
 		return nil
-	}
-	if c.kubeSubnetMgr && opts.Kube == nil {
-		// Before anything else: the files a service manager passed must
-		// reach weftd-kube as they came (FromEnv would close them on exec).
-		return execKube()
 	}
 	log, err := newLogger(c.logFormat, c.logLevel, os.Stderr)
 	if err != nil {
@@ -42,8 +56,19 @@ func Run(ctx context.Context, prog string, args []string, opts Options) error {
 	if names := files.Unclaimed(); len(names) > 0 {
 		log.Info("service manager passed files kept from the last run", "names", names)
 	}
-	log.Info("starting weftd", "version", opts.Version, "flannelCompat", c.compat, "kubernetesClient", opts.Kube != nil)
+	log.Info("starting weftd", "version", version, "flannelCompat", c.compat, "kubernetesClient", kubeClientBuilt)
 	logFlannelFlags(c, log)
+
+	// The registry first: a configuration error stops weftd before it
+	// changes anything in the kernel.
+	live := &liveBackend{}
+	metricsReg, metrics := newMetrics(live)
+	rej := subnet.NewRejections(log, metrics.LeaseRejected)
+	reg, closeReg, err := newRegistry(ctx, c, rej, log)
+	if err != nil {
+		return err
+	}
+	defer closeReg()
 
 	node, underlay, err := findNode(c)
 	if err != nil {
@@ -54,16 +79,7 @@ func Run(ctx context.Context, prog string, args []string, opts Options) error {
 		return err
 	}
 
-	live := &liveBackend{}
-	metricsReg, metrics := newMetrics(live)
-	rej := subnet.NewRejections(log, metrics.LeaseRejected)
-	reg, closeReg, err := newRegistry(ctx, c, opts, rej, log)
-	if err != nil {
-		return err
-	}
-	defer closeReg()
-
-	d, err := daemon.New(daemon.Config{
+	d, err := New(Config{
 		Registry:    reg,
 		Node:        node,
 		Metrics:     metrics,
@@ -79,9 +95,8 @@ func Run(ctx context.Context, prog string, args []string, opts Options) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return d.Run(gctx) })
-	g.Go(func() error { releaseAtRest(gctx, restCheck, d.Ready, pageOutExecutable, log); return nil })
 	if c.healthAddr != "" {
-		hs := daemon.NewHealthServer(c.healthAddr, d.Ready, log)
+		hs := NewHealthServer(c.healthAddr, d.Ready, log)
 		mountMetrics(hs, metricsReg)
 		g.Go(func() error { return hs.Run(gctx) })
 	}
@@ -91,12 +106,12 @@ func Run(ctx context.Context, prog string, args []string, opts Options) error {
 }
 
 // findNode picks the underlay device and the addresses to advertise.
-func findNode(c *config) (daemon.Node, underlayInfo, error) {
+func findNode(c *config) (Node, underlayInfo, error) {
 	u, err := findUnderlay(c)
 	if err != nil {
-		return daemon.Node{}, u, err
+		return Node{}, u, err
 	}
-	n := daemon.Node{PublicIP: u.ipv4, PublicIPv6: u.ipv6, UnderlayMTU: u.mtu}
+	n := Node{PublicIP: u.ipv4, PublicIPv6: u.ipv6, UnderlayMTU: u.mtu}
 	if c.publicIP != "" {
 		if n.PublicIP, err = parseAddr("--public-ip", c.publicIP, false); err != nil {
 			return n, u, err
@@ -125,10 +140,9 @@ func parseAddr(flagName, s string, v6 bool) (netip.Addr, error) {
 }
 
 // newRegistry builds the etcd or the Kubernetes registry.
-func newRegistry(ctx context.Context, c *config, opts Options, rej *subnet.Rejections, log *slog.Logger) (subnet.Registry, func(), error) {
+func newRegistry(ctx context.Context, c *config, rej *subnet.Rejections, log *slog.Logger) (subnet.Registry, func(), error) {
 	if c.kubeSubnetMgr {
-		reg, err := opts.Kube(ctx, KubeConfig{APIURL: c.kubeAPIURL, Kubeconfig: c.kubeconfig, NodeName: c.nodeName,
-			AnnotationPrefix: c.kubeAnnotPrefix, NetConfPath: c.netConfPath}, rej, log)
+		reg, err := newKubeRegistry(ctx, c, rej, log)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -1,4 +1,4 @@
-package weftd
+package daemon
 
 import (
 	"fmt"
@@ -7,7 +7,6 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/weft-net/weft/backend/wireguard"
-	"github.com/weft-net/weft/internal/daemon"
 	"github.com/weft-net/weft/subnet"
 )
 
@@ -32,25 +31,25 @@ func wireGuardLeaseData(typ string, cfg *subnet.Config, a *subnet.LeaseAttrs) er
 }
 
 // newWireGuard builds the wireguard dataplane for the lease.
-func newWireGuard(h *netlink.Handle, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, log *slog.Logger) (daemon.Dataplane, error) {
+func newWireGuard(h *netlink.Handle, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, log *slog.Logger) (Dataplane, error) {
 	path := wireguard.KeyFile()
 	key, created, err := wireguard.LoadOrCreateKey(path)
 	if err != nil {
-		return daemon.Dataplane{}, err
+		return Dataplane{}, err
 	}
 	if created {
-		return daemon.Dataplane{}, fmt.Errorf("wireguard key file %s appeared only now: the lease advertises another key", path)
+		return Dataplane{}, fmt.Errorf("wireguard key file %s appeared only now: the lease advertises another key", path)
 	}
 	wc := wireguard.Config{Handle: h, PrivateKey: key, MTU: mtu,
 		Subnet: lease.Subnet, IPv6Subnet: lease.IPv6Subnet, Network: cfg.Network, IPv6Network: cfg.IPv6Network,
 		Local: lease.Attrs.PublicIP, LocalIPv6: lease.Attrs.PublicIPv6}
 	if err := wc.FromBackend(cfg.Backend); err != nil {
-		return daemon.Dataplane{}, err
+		return Dataplane{}, err
 	}
 	log.Info("wireguard key", "file", path, "publicKey", key.PublicKey().String())
 	b, err := wireguard.New(wc, log)
 	if err != nil {
-		return daemon.Dataplane{}, err
+		return Dataplane{}, err
 	}
-	return daemon.Dataplane{Backend: b, Cleanup: func() error { return removeOthers(h, cfg, subnet.BackendTypeWireGuard, log) }}, nil
+	return Dataplane{Backend: b, Cleanup: func() error { return removeOthers(h, cfg, subnet.BackendTypeWireGuard, log) }}, nil
 }
