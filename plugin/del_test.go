@@ -2,7 +2,13 @@ package plugin_test
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
@@ -11,6 +17,8 @@ import (
 	"github.com/weft-net/weft/plugin"
 	"github.com/weft-net/weft/plugin/plugintest"
 )
+
+var gateway = netip.MustParseAddr("10.244.59.1")
 
 // TestDel: when DEL returns, the veth pair is gone (from the node and from
 // the pod), the address is free and a second DEL succeeds, whether the pod's
@@ -71,6 +79,122 @@ func TestDel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDelThenAdd: DEL followed at once by ADD of the same container ID,
+// netns and ifname (a runtime's retry, `podman network reload`), 40 times
+// while every CPU is kept busy, leaves the pod wired each time: only its
+// new eth0, its address, its default route via the gateway on eth0, the
+// gateway and (through the default route) the node reachable, and CHECK
+// passes.
+func TestDelThenAdd(t *testing.T) {
+	const rounds = 40
+	f := v4File(true)
+	e := newEnv(t, &f)
+	n := e.newNode(t, plugintest.Options{})
+	podNS := nettest.NewNS(t, "pod")
+	const id = "pod-again"
+	p, err := n.Add(podNS, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := n.Del(p); err != nil {
+			t.Errorf("DEL at the end: %v", err)
+		}
+	})
+	stop := busyCPUs(t)
+	defer stop()
+	failed := 0
+	for round := range rounds {
+		if err := n.Del(p); err != nil {
+			t.Fatalf("round %d: DEL: %v", round, err)
+		}
+		if p, err = n.Add(podNS, id); err != nil {
+			t.Fatalf("round %d: ADD right after DEL: %v", round, err)
+		}
+		if errs := checkWired(t, n, p); len(errs) > 0 {
+			failed++
+			for _, err := range errs {
+				t.Errorf("round %d: %v", round, err)
+			}
+		}
+	}
+	if failed > 0 {
+		t.Errorf("%d of %d DEL+ADD rounds left the pod not wired", failed, rounds)
+	}
+}
+
+// busyCPUs keeps every CPU busy with spinning goroutines until the
+// returned function (also run at cleanup) stops them. GOMAXPROCS is raised
+// meanwhile so that the spinners leave the test's own goroutines a P: the
+// kernel, not the Go scheduler, shares the CPUs.
+func busyCPUs(t *testing.T) (stop func()) {
+	spinners := runtime.NumCPU()
+	procs := runtime.GOMAXPROCS(spinners + 2)
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	for range spinners {
+		wg.Go(func() {
+			for !done.Load() {
+			}
+		})
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			done.Store(true)
+			wg.Wait()
+			runtime.GOMAXPROCS(procs)
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// checkWired returns what is wrong with pod p right after its ADD.
+func checkWired(t *testing.T, n *plugintest.Node, p *plugintest.Pod) []error {
+	t.Helper()
+	var errs []error
+	if got := linkNames(t, p.NS); !sameSet(got, []string{"lo", "eth0"}) {
+		errs = append(errs, fmt.Errorf("pod links %v, want lo and eth0 only", got))
+	}
+	eth0, err := p.NS.Handle.LinkByName("eth0")
+	if err != nil {
+		return append(errs, fmt.Errorf("pod eth0: %w", err))
+	}
+	want := netip.PrefixFrom(p.IP, 24)
+	addrs, err := p.NS.Handle.AddrList(eth0, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(addrs, func(a netlink.Addr) bool { return a.IPNet.String() == want.String() }) {
+		errs = append(errs, fmt.Errorf("eth0 lacks %s: %v", want, addrs))
+	}
+	var defaults []string
+	routes, err := p.NS.Handle.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	onEth0 := false
+	for _, r := range routes {
+		if r.Dst == nil || r.Dst.String() == "0.0.0.0/0" {
+			defaults = append(defaults, fmt.Sprintf("via %s dev index %d", r.Gw, r.LinkIndex))
+			onEth0 = onEth0 || (r.Gw.Equal(net.IP(gateway.AsSlice())) && r.LinkIndex == eth0.Attrs().Index)
+		}
+	}
+	if !onEth0 || len(defaults) != 1 {
+		errs = append(errs, fmt.Errorf("default routes %v, want one via %s on eth0 (index %d)", defaults, gateway, eth0.Attrs().Index))
+	}
+	for _, to := range []netip.Addr{gateway, nodeAddr} { // the node's uplink only through the default route
+		if out, err := p.NS.Run("ping", "-c", "1", "-W", "3", to.String()); err != nil {
+			errs = append(errs, fmt.Errorf("ping %s: %v\n%s", to, err, out))
+		}
+	}
+	if err := n.Check(p); err != nil {
+		errs = append(errs, fmt.Errorf("CHECK: %w", err))
+	}
+	return errs
 }
 
 // TestGCLeftovers: GC deletes the node's veths in plugin.LeftoverGroup
