@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"syscall"
 
 	cnins "github.com/containernetworking/cni/pkg/ns"
 	"github.com/containernetworking/cni/pkg/skel"
@@ -112,20 +111,17 @@ func add(conf *Config, p plan, att Attachment, netns ns.NetNS) (_ *current.Resul
 		pod, addrs), nil
 }
 
-// cmdDel takes the pod's veth pair out of service, frees its addresses and
-// then has reap delete the retired pair (see Funcs).
-func cmdDel(args *skel.CmdArgs, reap func() error) (err error) {
+// cmdDel deletes the pod's veth pair, frees its addresses and drops the
+// network's masquerade chains with its last pod. Nothing of it is left for
+// later: an ADD of the same attachment right after it starts clean.
+func cmdDel(args *skel.CmdArgs) error {
 	conf, err := ParseConfig(args.StdinData)
 	if err != nil {
 		return err
 	}
 	att := Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
-	retired, err := retireHostVeth(att, args.Netns)
-	if err != nil {
+	if err := deleteVeth(att, args.Netns); err != nil {
 		return err
-	}
-	if retired { // also when releasing the address fails
-		defer func() { err = errors.Join(err, reap()) }()
 	}
 	store, err := openStore(conf)
 	if err != nil {
@@ -137,8 +133,6 @@ func cmdDel(args *skel.CmdArgs, reap func() error) (err error) {
 	}
 	return dropMasqIfUnused(store, conf)
 }
-
-func detached() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setsid: true} }
 
 // dropMasqIfUnused removes the network's masquerade chains once no pod of
 // it holds an address. It runs under the store lock, as ADD's ensureMasq
@@ -167,11 +161,9 @@ func cmdGC(args *skel.CmdArgs) error {
 	gone, err := gc(store, conf.ipamDir(), conf.ValidAttachments)
 	var errs []error
 	for _, a := range gone {
-		_, rerr := retireHostVeth(a, "")
-		errs = append(errs, rerr)
+		errs = append(errs, deleteVeth(a, ""))
 	}
-	// Also what a killed reaper left, all in one deletion.
-	errs = append(errs, reapRetired())
+	errs = append(errs, deleteLeftovers())
 	if err == nil {
 		err = dropMasqIfUnused(store, conf)
 	}

@@ -10,20 +10,16 @@
 // Commands: ADD, DEL (idempotent), CHECK, GC and STATUS (CNI 1.1), VERSION;
 // cniVersion 0.3.0 to 1.1.0.
 //
-// # DEL without waiting for the kernel
+// # DEL
 //
-// Deleting a veth pair costs ~15 ms in the kernel (an rcu_barrier), most of
-// a DEL. DEL therefore retires the pair: one request sets the host end down
-// (the pod end loses its carrier: the pod can send nothing more), takes it
-// off the bridge, renames it weftrm<ifindex> and puts it in link group
-// 0x77656674 ("weft"); the pod end, if the namespace is still there, is
-// renamed the same way, so a new ADD may reuse both names at once. The
-// addresses are released, and DEL starts the plugin's own executable again
-// with the argument reap-retired-veths, detached (own session, no stdio),
-// to delete every link of that group in one request. A reaper that was
-// killed leaves links the next DEL's reaper or GC deletes. An older kernel
-// that refuses to rename a link that is up gets it taken down first; if
-// retiring fails at all, DEL deletes the pair before it returns, as before.
+// DEL deletes the pod's veth pair before it returns: the pod end inside
+// CNI_NETNS when that namespace still holds it as the peer of the host end
+// (the host end goes with it), otherwise the host end by its derived name.
+// It then releases the addresses. A missing link or namespace is not an
+// error, so DEL is idempotent, and an ADD of the same container, netns and
+// ifname right after it starts from nothing. GC also deletes any veth of
+// the node in link group 0x77656674 named weftrm<n>, which earlier
+// releases' DEL left to a background process that may have been killed.
 //
 // # Errors
 //

@@ -6,19 +6,15 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
-	"github.com/vishvananda/netlink"
 	"github.com/weft-net/weft/internal/namespace"
 	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/internal/testkit/plugintest"
-	"github.com/weft-net/weft/plugin"
 	"github.com/weft-net/weft/subnet"
 )
 
@@ -93,7 +89,6 @@ func TestGC(t *testing.T) {
 	pm := nettest.ReferencePlugins(t)
 	n := e.newNode(t, plugintest.Options{Portmap: pm})
 	keep1, stale, keep2 := n.AddPod(t, "keep1"), n.AddPod(t, "stale"), n.AddPod(t, "keep2")
-	leaveRetired(t, e.node, "leftover")
 	// A runtime that lost its cache knows nothing to DEL: only GC frees them.
 	fresh := plugintest.NewNode(t, e.node, e.bin, e.subnetFile, plugintest.Options{DataDir: e.dataDir, Portmap: pm})
 	valid := []types.GCAttachment{{ContainerID: keep1.ID, IfName: "eth0"}, {ContainerID: keep2.ID, IfName: "eth0"}}
@@ -110,101 +105,10 @@ func TestGC(t *testing.T) {
 	if out := nettest.MustRun(t, stale.NS, "ip", "-o", "link"); strings.Contains(out, "eth0") {
 		t.Errorf("stale pod still has eth0:\n%s", out)
 	}
-	if left := retiredLinks(t, e.node); len(left) != 0 {
-		t.Errorf("GC left retired links: %v", left)
-	}
 	for _, p := range []*plugintest.Pod{keep1, keep2} {
 		if err := n.Check(p); err != nil {
 			t.Errorf("CHECK %s after GC: %v", p.ID, err)
 		}
-	}
-}
-
-// retiredLinks names the links of n in plugin.RetiredGroup.
-func retiredLinks(t *testing.T, n *nettest.NS) []string {
-	t.Helper()
-	ls, err := n.Handle.LinkList()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, l := range ls {
-		if l.Attrs().Group == plugin.RetiredGroup {
-			names = append(names, l.Attrs().Name)
-		}
-	}
-	return names
-}
-
-// leaveRetired makes a veth pair in the node's retired group, as a reaper
-// killed before it ran would leave one.
-func leaveRetired(t *testing.T, n *nettest.NS, name string) {
-	t.Helper()
-	v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name, Group: plugin.RetiredGroup}, PeerName: name + "p"}
-	if err := n.Handle.LinkAdd(v); err != nil {
-		t.Fatal(err)
-	}
-	if got := retiredLinks(t, n); !slices.Contains(got, name) {
-		t.Fatalf("made %s in the retired group, group holds %v", name, got)
-	}
-}
-
-// TestDelRetires: DEL returns with the pod cut off (no carrier, no
-// address kept), both veth names free for a new ADD into the same
-// namespace, and then the background reaper deletes the retired pair and
-// what an earlier, killed reaper left.
-func TestDelRetires(t *testing.T) {
-	f := v4File(true)
-	e := newEnv(t, &f)
-	n := e.newNode(t, plugintest.Options{})
-	leaveRetired(t, e.node, "leftover")
-	podNS := nettest.NewNS(t, "pod")
-	p, err := n.Add(podNS, "pod-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw := netip.MustParseAddr("10.244.59.1")
-	ping(t, podNS, gw)
-	host := p.Result.Interfaces[1].Name
-	if err := n.Del(p); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.node.Handle.LinkByName(host); err == nil {
-		t.Errorf("host veth %s still has its name after DEL", host)
-	}
-	if ports := e.bridgePorts(t); len(ports) != 0 {
-		t.Errorf("bridge ports after DEL: %v", ports)
-	}
-	if out := nettest.MustRun(t, podNS, "ip", "-o", "link"); strings.Contains(out, "eth0") {
-		t.Errorf("pod still has eth0 after DEL:\n%s", out)
-	}
-	if out, err := podNS.Run("ping", "-c", "1", "-W", "1", gw.String()); err == nil {
-		t.Errorf("pod still reaches the gateway after DEL:\n%s", out)
-	}
-	if left := storeFiles(t, e.dataDir, "weft"); len(left) != 0 {
-		t.Errorf("allocations left after DEL: %v", left)
-	}
-	// Same container, same namespace, at once: the names are free.
-	p2, err := n.Add(podNS, "pod-a")
-	if err != nil {
-		t.Fatalf("ADD again right after DEL: %v", err)
-	}
-	ping(t, podNS, gw)
-	deadline := time.Now().Add(10 * time.Second)
-	for len(retiredLinks(t, e.node)) > 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if left := retiredLinks(t, e.node); len(left) != 0 {
-		t.Errorf("retired links not deleted by the reaper within 10 s: %v", left)
-	}
-	if out := nettest.MustRun(t, podNS, "ip", "-o", "link"); strings.Contains(out, "weftrm") {
-		t.Errorf("old pod end still in the pod:\n%s", out)
-	}
-	if err := n.Check(p2); err != nil {
-		t.Errorf("CHECK of the new attachment: %v", err)
-	}
-	if err := n.Del(p2); err != nil {
-		t.Fatal(err)
 	}
 }
 

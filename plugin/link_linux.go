@@ -6,13 +6,11 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -164,104 +162,96 @@ func configurePod(podNS ns.NetNS, att Attachment, addrs []netip.Prefix, p plan) 
 	return ifaceInfo{name: att.IfName, sandbox: podNS.Path(), mac: l.Attrs().HardwareAddr}, nil
 }
 
-// retiredPrefix starts the name of a retired veth end, followed by its
-// ifindex (unique in its namespace, so names never collide).
-const retiredPrefix = "weftrm"
-
-// retireHostVeth takes the attachment's veth pair out of service without
-// waiting for the kernel to delete it, which takes ~15 ms per request (an
-// rcu_barrier): the host end goes down (the pod end loses its carrier, so
-// the pod can send nothing more), leaves the bridge, is renamed
-// weftrm<ifindex> and joins RetiredGroup; the pod end in podNS, if that is
-// still open, is renamed too, so a new attachment may reuse both names at
-// once. It reports whether a retired link awaits deletion by reapRetired.
-// A kernel that refuses any step gets the pair deleted right away instead.
-func retireHostVeth(att Attachment, podNS string) (retired bool, err error) {
+// deleteVeth deletes the attachment's veth pair before it returns; deleting
+// one end deletes the other with it. The pod end is deleted inside podNS
+// when that namespace still exists and its ifName is the peer of the host
+// end; otherwise the host end is deleted by its derived name. A missing
+// link or namespace is not an error.
+func deleteVeth(att Attachment, podNS string) error {
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
-		return false, fmt.Errorf("netlink: %w", err)
+		return fmt.Errorf("netlink: %w", err)
 	}
 	defer h.Close()
 	name := hostVethName(att)
-	l, err := h.LinkByName(name)
+	host, err := h.LinkByName(name)
 	if _, missing := err.(netlink.LinkNotFoundError); missing {
-		return false, nil
+		return nil // the pair is gone: both ends go together
 	}
 	if err != nil {
-		return false, fmt.Errorf("find veth %s: %w", name, err)
+		return fmt.Errorf("find veth %s: %w", name, err)
 	}
-	if err := retire(l); err != nil {
-		if err := h.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
-			return false, fmt.Errorf("delete veth %s: %w", name, err)
-		}
-		return false, nil
+	if deletePodEnd(podNS, att.IfName, host.Attrs().Index) {
+		return nil
 	}
-	renamePodEnd(podNS, att.IfName, l.Attrs().Index)
-	return true, nil
+	if err := h.LinkDel(host); err != nil && !errors.Is(err, unix.ENODEV) {
+		return fmt.Errorf("delete veth %s: %w", name, err)
+	}
+	return nil
 }
 
-// retire sets l down, without master, in RetiredGroup and renamed, in one
-// RTM_NEWLINK request (the kernel renames before it applies the flags, and
-// renames links that are up; an older one answers EBUSY and gets a second
-// request once the link is down).
-func retire(l netlink.Link) error {
-	req := nl.NewNetlinkRequest(unix.RTM_NEWLINK, unix.NLM_F_ACK)
-	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
-	msg.Index = int32(l.Attrs().Index)
-	msg.Change = unix.IFF_UP // flags stay 0: down
-	req.AddData(msg)
-	req.AddData(nl.NewRtAttr(unix.IFLA_MASTER, nl.Uint32Attr(0)))
-	req.AddData(nl.NewRtAttr(unix.IFLA_GROUP, nl.Uint32Attr(RetiredGroup)))
-	rename := nl.NewRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(retiredPrefix+strconv.Itoa(l.Attrs().Index)))
-	req.AddData(rename)
-	_, err := req.Execute(unix.NETLINK_ROUTE, 0)
-	if errors.Is(err, unix.EBUSY) {
-		if err := netlink.LinkSetDown(l); err != nil {
-			return err
-		}
-		_, err = req.Execute(unix.NETLINK_ROUTE, 0)
-	}
-	return err
-}
-
-// renamePodEnd frees ifName in the pod's namespace when it is the peer of
-// the retired host end hostIdx. Best effort: the namespace may be gone (and
-// the pair with it), and a pod end left named only blocks a new ADD into the
-// same namespace until the reaper has run.
-func renamePodEnd(podNS, ifName string, hostIdx int) {
+// deletePodEnd deletes ifName in the namespace podNS if it is the veth
+// peer of the host end hostIdx, and reports whether it did. Otherwise (no
+// namespace, no such link, a failed request) the caller deletes the host end.
+func deletePodEnd(podNS, ifName string, hostIdx int) bool {
 	if podNS == "" {
-		return
+		return false
 	}
 	f, err := os.Open(podNS)
 	if err != nil {
-		return
+		return false
 	}
 	defer f.Close()
 	ch, err := netlink.NewHandleAt(netns.NsHandle(f.Fd()), unix.NETLINK_ROUTE)
 	if err != nil {
-		return
+		return false
 	}
 	defer ch.Close()
 	l, err := ch.LinkByName(ifName)
 	if err != nil {
-		return
+		return false
 	}
 	if _, veth := l.(*netlink.Veth); !veth || l.Attrs().ParentIndex != hostIdx {
-		return
+		return false
 	}
-	ch.LinkSetName(l, retiredPrefix+strconv.Itoa(l.Attrs().Index))
+	return ch.LinkDel(l) == nil
 }
 
-// reapRetired deletes every retired veth of the current namespace in one
-// request (one rcu_barrier for all of them); none is fine.
-func reapRetired() error {
-	req := nl.NewNetlinkRequest(unix.RTM_DELLINK, unix.NLM_F_ACK)
-	req.AddData(nl.NewIfInfomsg(unix.AF_UNSPEC))
-	req.AddData(nl.NewRtAttr(unix.IFLA_GROUP, nl.Uint32Attr(RetiredGroup)))
-	if _, err := req.Execute(unix.NETLINK_ROUTE, 0); err != nil && !errors.Is(err, unix.ENODEV) {
-		return fmt.Errorf("delete retired veths: %w", err)
+// leftoverGroup and leftoverPrefix mark the veths that an earlier release's
+// DEL renamed and left for a background process to delete: link group
+// 0x77656674 ("weft"), named weftrm<ifindex>.
+const (
+	leftoverGroup  = 0x77656674
+	leftoverPrefix = "weftrm"
+)
+
+// deleteLeftovers deletes the node's leftover veths (leftoverGroup and
+// leftoverPrefix both, anything else stays); usually there are none and it
+// costs one link dump.
+func deleteLeftovers() error {
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("netlink: %w", err)
 	}
-	return nil
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		return fmt.Errorf("list links: %w", err)
+	}
+	var errs []error
+	for _, l := range links {
+		a := l.Attrs()
+		if a.Group != leftoverGroup || !strings.HasPrefix(a.Name, leftoverPrefix) {
+			continue
+		}
+		if _, veth := l.(*netlink.Veth); !veth {
+			continue
+		}
+		if err := h.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
+			errs = append(errs, fmt.Errorf("delete leftover veth %s: %w", a.Name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // enableForwarding turns on forwarding in the plugin's (node) namespace for

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -27,50 +26,9 @@ const About = "weft CNI plugin: wires pods to the node subnet that weftd (or fla
 // matches its prevResult (weft-specific; the spec leaves 100+ to plugins).
 const CodeDrift uint = 100
 
-// Funcs returns the command handlers for skel.PluginMainFuncs. DEL retires
-// the pod's veth pair at once (down, off the bridge, renamed) and then calls
-// reap to have the kernel delete it: SpawnReaper hands that wait to a
-// background process, nil makes DEL wait for it.
-func Funcs(reap func() error) skel.CNIFuncs {
-	if reap == nil {
-		reap = reapRetired
-	}
-	del := func(args *skel.CmdArgs) error { return cmdDel(args, reap) }
-	return skel.CNIFuncs{Add: cmdAdd, Del: del, Check: cmdCheck, GC: cmdGC, Status: cmdStatus}
-}
-
-// RetiredGroup is the link group (IFLA_GROUP) of the host veths DEL has
-// retired and its reaper has not deleted yet. No other device is put in it.
-const RetiredGroup = 0x77656674 // "weft"
-
-// ReapArg is the one argument with which the plugin's executable runs as the
-// reaper of retired veths (see SpawnReaper and Reap); runtimes run it with none.
-const ReapArg = "reap-retired-veths"
-
-// SpawnReaper runs the plugin's own executable with ReapArg as a detached
-// process (own session, no stdio, so the runtime waiting on the plugin's
-// output does not wait for it) that deletes the retired veths of the node's
-// namespace. A DEL then returns without waiting ~15 ms for the kernel's
-// deletion. The next DEL's reaper, or GC, deletes what a killed reaper left.
-// When the process cannot start, the links are deleted here.
-func SpawnReaper() error {
-	cmd := exec.Command("/proc/self/exe", ReapArg)
-	cmd.Env = []string{}
-	cmd.SysProcAttr = detached()
-	if err := cmd.Start(); err != nil {
-		return reapRetired()
-	}
-	return cmd.Process.Release()
-}
-
-// Reap is the reaper's main: it deletes the retired veths of its namespace
-// and returns the exit code.
-func Reap() int {
-	if err := reapRetired(); err != nil {
-		fmt.Fprintln(os.Stderr, "weft:", err)
-		return 1
-	}
-	return 0
+// Funcs returns the command handlers for skel.PluginMainFuncs.
+func Funcs() skel.CNIFuncs {
+	return skel.CNIFuncs{Add: cmdAdd, Del: cmdDel, Check: cmdCheck, GC: cmdGC, Status: cmdStatus}
 }
 
 // plan is what ADD sets up for one subnet file: the ranges to allocate

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
@@ -17,7 +16,6 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/internal/testkit/plugintest"
-	"github.com/weft-net/weft/plugin"
 	"github.com/weft-net/weft/subnet"
 )
 
@@ -30,13 +28,11 @@ type side struct {
 	n    int
 	busy time.Duration
 	add  time.Duration // the ADD part of busy
-	// reaped, if set, waits until the kernel has deleted what DEL left to
-	// a background process; the wait is not part of busy but of reap.
-	reaped func(b *testing.B)
-	reap   time.Duration
 }
 
-// cycle runs one ADD and one DEL and adds their wall time to s.busy.
+// cycle runs one ADD and one DEL and adds their wall time to s.busy. Each
+// plugin's DEL returns once the veth pair is deleted, so the cycle holds
+// the kernel's deletion and nothing of it runs into the next cycle.
 func (s *side) cycle(b *testing.B) {
 	s.n++
 	rt := &libcni.RuntimeConf{ContainerID: fmt.Sprintf("bench-%d", s.n), NetNS: s.pod.Path, IfName: "eth0"}
@@ -49,11 +45,6 @@ func (s *side) cycle(b *testing.B) {
 		b.Fatalf("DEL %s: %v", s.list.Name, err)
 	}
 	s.busy += time.Since(start)
-	if s.reaped != nil {
-		t := time.Now()
-		s.reaped(b)
-		s.reap += time.Since(t)
-	}
 }
 
 func (s *side) rate() float64 { return float64(s.n) / s.busy.Seconds() }
@@ -71,25 +62,7 @@ func weftSide(b *testing.B) *side {
 		b.Fatal(err)
 	}
 	n := plugintest.NewNode(b, node, nettest.Binary(b, "weft"), sf, plugintest.Options{Name: "weft", CNIVersion: "1.0.0"})
-	return &side{cni: n.CNI, list: n.List, pod: nettest.NewNS(b, "bwpod"), reaped: func(b *testing.B) { waitReaped(b, node) }}
-}
-
-// waitReaped returns once node holds no retired veth: the reaper that the
-// last DEL started is done, and its work does not run into the next side's
-// timed cycle.
-func waitReaped(b *testing.B, node *nettest.NS) {
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		ls, err := node.Handle.LinkList()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if !slices.ContainsFunc(ls, func(l netlink.Link) bool { return l.Attrs().Group == plugin.RetiredGroup }) {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("retired veths still there 10 s after DEL")
-		}
-	}
+	return &side{cni: n.CNI, list: n.List, pod: nettest.NewNS(b, "bwpod")}
 }
 
 // refSide is what Flannel's plugin delegates to for this subnet file.
@@ -168,7 +141,7 @@ func BenchmarkAddDel(b *testing.B) {
 	}
 	for _, s := range sides {
 		s.cycle(b) // warm up: bridge creation, page cache
-		s.n, s.busy, s.add, s.reap = 0, 0, 0, 0
+		s.n, s.busy, s.add = 0, 0, 0
 	}
 	b.ResetTimer()
 	for b.Loop() {
@@ -191,20 +164,11 @@ func BenchmarkAddDel(b *testing.B) {
 	for _, s := range sides {
 		b.Logf("%s: mean ADD %v, mean DEL %v", s.list.Name, s.add/time.Duration(s.n), (s.busy-s.add)/time.Duration(s.n))
 	}
-	withReap := float64(weft.n) / (weft.busy + weft.reap).Seconds()
-	b.ReportMetric(withReap, "weft-cycles-reaped/s")
-	b.Logf("weft: after DEL returned, its reaper took %v more to delete the veth pair (outside the runtime's wait; "+
-		"each cycle waits for it untimed, so it does not slow the next one); counted in, weft would do %.1f cycles/s",
-		weft.reap/time.Duration(weft.n), withReap)
 	b.Logf("kernel floor: veth pair create %v, delete %v (the delete waits in rcu_barrier)", create, del)
 	for _, s := range sides {
 		cycle := s.busy / time.Duration(s.n)
-		share := create + del
-		if s.reaped != nil {
-			share = create // the delete runs in the reaper, after DEL returned
-		}
 		b.Logf("%s: the kernel's veth work is %.0f%% of its %v ADD+DEL cycle", s.list.Name,
-			100*share.Seconds()/cycle.Seconds(), cycle)
+			100*(create+del).Seconds()/cycle.Seconds(), cycle)
 	}
 }
 

@@ -3,8 +3,9 @@
 // when WEFT_BENCH_FLANNEL_CNI names a built flannel CNI plugin, against
 // Flannel's own chain (flannel → bridge → host-local), all executed as
 // processes through libcni with the node being a test network namespace,
-// interleaved in one run. It reports cycles per second, mean ADD and DEL,
-// the time weft's background reaper takes after DEL returned, and the share
-// of each cycle that is the kernel's veth creation and deletion.
+// interleaved in one run. It reports cycles per second, mean ADD and DEL
+// (each DEL includes the kernel's deletion of the veth pair, which it waits
+// for), and the share of each cycle that is the kernel's veth creation and
+// deletion.
 // Run it with run.sh (needs root and the reference plugins).
 package cni

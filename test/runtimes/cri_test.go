@@ -197,8 +197,6 @@ func TestContainerdCRI(t *testing.T) {
 			}
 			h.mustCRI("stopp", pods[i])
 			h.mustCRI("rmp", pods[i])
-			// The plugin's DEL leaves the veth's deletion to a background
-			// reaper (plugin/README.md): it goes within moments, not at once.
 			e2e.Eventually(t, 10*time.Second, "cleanup on "+h.Label, func() error {
 				if l := leftovers(h.rtHost, ipam); l != "" {
 					return fmt.Errorf("after stopp and rmp, %s still holds: %s", h.Label, l)

@@ -1,0 +1,255 @@
+package plugin_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/vishvananda/netlink"
+	"github.com/weft-net/weft/internal/testkit/nettest"
+	"github.com/weft-net/weft/internal/testkit/plugintest"
+	"github.com/weft-net/weft/plugin"
+)
+
+var gateway = netip.MustParseAddr("10.244.59.1")
+
+// TestDel: when DEL returns, the veth pair is gone (from the node and from
+// the pod), the address is free and a second DEL succeeds, whether the pod's
+// namespace still holds the pod end, is gone, holds it under another name,
+// or is not the pod's at all (its own eth0 stays).
+func TestDel(t *testing.T) {
+	f := v4File(true)
+	e := newEnv(t, &f)
+	n := e.newNode(t, plugintest.Options{})
+	cases := []struct {
+		name string
+		// before runs between ADD and DEL and returns the namespace that
+		// DEL is given as CNI_NETNS (nil: the pod's is gone).
+		before func(t *testing.T, p *plugintest.Pod) *nettest.NS
+		// keep names links of that namespace that DEL must leave.
+		keep []string
+	}{
+		{name: "netns present", before: func(t *testing.T, p *plugintest.Pod) *nettest.NS { return p.NS }},
+		{name: "netns gone", before: func(t *testing.T, p *plugintest.Pod) *nettest.NS {
+			if err := p.NS.Delete(); err != nil {
+				t.Fatal(err)
+			}
+			return nil
+		}},
+		{name: "pod end renamed", before: func(t *testing.T, p *plugintest.Pod) *nettest.NS {
+			nettest.MustRun(t, p.NS, "ip", "link", "set", "eth0", "down")
+			nettest.MustRun(t, p.NS, "ip", "link", "set", "eth0", "name", "moved0")
+			return p.NS
+		}},
+		{name: "another namespace's eth0", keep: []string{"eth0", "peer0"}, before: func(t *testing.T, p *plugintest.Pod) *nettest.NS {
+			other := nettest.NewNS(t, "other")
+			nettest.Veth(t, other, "eth0", other, "peer0")
+			p.RT.NetNS = other.Path
+			return other
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := n.AddPod(t, "del") // its cleanup DEL is the second one
+			host := p.Result.Interfaces[1].Name
+			ns := c.before(t, p)
+			if err := n.Del(p); err != nil {
+				t.Fatalf("DEL: %v", err)
+			}
+			if _, err := e.node.Handle.LinkByName(host); err == nil {
+				t.Errorf("host veth %s still there when DEL returned", host)
+			}
+			if ports := e.bridgePorts(t); len(ports) != 0 {
+				t.Errorf("bridge ports when DEL returned: %v", ports)
+			}
+			if left := storeFiles(t, e.dataDir, "weft"); len(left) != 0 {
+				t.Errorf("allocations left after DEL: %v", left)
+			}
+			if ns != nil {
+				if got, want := linkNames(t, ns), append([]string{"lo"}, c.keep...); !sameSet(got, want) {
+					t.Errorf("links in CNI_NETNS when DEL returned: %v, want %v", got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestDelThenAdd: DEL followed at once by ADD of the same container ID,
+// netns and ifname (a runtime's retry, `podman network reload`), 40 times
+// while every CPU is kept busy, leaves the pod wired each time: only its
+// new eth0, its address, its default route via the gateway on eth0, the
+// gateway and (through the default route) the node reachable, and CHECK
+// passes.
+func TestDelThenAdd(t *testing.T) {
+	const rounds = 40
+	f := v4File(true)
+	e := newEnv(t, &f)
+	n := e.newNode(t, plugintest.Options{})
+	podNS := nettest.NewNS(t, "pod")
+	const id = "pod-again"
+	p, err := n.Add(podNS, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := n.Del(p); err != nil {
+			t.Errorf("DEL at the end: %v", err)
+		}
+	})
+	stop := busyCPUs(t)
+	defer stop()
+	failed := 0
+	for round := range rounds {
+		if err := n.Del(p); err != nil {
+			t.Fatalf("round %d: DEL: %v", round, err)
+		}
+		if p, err = n.Add(podNS, id); err != nil {
+			t.Fatalf("round %d: ADD right after DEL: %v", round, err)
+		}
+		if errs := checkWired(t, n, p); len(errs) > 0 {
+			failed++
+			for _, err := range errs {
+				t.Errorf("round %d: %v", round, err)
+			}
+		}
+	}
+	if failed > 0 {
+		t.Errorf("%d of %d DEL+ADD rounds left the pod not wired", failed, rounds)
+	}
+}
+
+// busyCPUs keeps every CPU busy with spinning goroutines until the
+// returned function (also run at cleanup) stops them. GOMAXPROCS is raised
+// meanwhile so that the spinners leave the test's own goroutines a P: the
+// kernel, not the Go scheduler, shares the CPUs.
+func busyCPUs(t *testing.T) (stop func()) {
+	spinners := runtime.NumCPU()
+	procs := runtime.GOMAXPROCS(spinners + 2)
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	for range spinners {
+		wg.Go(func() {
+			for !done.Load() {
+			}
+		})
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			done.Store(true)
+			wg.Wait()
+			runtime.GOMAXPROCS(procs)
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// checkWired returns what is wrong with pod p right after its ADD.
+func checkWired(t *testing.T, n *plugintest.Node, p *plugintest.Pod) []error {
+	t.Helper()
+	var errs []error
+	if got := linkNames(t, p.NS); !sameSet(got, []string{"lo", "eth0"}) {
+		errs = append(errs, fmt.Errorf("pod links %v, want lo and eth0 only", got))
+	}
+	eth0, err := p.NS.Handle.LinkByName("eth0")
+	if err != nil {
+		return append(errs, fmt.Errorf("pod eth0: %w", err))
+	}
+	want := netip.PrefixFrom(p.IP, 24)
+	addrs, err := p.NS.Handle.AddrList(eth0, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(addrs, func(a netlink.Addr) bool { return a.IPNet.String() == want.String() }) {
+		errs = append(errs, fmt.Errorf("eth0 lacks %s: %v", want, addrs))
+	}
+	var defaults []string
+	routes, err := p.NS.Handle.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	onEth0 := false
+	for _, r := range routes {
+		if r.Dst == nil || r.Dst.String() == "0.0.0.0/0" {
+			defaults = append(defaults, fmt.Sprintf("via %s dev index %d", r.Gw, r.LinkIndex))
+			onEth0 = onEth0 || (r.Gw.Equal(net.IP(gateway.AsSlice())) && r.LinkIndex == eth0.Attrs().Index)
+		}
+	}
+	if !onEth0 || len(defaults) != 1 {
+		errs = append(errs, fmt.Errorf("default routes %v, want one via %s on eth0 (index %d)", defaults, gateway, eth0.Attrs().Index))
+	}
+	for _, to := range []netip.Addr{gateway, nodeAddr} { // the node's uplink only through the default route
+		if out, err := p.NS.Run("ping", "-c", "1", "-W", "3", to.String()); err != nil {
+			errs = append(errs, fmt.Errorf("ping %s: %v\n%s", to, err, out))
+		}
+	}
+	if err := n.Check(p); err != nil {
+		errs = append(errs, fmt.Errorf("CHECK: %w", err))
+	}
+	return errs
+}
+
+// TestGCLeftovers: GC deletes the node's veths in plugin.LeftoverGroup
+// named weftrm<n> (with their peers), and only those.
+func TestGCLeftovers(t *testing.T) {
+	e := newEnv(t, nil)
+	links := []struct {
+		name    string
+		group   uint32
+		deleted bool
+	}{
+		{"weftrm90", plugin.LeftoverGroup, true},
+		{"weftrm91", plugin.LeftoverGroup, true},
+		{"weftrm92", 0, false},
+		{"keep93", plugin.LeftoverGroup, false},
+	}
+	for _, l := range links {
+		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: l.name, Group: l.group}, PeerName: l.name + "p"}
+		if err := e.node.Handle.LinkAdd(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := e.newNode(t, plugintest.Options{})
+	if err := n.CNI.GCNetworkList(context.Background(), n.List, &libcni.GCArgs{}); err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	have := linkNames(t, e.node)
+	for _, l := range links {
+		t.Run(l.name, func(t *testing.T) {
+			for _, name := range []string{l.name, l.name + "p"} {
+				if present := slices.Contains(have, name); present == l.deleted {
+					t.Errorf("%s present %v after GC, want %v", name, present, !l.deleted)
+				}
+			}
+		})
+	}
+}
+
+// linkNames names the links of n.
+func linkNames(t *testing.T, n *nettest.NS) []string {
+	t.Helper()
+	ls, err := n.Handle.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, l := range ls {
+		names = append(names, l.Attrs().Name)
+	}
+	return names
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
