@@ -10,6 +10,8 @@ if [ "$(id -u)" != 0 ]; then
 	echo "test/run.sh: the tests need root (network namespaces); run it with sudo" >&2
 	exit 1
 fi
+# shellcheck source=test/go.sh
+. "$here/test/go.sh"
 "$here/test/setup.sh"
 # shellcheck source=/dev/null
 . "$here/test/versions.env"
@@ -25,21 +27,15 @@ done
 go vet ./...
 go test -count=1 -timeout 45m "$@" ./...
 
-# The race detector over every package whose tests need no root (no network
-# namespaces) and no kube-apiserver: the control plane (registries, daemon,
-# peer table) where the concurrency is. Measured 2026-11-30: ~40 s of tests;
-# the -race build of etcd's server adds minutes when the cache is cold.
+# Every package again under the race detector, but those whose tests drive
+# only programs of other builds: test/image (a docker build of the image) and
+# test/runtimes (dockerd, podman, containerd around weft's binaries, which
+# the other packages' race runs cover). The packet loops, the reconciler and
+# Set run concurrently while traffic flows (uvxlan's TestPeerChurn, the
+# repair tests), the registries and the daemon while leases change.
 race=()
 for p in $(go list ./...); do
-	case "$p" in */backend | */backend/*) continue ;; esac # all of them below
-	deps=$(go list -test -deps "$p")
-	if ! grep -qE 'weft/internal/(nettest|kubetest)$' <<<"$deps"; then
-		race+=("$p")
-	fi
+	case "$p" in */test/image | */test/runtimes) continue ;; esac
+	race+=("$p")
 done
-go test -race -count=1 -timeout 20m "$@" "${race[@]}"
-
-# The dataplanes under the race detector too (they need root and network
-# namespaces): the packet loops, the reconciler and Set run concurrently
-# while traffic flows (uvxlan's TestPeerChurn, the repair tests).
-go test -race -count=1 -timeout 20m "$@" ./backend/...
+go test -race -count=1 -timeout 45m "$@" "${race[@]}"

@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=/dev/null
 . test/versions.env
+# shellcheck source=test/go.sh
+. test/go.sh
 
 need_pkgs=()
 # The container runtimes of test/runtimes (Docker, Podman with its CNI
