@@ -5,7 +5,7 @@
 //
 // A test that cannot run (not root, a missing tool) fails. Outside CI a
 // user may ask for skips instead, by name: WEFT_TEST_SKIP lists what may be
-// skipped ("root", "tools", or "all"), see SkipUnlessCI.
+// skipped ("root", "tools", or "all"), see CannotRun.
 package nettest
 
 import (
