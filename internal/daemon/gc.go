@@ -10,10 +10,8 @@ import (
 // peers) but a full sync reads every route, neighbour and FDB entry back
 // from the kernel, a burst of short-lived garbage several times the live
 // heap; with Go's default of 100 the heap then grows to twice the live
-// heap and stays resident. At 50 it collects sooner: with 5,000 peers
-// (bench/peers, 2026-11-30, median of 5 rounds interleaved, load 3) 18.6
-// instead of 22.6 MB anonymous, for about a millisecond more from a new
-// lease to its route (p50 7.1 instead of 6.0 ms).
+// heap and stays resident. At 50 it collects sooner, for a little more CPU
+// per change (bench/peers measures both).
 const defaultGCPercent = 50
 
 // tuneGC applies defaultGCPercent unless GOGC is set.
