@@ -149,23 +149,7 @@ func encodeVXLANData(d *VXLANData) (json.RawMessage, error) {
 // data is decoded only for the vxlan and wireguard types; other backends'
 // data is dropped. A PublicIP of "0.0.0.0" (flanneld's IPv6-only lease)
 // reads as invalid.
-//
-// A value written exactly as weft and flanneld write it is read by a
-// direct decoder (decodeCanonical); anything else by encoding/json. Both
-// give the same attrs for every value the direct one reads (FuzzLeaseFast).
-// Called directly, not through json.Unmarshal, it also skips the syntax
-// pass json.Unmarshal makes before calling it; the general path checks the
-// syntax itself.
 func (a *LeaseAttrs) UnmarshalJSON(b []byte) error {
-	if v, ok := decodeCanonical(b); ok {
-		*a = v
-		return nil
-	}
-	return a.unmarshalGeneral(b)
-}
-
-// unmarshalGeneral is UnmarshalJSON through encoding/json, for any value.
-func (a *LeaseAttrs) unmarshalGeneral(b []byte) error {
 	var w wireAttrs
 	if err := json.Unmarshal(b, &w); err != nil {
 		return err

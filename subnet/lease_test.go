@@ -3,6 +3,7 @@ package subnet
 import (
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -87,6 +88,48 @@ func TestLeaseAttrsJSON(t *testing.T) {
 	}
 }
 
+// TestLeaseAttrsRoundTrip: whatever weft writes for a vxlan, host-gw or
+// alloc lease reads back as it was.
+func TestLeaseAttrsRoundTrip(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range 2000 {
+		var a LeaseAttrs
+		a.BackendType = []string{BackendTypeVXLAN, BackendTypeHostGW, "alloc"}[i%3]
+		if r.IntN(4) > 0 {
+			a.PublicIP = netip.AddrFrom4([4]byte{byte(1 + r.IntN(254)), byte(r.IntN(256)), byte(r.IntN(256)), byte(1 + r.IntN(254))})
+		}
+		if r.IntN(2) == 0 {
+			var b [16]byte
+			b[0] = 0xfd
+			for j := 1; j < 16; j++ {
+				b[j] = byte(r.IntN(256))
+			}
+			a.PublicIPv6 = netip.AddrFrom16(b)
+		}
+		data := func() *VXLANData {
+			var m MAC
+			for j := range m {
+				m[j] = byte(r.IntN(256))
+			}
+			return &VXLANData{VNI: r.IntN(1 << 24), VtepMAC: m}
+		}
+		if a.BackendType == BackendTypeVXLAN && a.PublicIP.IsValid() {
+			a.BackendData = data()
+		}
+		if a.BackendType == BackendTypeVXLAN && a.PublicIPv6.IsValid() {
+			a.BackendV6Data = data()
+		}
+		b, err := json.Marshal(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back LeaseAttrs
+		if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, a) {
+			t.Fatalf("Unmarshal(%s) = %+v, %v; want %+v", b, back, err, a)
+		}
+	}
+}
+
 func TestLeaseAttrsUnmarshalOtherBackends(t *testing.T) {
 	tests := []struct {
 		name string
@@ -119,6 +162,9 @@ func TestLeaseAttrsErrors(t *testing.T) {
 		{"PublicIP not an address", `{"PublicIP":"nope"}`},
 		{"PublicIP is IPv6", `{"PublicIP":"fd00::1"}`},
 		{"PublicIPv6 is IPv4", `{"PublicIP":"10.0.0.1","PublicIPv6":"10.0.0.2"}`},
+		{"PublicIPv6 is IPv4-mapped", `{"PublicIP":"10.0.0.1","PublicIPv6":"::ffff:10.0.0.2"}`},
+		{"trailing value", `{"PublicIP":"10.0.0.1","PublicIPv6":null}{}`},
+		{"VNI not a whole number", `{"PublicIP":"10.0.0.1","BackendType":"vxlan","BackendData":{"VNI":1.5,"VtepMAC":"4e:fb:7d:bf:6b:2d"}}`},
 		{"bad VtepMAC", `{"PublicIP":"10.0.0.1","BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"zz"}}`},
 		{"bad BackendV6Data", `{"PublicIP":"10.0.0.1","BackendType":"vxlan","BackendV6Data":[1]}`},
 	}

@@ -6,53 +6,39 @@ import (
 )
 
 // checksumAdd adds the Internet checksum (RFC 1071) of b to the running
-// sum acc (not folded) and returns the new running sum.
+// sum acc (not folded) and returns the new running sum. An odd last byte
+// is summed as the high byte of a 16-bit word, as RFC 1071 pads it.
 //
-// The one's-complement sum does not depend on byte order as long as the
-// result is swapped back at the end, and a sum of 32-bit words folds to the
-// same 16 bits as the sum of their halves. So b is read as little-endian
-// 32-bit words added into four independent 64-bit accumulators, 64 bytes per
-// step: no carries to chain, and the adds run in parallel. (Each accumulator
-// would need 2^30 steps to overflow.) On CPUs with AVX2 the runs of 128
-// bytes go through sum32: the same sum of 32-bit words, 32 bytes per
-// instruction.
+// The checksum is the sum of b's big-endian 16-bit words modulo 0xffff:
+// adding back every carry computes that (a non-zero sum folds to 0xffff,
+// never to 0). As 2^16 is 1 modulo 0xffff, a big-endian 64-bit word is,
+// modulo 0xffff, the sum of its four 16-bit words, and a carry out of 64
+// bits is 1. So b is summed 8 bytes at a time with add-with-carry, and the
+// last carry is added as 1.
 func checksumAdd(b []byte, acc uint64) uint64 {
-	var a0, a1, a2, a3 uint64
-	if haveSum32 && len(b) >= 256 {
-		n := len(b) &^ 127
-		s := sum32(b[:n])
-		a0, b = s>>32+s&0xffffffff, b[n:]
-	}
+	var s, c uint64
 	for len(b) >= 64 {
-		w := b[:64:64]
-		a0 += uint64(binary.LittleEndian.Uint32(w[0:])) + uint64(binary.LittleEndian.Uint32(w[4:])) +
-			uint64(binary.LittleEndian.Uint32(w[32:])) + uint64(binary.LittleEndian.Uint32(w[36:]))
-		a1 += uint64(binary.LittleEndian.Uint32(w[8:])) + uint64(binary.LittleEndian.Uint32(w[12:])) +
-			uint64(binary.LittleEndian.Uint32(w[40:])) + uint64(binary.LittleEndian.Uint32(w[44:]))
-		a2 += uint64(binary.LittleEndian.Uint32(w[16:])) + uint64(binary.LittleEndian.Uint32(w[20:])) +
-			uint64(binary.LittleEndian.Uint32(w[48:])) + uint64(binary.LittleEndian.Uint32(w[52:]))
-		a3 += uint64(binary.LittleEndian.Uint32(w[24:])) + uint64(binary.LittleEndian.Uint32(w[28:])) +
-			uint64(binary.LittleEndian.Uint32(w[56:])) + uint64(binary.LittleEndian.Uint32(w[60:]))
+		s, c = bits.Add64(s, binary.BigEndian.Uint64(b[0:8]), c)
+		s, c = bits.Add64(s, binary.BigEndian.Uint64(b[8:16]), c)
+		s, c = bits.Add64(s, binary.BigEndian.Uint64(b[16:24]), c)
+		s, c = bits.Add64(s, binary.BigEndian.Uint64(b[24:32]), c)
+		s, c = bits.Add64(s, binary.BigEndian.Uint64(b[32:40]), c)
+		s, c = bits.Add64(s, binary.BigEndian.Uint64(b[40:48]), c)
+		s, c = bits.Add64(s, binary.BigEndian.Uint64(b[48:56]), c)
+		s, c = bits.Add64(s, binary.BigEndian.Uint64(b[56:64]), c)
 		b = b[64:]
 	}
-	for len(b) >= 4 {
-		a0 += uint64(binary.LittleEndian.Uint32(b))
-		b = b[4:]
+	for len(b) >= 8 {
+		s, c = bits.Add64(s, binary.BigEndian.Uint64(b), c)
+		b = b[8:]
 	}
-	if len(b) >= 2 {
-		a1 += uint64(binary.LittleEndian.Uint16(b))
-		b = b[2:]
+	// The last 0 to 7 bytes, as a 64-bit word padded with zeros.
+	var tail uint64
+	for i, x := range b {
+		tail |= uint64(x) << (56 - 8*i)
 	}
-	if len(b) == 1 {
-		a2 += uint64(b[0])
-	}
-	// Fold to 16 bits in little-endian order, then swap into network order.
-	s := a0>>32 + a0&0xffffffff + a1>>32 + a1&0xffffffff + a2>>32 + a2&0xffffffff + a3>>32 + a3&0xffffffff
-	s = s>>32 + s&0xffffffff
-	s = s>>16 + s&0xffff
-	s = s>>16 + s&0xffff
-	s = s>>16 + s&0xffff
-	return acc + uint64(bits.ReverseBytes16(uint16(s)))
+	s, c = bits.Add64(s, tail, c)
+	return acc + uint64(checksumFold(s)) + c
 }
 
 // checksumFold folds a running sum into 16 bits (not complemented).

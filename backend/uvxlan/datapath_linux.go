@@ -109,11 +109,11 @@ type segmenter struct {
 	run  runKey                     // where the run goes and its stride
 	nseg int                        // segments in the run
 	send func(run runKey, nseg int) // sends the run gathered in g
-	// single, when set and true, makes every run one segment (no UDP GSO):
-	// see Backend.fastSingle.
-	single *atomic.Bool
-	s      *sender
-	out    []byte // room for whole segments, for the copying path
+	// noUDPGSO, when set and true, makes every run one segment (one
+	// datagram per send): see Backend.noUDPGSO.
+	noUDPGSO *atomic.Bool
+	s        *sender
+	out      []byte // room for whole segments, for the copying path
 }
 
 // runKey is what the segments of one UDP GSO send share: the socket they
@@ -168,7 +168,7 @@ func (sg *segmenter) pack(plan *tsoPlan, frame []byte, vni uint32, key runKey) {
 		sg.flush()
 	}
 	per := min(maxUDPPayload/key.stride, maxGSOSegments)
-	if sg.single != nil && sg.single.Load() {
+	if sg.noUDPGSO != nil && sg.noUDPGSO.Load() {
 		per = 1
 	}
 	slot := vxlanHeaderLen + plan.hdrLen
@@ -222,7 +222,7 @@ func (dp *datapath) sendSegmentsCopied(sg *segmenter, p *peer, frame []byte, h v
 	sock := dp.txSocket(frame)
 	s, out := sg.s, sg.out
 	per := min(maxUDPPayload/stride, maxGSOSegments)
-	if dp.b.fastSingle.Load() {
+	if dp.b.noUDPGSO.Load() {
 		per = 1
 	}
 	for off := 0; off < used; {

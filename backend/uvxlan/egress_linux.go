@@ -81,7 +81,7 @@ func (dp *datapath) egress(q int) {
 	if dp.vnet {
 		sg = newSegmenter()
 		sg.send = func(run runKey, nseg int) { dp.sendRun(sg, run, nseg) }
-		sg.single = &dp.b.fastSingle
+		sg.noUDPGSO = &dp.b.noUDPGSO
 	}
 	waited := true // the callback last asked the poller to wait (or the loop starts)
 	wake := func(fd uintptr) bool {

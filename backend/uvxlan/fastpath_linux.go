@@ -411,10 +411,10 @@ func (dp *datapath) syncFast() {
 		f.detach()
 		// For good, or until a sync attaches them: the peers may as well
 		// hand this node to their userspace paths.
-		dp.b.fastSingle.Store(false)
+		dp.b.noUDPGSO.Store(false)
 		return
 	}
-	dp.b.fastSingle.Store(true)
+	dp.b.noUDPGSO.Store(true)
 	if changed {
 		if dp.b.ctr.fastAttaches.Add(1) > 1 {
 			dp.b.ctr.fastRepairs.Add(1)

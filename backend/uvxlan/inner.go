@@ -6,8 +6,8 @@ import (
 )
 
 // Inner frame checks on ingress, after the VXLAN header was accepted (see
-// the package documentation, "Ingress"). They are pure functions of the
-// frame, so they are tested and fuzzed without a kernel.
+// the package documentation). They are pure functions of the frame, so
+// they are tested and fuzzed without a kernel.
 
 // csumClass is what the L4 checksum of an inner frame turned out to be.
 type csumClass uint8

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// The inner frame tests build their frames and checksums with refChecksum,
+// The inner frame tests build their frames and checksums with refSum,
 // a plain RFC 1071 sum written for the tests, never with the package's own
 // checksum code.
 

@@ -159,16 +159,16 @@ type Backend struct {
 
 	ctr  counters
 	fast *fastPath // nil without Config.FastPath, or where it cannot work
-	// fastSingle makes the userspace path send one datagram per UDP send
-	// (no UDP GSO): with the fast path, from the start of Run until a sync
-	// finds its programs cannot be attached. A peer's ingress program hands
-	// a node that sends super-packets of datagrams to its userspace path for
-	// good, which a fast path node's userspace path must not make it do in
-	// the moments it carries traffic (before the programs attach, while Run
-	// stops, for frames the programs do not take).
-	fastSingle atomic.Bool
-	running    atomic.Bool
-	dp         atomic.Pointer[datapath] // the running datapath, for tests
+	// noUDPGSO makes the userspace path send one datagram per UDP send, no
+	// UDP GSO super-packets: with the fast path, from the start of Run until
+	// a sync finds its programs cannot be attached. A peer's ingress program
+	// hands a node that sends super-packets of datagrams to its userspace
+	// path for good, which a fast path node's userspace path must not make
+	// it do in the moments it carries traffic (before the programs attach,
+	// while Run stops, for frames the programs do not take).
+	noUDPGSO atomic.Bool
+	running  atomic.Bool
+	dp       atomic.Pointer[datapath] // the running datapath, for tests
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -227,7 +227,7 @@ func (b *Backend) Run(ctx context.Context) error {
 		return errors.New("uvxlan backend: already running")
 	}
 	defer b.running.Store(false)
-	b.fastSingle.Store(b.fast != nil)
+	b.noUDPGSO.Store(b.fast != nil)
 	dp, err := b.open()
 	if err != nil {
 		return fmt.Errorf("uvxlan backend: %w", err)

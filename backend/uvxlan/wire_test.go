@@ -127,44 +127,6 @@ func TestFlowHash(t *testing.T) {
 	}
 }
 
-func TestChecksum(t *testing.T) {
-	// The IPv4 header example of RFC 1071's usual illustration.
-	hdr := []byte{0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 0xc0, 0xa8, 0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7}
-	if got := ^checksumFold(checksumAdd(hdr, 0)); got != 0xb861 {
-		t.Fatalf("checksum %#04x, want 0xb861", got)
-	}
-	for _, n := range []int{0, 1, 2, 3, 31, 32, 33, 63, 64, 65, 1499} {
-		b := make([]byte, n)
-		for i := range b {
-			b[i] = byte(i*7 + 3)
-		}
-		var slow uint32
-		for i := 0; i+1 < n; i += 2 {
-			slow += uint32(b[i])<<8 | uint32(b[i+1])
-		}
-		if n%2 == 1 {
-			slow += uint32(b[n-1]) << 8
-		}
-		for slow > 0xffff {
-			slow = slow>>16 + slow&0xffff
-		}
-		if got := checksumFold(checksumAdd(b, 0)); uint32(got) != slow {
-			t.Fatalf("len %d: %#04x, want %#04x", n, got, slow)
-		}
-	}
-}
-
-func BenchmarkChecksum(b *testing.B) {
-	buf := make([]byte, 1448)
-	for i := range buf {
-		buf[i] = byte(i)
-	}
-	b.SetBytes(int64(len(buf)))
-	for b.Loop() {
-		checksumFold(checksumAdd(buf, 0))
-	}
-}
-
 func encap(vni uint32, frame []byte) []byte {
 	b := make([]byte, vxlanHeaderLen+len(frame))
 	putVXLANHeader(b, vni)

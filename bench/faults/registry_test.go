@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -87,7 +88,7 @@ func TestRegistryStampede(t *testing.T) {
 		t.Fatalf("retaken key: %v", err)
 	}
 	var after subnet.LeaseAttrs
-	if err := after.UnmarshalJSON(v.Kvs[0].Value); err != nil || after.PublicIP != nodeAttrs(nodes+1).PublicIP {
+	if err := json.Unmarshal(v.Kvs[0].Value, &after); err != nil || after.PublicIP != nodeAttrs(nodes+1).PublicIP {
 		overwritten++
 		t.Errorf("late renewal overwrote the retaken lease: %s", v.Kvs[0].Value)
 	}

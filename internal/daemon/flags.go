@@ -52,7 +52,8 @@ type config struct {
 	// compat is set when weftd runs as flanneld: started under that name
 	// or with --flannel-compat.
 	compat bool
-	// envApplied names the FLANNELD_* variables that set a flag.
+	// envApplied names the FLANNELD_* variables that set a flag (names
+	// only: a value may be a secret).
 	envApplied []string
 }
 

@@ -1,7 +1,11 @@
 package daemon
 
 import (
+	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"reflect"
 	"strings"
@@ -229,5 +233,46 @@ func TestIgnoredFlagsAreReported(t *testing.T) {
 	want := []string{"--vmodule", "--log_backtrace_at", "--ip-masq-fully-random-disable", "--iptables-forward-rules", "--kube-api-url"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ignored %v, want %v", got, want)
+	}
+}
+
+// TestEtcdPasswordNeverShown: an etcd password from WEFT_ETCD_PASSWORD or
+// FLANNELD_ETCD_PASSWORD reaches the etcd client config, but neither
+// --help, nor a command line error, nor the start-up log lines about the
+// flags (logFlannelFlags) show it.
+func TestEtcdPasswordNeverShown(t *testing.T) {
+	for _, variable := range []string{"WEFT_ETCD_PASSWORD", "FLANNELD_ETCD_PASSWORD"} {
+		for _, prog := range []string{"weftd", "flanneld"} {
+			t.Run(variable+" "+prog, func(t *testing.T) {
+				clearEnv(t)
+				t.Setenv(variable, "s3cret")
+				var out strings.Builder
+				if _, err := parseFlags(prog, []string{"--help"}, &out); !errors.Is(err, flag.ErrHelp) {
+					t.Fatalf("--help: %v", err)
+				}
+				for _, args := range [][]string{{"--no-such-flag"}, {"--healthz-port=http"}, {"--backend=udp"}, {"--etcd-username=u", "extra"}} {
+					_, err := parseFlags(prog, args, &out)
+					if err == nil {
+						t.Fatalf("%q parsed", args)
+					}
+					fmt.Fprintln(&out, err)
+				}
+				c, err := parseFlags(prog, []string{"--etcd-username=u"}, &out)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := c.etcd.ClientConfig().Password; got != "s3cret" {
+					t.Fatalf("password %q, want the variable's", got)
+				}
+				var logs strings.Builder
+				logFlannelFlags(c, slog.New(slog.NewTextHandler(&logs, nil)))
+				if strings.HasPrefix(variable, "FLANNELD_") && !strings.Contains(logs.String(), variable) {
+					t.Errorf("the log does not name %s:\n%s", variable, logs.String())
+				}
+				if strings.Contains(out.String(), "s3cret") || strings.Contains(logs.String(), "s3cret") {
+					t.Errorf("the password is shown:\n%s\n%s", out.String(), logs.String())
+				}
+			})
+		}
 	}
 }

@@ -159,7 +159,8 @@ func newRegistry(ctx context.Context, c *config, rej *subnet.Rejections, log *sl
 	return reg, func() { client.Close() }, nil
 }
 
-// logFlannelFlags logs the FLANNELD_* variables weftd read and the flanneld
+// logFlannelFlags logs the names of the FLANNELD_* variables weftd read
+// (never their values: FLANNELD_ETCD_PASSWORD is a secret) and the flanneld
 // flags it accepted but does not act on.
 func logFlannelFlags(c *config, log *slog.Logger) {
 	if len(c.envApplied) > 0 {

@@ -37,6 +37,29 @@ func (s *Set) String(p *string, name, def, usage string) {
 	s.FS.StringVar(p, name, def, usage)
 }
 
+// Secret registers a string flag for a secret, such as a password, whose
+// default is $WEFT_<NAME>, else empty. Its value is never shown: the usage
+// says only that the variable set it, the flag's String (and so its
+// default in the usage) is empty, and setting it never fails, so no parse
+// error can quote it.
+func (s *Set) Secret(p *string, name, usage string) {
+	if v, ok := os.LookupEnv(Name(name)); ok {
+		*p = v
+		usage += " (set from " + Name(name) + ")"
+	}
+	s.FS.Var((*secretValue)(p), name, usage)
+}
+
+// secretValue is the flag.Value of a Secret flag.
+type secretValue string
+
+func (v *secretValue) String() string { return "" }
+
+func (v *secretValue) Set(s string) error {
+	*v = secretValue(s)
+	return nil
+}
+
 // Bool registers a boolean flag whose default is $WEFT_<NAME>, else def.
 func (s *Set) Bool(p *bool, name string, def bool, usage string) {
 	if v, ok := os.LookupEnv(Name(name)); ok {
@@ -93,7 +116,7 @@ func (e *Etcd) Register(s *Set) {
 	s.String(&e.CertFile, "etcd-certfile", "", "client certificate for etcd TLS")
 	s.String(&e.KeyFile, "etcd-keyfile", "", "client key for etcd TLS")
 	s.String(&e.Username, "etcd-username", "", "etcd user name")
-	s.String(&e.Password, "etcd-password", "", "etcd password")
+	s.Secret(&e.Password, "etcd-password", "etcd `password`")
 }
 
 // ClientConfig is the etcd client configuration the flags describe.

@@ -94,3 +94,38 @@ func TestStringsMinutesAndPrefixed(t *testing.T) {
 		t.Errorf("command line ifaces %q", ifaces2)
 	}
 }
+
+// TestSecretNeverShown: a password from WEFT_ETCD_PASSWORD reaches the
+// client config, and --help says where it came from without showing it.
+func TestSecretNeverShown(t *testing.T) {
+	t.Setenv("WEFT_ETCD_PASSWORD", "s3cret")
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	var out strings.Builder
+	fs.SetOutput(&out)
+	s := &Set{FS: fs}
+	var e Etcd
+	e.Register(s)
+	if err := fs.Parse([]string{"--etcd-username=u"}); err != nil {
+		t.Fatal(err)
+	}
+	if cc := e.ClientConfig(); cc.Password != "s3cret" {
+		t.Fatalf("password %q, want the variable's", cc.Password)
+	}
+	if err := fs.Parse([]string{"--help"}); err != flag.ErrHelp {
+		t.Fatalf("--help: %v", err)
+	}
+	if got := fs.Lookup("etcd-password").Value.String(); got != "" {
+		t.Errorf("the flag's value prints as %q", got)
+	}
+	usage := out.String()
+	if strings.Contains(usage, "s3cret") {
+		t.Errorf("usage shows the password:\n%s", usage)
+	}
+	if !strings.Contains(usage, "(set from WEFT_ETCD_PASSWORD)") {
+		t.Errorf("usage does not say where the password came from:\n%s", usage)
+	}
+	// The command line still overrides the variable.
+	if err := fs.Parse([]string{"--etcd-password=other"}); err != nil || e.Password != "other" {
+		t.Errorf("--etcd-password=other: %q, %v", e.Password, err)
+	}
+}

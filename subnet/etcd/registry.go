@@ -15,6 +15,7 @@ package etcd
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -182,9 +183,7 @@ func (r *Registry) decode(kv *mvccpb.KeyValue) (entry, error) {
 		value:   kv.Value,
 		leaseID: clientv3.LeaseID(kv.Lease),
 	}
-	// Directly, not through json.Unmarshal: that would first scan the value
-	// once more just to check its syntax (see LeaseAttrs.UnmarshalJSON).
-	if err := e.lease.Attrs.UnmarshalJSON(kv.Value); err != nil {
+	if err := json.Unmarshal(kv.Value, &e.lease.Attrs); err != nil {
 		e.bad = fmt.Errorf("lease value %q: %w", kv.Value, err)
 	}
 	return e, nil

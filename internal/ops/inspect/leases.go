@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/netip"
@@ -48,7 +49,7 @@ func EtcdLeases(ctx context.Context, c *clientv3.Client, prefix string) (leases 
 			continue
 		}
 		l := subnet.Lease{Subnet: v4, IPv6Subnet: v6, Revision: kv.ModRevision}
-		if err := l.Attrs.UnmarshalJSON(kv.Value); err != nil {
+		if err := json.Unmarshal(kv.Value, &l.Attrs); err != nil {
 			bad = append(bad, fmt.Errorf("lease %s: %w", key, err))
 			continue
 		}
