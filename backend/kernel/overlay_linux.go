@@ -71,19 +71,20 @@ type OverlayOptions struct {
 //
 //	ip neigh replace <subnet>.0 lladdr <VtepMAC> dev <link> nud permanent
 //	(step, for example the vxlan FDB entry)
-//	ip route replace <subnet> via <subnet>.0 dev <link> onlink proto 87 metric <TunnelMetric>
+//	ip route replace <subnet> via <subnet>.0 dev <link> onlink proto 87
 //
-// (IPv6: `<subnet>::` instead of `<subnet>.0`, and the default metric). The
-// frame that leaves the link is addressed to the peer's VTEP MAC; a VXLAN
-// device then finds the peer's underlay address in its FDB, a TAP dataplane
-// in its own table.
+// (IPv6: `<subnet>::` instead of `<subnet>.0`), with the kernel's default
+// metric, as Flannel's routes have. The frame that leaves the link is
+// addressed to the peer's VTEP MAC; a VXLAN device then finds the peer's
+// underlay address in its FDB, a TAP dataplane in its own table.
 //
 // Sync is declarative: it reads what the kernel holds on the link, adopts
 // whatever already matches (no flush, so a restarted daemon drops nothing),
 // replaces what is wrong, and removes weft's stale entries: permanent
-// neighbours on the link and weft's routes (on the link, or with
-// RouteProtocol) whose subnet is not in the table. It never touches other
-// links' neighbours or other owners' routes. Calling Sync again with the same
+// neighbours on the link, and weft's routes (on the link, or with
+// RouteProtocol) whose subnet is not in the table or that are not as wanted
+// (another gateway, another metric). It never touches other links'
+// neighbours or other owners' routes. Calling Sync again with the same
 // table repairs drift (a deleted route or neighbour) and otherwise does
 // nothing.
 //

@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -78,7 +79,7 @@ func TestOverlayOnTAP(t *testing.T) {
 	for _, c := range []struct{ argv, want string }{
 		{"ip -4 neigh show dev tap0 nud permanent", "10.244.2.0 lladdr 0a:00:00:00:00:02 PERMANENT"},
 		{"ip -6 neigh show dev tap0 nud permanent", "fd00:10:244:2:: lladdr 0a:00:00:00:00:02 PERMANENT"},
-		{"ip -4 route show dev tap0", "10.244.2.0/24 via 10.244.2.0 proto 87 metric 62466 onlink linkdown"},
+		{"ip -4 route show dev tap0", "10.244.2.0/24 via 10.244.2.0 proto 87 onlink linkdown"},
 		{"ip -6 route show dev tap0 proto 87", "fd00:10:244:2::/64 via fd00:10:244:2:: metric 1024 onlink linkdown pref medium"},
 	} {
 		if got := show(strings.Fields(c.argv)...); got != c.want {
@@ -111,5 +112,68 @@ func TestOverlayOnTAP(t *testing.T) {
 	}
 	if got := show("ip", "neigh", "show", "dev", "tap0", "nud", "permanent"); got != "" {
 		t.Errorf("neighbours left: %q", got)
+	}
+}
+
+// TestUpgradeFromPerSubnetMetric: routes an earlier weft programmed with a
+// metric of their own per subnet (the low 16 bits of the subnet's number)
+// are replaced by routes with the default metric, one sync removes every
+// old one, also where the new route is already in place beside it, and
+// none is left beside its replacement. Both ways of writing (one request at
+// a time, the batch writer) are checked.
+func TestUpgradeFromPerSubnetMetric(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
+			ns := nettest.NewNS(t, "upg")
+			nettest.MustRun(t, ns, "ip", "tuntap", "add", "dev", "tap0", "mode", "tap")
+			nettest.MustRun(t, ns, "ip", "link", "set", "tap0", "up")
+			l, err := ns.Handle.LinkByName("tap0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			idx := l.Attrs().Index
+			const peers = 6
+			table := vtep.Table{}
+			var want []string
+			for i := 1; i <= peers; i++ {
+				sn := fmt.Sprintf("10.244.%d.0/24", i)
+				gw := fmt.Sprintf("10.244.%d.0", i)
+				mac := fmt.Sprintf("0a:00:00:00:00:%02x", i)
+				m, _ := subnet.ParseMAC(mac)
+				table[netip.MustParsePrefix(sn)] = vtep.Peer{MAC: m, Addr: netip.MustParseAddr(fmt.Sprintf("192.168.77.%d", i))}
+				nettest.MustRun(t, ns, "ip", "neigh", "add", gw, "lladdr", mac, "dev", "tap0", "nud", "permanent")
+				// As the earlier release wrote it: metric 0xf4<i>.
+				nettest.MustRun(t, ns, "ip", "route", "add", sn, "via", gw, "dev", "tap0", "onlink", "proto", "87", "metric", fmt.Sprint(0xf400|i))
+				if i == 1 { // a node part-way through: the new route already beside the old one
+					nettest.MustRun(t, ns, "ip", "route", "add", sn, "via", gw, "dev", "tap0", "onlink", "proto", "87")
+				}
+				want = append(want, sn+" via "+gw+" proto 87 onlink linkdown")
+			}
+			opts := OverlayOptions{Family: netlink.FAMILY_V4}
+			if batch {
+				opts.Batch = NewLazyBatchWriter(ns.Handle, ns.Path, idx)
+				if opts.Batch.Get() == nil {
+					t.Fatalf("batch writer: %v", opts.Batch.Err())
+				}
+			}
+			o := NewOverlay(ns.Handle, idx, opts)
+			st, err := o.Sync(table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.RouteSet != peers-1 || st.RouteDel != peers || st.NeighSet+st.NeighDel != 0 {
+				t.Errorf("upgrade sync: %+v, want %d routes set, %d deleted, no neighbour touched", st, peers-1, peers)
+			}
+			got := strings.Split(strings.TrimSpace(nettest.MustRun(t, ns, "ip", "-4", "route", "show", "dev", "tap0")), "\n")
+			for i := range got {
+				got[i] = strings.Join(strings.Fields(got[i]), " ")
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("routes after the upgrade sync:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+			if st, err := o.Sync(table); err != nil || st.Changed() {
+				t.Errorf("second sync: %+v, %v; want nothing to do", st, err)
+			}
+		})
 	}
 }

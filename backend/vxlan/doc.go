@@ -14,26 +14,22 @@
 //
 //	ip neigh replace <subnet>.0 lladdr <VtepMAC> dev weft.1 nud permanent
 //	bridge fdb replace <VtepMAC> dev weft.1 dst <PublicIP> self permanent
-//	ip route replace <subnet> via <subnet>.0 dev weft.1 onlink proto 87 metric <M>
+//	ip route replace <subnet> via <subnet>.0 dev weft.1 onlink proto 87
 //
-// where M is the low 16 bits of the subnet's number (kernel.TunnelMetric:
-// 62469 for 10.244.5.0/24), which keeps the kernel's insertion of thousands
-// of routes fast and changes no forwarding decision; IPv6 routes keep the
-// default metric. A peer leaves in the reverse order. With DirectRouting, a
-// peer whose public address is on-link gets only
-// `ip route replace <subnet> via <PublicIP>` (default metric, so that it
-// replaces a route flanneld left in place).
+// Routes have the kernel's default metric, as Flannel's do, so a route
+// flanneld left in place is replaced, not outranked. A peer leaves in the
+// reverse order. With DirectRouting, a peer whose public address is on-link
+// gets only `ip route replace <subnet> via <PublicIP>`.
 //
 // # Why this way
 //
-// This is the state Flannel's vxlan backend programs (but for the route's
-// metric, which stays inside the node), with the same VNI, port and frame
-// format, so weft and flanneld nodes carry each other's pod traffic. The
-// permanent neighbour and FDB entries mean the kernel never floods or asks:
-// the route picks the peer's gateway address, the neighbour gives its VTEP
-// MAC, and the FDB maps that MAC to the peer's underlay address. Nothing is
-// learned from the wire (nolearning), so a spoofed frame cannot redirect
-// traffic.
+// This is the state Flannel's vxlan backend programs, with the same VNI,
+// port and frame format, so weft and flanneld nodes carry each other's pod
+// traffic. The permanent neighbour and FDB entries mean the kernel never
+// floods or asks: the route picks the peer's gateway address, the neighbour
+// gives its VTEP MAC, and the FDB maps that MAC to the peer's underlay
+// address. Nothing is learned from the wire (nolearning), so a spoofed frame
+// cannot redirect traffic.
 //
 // Where weft differs from Flannel: the device MAC is stable (derived from the
 // public address, see vtep.DeviceMAC) and an existing compatible device is
