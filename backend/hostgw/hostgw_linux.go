@@ -17,10 +17,6 @@ import (
 	"github.com/weft-net/weft/vtep"
 )
 
-// DefaultResyncInterval is the period of the full resync, as the other
-// kernel dataplanes'.
-const DefaultResyncInterval = 10 * time.Second
-
 // Config describes the node. The zero value of an optional field means its
 // default.
 type Config struct {
@@ -37,7 +33,7 @@ type Config struct {
 	Local, LocalIPv6   netip.Addr
 	Subnet, IPv6Subnet netip.Prefix
 	// ResyncInterval is the period of the full resync; 0 means
-	// DefaultResyncInterval.
+	// kernel.DefaultResync.
 	ResyncInterval time.Duration
 }
 
@@ -70,7 +66,7 @@ func New(cfg Config, log *slog.Logger) (*Backend, error) {
 		return nil, errors.New("host-gw config: no underlay link index")
 	}
 	if cfg.ResyncInterval <= 0 {
-		cfg.ResyncInterval = DefaultResyncInterval
+		cfg.ResyncInterval = kernel.DefaultResync
 	}
 	b := &Backend{cfg: cfg, log: log.With("component", "host-gw"),
 		Desired: kernel.NewDesired()}
