@@ -177,3 +177,116 @@ func TestUpgradeFromPerSubnetMetric(t *testing.T) {
 		})
 	}
 }
+
+// messyNS is a namespace whose overlay link (a VXLAN device, vx0) and
+// second link (ve0) hold entries of every kind an overlay's reads must keep
+// or skip: permanent and other neighbours, on the link and elsewhere; weft's
+// routes on the link and direct ones, the kernel's, other protocols',
+// another table's, a blackhole, a multipath and a default route; both
+// families.
+func messyNS(t *testing.T) (*nettest.NS, int) {
+	ns := nettest.NewNS(t, "messy")
+	for _, cmd := range [][]string{
+		{"ip", "link", "add", "vx0", "address", "0a:00:00:00:00:01", "type", "vxlan", "id", "1", "dstport", "8472", "nolearning"},
+		{"ip", "link", "add", "ve0", "type", "veth", "peer", "name", "ve1"},
+		{"ip", "link", "set", "vx0", "up"},
+		{"ip", "link", "set", "ve0", "up"},
+		{"ip", "link", "set", "ve1", "up"},
+		{"ip", "addr", "add", "192.168.5.1/24", "dev", "ve0"},
+		{"ip", "addr", "add", "fd05::1/64", "dev", "ve0", "nodad"},
+		{"ip", "neigh", "add", "10.1.0.0", "lladdr", "0a:00:00:00:01:00", "dev", "vx0", "nud", "permanent"},
+		{"ip", "neigh", "add", "10.1.1.0", "lladdr", "0a:00:00:00:01:01", "dev", "vx0", "nud", "reachable"},
+		{"ip", "neigh", "add", "fd00:1::", "lladdr", "0a:00:00:00:01:02", "dev", "vx0", "nud", "permanent"},
+		{"ip", "neigh", "add", "192.168.5.9", "lladdr", "0a:00:00:00:05:09", "dev", "ve0", "nud", "permanent"},
+		{"ip", "route", "add", "10.1.0.0/24", "via", "10.1.0.0", "dev", "vx0", "onlink", "proto", "87", "metric", "5"},
+		{"ip", "route", "add", "10.1.3.0/24", "via", "10.1.3.0", "dev", "vx0", "onlink"},
+		{"ip", "route", "add", "10.1.4.0/24", "dev", "vx0", "scope", "link"},
+		{"ip", "route", "add", "default", "via", "10.1.0.0", "dev", "vx0", "onlink"},
+		{"ip", "route", "add", "10.9.0.0/24", "via", "192.168.5.2", "proto", "87"},
+		{"ip", "route", "add", "10.8.0.0/24", "via", "192.168.5.3"},
+		{"ip", "route", "add", "blackhole", "10.7.0.0/24", "proto", "87"},
+		{"ip", "route", "add", "10.6.0.0/24", "proto", "87", "nexthop", "via", "192.168.5.4", "nexthop", "via", "192.168.5.5"},
+		{"ip", "route", "add", "10.5.0.0/24", "via", "10.5.0.0", "dev", "vx0", "onlink", "proto", "87", "table", "100"},
+		{"ip", "-6", "route", "add", "fd00:1::/64", "via", "fd00:1::", "dev", "vx0", "onlink", "proto", "87"},
+		{"ip", "-6", "route", "add", "fd00:9::/64", "via", "fd05::2", "proto", "87", "metric", "7"},
+		{"ip", "-6", "route", "add", "fd00:8::/64", "via", "fd05::3"},
+	} {
+		nettest.MustRun(t, ns, cmd...)
+	}
+	l, err := ns.Handle.LinkByName("vx0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns, l.Attrs().Index
+}
+
+// TestDumpsMatchHandle: the overlay state read through the batch writer's dumps is
+// what netlink.Handle's lists give, for each family and for a link of
+// direct routes only, on a namespace with entries of every kind.
+
+// TestProgrammed: on a namespace with entries of every kind, Programmed
+// reads the permanent neighbours on the overlay link and weft's unicast
+// routes of the main table (on the link, or with RouteProtocol anywhere),
+// of its family; with DirectOnly only the routes with RouteProtocol.
+func TestProgrammed(t *testing.T) {
+	ns, idx := messyNS(t)
+	names := map[int]string{0: "-", idx: "vx0"}
+	if l, err := ns.Handle.LinkByName("ve0"); err == nil {
+		names[l.Attrs().Index] = "ve0"
+	}
+	const (
+		n4 = "neigh 10.1.0.0 0a:00:00:00:01:00"
+		n6 = "neigh fd00:1:: 0a:00:00:00:01:02"
+	)
+	v4 := []string{
+		"route 0.0.0.0/0 via 10.1.0.0 dev vx0 onlink metric 0",
+		"route 10.1.0.0/24 via 10.1.0.0 dev vx0 onlink metric 5",
+		"route 10.1.3.0/24 via 10.1.3.0 dev vx0 onlink metric 0",
+		"route 10.1.4.0/24 via invalid IP dev vx0 metric 0",
+		"route 10.6.0.0/24 via invalid IP dev - metric 0", // multipath
+		"route 10.9.0.0/24 via 192.168.5.2 dev ve0 metric 0",
+	}
+	v6 := []string{
+		"route fd00:1::/64 via fd00:1:: dev vx0 onlink metric 1024",
+		"route fd00:9::/64 via fd05::2 dev ve0 metric 7",
+	}
+	for _, tc := range []struct {
+		name string
+		opts OverlayOptions
+		want []string
+	}{
+		{"both families", OverlayOptions{Family: netlink.FAMILY_ALL}, slices.Concat([]string{n4, n6}, v4, v6)},
+		{"IPv4", OverlayOptions{Family: netlink.FAMILY_V4}, slices.Concat([]string{n4}, v4)},
+		{"IPv6", OverlayOptions{Family: netlink.FAMILY_V6}, slices.Concat([]string{n6}, v6)},
+		{"direct only", OverlayOptions{Family: netlink.FAMILY_ALL, DirectRouting: true, DirectOnly: true}, []string{
+			"route 10.1.0.0/24 via 10.1.0.0 dev vx0 onlink metric 5",
+			"route 10.6.0.0/24 via invalid IP dev - metric 0",
+			"route 10.9.0.0/24 via 192.168.5.2 dev ve0 metric 0",
+			"route fd00:1::/64 via fd00:1:: dev vx0 onlink metric 1024",
+			"route fd00:9::/64 via fd05::2 dev ve0 metric 7",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := NewOverlay(ns.Handle, idx, tc.opts).Programmed()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, n := range p.Neighbours {
+				got = append(got, fmt.Sprintf("neigh %s %s", n.IP, n.MAC))
+			}
+			for _, r := range p.Routes {
+				onlink := ""
+				if r.OnLink {
+					onlink = " onlink"
+				}
+				got = append(got, fmt.Sprintf("route %s via %s dev %s%s metric %d", r.Dst, r.Gw, names[r.LinkIndex], onlink, r.Priority))
+			}
+			slices.Sort(got)
+			want := slices.Sorted(slices.Values(tc.want))
+			if !slices.Equal(got, want) {
+				t.Errorf("Programmed():\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		})
+	}
+}

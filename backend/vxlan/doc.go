@@ -36,13 +36,12 @@
 // adopted, never flushed or recreated, so restarting weftd drops no packet
 // and peers' FDB entries stay right; a peer whose MAC or address changed gets
 // its FDB entry replaced instead of leaving the old one behind; and the state
-// is reconciled continuously, from netlink change notifications and a
-// periodic full resync, so a deleted route, neighbour, FDB entry or even the
-// whole device is repaired within about a second. Writes and the reads of
-// a full sync go over a netlink socket of the backend's own
-// (kernel.BatchWriter): windows of requests with one acknowledgement each, and
-// dumps read into one kept buffer; at 5,000 peers a resync that finds
-// nothing to repair takes about 50 ms (2026-12-01). A device that uses our VNI
-// and port under another name (flannel.1 left by flanneld) would make the
-// kernel refuse ours, so it is removed, with a log line.
+// is reconciled continuously: on netlink change notifications a deleted
+// route, neighbour, FDB entry or even the whole device is repaired within
+// about a second, and a full resync runs every ResyncInterval (90 s by
+// default). Writes go over a netlink socket of the backend's own
+// (kernel.BatchWriter): windows of requests with one acknowledgement each.
+// A device that uses our VNI and port under another name (flannel.1 left by
+// flanneld) would make the kernel refuse ours, so it is removed, with a log
+// line.
 package vxlan

@@ -125,7 +125,7 @@ func (b *Backend) reconcileDevice(d *devState, tp *vtep.Table, full bool) error 
 			Family:        d.spec.family,
 			DirectRouting: b.cfg.DirectRouting,
 			Step:          fdb{h: b.cfg.Handle, link: idx, pipe: pipe},
-			Batch:          pipe,
+			Batch:         pipe,
 		})
 	}
 	if tp == nil {
