@@ -28,8 +28,9 @@
 // The routes are kernel.Overlay's direct routes (DirectOnly: it owns no
 // link, so it reads and removes only weft's own routes, RouteProtocol 87,
 // never the underlay's neighbours or other routes). kernel.Reconciler runs
-// the sync on every new table, on a deleted or changed route of weft's and on
+// the sync on every new table, on a deleted or changed route of weft's, on
+// another owner's route to a peer subnet (it may have replaced weft's), on
 // any change of the underlay device or its addresses (a peer may become
-// on-link or stop being), and every ResyncInterval; a repaired route is
-// counted in Stats().Repairs["route"].
+// on-link or stop being), and every ResyncInterval (90 s by default); a
+// repaired route is counted in Stats().Repairs["route"].
 package hostgw

@@ -11,16 +11,11 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/vtep"
 )
-
-// DefaultResyncInterval is the period of the full resync, as the other
-// kernel dataplanes'.
-const DefaultResyncInterval = 10 * time.Second
 
 // Config describes the node. The zero value of an optional field means its
 // default.
@@ -38,7 +33,7 @@ type Config struct {
 	Local, LocalIPv6   netip.Addr
 	Subnet, IPv6Subnet netip.Prefix
 	// ResyncInterval is the period of the full resync; 0 means
-	// DefaultResyncInterval.
+	// kernel.DefaultResync.
 	ResyncInterval time.Duration
 }
 
@@ -71,7 +66,7 @@ func New(cfg Config, log *slog.Logger) (*Backend, error) {
 		return nil, errors.New("host-gw config: no underlay link index")
 	}
 	if cfg.ResyncInterval <= 0 {
-		cfg.ResyncInterval = DefaultResyncInterval
+		cfg.ResyncInterval = kernel.DefaultResync
 	}
 	b := &Backend{cfg: cfg, log: log.With("component", "host-gw"),
 		Desired: kernel.NewDesired()}
@@ -166,27 +161,15 @@ func (b *Backend) reportOffLink(off []vtep.Entry) {
 
 // drift is what calls for a sync between two periodic ones: a route of
 // weft's deleted or changed, any route written for a peer subnet by someone
-// else (an `ip route replace` takes weft's place), and any change of the
-// underlay device or its addresses.
+// else (an `ip route replace` takes weft's place; kernel.OverlayDrift), and
+// any change of the underlay device or its addresses.
 func (b *Backend) drift() kernel.Drift {
 	od := kernel.NewOverlayDrift(b.routed, nil)
-	routed := b.routed
 	u := b.cfg.UnderlayIndex
 	return kernel.Drift{
-		Link: func(l netlink.LinkUpdate) bool { return int(l.Index) == u },
-		Addr: func(a netlink.AddrUpdate) bool { return a.LinkIndex == u },
-		Route: func(r netlink.RouteUpdate) bool {
-			if od.Route(r) {
-				return true
-			}
-			if r.Dst == nil || r.Type != unix.RTM_NEWROUTE || r.Protocol == kernel.RouteProtocol {
-				return false
-			}
-			ones, _ := r.Dst.Mask.Size()
-			dst, _ := netip.AddrFromSlice(r.Dst.IP)
-			_, ours := routed[netip.PrefixFrom(dst.Unmap(), ones)]
-			return ours
-		},
+		Link:  func(l netlink.LinkUpdate) bool { return int(l.Index) == u },
+		Addr:  func(a netlink.AddrUpdate) bool { return a.LinkIndex == u },
+		Route: od.Route,
 	}
 }
 

@@ -51,7 +51,9 @@ func TestHostGWRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, err := New(Config{Handle: ns.Handle, NetNS: ns.Path, UnderlayIndex: l.Attrs().Index,
-		Local: ip("192.168.77.1"), LocalIPv6: ip("fd77::1"), Subnet: pfx("10.244.1.0/24")}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		Local: ip("192.168.77.1"), LocalIPv6: ip("fd77::1"), Subnet: pfx("10.244.1.0/24"),
+		ResyncInterval: time.Hour}, // repairs must come from notifications
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,6 +128,15 @@ func TestHostGWRoutes(t *testing.T) {
 	waitFor(t, "repair counted", func() string {
 		if b.Stats().Repairs["route"] < 1 {
 			return "no repair counted"
+		}
+		return ""
+	})
+
+	// So does a route that another owner's replaced.
+	nettest.MustRun(t, ns, "ip", "route", "replace", "10.244.3.0/24", "via", "192.168.77.9", "dev", "eth0")
+	waitFor(t, "replaced route repaired", func() string {
+		if got := nettest.MustRun(t, ns, "ip", "route", "show", "10.244.3.0/24"); got != "10.244.3.0/24 via 192.168.77.3 dev eth0 proto 87 \n" {
+			return got
 		}
 		return ""
 	})

@@ -23,16 +23,10 @@ import (
 // must order two kinds of change (a neighbour before its route) writes them
 // as two batches.
 //
-// It also reads the kernel's tables (DumpNeighbours, DumpRoutes).
-//
 // A BatchWriter is not safe for concurrent use.
 type BatchWriter struct {
 	s   *nl.NetlinkSocket
 	seq uint32
-	buf []byte // the answers of a dump (see dump), kept between dumps
-	// sizeHint is the most entries a dump has returned: the room the next
-	// one's result starts with, instead of growing to it step by step.
-	sizeHint int
 }
 
 // pipeWindow is how many requests are in flight at once: their failures

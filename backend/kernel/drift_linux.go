@@ -60,8 +60,9 @@ func (d OverlayDrift) Addr(u netlink.AddrUpdate) bool {
 	return !u.NewAddr && d.Index[u.LinkIndex]
 }
 
-// Neigh: a wanted neighbour removed, or a permanent one that is not wanted
-// or has another MAC. Bridge (FDB) notifications are not neighbours.
+// Neigh: a wanted neighbour removed, changed (another MAC) or no longer
+// permanent, or a permanent one that is not wanted. Bridge (FDB)
+// notifications are not neighbours.
 func (d OverlayDrift) Neigh(u netlink.NeighUpdate) bool {
 	if !d.Index[u.LinkIndex] || u.Family == unix.AF_BRIDGE {
 		return false
@@ -71,10 +72,14 @@ func (d OverlayDrift) Neigh(u netlink.NeighUpdate) bool {
 	var mac subnet.MAC
 	copy(mac[:], u.HardwareAddr)
 	wantMAC, want := d.neighbour(ip)
-	if u.Type == unix.RTM_DELNEIGH {
+	permanent := u.State&netlink.NUD_PERMANENT != 0
+	switch {
+	case u.Type == unix.RTM_DELNEIGH:
 		return want
+	case want:
+		return !permanent || wantMAC != mac
 	}
-	return u.State&netlink.NUD_PERMANENT != 0 && (!want || wantMAC != mac)
+	return permanent
 }
 
 // neighbour returns the MAC the table wants for the neighbour ip: that of
@@ -95,29 +100,32 @@ func (d OverlayDrift) neighbour(ip netip.Addr) (subnet.MAC, bool) {
 	return subnet.MAC{}, false
 }
 
-// Route: a wanted route removed, or one of weft's (on an overlay link or
-// with RouteProtocol) that is not wanted or goes elsewhere. Only the routes
-// that Sync reads and repairs count: unicast routes of the main table that
-// the kernel did not add itself. The kernel's own routes for the link's
-// addresses (the IPv6 link-local address's, which appears a second after
-// the link comes up, among them) are not drift: each used to cost a full
-// sync of every peer right after start-up.
+// Route: a wanted route of weft's (on an overlay link or with
+// RouteProtocol) removed, one of weft's that is not wanted or goes
+// elsewhere, or another owner's route to a wanted subnet (it may have
+// replaced weft's: a route of the same destination and metric does). Only
+// the routes that Sync reads and repairs count: unicast routes of the main
+// table that the kernel did not add itself. The kernel's own routes for the
+// link's addresses (the IPv6 link-local address's, which appears a second
+// after the link comes up, among them) are not drift: each used to cost a
+// full sync of every peer right after start-up.
 func (d OverlayDrift) Route(u netlink.RouteUpdate) bool {
-	if !d.Index[u.LinkIndex] && u.Protocol != RouteProtocol {
-		return false
-	}
 	if u.Protocol == unix.RTPROT_KERNEL || u.Route.Type != unix.RTN_UNICAST ||
 		(u.Table != 0 && u.Table != unix.RT_TABLE_MAIN) {
 		return false
 	}
+	ours := d.Index[u.LinkIndex] || u.Protocol == RouteProtocol
 	if u.Dst == nil {
-		return u.Type == unix.RTM_DELROUTE
+		return ours && u.Type == unix.RTM_DELROUTE
 	}
 	ones, _ := u.Dst.Mask.Size()
 	dst, _ := netip.AddrFromSlice(u.Dst.IP)
 	p := netip.PrefixFrom(dst.Unmap(), ones)
 	v, want := d.Routes[p]
-	if u.Type == unix.RTM_DELROUTE {
+	switch {
+	case u.Type == unix.RTM_DELROUTE:
+		return want && ours
+	case !ours:
 		return want
 	}
 	gw, _ := netip.AddrFromSlice(u.Gw)

@@ -43,6 +43,12 @@ func TestOverlayDriftRoutes(t *testing.T) {
 		{"a route in another table", upd(unix.RTM_NEWROUTE, unicast("10.244.9.0/24", "10.244.9.0", RouteProtocol, 100)), false},
 		{"a route on another link", upd(unix.RTM_NEWROUTE, netlink.Route{LinkIndex: 2, Dst: cidr("10.9.0.0/16"),
 			Protocol: netlink.RouteProtocol(unix.RTPROT_BOOT), Table: unix.RT_TABLE_MAIN, Type: unix.RTN_UNICAST}), false},
+		{"another owner's route to a wanted subnet on another link (it may replace ours)", upd(unix.RTM_NEWROUTE, netlink.Route{LinkIndex: 2,
+			Dst: cidr("10.244.7.0/24"), Gw: net.ParseIP("192.168.1.9"), Protocol: netlink.RouteProtocol(unix.RTPROT_BOOT),
+			Table: unix.RT_TABLE_MAIN, Type: unix.RTN_UNICAST}), true},
+		{"another owner's route to a wanted subnet deleted", upd(unix.RTM_DELROUTE, netlink.Route{LinkIndex: 2,
+			Dst: cidr("10.244.7.0/24"), Gw: net.ParseIP("192.168.1.9"), Protocol: netlink.RouteProtocol(unix.RTPROT_BOOT),
+			Table: unix.RT_TABLE_MAIN, Type: unix.RTN_UNICAST}), false},
 	} {
 		if got := d.Route(c.u); got != c.want {
 			t.Errorf("%s: drift %v, want %v", c.name, got, c.want)
@@ -72,6 +78,7 @@ func TestOverlayDriftNeighs(t *testing.T) {
 		{"our IPv4 neighbour deleted", upd(unix.RTM_DELNEIGH, 3, unix.AF_INET, "10.244.7.0", mac4, netlink.NUD_PERMANENT), true},
 		{"our IPv6 neighbour deleted", upd(unix.RTM_DELNEIGH, 3, unix.AF_INET6, "fd00:7::", mac6, netlink.NUD_PERMANENT), true},
 		{"our neighbour with another MAC", upd(unix.RTM_NEWNEIGH, 3, unix.AF_INET, "10.244.7.0", other, netlink.NUD_PERMANENT), true},
+		{"our neighbour no longer permanent", upd(unix.RTM_NEWNEIGH, 3, unix.AF_INET, "10.244.7.0", mac4, netlink.NUD_REACHABLE), true},
 		{"a permanent neighbour we do not want", upd(unix.RTM_NEWNEIGH, 3, unix.AF_INET, "10.244.8.0", other, netlink.NUD_PERMANENT), true},
 		{"an address inside a peer's subnet, not its gateway", upd(unix.RTM_NEWNEIGH, 3, unix.AF_INET, "10.244.7.5", mac4, netlink.NUD_PERMANENT), true},
 		{"a learned neighbour", upd(unix.RTM_NEWNEIGH, 3, unix.AF_INET, "10.244.8.0", other, netlink.NUD_REACHABLE), false},

@@ -34,7 +34,7 @@ type Route struct {
 	Gw        netip.Addr
 	LinkIndex int
 	OnLink    bool
-	Priority  int // metric: TunnelMetric for a tunnelled route, the kernel's default for a direct one
+	Priority  int // metric: the kernel's default (0 for IPv4, 1024 for IPv6), as Flannel's routes have
 }
 
 // Peer is one row of the desired table, with whether its subnet is reached
@@ -62,41 +62,20 @@ func defaultMetric(p netip.Prefix) int {
 	return 1024
 }
 
-// TunnelMetric is the metric of the tunnelled route to subnet p. For IPv4
-// it is the low 16 bits of the subnet's number (its address shifted right
-// by its host bits: 10.244.5.0/24 is 0x0af405, metric 0xf405 = 62469);
-// for IPv6, the kernel's default.
-//
-// Routes to different subnets never compete, so the metric changes no
-// forwarding decision, but it keeps the cost of inserting an IPv4 route
-// from growing with the number of peers (up to 65,536 subnets). Linux
-// shares the next-hop part of IPv4 routes (a fib_info) between routes that
-// have the same one, and finds it in a hash of the device, metric,
-// protocol and preferred source, not of the gateway: every onlink route via its own gateway on one device with
-// one metric falls into one hash bucket, which each insertion searches
-// through. With one metric per subnet the buckets stay short. Measured with
-// ip -batch in a namespace on 2026-12-01, 5,000 routes: 390–560 ms with
-// the default metric, 157–221 ms with one per subnet (IPv6 routes share no
-// next hops: 151–157 ms either way).
-func TunnelMetric(p netip.Prefix) int {
-	if !p.Addr().Is4() {
-		return defaultMetric(p)
-	}
-	a := p.Masked().Addr().As4()
-	n := uint64(a[0])<<24 | uint64(a[1])<<16 | uint64(a[2])<<8 | uint64(a[3])
-	return int(n >> (32 - p.Bits()) & 0xffff)
-}
-
-// wantRoute is the route that carries p's subnet.
+// wantRoute is the route that carries p's subnet: tunnelled or direct, it
+// has the kernel's default metric, as Flannel's routes do.
 func wantRoute(p Peer, link int) Route {
 	if p.Direct {
 		return Route{Dst: p.Subnet, Gw: p.Peer.Addr, Priority: defaultMetric(p.Subnet)}
 	}
-	return Route{Dst: p.Subnet, Gw: Gateway(p.Subnet), LinkIndex: link, OnLink: true, Priority: TunnelMetric(p.Subnet)}
+	return Route{Dst: p.Subnet, Gw: Gateway(p.Subnet), LinkIndex: link, OnLink: true, Priority: defaultMetric(p.Subnet)}
 }
 
 // matches reports whether the kernel route have carries the wanted route.
-// A direct route may leave by whatever link the kernel chose.
+// A direct route may leave by whatever link the kernel chose. A route of
+// another metric does not match (weft releases before this one gave each
+// tunnelled IPv4 route a metric of its own): the right one is added beside
+// it and it is deleted.
 func (want Route) matches(have Route) bool {
 	if want.Dst != have.Dst || want.Gw != have.Gw || have.Priority != want.Priority {
 		return false
@@ -114,8 +93,9 @@ func (want Route) matches(have Route) bool {
 //  2. SetNeighbours (create or replace);
 //  3. the PeerStep's Ensure (the vxlan FDB entries);
 //  4. SetRoutes (replace), then DelWrongRoutes, routes for a subnet that is
-//     still in the table but no longer as they should be (another gateway, a
-//     metric, DirectRouting switched): deleted after the right one is in;
+//     still in the table but no longer as they should be (another gateway,
+//     another metric, DirectRouting switched): deleted after the right one
+//     is in;
 //  5. the PeerStep's Prune;
 //  6. DelNeighbours that belong to no tunnelled peer.
 //

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"slices"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -71,19 +70,20 @@ type OverlayOptions struct {
 //
 //	ip neigh replace <subnet>.0 lladdr <VtepMAC> dev <link> nud permanent
 //	(step, for example the vxlan FDB entry)
-//	ip route replace <subnet> via <subnet>.0 dev <link> onlink proto 87 metric <TunnelMetric>
+//	ip route replace <subnet> via <subnet>.0 dev <link> onlink proto 87
 //
-// (IPv6: `<subnet>::` instead of `<subnet>.0`, and the default metric). The
-// frame that leaves the link is addressed to the peer's VTEP MAC; a VXLAN
-// device then finds the peer's underlay address in its FDB, a TAP dataplane
-// in its own table.
+// (IPv6: `<subnet>::` instead of `<subnet>.0`), with the kernel's default
+// metric, as Flannel's routes have. The frame that leaves the link is
+// addressed to the peer's VTEP MAC; a VXLAN device then finds the peer's
+// underlay address in its FDB, a TAP dataplane in its own table.
 //
 // Sync is declarative: it reads what the kernel holds on the link, adopts
 // whatever already matches (no flush, so a restarted daemon drops nothing),
 // replaces what is wrong, and removes weft's stale entries: permanent
-// neighbours on the link and weft's routes (on the link, or with
-// RouteProtocol) whose subnet is not in the table. It never touches other
-// links' neighbours or other owners' routes. Calling Sync again with the same
+// neighbours on the link, and weft's routes (on the link, or with
+// RouteProtocol) whose subnet is not in the table or that are not as wanted
+// (another gateway, another metric). It never touches other links'
+// neighbours or other owners' routes. Calling Sync again with the same
 // table repairs drift (a deleted route or neighbour) and otherwise does
 // nothing.
 //
@@ -298,35 +298,27 @@ func OnLink(h *netlink.Handle, addr netip.Addr) (bool, error) {
 
 // Programmed returns the overlay state the kernel holds now: the permanent
 // neighbours on the link and weft's routes (on the link, or direct routes
-// with RouteProtocol), of the overlay's family. Routes the kernel adds by
-// itself (proto kernel) are left out.
+// with RouteProtocol) in the main table, of the overlay's family. Routes the
+// kernel adds by itself (proto kernel) are left out. It reads one neighbour
+// and one route dump per family.
 func (o *Overlay) Programmed() (Programmed, error) {
-	if pipe := o.opts.Batch.Get(); pipe != nil {
-		return o.dumped(pipe)
-	}
 	var p Programmed
 	for _, fam := range o.families() {
-		if o.opts.DirectOnly {
-			rs, err := o.listRoutes(fam)
+		if !o.opts.DirectOnly {
+			ns, err := ListNeighbours(o.h, o.link, fam)
 			if err != nil {
 				return p, err
 			}
-			p.Routes = append(p.Routes, rs...)
-			continue
-		}
-		ns, err := ListNeighbours(o.h, o.link, fam)
-		if err != nil {
-			return p, err
-		}
-		for _, n := range ns {
-			if n.State&netlink.NUD_PERMANENT == 0 {
-				continue
+			for _, n := range ns {
+				if n.State&netlink.NUD_PERMANENT == 0 {
+					continue
+				}
+				ip, ok := netip.AddrFromSlice(n.IP)
+				if !ok || len(n.HardwareAddr) != 6 {
+					continue
+				}
+				p.Neighbours = append(p.Neighbours, Neighbour{IP: ip.Unmap(), MAC: subnet.MAC(n.HardwareAddr)})
 			}
-			ip, ok1 := netip.AddrFromSlice(n.IP)
-			if !ok1 || len(n.HardwareAddr) != 6 {
-				continue
-			}
-			p.Neighbours = append(p.Neighbours, Neighbour{IP: ip.Unmap(), MAC: subnet.MAC(n.HardwareAddr)})
 		}
 		rs, err := o.listRoutes(fam)
 		if err != nil {
@@ -337,69 +329,26 @@ func (o *Overlay) Programmed() (Programmed, error) {
 	return p, nil
 }
 
-// dumped is Programmed read through the batch writer's dumps (see DumpRoutes): the
-// same entries, read with one route dump per family instead of two and
-// without a netlink.Neigh or netlink.Route per entry. Each kernel route is
-// listed once; merging the two lists above also merged routes that differ
-// only in what weft does not read (TOS, say), which a sync then removed one
-// per pass.
-func (o *Overlay) dumped(pipe *BatchWriter) (Programmed, error) {
-	var p Programmed
-	for _, fam := range o.families() {
-		if !o.opts.DirectOnly {
-			ns, err := pipe.DumpNeighbours(o.link, fam, func(n NeighInfo) bool {
-				return n.State&netlink.NUD_PERMANENT != 0 && n.IP.IsValid() && n.HasMAC
-			})
-			if err != nil {
-				return p, fmt.Errorf("list neighbours of link %d: %w", o.link, err)
-			}
-			p.Neighbours = slices.Grow(p.Neighbours, len(ns))
-			for _, n := range ns {
-				p.Neighbours = append(p.Neighbours, Neighbour{IP: n.IP, MAC: n.MAC})
-			}
-		}
-		rs, err := pipe.DumpRoutes(fam, func(r RouteInfo) bool {
-			onLink := !o.opts.DirectOnly && r.LinkIndex == o.link
-			return (onLink || r.Protocol == RouteProtocol) && r.Protocol != unix.RTPROT_KERNEL &&
-				r.Dst.IsValid() && r.Type == unix.RTN_UNICAST
-		})
-		if err != nil {
-			return p, fmt.Errorf("list routes: %w", err)
-		}
-		p.Routes = slices.Grow(p.Routes, len(rs))
-		for _, r := range rs {
-			p.Routes = append(p.Routes, r.Route)
-		}
-	}
-	return p, nil
-}
-
+// listRoutes returns weft's unicast routes of family in the main table: on
+// the link or with RouteProtocol (with DirectOnly, only the latter).
 func (o *Overlay) listRoutes(fam int) ([]Route, error) {
-	var onLink []netlink.Route
-	if !o.opts.DirectOnly {
-		var err error
-		onLink, err = ListRoutes(o.h, fam, &netlink.Route{LinkIndex: o.link, Table: unix.RT_TABLE_MAIN},
-			netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
-		if err != nil {
-			return nil, err
-		}
-	}
-	direct, err := ListRoutes(o.h, fam, &netlink.Route{Protocol: RouteProtocol, Table: unix.RT_TABLE_MAIN},
-		netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
-	if err != nil {
-		return nil, err
+	filter, mask := &netlink.Route{Table: unix.RT_TABLE_MAIN}, uint64(netlink.RT_FILTER_TABLE)
+	if o.opts.DirectOnly {
+		filter.Protocol, mask = RouteProtocol, mask|netlink.RT_FILTER_PROTOCOL
 	}
 	var out []Route
-	seen := make(map[Route]bool, len(onLink)+len(direct))
-	for _, r := range append(onLink, direct...) {
-		if r.Protocol == unix.RTPROT_KERNEL || r.Dst == nil || r.Type != unix.RTN_UNICAST {
-			continue
-		}
-		// A direct route on the link shows up in both lists.
-		if k := fromNetlinkRoute(r); !seen[k] {
-			seen[k] = true
-			out = append(out, k)
-		}
+	err := retryDump(func() error {
+		out = out[:0]
+		return o.h.RouteListFilteredIter(fam, filter, mask, func(r netlink.Route) bool {
+			ours := r.Protocol == RouteProtocol || !o.opts.DirectOnly && r.LinkIndex == o.link
+			if ours && r.Protocol != unix.RTPROT_KERNEL && r.Dst != nil && r.Type == unix.RTN_UNICAST {
+				out = append(out, fromNetlinkRoute(r))
+			}
+			return true
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list routes: %w", err)
 	}
 	return out, nil
 }
@@ -453,63 +402,56 @@ func PrefixIPNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
+// retryDump runs dump again, up to dumpRetries times, while it fails with
+// netlink.ErrDumpInterrupted (the kernel's table changed during the dump,
+// so what it returned may be inconsistent).
+func retryDump(dump func() error) error {
+	var err error
+	for range dumpRetries {
+		if err = dump(); !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return err
+		}
+	}
+	return err
+}
+
 // ListNeighbours dumps the neighbours of family on the link, retrying a dump
 // the kernel interrupted (netlink.ErrDumpInterrupted).
 func ListNeighbours(h *netlink.Handle, linkIndex, family int) ([]netlink.Neigh, error) {
-	for range dumpRetries {
-		ns, err := h.NeighList(linkIndex, family)
-		if errors.Is(err, netlink.ErrDumpInterrupted) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("list neighbours of link %d: %w", linkIndex, err)
-		}
-		return ns, nil
+	var ns []netlink.Neigh
+	err := retryDump(func() (err error) { ns, err = h.NeighList(linkIndex, family); return err })
+	if err != nil {
+		return nil, fmt.Errorf("list neighbours of link %d: %w", linkIndex, err)
 	}
-	return nil, fmt.Errorf("list neighbours of link %d: %w", linkIndex, netlink.ErrDumpInterrupted)
+	return ns, nil
 }
 
 // ListRoutes is h.RouteListFiltered retried on netlink.ErrDumpInterrupted.
 func ListRoutes(h *netlink.Handle, family int, filter *netlink.Route, mask uint64) ([]netlink.Route, error) {
-	for range dumpRetries {
-		rs, err := h.RouteListFiltered(family, filter, mask)
-		if errors.Is(err, netlink.ErrDumpInterrupted) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("list routes: %w", err)
-		}
-		return rs, nil
+	var rs []netlink.Route
+	err := retryDump(func() (err error) { rs, err = h.RouteListFiltered(family, filter, mask); return err })
+	if err != nil {
+		return nil, fmt.Errorf("list routes: %w", err)
 	}
-	return nil, fmt.Errorf("list routes: %w", netlink.ErrDumpInterrupted)
+	return rs, nil
 }
 
 // ListLinks is h.LinkList retried on netlink.ErrDumpInterrupted.
 func ListLinks(h *netlink.Handle) ([]netlink.Link, error) {
-	for range dumpRetries {
-		ls, err := h.LinkList()
-		if errors.Is(err, netlink.ErrDumpInterrupted) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("list links: %w", err)
-		}
-		return ls, nil
+	var ls []netlink.Link
+	err := retryDump(func() (err error) { ls, err = h.LinkList(); return err })
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
 	}
-	return nil, fmt.Errorf("list links: %w", netlink.ErrDumpInterrupted)
+	return ls, nil
 }
 
 // ListAddrs is h.AddrList retried on netlink.ErrDumpInterrupted.
 func ListAddrs(h *netlink.Handle, link netlink.Link, family int) ([]netlink.Addr, error) {
-	for range dumpRetries {
-		as, err := h.AddrList(link, family)
-		if errors.Is(err, netlink.ErrDumpInterrupted) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("list addresses of %s: %w", link.Attrs().Name, err)
-		}
-		return as, nil
+	var as []netlink.Addr
+	err := retryDump(func() (err error) { as, err = h.AddrList(link, family); return err })
+	if err != nil {
+		return nil, fmt.Errorf("list addresses of %s: %w", link.Attrs().Name, err)
 	}
-	return nil, fmt.Errorf("list addresses of %s: %w", link.Attrs().Name, netlink.ErrDumpInterrupted)
+	return as, nil
 }

@@ -25,7 +25,7 @@ func tneigh(ip, mac string) Neighbour {
 
 func onlink(dst string) Route {
 	p := netip.MustParsePrefix(dst)
-	return Route{Dst: p, Gw: p.Addr(), LinkIndex: 7, OnLink: true, Priority: TunnelMetric(p)}
+	return Route{Dst: p, Gw: p.Addr(), LinkIndex: 7, OnLink: true, Priority: defaultMetric(p)}
 }
 
 func direct(dst, gw string) Route {
@@ -101,13 +101,25 @@ func TestPlan(t *testing.T) {
 			ops: "route set 10.244.1.0/24 via 10.244.1.0 onlink=true\nroute del 10.244.1.0/24 via 10.244.1.0 metric 5\n",
 		},
 		{
-			name: "route with the default metric (an older weft's): replaced by the subnet's metric",
+			name: "route with a metric of its own (an earlier weft's): replaced by one with the default metric",
 			want: []Peer{tpeer("10.244.1.0/24", m1, "192.168.0.1", false)},
 			have: Programmed{
 				Neighbours: []Neighbour{tneigh("10.244.1.0", m1)},
-				Routes:     []Route{{Dst: netip.MustParsePrefix("10.244.1.0/24"), Gw: netip.MustParseAddr("10.244.1.0"), LinkIndex: 7, OnLink: true}},
+				Routes:     []Route{{Dst: netip.MustParsePrefix("10.244.1.0/24"), Gw: netip.MustParseAddr("10.244.1.0"), LinkIndex: 7, OnLink: true, Priority: 62465}},
 			},
-			ops: "route set 10.244.1.0/24 via 10.244.1.0 onlink=true\nroute del 10.244.1.0/24 via 10.244.1.0 metric 0\n",
+			ops: "route set 10.244.1.0/24 via 10.244.1.0 onlink=true\nroute del 10.244.1.0/24 via 10.244.1.0 metric 62465\n",
+		},
+		{
+			name: "the route with the default metric already beside an earlier weft's: only the old one deleted",
+			want: []Peer{tpeer("10.244.1.0/24", m1, "192.168.0.1", false)},
+			have: Programmed{
+				Neighbours: []Neighbour{tneigh("10.244.1.0", m1)},
+				Routes: []Route{
+					{Dst: netip.MustParsePrefix("10.244.1.0/24"), Gw: netip.MustParseAddr("10.244.1.0"), LinkIndex: 7, OnLink: true, Priority: 62465},
+					onlink("10.244.1.0/24"),
+				},
+			},
+			ops: "route del 10.244.1.0/24 via 10.244.1.0 metric 62465\n",
 		},
 		{
 			name: "direct peer: route via its address, no neighbour",
@@ -124,7 +136,7 @@ func TestPlan(t *testing.T) {
 			want: []Peer{tpeer("10.244.1.0/24", m1, "192.168.0.1", true)},
 			have: Programmed{Neighbours: []Neighbour{tneigh("10.244.1.0", m1)}, Routes: []Route{onlink("10.244.1.0/24")}},
 			ops: "route set 10.244.1.0/24 via 192.168.0.1 onlink=false\n" +
-				"route del 10.244.1.0/24 via 10.244.1.0 metric 62465\n" +
+				"route del 10.244.1.0/24 via 10.244.1.0 metric 0\n" +
 				"neigh del 10.244.1.0\n",
 		},
 		{
@@ -146,32 +158,6 @@ func TestPlan(t *testing.T) {
 				t.Errorf("empty() = %v", sp.empty())
 			}
 		})
-	}
-}
-
-func TestTunnelMetric(t *testing.T) {
-	for in, want := range map[string]int{
-		"10.244.5.0/24":      0xf405,
-		"10.244.5.7/24":      0xf405, // host bits ignored
-		"10.0.0.0/24":        0,
-		"10.1.0.0/24":        0x0100,
-		"10.244.5.64/26":     (0x0af405<<2 | 1) & 0xffff,
-		"10.244.0.0/16":      0x0af4,
-		"192.168.1.1/32":     0x0101,
-		"fd00:10:244:7::/64": 1024,
-	} {
-		if got := TunnelMetric(netip.MustParsePrefix(in)); got != want {
-			t.Errorf("TunnelMetric(%s) = %d, want %d", in, got, want)
-		}
-	}
-	// Neighbouring subnets of a /16 cluster network get distinct metrics.
-	seen := map[int]bool{}
-	for i := range 256 {
-		m := TunnelMetric(netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(i), 0}), 24))
-		if seen[m] {
-			t.Fatalf("metric %d twice", m)
-		}
-		seen[m] = true
 	}
 }
 

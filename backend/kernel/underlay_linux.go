@@ -7,6 +7,7 @@ import (
 	"regexp"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // Underlay is the device that carries encapsulated traffic, and this node's
@@ -91,9 +92,9 @@ func canReachUnderlay(h *netlink.Handle, addr netip.Addr) (Underlay, error) {
 
 func defaultRouteUnderlay(h *netlink.Handle) (Underlay, error) {
 	for _, family := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-		routes, err := h.RouteListFiltered(family, &netlink.Route{Table: 254}, netlink.RT_FILTER_TABLE)
-		if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
-			return Underlay{}, fmt.Errorf("find underlay: list routes: %w", err)
+		routes, err := ListRoutes(h, family, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return Underlay{}, fmt.Errorf("find underlay: %w", err)
 		}
 		for _, r := range routes {
 			if r.Dst != nil && !isDefault(r) || r.LinkIndex == 0 {

@@ -65,7 +65,7 @@ type Config struct {
 	SourcePorts int
 	// Reconcile is the period of the full sync that re-reads the device,
 	// its neighbours and routes and repairs them (changes the kernel
-	// reports are repaired at once); default 10s.
+	// reports are repaired at once); default kernel.DefaultResync.
 	Reconcile time.Duration
 	// AllowForeignSources turns off the inner source check: by default an
 	// inner IPv4/IPv6 packet whose source address is not inside the sending
@@ -120,7 +120,7 @@ func (c *Config) setDefaults() error {
 		c.SourcePorts = 16
 	}
 	if c.Reconcile == 0 {
-		c.Reconcile = 10 * time.Second
+		c.Reconcile = kernel.DefaultResync
 	}
 	switch {
 	case c.VNI < 0 || c.VNI > maxVNI:

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
 )
@@ -17,10 +18,6 @@ import (
 const (
 	DefaultVNI  = 1
 	DefaultPort = 8472
-	// DefaultResyncInterval is how often the whole state is re-read and
-	// repaired even when no change notification arrived (a lost
-	// notification, a full netlink socket buffer).
-	DefaultResyncInterval = 10 * time.Second
 )
 
 // Config describes the node's VXLAN devices. The zero value of an optional
@@ -73,8 +70,9 @@ type Config struct {
 	// (Flannel's "Learning"); weft's own entries are permanent regardless.
 	Learning bool
 
-	// ResyncInterval is the period of the full resync; 0 means
-	// DefaultResyncInterval.
+	// ResyncInterval is the period of the full resync, which re-reads the
+	// whole state and repairs it even when no change notification arrived;
+	// 0 means kernel.DefaultResync.
 	ResyncInterval time.Duration
 }
 
@@ -107,7 +105,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("vxlan config: port %d out of range", c.Port)
 	}
 	if c.ResyncInterval <= 0 {
-		c.ResyncInterval = DefaultResyncInterval
+		c.ResyncInterval = kernel.DefaultResync
 	}
 	v4, v6 := c.Local.IsValid() || c.Subnet.IsValid(), c.LocalIPv6.IsValid() || c.IPv6Subnet.IsValid()
 	if !v4 && !v6 {

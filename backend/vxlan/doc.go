@@ -14,39 +14,34 @@
 //
 //	ip neigh replace <subnet>.0 lladdr <VtepMAC> dev weft.1 nud permanent
 //	bridge fdb replace <VtepMAC> dev weft.1 dst <PublicIP> self permanent
-//	ip route replace <subnet> via <subnet>.0 dev weft.1 onlink proto 87 metric <M>
+//	ip route replace <subnet> via <subnet>.0 dev weft.1 onlink proto 87
 //
-// where M is the low 16 bits of the subnet's number (kernel.TunnelMetric:
-// 62469 for 10.244.5.0/24), which keeps the kernel's insertion of thousands
-// of routes fast and changes no forwarding decision; IPv6 routes keep the
-// default metric. A peer leaves in the reverse order. With DirectRouting, a
-// peer whose public address is on-link gets only
-// `ip route replace <subnet> via <PublicIP>` (default metric, so that it
-// replaces a route flanneld left in place).
+// Routes have the kernel's default metric, as Flannel's do, so a route
+// flanneld left in place is replaced, not outranked. A peer leaves in the
+// reverse order. With DirectRouting, a peer whose public address is on-link
+// gets only `ip route replace <subnet> via <PublicIP>`.
 //
 // # Why this way
 //
-// This is the state Flannel's vxlan backend programs (but for the route's
-// metric, which stays inside the node), with the same VNI, port and frame
-// format, so weft and flanneld nodes carry each other's pod traffic. The
-// permanent neighbour and FDB entries mean the kernel never floods or asks:
-// the route picks the peer's gateway address, the neighbour gives its VTEP
-// MAC, and the FDB maps that MAC to the peer's underlay address. Nothing is
-// learned from the wire (nolearning), so a spoofed frame cannot redirect
-// traffic.
+// This is the state Flannel's vxlan backend programs, with the same VNI,
+// port and frame format, so weft and flanneld nodes carry each other's pod
+// traffic. The permanent neighbour and FDB entries mean the kernel never
+// floods or asks: the route picks the peer's gateway address, the neighbour
+// gives its VTEP MAC, and the FDB maps that MAC to the peer's underlay
+// address. Nothing is learned from the wire (nolearning), so a spoofed frame
+// cannot redirect traffic.
 //
 // Where weft differs from Flannel: the device MAC is stable (derived from the
 // public address, see vtep.DeviceMAC) and an existing compatible device is
 // adopted, never flushed or recreated, so restarting weftd drops no packet
 // and peers' FDB entries stay right; a peer whose MAC or address changed gets
 // its FDB entry replaced instead of leaving the old one behind; and the state
-// is reconciled continuously, from netlink change notifications and a
-// periodic full resync, so a deleted route, neighbour, FDB entry or even the
-// whole device is repaired within about a second. Writes and the reads of
-// a full sync go over a netlink socket of the backend's own
-// (kernel.BatchWriter): windows of requests with one acknowledgement each, and
-// dumps read into one kept buffer; at 5,000 peers a resync that finds
-// nothing to repair takes about 50 ms (2026-12-01). A device that uses our VNI
-// and port under another name (flannel.1 left by flanneld) would make the
-// kernel refuse ours, so it is removed, with a log line.
+// is reconciled continuously: on netlink change notifications a deleted
+// route, neighbour, FDB entry or even the whole device is repaired within
+// about a second, and a full resync runs every ResyncInterval (90 s by
+// default). Writes go over a netlink socket of the backend's own
+// (kernel.BatchWriter): windows of requests with one acknowledgement each.
+// A device that uses our VNI and port under another name (flannel.1 left by
+// flanneld) would make the kernel refuse ours, so it is removed, with a log
+// line.
 package vxlan

@@ -33,19 +33,6 @@ type fdbEntry struct {
 // list returns the device's permanent FDB entries that have a remote
 // address; learned (non-permanent) entries are not weft's.
 func (f fdb) list() (map[fdbEntry]bool, error) {
-	if p := f.pipe.Get(); p != nil {
-		ns, err := p.DumpNeighbours(f.link, unix.AF_BRIDGE, func(n kernel.NeighInfo) bool {
-			return n.LinkIndex == f.link && n.State&netlink.NUD_PERMANENT != 0 && n.HasMAC && n.IP.IsValid()
-		})
-		if err != nil {
-			return nil, fmt.Errorf("list fdb: %w", err)
-		}
-		out := make(map[fdbEntry]bool, len(ns))
-		for _, n := range ns {
-			out[fdbEntry{MAC: n.MAC, Dst: n.IP}] = true
-		}
-		return out, nil
-	}
 	ns, err := kernel.ListNeighbours(f.h, f.link, unix.AF_BRIDGE)
 	if err != nil {
 		return nil, fmt.Errorf("list fdb: %w", err)

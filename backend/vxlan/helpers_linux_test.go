@@ -50,14 +50,13 @@ func newNode(t *testing.T, u *nettest.Underlay, n int) *node {
 // config is the dual-stack backend config of nd.
 func (nd *node) config() Config {
 	return Config{
-		Handle:         nd.Handle,
-		NetNS:          nd.Path,
-		UnderlayIndex:  nd.underlay,
-		Local:          nd.Addr,
-		Subnet:         nd.Subnet,
-		LocalIPv6:      nd.Addr6,
-		IPv6Subnet:     nd.Subnet6,
-		ResyncInterval: 2 * time.Second,
+		Handle:        nd.Handle,
+		NetNS:         nd.Path,
+		UnderlayIndex: nd.underlay,
+		Local:         nd.Addr,
+		Subnet:        nd.Subnet,
+		LocalIPv6:     nd.Addr6,
+		IPv6Subnet:    nd.Subnet6,
 	}
 }
 

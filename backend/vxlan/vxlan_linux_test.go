@@ -43,7 +43,7 @@ func TestPeers(t *testing.T) {
 			want4: kernelState{
 				Neigh: []string{"10.244.2.0 lladdr 0a:00:00:00:00:02 PERMANENT", "10.244.3.0 lladdr 0a:00:00:00:00:03 PERMANENT"},
 				FDB:   []string{"0a:00:00:00:00:02 dst 192.168.77.2 self permanent", "0a:00:00:00:00:03 dst 192.168.77.3 self permanent"},
-				Route: []string{"10.244.2.0/24 via 10.244.2.0 proto 87 metric 62466 onlink", "10.244.3.0/24 via 10.244.3.0 proto 87 metric 62467 onlink"},
+				Route: []string{"10.244.2.0/24 via 10.244.2.0 proto 87 onlink", "10.244.3.0/24 via 10.244.3.0 proto 87 onlink"},
 			},
 			want6: kernelState{
 				Neigh: []string{"fd00:10:244:2:: lladdr 0a:00:00:00:00:02 PERMANENT"},
@@ -64,7 +64,7 @@ func TestPeers(t *testing.T) {
 			want4: kernelState{
 				Neigh: []string{"10.244.2.0 lladdr 0a:00:00:00:00:22 PERMANENT", "10.244.3.0 lladdr 0a:00:00:00:00:03 PERMANENT"},
 				FDB:   []string{"0a:00:00:00:00:03 dst 192.168.77.4 self permanent", "0a:00:00:00:00:22 dst 192.168.77.2 self permanent"},
-				Route: []string{"10.244.2.0/24 via 10.244.2.0 proto 87 metric 62466 onlink", "10.244.3.0/24 via 10.244.3.0 proto 87 metric 62467 onlink"},
+				Route: []string{"10.244.2.0/24 via 10.244.2.0 proto 87 onlink", "10.244.3.0/24 via 10.244.3.0 proto 87 onlink"},
 			},
 			want6: kernelState{
 				Neigh: []string{"fd00:10:244:2:: lladdr 0a:00:00:00:00:22 PERMANENT"},
@@ -78,7 +78,7 @@ func TestPeers(t *testing.T) {
 			want4: kernelState{
 				Neigh: []string{"10.244.3.0 lladdr 0a:00:00:00:00:03 PERMANENT"},
 				FDB:   []string{"0a:00:00:00:00:03 dst 192.168.77.4 self permanent"},
-				Route: []string{"10.244.3.0/24 via 10.244.3.0 proto 87 metric 62467 onlink"},
+				Route: []string{"10.244.3.0/24 via 10.244.3.0 proto 87 onlink"},
 			},
 			want6: kernelState{Route: kernel6},
 		},

@@ -11,8 +11,8 @@ import (
 )
 
 // drift is the shared overlay drift rules for the devices and the table
-// last programmed, plus the FDB entries: a deleted one that the table
-// wants, or a new permanent one that it does not.
+// last programmed, plus the FDB entries: one that the table wants deleted
+// or no longer permanent, or a new permanent one that it does not want.
 func (b *Backend) drift() kernel.Drift {
 	links := make(map[string]int, len(b.devs))
 	for _, d := range b.devs {
@@ -35,10 +35,14 @@ func (b *Backend) drift() kernel.Drift {
 		var mac subnet.MAC
 		copy(mac[:], u.HardwareAddr)
 		want := fdb[fdbEntry{MAC: mac, Dst: ip.Unmap()}]
-		if u.Type == unix.RTM_DELNEIGH {
+		permanent := u.State&netlink.NUD_PERMANENT != 0
+		switch {
+		case u.Type == unix.RTM_DELNEIGH:
 			return want
+		case want:
+			return !permanent
 		}
-		return u.State&netlink.NUD_PERMANENT != 0 && !want
+		return permanent
 	}
 	return dr
 }

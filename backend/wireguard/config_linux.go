@@ -9,12 +9,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
+	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/subnet"
 )
-
-// DefaultResyncInterval is the period of the full resync, as the other
-// kernel dataplanes'.
-const DefaultResyncInterval = 10 * time.Second
 
 // Config describes the node's WireGuard devices. The zero value of an
 // optional field means its default.
@@ -45,8 +42,9 @@ type Config struct {
 	// Kernel forces the kernel devices (true) or the in-process ones
 	// (false); nil picks the kernel's when it has WireGuard.
 	Kernel *bool
-	// ResyncInterval is the period of the full resync; 0 means
-	// DefaultResyncInterval.
+	// ResyncInterval is the period of the full resync, the only repair of
+	// peers changed behind the backend's back (WireGuard's configuration
+	// raises no notification); 0 means kernel.DefaultResync.
 	ResyncInterval time.Duration
 }
 
@@ -87,7 +85,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.ListenPortV6 = subnet.DefaultWireGuardPortV6
 	}
 	if c.ResyncInterval <= 0 {
-		c.ResyncInterval = DefaultResyncInterval
+		c.ResyncInterval = kernel.DefaultResync
 	}
 	return c, nil
 }

@@ -46,9 +46,10 @@
 // # Repair
 //
 // kernel.Reconciler syncs on every new table, on notifications about the
-// devices, their addresses and routes, and every ResyncInterval: a missing
-// device is re-created, a missing address or route put back, and the
-// device's peers compared with the table (stale ones removed, missing or
-// changed ones set), without replacing unchanged peers (which would drop
-// their sessions).
+// devices, their addresses and routes, and every ResyncInterval (90 s by
+// default): a missing device is re-created, a missing address or route put
+// back, and the device's peers compared with the table (stale ones removed,
+// missing or changed ones set), without replacing unchanged peers (which
+// would drop their sessions). A change of the peers themselves (`wg set`)
+// raises no notification, so only the periodic sync repairs it.
 package wireguard

@@ -32,6 +32,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/test/e2e"
 	"github.com/weft-net/weft/vtep"
@@ -272,10 +273,10 @@ func peersRound(b *testing.B, d daemon) result {
 	return r
 }
 
-// restSpan is how long the memory at rest is sampled: longer than weftd's
-// resync (every 10 s), whose garbage and code come and go, so that the
-// figure is not read in a lucky moment between two resyncs.
-const restSpan = 12 * time.Second
+// restSpan is how long the memory and CPU at rest are sampled: longer than
+// the period of weftd's full resync, whose garbage, code and CPU come and
+// go, so that the figures are not read in a lucky moment between two.
+const restSpan = kernel.DefaultResync + 2*time.Second
 
 // rssOver samples n's RSS every 200 ms for span and returns the mean
 // anonymous and file-backed parts and the most anon+file of any sample.
