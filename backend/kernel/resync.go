@@ -7,6 +7,6 @@ import "time"
 // reports (a deleted or changed route, neighbour, FDB entry, address or
 // device) is repaired on the notification, within about a second, and a
 // lost subscription is followed by a full sync; the periodic one is for the
-// state no notification covers, such as WireGuard peers changed through
-// genetlink and uvxlan's tc programs.
+// state no notification covers, such as uvxlan's tc programs (WireGuard,
+// whose peers change without a notification, syncs more often).
 const DefaultResync = 90 * time.Second

@@ -9,7 +9,6 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
-	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/subnet"
 )
 
@@ -44,9 +43,15 @@ type Config struct {
 	Kernel *bool
 	// ResyncInterval is the period of the full resync, the only repair of
 	// peers changed behind the backend's back (WireGuard's configuration
-	// raises no notification); 0 means kernel.DefaultResync.
+	// raises no notification); 0 means DefaultResync.
 	ResyncInterval time.Duration
 }
+
+// DefaultResync is the WireGuard backends' full resync period. It is
+// shorter than the other backends' (kernel.DefaultResync): a peer changed
+// or removed with `wg set` raises no notification, so this sync is what
+// puts it back, and reading the peers is cheap.
+const DefaultResync = 10 * time.Second
 
 // FromBackend fills the cluster-wide settings of c from the network
 // config's Backend object.
@@ -85,7 +90,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.ListenPortV6 = subnet.DefaultWireGuardPortV6
 	}
 	if c.ResyncInterval <= 0 {
-		c.ResyncInterval = kernel.DefaultResync
+		c.ResyncInterval = DefaultResync
 	}
 	return c, nil
 }

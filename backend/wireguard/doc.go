@@ -46,7 +46,7 @@
 // # Repair
 //
 // kernel.Reconciler syncs on every new table, on notifications about the
-// devices, their addresses and routes, and every ResyncInterval (90 s by
+// devices, their addresses and routes, and every ResyncInterval (10 s by
 // default): a missing device is re-created, a missing address or route put
 // back, and the device's peers compared with the table (stale ones removed,
 // missing or changed ones set), without replacing unchanged peers (which
