@@ -29,12 +29,12 @@ type BatchWriter struct {
 	seq uint32
 }
 
-// pipeWindow is how many requests are in flight at once: their failures
+// batchWindow is how many requests are in flight at once: their failures
 // (each answered by an skb of under 1 KB; successes are not answered, see
 // window) must fit the socket's receive buffer, which OpenBatchWriter raises but
 // which may stay at the usual 208 KB default when the process may not raise
 // it.
-const pipeWindow = 128
+const batchWindow = 128
 
 // OpenBatchWriter opens a BatchWriter in the network namespace at nsPath ("" is the
 // namespace of the calling process) and checks that it sees the link with
@@ -45,13 +45,13 @@ func OpenBatchWriter(h *netlink.Handle, nsPath string, link int) (*BatchWriter, 
 	if nsPath != "" {
 		var err error
 		if ns, err = netns.GetFromPath(nsPath); err != nil {
-			return nil, fmt.Errorf("open netlink pipe: %w", err)
+			return nil, fmt.Errorf("open netlink batch: %w", err)
 		}
 		defer ns.Close()
 	}
 	s, err := nl.GetNetlinkSocketAt(ns, netns.None(), unix.NETLINK_ROUTE)
 	if err != nil {
-		return nil, fmt.Errorf("open netlink pipe: %w", err)
+		return nil, fmt.Errorf("open netlink batch: %w", err)
 	}
 	p := &BatchWriter{s: s}
 	// Room for a window of acknowledgements, each a small message of its
@@ -69,17 +69,17 @@ func OpenBatchWriter(h *netlink.Handle, nsPath string, link int) (*BatchWriter, 
 func (p *BatchWriter) sameLink(h *netlink.Handle, link int) error {
 	want, err := h.LinkByIndex(link)
 	if err != nil {
-		return fmt.Errorf("open netlink pipe: link %d: %w", link, err)
+		return fmt.Errorf("open netlink batch: link %d: %w", link, err)
 	}
 	req := nl.NewNetlinkRequest(unix.RTM_GETLINK, unix.NLM_F_ACK)
 	req.AddData(&nl.IfInfomsg{IfInfomsg: unix.IfInfomsg{Family: unix.AF_UNSPEC, Index: int32(link)}})
 	msgs, err := p.exchange(req)
 	if err != nil {
-		return fmt.Errorf("open netlink pipe: link %d: %w", link, err)
+		return fmt.Errorf("open netlink batch: link %d: %w", link, err)
 	}
 	name, addr := linkNameAddr(msgs)
 	if name != want.Attrs().Name || addr.String() != want.Attrs().HardwareAddr.String() {
-		return fmt.Errorf("open netlink pipe: link %d is %q (%s) in the batch writer's namespace but %q (%s) in the handle's: not the same namespace",
+		return fmt.Errorf("open netlink batch: link %d is %q (%s) in the batch writer's namespace but %q (%s) in the handle's: not the same namespace",
 			link, name, addr, want.Attrs().Name, want.Attrs().HardwareAddr)
 	}
 	return nil
@@ -158,8 +158,8 @@ func (p *BatchWriter) Close() { p.s.Close() }
 // when the exchange itself failed (then the results are incomplete).
 func (p *BatchWriter) Write(reqs []*nl.NetlinkRequest) ([]error, error) {
 	res := make([]error, len(reqs))
-	for start := 0; start < len(reqs); start += pipeWindow {
-		end := min(start+pipeWindow, len(reqs))
+	for start := 0; start < len(reqs); start += batchWindow {
+		end := min(start+batchWindow, len(reqs))
 		if err := p.window(reqs[start:end], res[start:end]); err != nil {
 			return res, err
 		}
@@ -186,12 +186,12 @@ func (p *BatchWriter) window(reqs []*nl.NetlinkRequest, res []error) error {
 		buf = append(buf, r.Serialize()...)
 	}
 	if err := unix.Sendto(p.s.GetFd(), buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return fmt.Errorf("netlink pipe: send: %w", err)
+		return fmt.Errorf("netlink batch: send: %w", err)
 	}
 	for {
 		msgs, _, err := p.s.Receive()
 		if err != nil {
-			return fmt.Errorf("netlink pipe: receive: %w", err)
+			return fmt.Errorf("netlink batch: receive: %w", err)
 		}
 		for _, m := range msgs {
 			i := int(m.Header.Seq - first)
@@ -267,11 +267,12 @@ func NeighRequest(n *netlink.Neigh, set bool) *nl.NetlinkRequest {
 }
 
 // RouteRequest is `ip route replace` (set) or `ip route del` of r: a
-// unicast route in a table below 256 with a destination, a gateway, and
-// optionally an output link, flags, a scope, a protocol and a metric.
+// unicast route in a table below 256 with a destination, a gateway or an
+// output link (or both), and optionally flags, a scope, a protocol and a
+// metric.
 func RouteRequest(r *netlink.Route, set bool) (*nl.NetlinkRequest, error) {
-	if r.Dst == nil || r.Gw == nil || r.Table >= 256 {
-		return nil, errors.New("netlink pipe: route needs a destination and a gateway in a main table")
+	if r.Dst == nil || r.Gw == nil && r.LinkIndex <= 0 || r.Table >= 256 {
+		return nil, errors.New("netlink batch: route needs a destination and a gateway or a link, in a main table")
 	}
 	var req *nl.NetlinkRequest
 	var msg *nl.RtMsg
@@ -285,8 +286,8 @@ func RouteRequest(r *netlink.Route, set bool) (*nl.NetlinkRequest, error) {
 	if dst == nil {
 		dst, gw, msg.Family = r.Dst.IP.To16(), r.Gw.To16(), unix.AF_INET6
 	}
-	if gw == nil {
-		return nil, errors.New("netlink pipe: route and gateway of different families")
+	if gw == nil && r.Gw != nil {
+		return nil, errors.New("netlink batch: route and gateway of different families")
 	}
 	ones, _ := r.Dst.Mask.Size()
 	msg.Dst_len = uint8(ones)
@@ -300,7 +301,9 @@ func RouteRequest(r *netlink.Route, set bool) (*nl.NetlinkRequest, error) {
 	}
 	req.AddData(msg)
 	req.AddData(nl.NewRtAttr(unix.RTA_DST, dst))
-	req.AddData(nl.NewRtAttr(unix.RTA_GATEWAY, gw))
+	if gw != nil {
+		req.AddData(nl.NewRtAttr(unix.RTA_GATEWAY, gw))
+	}
 	if r.Priority > 0 {
 		req.AddData(nl.NewRtAttr(unix.RTA_PRIORITY, nl.Uint32Attr(uint32(r.Priority))))
 	}

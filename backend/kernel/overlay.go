@@ -35,6 +35,11 @@ type Route struct {
 	LinkIndex int
 	OnLink    bool
 	Priority  int // metric: the kernel's default (0 for IPv4, 1024 for IPv6), as Flannel's routes have
+	// Protocol is the route's protocol as read from the kernel (0 in a
+	// wanted route: weft writes RouteProtocol). A deletion names it, with
+	// the link and gateway read, so that it removes exactly the route read
+	// and never another owner's route to the same subnet.
+	Protocol int
 }
 
 // Peer is one row of the desired table, with whether its subnet is reached

@@ -26,7 +26,9 @@ func (o *Overlay) Apply(old, next vtep.Table) (SyncStats, error) {
 	var st SyncStats
 	d := vtep.Compute(o.own(old), o.own(next))
 	for _, e := range d.Remove {
-		if err := o.delRoutes([]Route{wantRoute(Peer{Entry: e}, o.link)}, &st); err != nil {
+		r := wantRoute(Peer{Entry: e}, o.link)
+		r.Protocol = int(RouteProtocol) // the route weft wrote, no other owner's
+		if err := o.delRoutes([]Route{r}, &st); err != nil {
 			return st, err
 		}
 		if step != nil {

@@ -10,13 +10,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// minPipelined is the smallest batch written through the batch writer; fewer
+// minBatched is the smallest batch written through the batch writer; fewer
 // entries go one request at a time, where a batch writer saves nothing.
-const minPipelined = 4
+const minBatched = 4
 
 // pipe returns the overlay's batch writer for a batch of n entries, or nil.
 func (o *Overlay) pipe(n int) *BatchWriter {
-	if n < minPipelined {
+	if n < minBatched {
 		return nil
 	}
 	return o.opts.Batch.Get()

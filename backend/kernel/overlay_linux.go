@@ -363,6 +363,7 @@ func fromNetlinkRoute(r netlink.Route) Route {
 		LinkIndex: r.LinkIndex,
 		OnLink:    r.Flags&int(netlink.FLAG_ONLINK) != 0,
 		Priority:  r.Priority,
+		Protocol:  int(r.Protocol),
 	}
 }
 
@@ -381,17 +382,22 @@ func (o *Overlay) neigh(n Neighbour) *netlink.Neigh {
 	}
 }
 
-// route is r for netlink. It carries no protocol, so that deleting a route
-// of another protocol matches it; RouteReplace callers set RouteProtocol.
+// route is r for netlink: for a route read from the kernel, exactly that
+// route (its gateway, link and protocol; a deletion matches only it), for a
+// wanted one what to write (RouteReplace callers set RouteProtocol; a direct
+// route leaves the link to the kernel).
 func (o *Overlay) route(r Route) *netlink.Route {
 	nr := &netlink.Route{
-		Dst:      PrefixIPNet(r.Dst),
-		Gw:       r.Gw.AsSlice(),
-		Table:    unix.RT_TABLE_MAIN,
-		Priority: r.Priority,
+		Dst:       PrefixIPNet(r.Dst),
+		Table:     unix.RT_TABLE_MAIN,
+		Priority:  r.Priority,
+		LinkIndex: r.LinkIndex,
+		Protocol:  netlink.RouteProtocol(r.Protocol),
+	}
+	if r.Gw.IsValid() {
+		nr.Gw = r.Gw.AsSlice()
 	}
 	if r.OnLink {
-		nr.LinkIndex = r.LinkIndex
 		nr.Flags = int(netlink.FLAG_ONLINK)
 	}
 	return nr

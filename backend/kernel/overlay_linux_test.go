@@ -178,6 +178,78 @@ func TestUpgradeFromPerSubnetMetric(t *testing.T) {
 	}
 }
 
+// TestForeignRoutesSurvive: another owner's route to a subnet weft also
+// routes (a static route via the same gateway, at another metric) survives
+// weft's deletions. A direct route whose peer moved to another address is
+// replaced in place (same destination and metric), and the route read
+// before is then deleted: by its gateway, link and protocol, which no
+// longer match anything, rather than by destination and gateway alone,
+// which the kernel would take for the other owner's route. The same for a
+// peer that leaves the table.
+func TestForeignRoutesSurvive(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
+			ns := nettest.NewNS(t, "foreign")
+			for _, c := range [][]string{
+				{"ip", "tuntap", "add", "dev", "tap0", "mode", "tap"},
+				{"ip", "link", "set", "tap0", "up"},
+				{"ip", "link", "add", "ve0", "type", "veth", "peer", "name", "ve1"},
+				{"ip", "link", "set", "ve0", "up"},
+				{"ip", "link", "set", "ve1", "up"},
+				{"ip", "addr", "add", "192.168.77.1/24", "dev", "ve0"},
+			} {
+				nettest.MustRun(t, ns, c...)
+			}
+			l, err := ns.Handle.LinkByName("tap0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			idx := l.Attrs().Index
+			opts := OverlayOptions{Family: netlink.FAMILY_V4, DirectRouting: true}
+			if batch {
+				opts.Batch = NewLazyBatchWriter(ns.Handle, ns.Path, idx)
+			}
+			// Enough routes that the batch writer takes them (minBatched).
+			peers := func(last byte) vtep.Table {
+				tb := vtep.Table{}
+				for i := 2; i < 10; i++ {
+					tb[netip.MustParsePrefix(fmt.Sprintf("10.244.%d.0/24", i))] = vtep.Peer{Addr: netip.AddrFrom4([4]byte{192, 168, 77, last + byte(i)})}
+				}
+				return tb
+			}
+			o := NewOverlay(ns.Handle, idx, opts)
+			if _, err := o.Sync(peers(0)); err != nil {
+				t.Fatal(err)
+			}
+			for i := 2; i < 10; i++ {
+				nettest.MustRun(t, ns, "ip", "route", "add", fmt.Sprintf("10.244.%d.0/24", i), "via", fmt.Sprintf("192.168.77.%d", i),
+					"dev", "ve0", "proto", "static", "metric", "50")
+			}
+			foreign := func(step string) {
+				t.Helper()
+				got := nettest.MustRun(t, ns, "ip", "-4", "route", "show", "proto", "static")
+				if n := strings.Count(got, "metric 50"); n != 8 {
+					t.Errorf("%s: %d of 8 static routes left:\n%s", step, n, got)
+				}
+			}
+			if _, err := o.Sync(peers(20)); err != nil { // every peer at another address
+				t.Fatal(err)
+			}
+			foreign("after the peers moved")
+			if got := nettest.MustRun(t, ns, "ip", "-4", "route", "show", "proto", "87"); strings.Count(got, "via 192.168.77.2") != 8 {
+				t.Errorf("weft's routes after the peers moved:\n%s", got)
+			}
+			if _, err := o.Sync(vtep.Table{}); err != nil {
+				t.Fatal(err)
+			}
+			foreign("after the peers left")
+			if got := nettest.MustRun(t, ns, "ip", "-4", "route", "show", "proto", "87"); got != "" {
+				t.Errorf("weft's routes after the peers left:\n%s", got)
+			}
+		})
+	}
+}
+
 // messyNS is a namespace whose overlay link (a VXLAN device, vx0) and
 // second link (ve0) hold entries of every kind an overlay's reads must keep
 // or skip: permanent and other neighbours, on the link and elsewhere; weft's
