@@ -17,6 +17,13 @@ const (
 	debounce = 50 * time.Millisecond
 	// retryAfter is the wait before retrying a failed sync or subscription.
 	retryAfter = time.Second
+	// repairBurst and repairEvery bound the repairs that notifications ask
+	// for: repairBurst of them at the debounce, then one every repairEvery
+	// until the budget refills. Another program that rewrites what weft
+	// programs (a second owner of a route) then costs a full sync every
+	// repairEvery, not one per debounce.
+	repairBurst = 20
+	repairEvery = 2 * time.Second
 )
 
 // Drift says which kernel change notifications are drift that calls for a
@@ -82,6 +89,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 			} else {
 				tm.notBefore = time.Time{}
 			}
+			tm.synced()
 			d = r.Drift()
 		case u, ok := <-w.links:
 			w = r.notified(w, tm, ok, ok && d.Link != nil && d.Link(u))
@@ -118,7 +126,12 @@ func (r *Reconciler) notified(w *watch, tm *timers, open, relevant bool) *watch 
 		return &watch{done: make(chan struct{})}
 	case relevant:
 		tm.full = true
-		tm.arm(debounce)
+		delay, slowed := tm.drifted(time.Now())
+		if slowed {
+			r.Log.Warn("the kernel keeps drifting from what weft programmed right after each repair "+
+				"(another program rewriting the same routes, neighbours or devices?); repairs slowed", "wait", delay)
+		}
+		tm.arm(delay)
 	}
 	return w
 }
@@ -134,16 +147,24 @@ type timers struct {
 	due         time.Time // when soon fires, while pending
 	notBefore   time.Time // no sync before this, after a failed one
 	full        bool
+	// The repair budget: tokens repairs at the debounce are left (refilled
+	// one per repairEvery since refilled), repairing says a repair is
+	// already scheduled, slowed that the budget ran out and was reported.
+	tokens            float64
+	refilled          time.Time
+	repairing, slowed bool
 }
 
 func newTimers(resync time.Duration) *timers {
 	tm := &timers{
-		soon:    time.NewTimer(0), // the first sync, at once
-		resub:   time.NewTimer(time.Hour),
-		resync:  time.NewTicker(resync),
-		pending: true,
-		due:     time.Now(),
-		full:    true,
+		soon:     time.NewTimer(0), // the first sync, at once
+		resub:    time.NewTimer(time.Hour),
+		resync:   time.NewTicker(resync),
+		pending:  true,
+		due:      time.Now(),
+		full:     true,
+		tokens:   repairBurst,
+		refilled: time.Now(),
 	}
 	tm.resub.Stop()
 	return tm
@@ -174,6 +195,31 @@ func (tm *timers) backOff(d time.Duration) {
 	tm.notBefore = time.Now().Add(d)
 	tm.arm(d)
 }
+
+// drifted returns how long to wait before repairing drift reported at now:
+// the debounce while the repair budget lasts, else until it has refilled
+// one repair; slowed says the budget has just run out. Notifications while
+// a repair is scheduled are one burst and cost nothing more.
+func (tm *timers) drifted(now time.Time) (wait time.Duration, slowed bool) {
+	tm.tokens = min(repairBurst, tm.tokens+float64(now.Sub(tm.refilled))/float64(repairEvery))
+	tm.refilled = now
+	if tm.tokens >= repairBurst {
+		tm.slowed = false
+	}
+	if tm.repairing {
+		return debounce, false
+	}
+	tm.repairing = true
+	tm.tokens--
+	if tm.tokens >= 0 {
+		return debounce, false
+	}
+	slowed, tm.slowed = !tm.slowed, true
+	return max(debounce, time.Duration(-tm.tokens*float64(repairEvery))), slowed
+}
+
+// synced records the end of a sync.
+func (tm *timers) synced() { tm.repairing = false }
 
 func (tm *timers) stop() {
 	tm.soon.Stop()

@@ -105,3 +105,43 @@ func TestBackOffHolds(t *testing.T) {
 		t.Fatal("a sync asked for now after a success never came")
 	}
 }
+
+// TestRepairBudget: drift that comes back right after each repair (another
+// program fighting weft over a route) is repaired at the debounce
+// repairBurst times, then once per repairEvery, and the slowdown is
+// reported once; a burst of notifications before a repair costs one
+// repair; a quiet spell refills the budget.
+func TestRepairBudget(t *testing.T) {
+	tm := newTimers(time.Hour)
+	defer tm.stop()
+	now := time.Now()
+	tm.refilled = now
+	slowedAt := -1
+	for i := range repairBurst + 5 {
+		w, slowed := tm.drifted(now)
+		if w2, s2 := tm.drifted(now.Add(time.Millisecond)); s2 || w2 > w { // the same burst
+			t.Errorf("round %d: a second notification before the repair changed the wait %v to %v (slowed %v)", i, w, w2, s2)
+		}
+		if slowed {
+			if slowedAt >= 0 {
+				t.Errorf("slowed reported again in round %d", i)
+			}
+			slowedAt = i
+		}
+		switch {
+		case i < repairBurst && w != debounce:
+			t.Errorf("round %d within the budget waits %v, want %v", i, w, debounce)
+		case i >= repairBurst+1 && (w < repairEvery*9/10 || w > repairEvery*11/10):
+			t.Errorf("round %d past the budget waits %v, want about %v", i, w, repairEvery)
+		}
+		now = now.Add(w)
+		tm.synced()
+		now = now.Add(10 * time.Millisecond) // the other program rewrites it at once
+	}
+	if slowedAt != repairBurst {
+		t.Errorf("slowed reported in round %d, want %d", slowedAt, repairBurst)
+	}
+	if w, _ := tm.drifted(now.Add(repairBurst * repairEvery)); w != debounce {
+		t.Errorf("drift after a quiet spell waits %v, want %v", w, debounce)
+	}
+}

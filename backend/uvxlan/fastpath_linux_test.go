@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+	"github.com/weft-net/weft/internal/namespace"
 	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/vtep"
 	"golang.org/x/sys/unix"
@@ -216,6 +217,41 @@ func TestFastPath(t *testing.T) {
 		checkFastMaps(t, a.b, vtep.Table{b.subnet: {MAC: b.mac, Addr: b.host.Addr}})
 		transfer(t, a, b, 20<<20)
 		checkFastCounters(t, a.b.Stats(), true)
+	})
+
+	t.Run("reattaches to a recreated underlay at once", func(t *testing.T) {
+		// The egress program sends through the underlay by its index: a
+		// recreated underlay (new index) must be noticed from the
+		// notifications, not only at the periodic sync (an hour here).
+		u := nettest.NewUnderlay(t, netip.MustParsePrefix("192.168.77.0/24"), 1500)
+		a := newUVNodeWith(t, u, "a", subnetA, func(c *Config) { c.FastPath = true; c.Reconcile = time.Hour })
+		b := newFastNode(t, u, "b", subnetB)
+		connect(t, a, b)
+		if out, err := ping(a, b.podIP); err != nil {
+			t.Fatalf("ping: %v\n%s", err, out)
+		}
+		nettest.MustRun(t, a.host, "ip", "link", "del", "eth0")
+		nettest.Veth(t, a.host.NS, "eth0", u.NS, "a-again")
+		if err := namespace.Enslave(u.NS, "a-again", namespace.UnderlayBridge); err != nil {
+			t.Fatal(err)
+		}
+		nettest.MustRun(t, a.host, "ip", "addr", "add", netip.PrefixFrom(a.host.Addr, 24).String(), "dev", "eth0")
+		eventually(t, "fast path attached to the new underlay", func() error {
+			if st := a.b.Stats(); st.Events[EventFastAttaches] != 2 {
+				return fmt.Errorf("events %v", st.Events)
+			}
+			return nil
+		})
+		sent := a.b.Stats().Events[EventFastTxFrames]
+		eventually(t, "ping over the new underlay", func() error {
+			if out, err := ping(a, b.podIP); err != nil {
+				return fmt.Errorf("%w\n%s", err, out)
+			}
+			return nil
+		})
+		if got := a.b.Stats().Events[EventFastTxFrames]; got <= sent {
+			t.Errorf("no frame took the fast path after the repair (%d, %d before)", got, sent)
+		}
 	})
 
 	t.Run("reattaches to a new tap and detaches on stop", func(t *testing.T) {

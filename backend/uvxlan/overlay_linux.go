@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 
 	"github.com/vishvananda/netlink"
 	"github.com/weft-net/weft/backend/kernel"
@@ -131,5 +132,19 @@ func (dp *datapath) program(t vtep.Table, full bool) error {
 // drift is the reconciler's Drift: the shared overlay rules for the TAP and
 // the table programmed last.
 func (dp *datapath) drift() kernel.Drift {
-	return kernel.NewOverlayDrift(dp.applied, map[string]int{dp.b.cfg.Name: dp.linkIndex}).Drift()
+	d := kernel.NewOverlayDrift(dp.applied, map[string]int{dp.b.cfg.Name: dp.linkIndex}).Drift()
+	if f := dp.b.fast; f != nil {
+		// The fast path's egress program sends through the underlay
+		// device by its index: a change to that device, or the node's
+		// address coming or going on any device (a recreated underlay),
+		// calls for a sync, which attaches the programs again.
+		under, local := f.params.underlay, dp.b.cfg.Local
+		link, addr := d.Link, d.Addr
+		d.Link = func(u netlink.LinkUpdate) bool { return link(u) || under != 0 && int(u.Index) == under }
+		d.Addr = func(u netlink.AddrUpdate) bool {
+			a, ok := netip.AddrFromSlice(u.LinkAddress.IP)
+			return addr(u) || ok && a.Unmap() == local
+		}
+	}
+	return d
 }
