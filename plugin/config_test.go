@@ -3,6 +3,7 @@ package plugin
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -89,6 +90,28 @@ func TestNewPlan(t *testing.T) {
 				t.Fatalf("range %+v", p.ranges[0])
 			}
 		})
+	}
+}
+
+// TestRangeIDs: ranges are numbered as host-local numbers the ranges
+// Flannel's plugin gives it, IPv4 first: an IPv6-only node's range is 0.
+func TestRangeIDs(t *testing.T) {
+	v4 := subnet.File{Network: netip.MustParsePrefix("10.244.0.0/16"), Subnet: netip.MustParsePrefix("10.244.59.1/24"), MTU: 1450}
+	v6 := subnet.File{IPv6Network: netip.MustParsePrefix("fd00:10:244::/56"), IPv6Subnet: netip.MustParsePrefix("fd00:10:244:50::1/64"), MTU: 1450}
+	dual := v4
+	dual.IPv6Network, dual.IPv6Subnet = v6.IPv6Network, v6.IPv6Subnet
+	for _, c := range []struct {
+		name string
+		f    subnet.File
+		ids  []int
+	}{{"IPv4", v4, []int{0}}, {"IPv6", v6, []int{0}}, {"dual-stack", dual, []int{0, 1}}} {
+		var ids []int
+		for _, r := range newPlan(c.f, 0).ranges {
+			ids = append(ids, r.ID)
+		}
+		if !slices.Equal(ids, c.ids) {
+			t.Errorf("%s: range IDs %v, want %v", c.name, ids, c.ids)
+		}
 	}
 }
 
