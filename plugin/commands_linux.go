@@ -140,7 +140,7 @@ func cmdDel(args *skel.CmdArgs) error {
 // stays) or writes the chain again afterwards.
 func dropMasqIfUnused(s *disk.Store, conf *Config) error {
 	return locked(s, func() error {
-		held, err := holdersIn(conf.ipamDir())
+		held, err := holdersIn(conf.storeDir())
 		if err != nil || len(held) > 0 {
 			return err
 		}
@@ -158,7 +158,7 @@ func cmdGC(args *skel.CmdArgs) error {
 		return err
 	}
 	defer store.Close()
-	gone, err := gc(store, conf.ipamDir(), conf.ValidAttachments)
+	gone, err := gc(store, conf.storeDir(), conf.ValidAttachments)
 	var errs []error
 	for _, a := range gone {
 		errs = append(errs, deleteVeth(a, ""))

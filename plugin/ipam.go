@@ -15,10 +15,13 @@ import (
 
 // Addresses live in host-local's store (containernetworking/plugins
 // v1.10.0, disk.Store: one file per address, whose flock on dir/lock
-// serialises concurrent plugin processes), allocated round-robin as
-// host-local allocates them (allocateIn). What weft adds: all-or-nothing
-// across families, and the list of released attachments that GC needs to
-// delete their veths.
+// serialises concurrent plugin processes), in the directory where
+// host-local keeps it for the same configuration (Config.storeDir), so
+// that weft and host-local (under Flannel's plugin) share it: a node
+// switched between them with pods running never hands out an address
+// twice. Allocation is round-robin as host-local allocates (allocateIn).
+// What weft adds: all-or-nothing across families, and the list of released
+// attachments that GC needs to delete their veths.
 
 // ErrExhausted is returned when a node subnet has no free address left.
 var ErrExhausted = errors.New("no free address")
@@ -47,10 +50,10 @@ type Range struct {
 	ID      int
 }
 
-// openStore opens the address store of conf's network in host-local's
-// layout: dataDir/ipam/<network>/, created if needed.
+// openStore opens the address store of conf's network where host-local
+// keeps it: <ipam.dataDir>/<network>/, created if needed.
 func openStore(conf *Config) (*disk.Store, error) {
-	s, err := disk.New(conf.Name, filepath.Join(conf.DataDir, "ipam"))
+	s, err := disk.New(conf.Name, conf.IPAM.DataDir)
 	if err != nil {
 		return nil, fmt.Errorf("open address store: %w", err)
 	}
@@ -190,8 +193,10 @@ func lookup(s *disk.Store, a Attachment) ([]netip.Addr, error) {
 }
 
 // gc releases, by host-local's rules, every reservation in dir (the
-// store's directory) whose attachment is not in valid, and returns the
-// attachments that no longer hold an address.
+// store's directory) whose attachment is not in valid, whoever made it
+// (the runtime lists every attachment of the network, also those host-local
+// reserved under Flannel's plugin), and returns the attachments that no
+// longer hold an address.
 func gc(s *disk.Store, dir string, valid []types.GCAttachment) ([]Attachment, error) {
 	before, err := holders(s, dir)
 	if err != nil {

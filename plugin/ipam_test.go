@@ -141,11 +141,15 @@ func TestStoreGC(t *testing.T) {
 	}
 }
 
-// TestStoreLayout: reservations land where the hand-written store kept
-// them, dataDir/ipam/<network>/<address>, in host-local's file format.
+// TestStoreLayout: reservations land where host-local keeps them for the
+// same configuration, <ipam.dataDir>/<network>/<address>, in host-local's
+// file format.
 func TestStoreLayout(t *testing.T) {
-	conf := &Config{DataDir: t.TempDir()}
-	conf.Name = "weft"
+	ipamDir := t.TempDir()
+	conf, err := ParseConfig([]byte(`{"name":"cbr0","type":"flannel","dataDir":"/nonexistent","ipam":{"dataDir":"` + ipamDir + `"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
 	s, err := openStore(conf)
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +159,7 @@ func TestStoreLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(conf.DataDir, "ipam", "weft", got[0].Addr().String()))
+	b, err := os.ReadFile(filepath.Join(ipamDir, "cbr0", got[0].Addr().String()))
 	if err != nil || string(b) != "c1\r\neth0" {
 		t.Fatalf("reservation file: %q, %v", b, err)
 	}
