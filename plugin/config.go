@@ -27,7 +27,8 @@ type Config struct {
 	types.PluginConf
 	SubnetFile string `json:"subnetFile"`
 	// DataDir is where releases before the shared address store kept it
-	// (DataDir/ipam/<network>). Nothing is kept there any more.
+	// (DataDir/ipam/<network>); the plugin moves what it finds there into
+	// the store (migrate) and keeps nothing else in it.
 	DataDir     string `json:"dataDir"`
 	Bridge      string `json:"bridge"`
 	MTU         int    `json:"mtu"`
@@ -190,3 +191,6 @@ func validLinkName(name string) error {
 // storeDir is the address store of this network, where host-local keeps
 // it for the same configuration: <ipam.dataDir>/<network name>.
 func (c *Config) storeDir() string { return filepath.Join(c.IPAM.DataDir, c.Name) }
+
+// oldStoreDir is where releases before the shared store kept it.
+func (c *Config) oldStoreDir() string { return filepath.Join(c.DataDir, "ipam", c.Name) }

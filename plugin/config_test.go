@@ -20,7 +20,7 @@ func TestParseConfig(t *testing.T) {
 	}{
 		{"defaults", `{"cniVersion":"1.0.0","name":"n","type":"weft"}`, 0, func(c *Config) bool {
 			return c.SubnetFile == subnet.DefaultSubnetFile && c.DataDir == DefaultDataDir && c.Bridge == "cni0" && c.MTU == 0 && c.hairpin() &&
-				c.storeDir() == "/var/lib/cni/networks/n"
+				c.storeDir() == "/var/lib/cni/networks/n" && c.oldStoreDir() == "/var/lib/cni/weft/ipam/n"
 		}},
 		{"all keys", `{"name":"n","subnetFile":"/s","dataDir":"/d","bridge":"br1","mtu":1400,"hairpinMode":false,"dns":{"nameservers":["10.96.0.10"]}}`, 0, func(c *Config) bool {
 			return c.SubnetFile == "/s" && c.DataDir == "/d" && c.Bridge == "br1" && c.MTU == 1400 && !c.hairpin() && c.DNS.Nameservers[0] == "10.96.0.10"
@@ -31,9 +31,10 @@ func TestParseConfig(t *testing.T) {
 			return c.SubnetFile == subnet.DefaultSubnetFile && c.Bridge == "cni0" && c.hairpin() && c.MTU == 0 &&
 				c.storeDir() == "/var/lib/cni/networks/cbr0"
 		}},
-		// Flannel hands its entry's ipam section to host-local.
+		// Flannel hands its entry's ipam section to host-local; its own
+		// dataDir (scratch files) is weft's old store's parent.
 		{"Flannel's ipam dataDir", `{"name":"cbr0","type":"flannel","dataDir":"/var/lib/cni/flannel","ipam":{"type":"host-local","dataDir":"/srv/ipam"},"delegate":{}}`, 0, func(c *Config) bool {
-			return c.storeDir() == "/srv/ipam/cbr0"
+			return c.storeDir() == "/srv/ipam/cbr0" && c.oldStoreDir() == "/var/lib/cni/flannel/ipam/cbr0"
 		}},
 		{"ipam keys as host-local matches them", `{"name":"n","ipam":{"Type":"host-local","datadir":"/x"}}`, 0, func(c *Config) bool { return c.storeDir() == "/x/n" }},
 		{"Flannel's delegate keys", `{"name":"n","type":"flannel","delegate":{"bridge":"br9","mtu":1400,"hairpinMode":false}}`, 0, func(c *Config) bool {

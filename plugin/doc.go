@@ -35,7 +35,9 @@
 //	11  try again later (no subnet file yet, no free address in the node subnet)
 //	50  STATUS: the subnet file is missing or unreadable
 //	100 CHECK: the attachment drifted from prevResult (address, route, veth)
-//	999 any other failure (a netlink or nftables error), with its message
+//	999 any other failure (a netlink or nftables error, an address an older
+//	    release's store and the shared store reserve for different pods),
+//	    with its message
 //
 // # Address store
 //
@@ -61,5 +63,14 @@
 // # dataDir (default /var/lib/cni/weft)
 //
 // weft keeps nothing there any more. Releases before the shared store kept
-// it at <dataDir>/ipam/<network>.
+// it at <dataDir>/ipam/<network>; ADD, DEL and GC move what they find there
+// into the shared store, holding both stores' locks, then remove that
+// directory (and <dataDir>/ipam once empty). An address both stores reserve
+// for different attachments (two pods use it: what the shared store ends)
+// stays reserved for the shared store's attachment, and its old
+// reservation stays in the old directory: ADD fails (code 999) naming the
+// address and both attachments until one of the two pods is deleted. DEL
+// and GC release in both stores (CHECK looks in both), so deleting either
+// pod clears it and completes the move. Only ADD fails on the move's
+// errors.
 package plugin
