@@ -132,6 +132,16 @@ func checkHost(conf *Config, att Attachment, want []netip.Prefix) error {
 	if err != nil {
 		return err
 	}
+	if old, err := openOldStore(conf); err != nil {
+		return err
+	} else if old != nil { // a migration left reservations there
+		defer old.Close()
+		more, err := lookup(old, att)
+		if err != nil {
+			return err
+		}
+		held = append(held, more...)
+	}
 	for _, w := range want {
 		if !slices.Contains(held, w.Addr()) {
 			return drift("address %s is not allocated to %s/%s", w.Addr(), att.ContainerID, att.IfName)

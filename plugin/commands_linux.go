@@ -71,6 +71,10 @@ func add(conf *Config, p plan, att Attachment, netns ns.NetNS) (_ *current.Resul
 		return nil, err
 	}
 	defer store.Close()
+	// Allocate only from a complete store: an older release's must be in.
+	if err := migrate(store, conf); err != nil {
+		return nil, fmt.Errorf("move the old address store: %w", err)
+	}
 	addrs, err := allocate(store, att, p.ranges)
 	if errors.Is(err, ErrExhausted) {
 		return nil, types.NewError(types.ErrTryAgainLater, err.Error(), "every address of the node subnet is taken: delete pods or give nodes larger subnets (SubnetLen)")
@@ -111,9 +115,10 @@ func add(conf *Config, p plan, att Attachment, netns ns.NetNS) (_ *current.Resul
 		pod, addrs), nil
 }
 
-// cmdDel deletes the pod's veth pair, frees its addresses and drops the
-// network's masquerade chains with its last pod. Nothing of it is left for
-// later: an ADD of the same attachment right after it starts clean.
+// cmdDel deletes the pod's veth pair, frees its addresses (in the shared
+// store, and in an older release's while a migration leaves one) and drops
+// the network's masquerade chains with its last pod. Nothing of it is left
+// for later: an ADD of the same attachment right after it starts clean.
 func cmdDel(args *skel.CmdArgs) error {
 	conf, err := ParseConfig(args.StdinData)
 	if err != nil {
@@ -131,6 +136,12 @@ func cmdDel(args *skel.CmdArgs) error {
 	if err := release(store, att); err != nil {
 		return err
 	}
+	if err := releaseOld(conf, att); err != nil {
+		return err
+	}
+	// The move's errors are ADD's to report: the attachment is free in
+	// both stores whatever they are.
+	_ = migrate(store, conf)
 	return dropMasqIfUnused(store, conf)
 }
 
@@ -140,9 +151,11 @@ func cmdDel(args *skel.CmdArgs) error {
 // stays) or writes the chain again afterwards.
 func dropMasqIfUnused(s *disk.Store, conf *Config) error {
 	return locked(s, func() error {
-		held, err := holdersIn(conf.ipamDir())
-		if err != nil || len(held) > 0 {
-			return err
+		for _, dir := range []string{conf.storeDir(), conf.oldStoreDir()} {
+			held, err := holdersIn(dir)
+			if err != nil || len(held) > 0 {
+				return err
+			}
 		}
 		return removeMasq(conf.Name)
 	})
@@ -158,7 +171,13 @@ func cmdGC(args *skel.CmdArgs) error {
 		return err
 	}
 	defer store.Close()
-	gone, err := gc(store, conf.ipamDir(), conf.ValidAttachments)
+	_ = migrate(store, conf) // ADD reports its errors; GC looks in both stores
+	gone, err := gc(store, conf.storeDir(), conf.ValidAttachments)
+	if err == nil {
+		var oldGone []Attachment
+		oldGone, err = gcOld(conf, conf.ValidAttachments)
+		gone = append(gone, oldGone...)
+	}
 	var errs []error
 	for _, a := range gone {
 		errs = append(errs, deleteVeth(a, ""))

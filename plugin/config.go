@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -14,14 +15,20 @@ import (
 // Defaults of the configuration keys.
 const (
 	DefaultDataDir = "/var/lib/cni/weft"
-	DefaultBridge  = "cni0"
+	// DefaultIPAMDataDir is host-local's default dataDir: the address
+	// store of network <name> is DefaultIPAMDataDir/<name>.
+	DefaultIPAMDataDir = "/var/lib/cni/networks"
+	DefaultBridge      = "cni0"
 )
 
 // Config is the plugin's network configuration (the conflist entry of
 // "type": "weft"). Key names follow Flannel's plugin where they overlap.
 type Config struct {
 	types.PluginConf
-	SubnetFile  string `json:"subnetFile"`
+	SubnetFile string `json:"subnetFile"`
+	// DataDir is where releases before the shared address store kept it
+	// (DataDir/ipam/<network>); the plugin moves what it finds there into
+	// the store (migrate) and keeps nothing else in it.
 	DataDir     string `json:"dataDir"`
 	Bridge      string `json:"bridge"`
 	MTU         int    `json:"mtu"`
@@ -31,6 +38,44 @@ type Config struct {
 	// installed as "flannel", reads it from Flannel's conflist and wires the
 	// pod itself. Its keys apply where weft's own are not set.
 	Delegate *Delegate `json:"delegate"`
+	// IPAM is the "ipam" section, read as host-local reads it: the address
+	// store is host-local's, IPAM.DataDir/<network name>. Flannel's plugin
+	// hands this section (of its own entry) to host-local, so for
+	// Flannel's conflist weft and host-local use the same directory.
+	IPAM IPAM `json:"ipam"`
+}
+
+// IPAM is the part of an "ipam" section weft understands.
+type IPAM struct {
+	Type    string `json:"type"`    // only "host-local" (Flannel's default)
+	DataDir string `json:"dataDir"` // default DefaultIPAMDataDir
+	// unknown lists the keys weft does not read (ranges, routes, …),
+	// refused by ParseConfig.
+	unknown []string
+}
+
+// UnmarshalJSON decodes type and dataDir as host-local does (encoding/json,
+// keys matched case-insensitively) and records the other keys.
+func (i *IPAM) UnmarshalJSON(b []byte) error {
+	var known struct {
+		Type    string `json:"type"`
+		DataDir string `json:"dataDir"`
+	}
+	if err := json.Unmarshal(b, &known); err != nil {
+		return err
+	}
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(b, &keys); err != nil {
+		return err
+	}
+	*i = IPAM{Type: known.Type, DataDir: known.DataDir}
+	for k := range keys {
+		if !strings.EqualFold(k, "type") && !strings.EqualFold(k, "dataDir") {
+			i.unknown = append(i.unknown, k)
+		}
+	}
+	slices.Sort(i.unknown)
+	return nil
 }
 
 // Delegate is the part of Flannel's "delegate" object weft understands.
@@ -40,6 +85,9 @@ type Delegate struct {
 	MTU              int    `json:"mtu"`
 	HairpinMode      *bool  `json:"hairpinMode"`
 	IsDefaultGateway *bool  `json:"isDefaultGateway"`
+	// IPAM is refused, as Flannel's plugin refuses it: Flannel writes the
+	// delegate's ipam section itself, from its own entry's.
+	IPAM json.RawMessage `json:"ipam"`
 }
 
 // fold applies Flannel's delegate keys where weft's are unset, and refuses
@@ -54,6 +102,9 @@ func (c *Config) fold() error {
 	}
 	if d.IsDefaultGateway != nil && !*d.IsDefaultGateway {
 		return errors.New("delegate isDefaultGateway false: weft always makes the bridge the pods' default gateway")
+	}
+	if d.IPAM != nil {
+		return errors.New("delegate ipam: Flannel's plugin refuses it too (it writes the delegate's ipam from the ipam section of its own entry); set ipam.dataDir in the flannel entry instead")
 	}
 	if c.Bridge == "" {
 		c.Bridge = d.Bridge
@@ -81,7 +132,7 @@ func ParseConfig(data []byte) (*Config, error) {
 			return nil, types.NewError(types.ErrDecodingFailure, "decode network config: "+err.Error(), "")
 		}
 		return nil, types.NewError(types.ErrInvalidNetworkConfig, "decode network config: "+err.Error(),
-			"check the types of the weft keys: subnetFile, dataDir, bridge (strings), mtu (number), hairpinMode (bool)")
+			"check the types of the weft keys: subnetFile, dataDir, bridge, ipam.dataDir (strings), mtu (number), hairpinMode (bool)")
 	}
 	if err := c.fold(); err != nil {
 		return nil, types.NewError(types.ErrUnsupportedField, "network config: "+err.Error(), "")
@@ -95,10 +146,18 @@ func ParseConfig(data []byte) (*Config, error) {
 	if c.Bridge == "" {
 		c.Bridge = DefaultBridge
 	}
-	if c.IPAM.Type != "" {
+	if c.IPAM.DataDir == "" {
+		c.IPAM.DataDir = DefaultIPAMDataDir
+	}
+	if t := c.IPAM.Type; t != "" && t != "host-local" {
 		return nil, types.NewError(types.ErrUnsupportedField,
-			fmt.Sprintf("network config: ipam type %q is not supported", c.IPAM.Type),
-			"weft allocates pod addresses from the subnet file itself; remove the ipam section")
+			fmt.Sprintf("network config: ipam type %q is not supported", t),
+			"weft allocates pod addresses from the subnet file in host-local's store; use type host-local or no ipam section")
+	}
+	if len(c.IPAM.unknown) > 0 {
+		return nil, types.NewError(types.ErrUnsupportedField,
+			fmt.Sprintf("network config: ipam keys %s are not supported", strings.Join(c.IPAM.unknown, ", ")),
+			"weft allocates pod addresses from the subnet file and reads only ipam.type (host-local) and ipam.dataDir")
 	}
 	if err := c.validate(); err != nil {
 		return nil, types.NewError(types.ErrInvalidNetworkConfig, "network config: "+err.Error(), "")
@@ -112,6 +171,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("subnetFile %q must be an absolute path", c.SubnetFile)
 	case !filepath.IsAbs(c.DataDir):
 		return fmt.Errorf("dataDir %q must be an absolute path", c.DataDir)
+	case !filepath.IsAbs(c.IPAM.DataDir):
+		return fmt.Errorf("ipam dataDir %q must be an absolute path", c.IPAM.DataDir)
+	case c.Name == "" || c.Name == "." || c.Name == ".." || strings.ContainsAny(c.Name, "/\x00"):
+		return fmt.Errorf("network name %q cannot name a directory of the address store", c.Name)
 	case c.MTU != 0 && (c.MTU < 68 || c.MTU > 65535):
 		return fmt.Errorf("mtu %d is outside 68..65535 (0 means the subnet file's FLANNEL_MTU)", c.MTU)
 	}
@@ -125,5 +188,9 @@ func validLinkName(name string) error {
 	return nil
 }
 
-// ipamDir is where the address store of this network lives.
-func (c *Config) ipamDir() string { return filepath.Join(c.DataDir, "ipam", c.Name) }
+// storeDir is the address store of this network, where host-local keeps
+// it for the same configuration: <ipam.dataDir>/<network name>.
+func (c *Config) storeDir() string { return filepath.Join(c.IPAM.DataDir, c.Name) }
+
+// oldStoreDir is where releases before the shared store kept it.
+func (c *Config) oldStoreDir() string { return filepath.Join(c.DataDir, "ipam", c.Name) }

@@ -3,6 +3,7 @@ package plugin
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,18 +19,29 @@ func TestParseConfig(t *testing.T) {
 		want func(*Config) bool
 	}{
 		{"defaults", `{"cniVersion":"1.0.0","name":"n","type":"weft"}`, 0, func(c *Config) bool {
-			return c.SubnetFile == subnet.DefaultSubnetFile && c.DataDir == DefaultDataDir && c.Bridge == "cni0" && c.MTU == 0 && c.hairpin()
+			return c.SubnetFile == subnet.DefaultSubnetFile && c.DataDir == DefaultDataDir && c.Bridge == "cni0" && c.MTU == 0 && c.hairpin() &&
+				c.storeDir() == "/var/lib/cni/networks/n" && c.oldStoreDir() == "/var/lib/cni/weft/ipam/n"
 		}},
 		{"all keys", `{"name":"n","subnetFile":"/s","dataDir":"/d","bridge":"br1","mtu":1400,"hairpinMode":false,"dns":{"nameservers":["10.96.0.10"]}}`, 0, func(c *Config) bool {
 			return c.SubnetFile == "/s" && c.DataDir == "/d" && c.Bridge == "br1" && c.MTU == 1400 && !c.hairpin() && c.DNS.Nameservers[0] == "10.96.0.10"
 		}},
-		{"Flannel's conflist entry", `{"type":"flannel","delegate":{"hairpinMode":true,"isDefaultGateway":true}}`, 0, func(c *Config) bool {
-			return c.SubnetFile == subnet.DefaultSubnetFile && c.Bridge == "cni0" && c.hairpin() && c.MTU == 0
+		// kube-flannel.yml's entry: host-local, under Flannel's plugin,
+		// keeps the store at its default dataDir and the network name.
+		{"Flannel's conflist entry", `{"name":"cbr0","type":"flannel","delegate":{"hairpinMode":true,"isDefaultGateway":true}}`, 0, func(c *Config) bool {
+			return c.SubnetFile == subnet.DefaultSubnetFile && c.Bridge == "cni0" && c.hairpin() && c.MTU == 0 &&
+				c.storeDir() == "/var/lib/cni/networks/cbr0"
 		}},
-		{"Flannel's delegate keys", `{"type":"flannel","delegate":{"bridge":"br9","mtu":1400,"hairpinMode":false}}`, 0, func(c *Config) bool {
+		// Flannel hands its entry's ipam section to host-local; its own
+		// dataDir (scratch files) is weft's old store's parent.
+		{"Flannel's ipam dataDir", `{"name":"cbr0","type":"flannel","dataDir":"/var/lib/cni/flannel","ipam":{"type":"host-local","dataDir":"/srv/ipam"},"delegate":{}}`, 0, func(c *Config) bool {
+			return c.storeDir() == "/srv/ipam/cbr0" && c.oldStoreDir() == "/var/lib/cni/flannel/ipam/cbr0"
+		}},
+		{"ipam keys as host-local matches them", `{"name":"n","ipam":{"Type":"host-local","datadir":"/x"}}`, 0, func(c *Config) bool { return c.storeDir() == "/x/n" }},
+		{"Flannel's delegate keys", `{"name":"n","type":"flannel","delegate":{"bridge":"br9","mtu":1400,"hairpinMode":false}}`, 0, func(c *Config) bool {
 			return c.Bridge == "br9" && c.MTU == 1400 && !c.hairpin()
 		}},
-		{"weft's keys win over the delegate's", `{"type":"flannel","mtu":1300,"delegate":{"mtu":1400}}`, 0, func(c *Config) bool { return c.MTU == 1300 }},
+		{"weft's keys win over the delegate's", `{"name":"n","type":"flannel","mtu":1300,"delegate":{"mtu":1400}}`, 0, func(c *Config) bool { return c.MTU == 1300 }},
+		{"delegate ipam (Flannel refuses it too)", `{"name":"n","type":"flannel","delegate":{"ipam":{"dataDir":"/x"}}}`, types.ErrUnsupportedField, nil},
 		{"delegate to another plugin", `{"type":"flannel","delegate":{"type":"calico"}}`, types.ErrUnsupportedField, nil},
 		{"delegate without default gateway", `{"type":"flannel","delegate":{"isDefaultGateway":false}}`, types.ErrUnsupportedField, nil},
 		{"not JSON", `{"name":`, types.ErrDecodingFailure, nil},
@@ -37,7 +49,12 @@ func TestParseConfig(t *testing.T) {
 		{"mtu too big", `{"name":"n","mtu":70000}`, types.ErrInvalidNetworkConfig, nil},
 		{"relative dataDir", `{"name":"n","dataDir":"x"}`, types.ErrInvalidNetworkConfig, nil},
 		{"bridge with slash", `{"name":"n","bridge":"a/b"}`, types.ErrInvalidNetworkConfig, nil},
-		{"ipam section", `{"name":"n","ipam":{"type":"host-local"}}`, types.ErrUnsupportedField, nil},
+		{"ipam of another type", `{"name":"n","ipam":{"type":"static"}}`, types.ErrUnsupportedField, nil},
+		{"ipam ranges", `{"name":"n","ipam":{"type":"host-local","ranges":[]}}`, types.ErrUnsupportedField, nil},
+		{"ipam dataDir not a string", `{"name":"n","ipam":{"dataDir":7}}`, types.ErrInvalidNetworkConfig, nil},
+		{"relative ipam dataDir", `{"name":"n","ipam":{"dataDir":"x"}}`, types.ErrInvalidNetworkConfig, nil},
+		{"no network name", `{"type":"weft"}`, types.ErrInvalidNetworkConfig, nil},
+		{"network name with a slash", `{"name":"../n"}`, types.ErrInvalidNetworkConfig, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -89,6 +106,28 @@ func TestNewPlan(t *testing.T) {
 				t.Fatalf("range %+v", p.ranges[0])
 			}
 		})
+	}
+}
+
+// TestRangeIDs: ranges are numbered as host-local numbers the ranges
+// Flannel's plugin gives it, IPv4 first: an IPv6-only node's range is 0.
+func TestRangeIDs(t *testing.T) {
+	v4 := subnet.File{Network: netip.MustParsePrefix("10.244.0.0/16"), Subnet: netip.MustParsePrefix("10.244.59.1/24"), MTU: 1450}
+	v6 := subnet.File{IPv6Network: netip.MustParsePrefix("fd00:10:244::/56"), IPv6Subnet: netip.MustParsePrefix("fd00:10:244:50::1/64"), MTU: 1450}
+	dual := v4
+	dual.IPv6Network, dual.IPv6Subnet = v6.IPv6Network, v6.IPv6Subnet
+	for _, c := range []struct {
+		name string
+		f    subnet.File
+		ids  []int
+	}{{"IPv4", v4, []int{0}}, {"IPv6", v6, []int{0}}, {"dual-stack", dual, []int{0, 1}}} {
+		var ids []int
+		for _, r := range newPlan(c.f, 0).ranges {
+			ids = append(ids, r.ID)
+		}
+		if !slices.Equal(ids, c.ids) {
+			t.Errorf("%s: range IDs %v, want %v", c.name, ids, c.ids)
+		}
 	}
 }
 

@@ -2,10 +2,10 @@
 // (written by weftd or by flanneld, same format) and wires a pod in one
 // process, with no delegate plugins: the node bridge with the gateway
 // address, a veth pair into the pod, an address from the node subnet
-// (host-local's allocator and file-locked store from
-// containernetworking/plugins, linked in as a library), the pod's routes,
-// hairpin mode and, when the daemon does not masquerade, an nftables
-// masquerade rule.
+// (allocated as host-local allocates, in host-local's file-locked store
+// from containernetworking/plugins, which it shares with host-local), the
+// pod's routes, hairpin mode and, when the daemon does not masquerade, an
+// nftables masquerade rule.
 //
 // Commands: ADD, DEL (idempotent), CHECK, GC and STATUS (CNI 1.1), VERSION;
 // cniVersion 0.3.0 to 1.1.0.
@@ -26,7 +26,8 @@
 // Every failure is a CNI error on stdout with one of the spec's codes:
 //
 //	1   incompatible cniVersion
-//	2   unsupported field (an "ipam" section: weft allocates itself)
+//	2   unsupported field (ipam keys other than type host-local and dataDir,
+//	    a delegate that is not a bridge or has an ipam section)
 //	3   CHECK: the netns or the pod interface is gone
 //	4   invalid environment (CNI_NETNS that is not a network namespace, …)
 //	6   the configuration is not JSON
@@ -34,14 +35,42 @@
 //	11  try again later (no subnet file yet, no free address in the node subnet)
 //	50  STATUS: the subnet file is missing or unreadable
 //	100 CHECK: the attachment drifted from prevResult (address, route, veth)
-//	999 any other failure (a netlink or nftables error), with its message
+//	999 any other failure (a netlink or nftables error, an address an older
+//	    release's store and the shared store reserve for different pods),
+//	    with its message
 //
-// # State under dataDir (default /var/lib/cni/weft)
+// # Address store
 //
-// ipam/<network>/ holds one file per allocated address (named by the
-// address, holding "containerID\r\nifname", as host-local writes it). Two
-// files persist on purpose: "lock" (the flock shared by concurrent plugin
-// runs) and "last_reserved_ip.<n>" (round-robin position, so a released
-// address is not reused at once). Nothing else is written; the host veth
-// name is derived from containerID and ifname, so DEL needs no state.
+// Addresses are reserved in host-local's store, in the directory host-local
+// uses for the same configuration: <ipam.dataDir>/<network name>, where
+// ipam.dataDir defaults to /var/lib/cni/networks as host-local's does. For
+// Flannel's conflist (weft installed as "flannel") that is where Flannel's
+// plugin has host-local keep it: Flannel hands host-local the network name
+// and the ipam section of its own entry (an ipam section in "delegate" is
+// refused, by Flannel and by weft). So a node moves between Flannel and weft
+// with pods running and no address is handed out twice: each plugin sees
+// the other's reservations, weft's DEL frees what host-local reserved for
+// the attachment, and GC releases the reservations whose attachment the
+// runtime does not list, whoever made them.
+//
+// The directory holds one file per reserved address (named by the address,
+// holding "containerID\r\nifname", as host-local writes it). Two files
+// persist on purpose: "lock" (the flock that serialises weft's and
+// host-local's runs) and "last_reserved_ip.<n>" (round-robin position in
+// range n, so a released address is not reused at once). The host veth
+// name is derived from containerID and ifname, so DEL needs no other state.
+//
+// # dataDir (default /var/lib/cni/weft)
+//
+// weft keeps nothing there any more. Releases before the shared store kept
+// it at <dataDir>/ipam/<network>; ADD, DEL and GC move what they find there
+// into the shared store, holding both stores' locks, then remove that
+// directory (and <dataDir>/ipam once empty). An address both stores reserve
+// for different attachments (two pods use it: what the shared store ends)
+// stays reserved for the shared store's attachment, and its old
+// reservation stays in the old directory: ADD fails (code 999) naming the
+// address and both attachments until one of the two pods is deleted. DEL
+// and GC release in both stores (CHECK looks in both), so deleting either
+// pod clears it and completes the move. Only ADD fails on the move's
+// errors.
 package plugin

@@ -59,7 +59,7 @@ func badInputs(t *testing.T, e *env, pod *nettest.NS) []badInput {
 	}
 	nettest.MustRun(t, e.node, "ip", "link", "add", "notbr0", "type", "veth", "peer", "name", "notbr0p")
 
-	good := map[string]any{"cniVersion": "1.0.0", "name": "weft", "type": "weft", "subnetFile": e.subnetFile, "dataDir": e.dataDir}
+	good := map[string]any{"cniVersion": "1.0.0", "name": "weft", "type": "weft", "subnetFile": e.subnetFile, "dataDir": e.dataDir, "ipam": map[string]any{"dataDir": e.dataDir}}
 	conf := func(mod map[string]any) string {
 		c := map[string]any{}
 		for k, v := range good {
@@ -92,7 +92,10 @@ func badInputs(t *testing.T, e *env, pod *nettest.NS) []badInput {
 		{"hairpinMode of the wrong type", addEnv(nil), conf(map[string]any{"hairpinMode": "yes"}), 7, "hairpinMode"},
 		{"unsupported cniVersion", addEnv(nil), conf(map[string]any{"cniVersion": "9.9.9"}), 1, "incompatible"},
 		{"missing name", addEnv(nil), conf(map[string]any{"name": nil}), 7, "name"},
-		{"ipam section", addEnv(nil), conf(map[string]any{"ipam": map[string]any{"type": "host-local"}}), 2, "ipam"},
+		{"ipam of another type", addEnv(nil), conf(map[string]any{"ipam": map[string]any{"type": "static", "dataDir": e.dataDir}}), 2, "static"},
+		{"ipam ranges", addEnv(nil), conf(map[string]any{"ipam": map[string]any{"dataDir": e.dataDir, "ranges": []any{}}}), 2, "ranges"},
+		{"relative ipam dataDir", addEnv(nil), conf(map[string]any{"ipam": map[string]any{"dataDir": "data"}}), 7, "absolute"},
+		{"delegate ipam", addEnv(nil), conf(map[string]any{"type": "flannel", "delegate": map[string]any{"ipam": map[string]any{"dataDir": e.dataDir}}}), 2, "delegate ipam"},
 		{"relative subnetFile", addEnv(nil), conf(map[string]any{"subnetFile": "subnet.env"}), 7, "absolute"},
 		{"relative dataDir", addEnv(nil), conf(map[string]any{"dataDir": "data"}), 7, "absolute"},
 		{"mtu too small", addEnv(nil), conf(map[string]any{"mtu": 10}), 7, "mtu 10"},
@@ -165,7 +168,7 @@ func TestExhausted(t *testing.T) {
 		t.Fatalf("second ADD in a full /30: %v", err)
 	}
 	out, rc := e.run(t, map[string]string{"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "third", "CNI_NETNS": pod.Path, "CNI_IFNAME": "eth0", "CNI_PATH": "/x"},
-		fmt.Sprintf(`{"cniVersion":"1.1.0","name":"weft","type":"weft","subnetFile":%q,"dataDir":%q}`, e.subnetFile, e.dataDir))
+		fmt.Sprintf(`{"cniVersion":"1.1.0","name":"weft","type":"weft","subnetFile":%q,"dataDir":%q,"ipam":{"dataDir":%[2]q}}`, e.subnetFile, e.dataDir))
 	if ce := cniError(t, out); rc == 0 || ce.Code != 11 {
 		t.Errorf("exit %d, error %+v; want code 11", rc, ce)
 	}
@@ -183,7 +186,7 @@ func TestDelTolerant(t *testing.T) {
 	f := v4File(true)
 	e := newEnv(t, &f)
 	n := e.newNode(t, plugintest.Options{})
-	conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"weft","type":"weft","subnetFile":%q,"dataDir":%q}`, e.subnetFile, e.dataDir)
+	conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"weft","type":"weft","subnetFile":%q,"dataDir":%q,"ipam":{"dataDir":%[2]q}}`, e.subnetFile, e.dataDir)
 	out, rc := e.run(t, map[string]string{"CNI_COMMAND": "DEL", "CNI_CONTAINERID": "never-added", "CNI_IFNAME": "eth0", "CNI_PATH": "/x"}, conf)
 	if rc != 0 {
 		t.Fatalf("DEL of an unknown container: exit %d: %s", rc, out)

@@ -6,29 +6,32 @@ import (
 	"testing"
 )
 
-// FuzzParseConfig: a CNI config that parses has absolute paths and a valid
-// bridge name, and re-encoded parses to the same weft settings.
+// FuzzParseConfig: a CNI config that parses has absolute paths, a valid
+// bridge name and a store directory right under ipam.dataDir, and
+// re-encoded parses to the same weft settings.
 func FuzzParseConfig(f *testing.F) {
 	f.Add(`{"cniVersion":"1.1.0","name":"weft","type":"weft"}`)
 	f.Add(`{"cniVersion":"1.0.0","name":"n","type":"weft","subnetFile":"/run/flannel/subnet.env","dataDir":"/var/lib/cni/weft","bridge":"br0","mtu":1400,"hairpinMode":false}`)
-	f.Add(`{"name":"x","ipam":{"type":"host-local"}}`)
+	f.Add(`{"name":"x","ipam":{"type":"host-local","dataDir":"/srv/ipam"}}`)
 	f.Fuzz(func(t *testing.T, js string) {
 		c, err := ParseConfig([]byte(js))
 		if err != nil {
 			return
 		}
-		if !filepath.IsAbs(c.SubnetFile) || !filepath.IsAbs(c.DataDir) || validLinkName(c.Bridge) != nil {
+		if !filepath.IsAbs(c.SubnetFile) || !filepath.IsAbs(c.DataDir) || !filepath.IsAbs(c.IPAM.DataDir) || validLinkName(c.Bridge) != nil ||
+			filepath.Dir(c.storeDir()) != filepath.Clean(c.IPAM.DataDir) {
 			t.Fatalf("%s parsed to an invalid config %+v", js, c)
 		}
 		// PluginConf's own MarshalJSON hides the weft keys: encode them.
 		b, err := json.Marshal(map[string]any{"cniVersion": c.CNIVersion, "name": c.Name, "type": c.Type,
-			"subnetFile": c.SubnetFile, "dataDir": c.DataDir, "bridge": c.Bridge, "mtu": c.MTU, "hairpinMode": c.HairpinMode})
+			"subnetFile": c.SubnetFile, "dataDir": c.DataDir, "bridge": c.Bridge, "mtu": c.MTU, "hairpinMode": c.HairpinMode,
+			"ipam": map[string]string{"dataDir": c.IPAM.DataDir}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		back, err := ParseConfig(b)
 		if err != nil || back.SubnetFile != c.SubnetFile || back.DataDir != c.DataDir || back.Bridge != c.Bridge ||
-			back.MTU != c.MTU || back.hairpin() != c.hairpin() || back.Name != c.Name {
+			back.MTU != c.MTU || back.hairpin() != c.hairpin() || back.Name != c.Name || back.storeDir() != c.storeDir() {
 			t.Fatalf("round trip of %s via %s: %+v (%v)", js, b, back, err)
 		}
 	})

@@ -96,11 +96,12 @@ func rootLinks(t *testing.T) []string {
 	return names
 }
 
-// storeFiles lists the address store of network name, minus the files that
-// persist on purpose (lock, last_reserved_ip.*).
+// storeFiles lists the address store of network name (the tests set
+// ipam.dataDir to dataDir), minus the files that persist on purpose (lock,
+// last_reserved_ip.*).
 func storeFiles(t *testing.T, dataDir, name string) []string {
 	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(dataDir, "ipam", name))
+	entries, err := os.ReadDir(filepath.Join(dataDir, name))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}

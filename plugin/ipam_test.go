@@ -3,10 +3,12 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -141,11 +143,15 @@ func TestStoreGC(t *testing.T) {
 	}
 }
 
-// TestStoreLayout: reservations land where the hand-written store kept
-// them, dataDir/ipam/<network>/<address>, in host-local's file format.
+// TestStoreLayout: reservations land where host-local keeps them for the
+// same configuration, <ipam.dataDir>/<network>/<address>, in host-local's
+// file format.
 func TestStoreLayout(t *testing.T) {
-	conf := &Config{DataDir: t.TempDir()}
-	conf.Name = "weft"
+	ipamDir := t.TempDir()
+	conf, err := ParseConfig([]byte(`{"name":"cbr0","type":"flannel","dataDir":"/nonexistent","ipam":{"dataDir":"` + ipamDir + `"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
 	s, err := openStore(conf)
 	if err != nil {
 		t.Fatal(err)
@@ -155,10 +161,223 @@ func TestStoreLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(conf.DataDir, "ipam", "weft", got[0].Addr().String()))
+	b, err := os.ReadFile(filepath.Join(ipamDir, "cbr0", got[0].Addr().String()))
 	if err != nil || string(b) != "c1\r\neth0" {
 		t.Fatalf("reservation file: %q, %v", b, err)
 	}
+}
+
+// oldStore writes a store as releases before the shared one left it in
+// dataDir/ipam/<network>: reservations (address: key), its round-robin
+// marker and lock.
+func oldStore(t *testing.T, conf *Config, files map[string]string) {
+	t.Helper()
+	dir := conf.oldStoreDir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files["lock"] = ""
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestMigrate: an older release's store moves into the shared store; an
+// address both reserve for different attachments stays with the shared
+// store's and is reported, naming both, until one of them is released.
+func TestMigrate(t *testing.T) {
+	const a, b, x = "a\r\neth0", "b\r\neth0", "flannel-x\r\neth0"
+	r := []Range{v4Range("10.0.0.1/24")}
+	cases := []struct {
+		name     string
+		shared   map[string]string // the shared store's files before
+		old      map[string]string // the old store's, besides lock
+		want     map[string]string // the shared store's files after
+		twice    []string          // in the error
+		oldAfter []string          // files left in the old directory; nil: it is gone
+		next     string            // the next address allocated, if set
+	}{
+		{name: "moves reservations and marker",
+			old:  map[string]string{"10.0.0.2": a, "10.0.0.3": b, "last_reserved_ip.0": "10.0.0.3"},
+			want: map[string]string{"10.0.0.2": a, "10.0.0.3": b, "last_reserved_ip.0": "10.0.0.3"},
+			next: "10.0.0.4"},
+		{name: "keeps the shared store's marker",
+			shared: map[string]string{"10.0.0.9": x, "last_reserved_ip.0": "10.0.0.9"},
+			old:    map[string]string{"10.0.0.2": a, "last_reserved_ip.0": "10.0.0.2"},
+			want:   map[string]string{"10.0.0.2": a, "10.0.0.9": x, "last_reserved_ip.0": "10.0.0.9"}},
+		{name: "a move cut short",
+			shared: map[string]string{"10.0.0.2": a},
+			old:    map[string]string{"10.0.0.2": a, "10.0.0.3": b},
+			want:   map[string]string{"10.0.0.2": a, "10.0.0.3": b}},
+		{name: "reserved twice",
+			shared:   map[string]string{"10.0.0.3": x},
+			old:      map[string]string{"10.0.0.2": a, "10.0.0.3": b},
+			want:     map[string]string{"10.0.0.2": a, "10.0.0.3": x},
+			twice:    []string{"10.0.0.3", "flannel-x/eth0", "b/eth0"},
+			oldAfter: []string{"10.0.0.3", "lock"}},
+		{name: "a file weft never wrote stays",
+			old:      map[string]string{"10.0.0.2": a, "notes": "mine"},
+			want:     map[string]string{"10.0.0.2": a},
+			oldAfter: []string{"notes"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			conf := testConf(t)
+			s, err := openStore(conf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			for name, content := range c.shared {
+				os.WriteFile(filepath.Join(conf.storeDir(), name), []byte(content), 0o600)
+			}
+			oldStore(t, conf, c.old)
+			err = migrate(s, conf)
+			if len(c.twice) == 0 && err != nil {
+				t.Fatalf("migrate: %v", err)
+			}
+			if len(c.twice) > 0 {
+				if !errors.Is(err, ErrReservedTwice) {
+					t.Fatalf("migrate: %v, want ErrReservedTwice", err)
+				}
+				for _, w := range c.twice {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q does not name %s", err, w)
+					}
+				}
+			}
+			got := dirFiles(t, conf.storeDir())
+			delete(got, "lock")
+			if !maps.Equal(got, c.want) {
+				t.Errorf("shared store after: %v, want %v", got, c.want)
+			}
+			left := slices.Sorted(maps.Keys(dirFiles(t, conf.oldStoreDir())))
+			if !slices.Equal(left, c.oldAfter) {
+				t.Errorf("old store after: %v, want %v", left, c.oldAfter)
+			}
+			if _, err := os.Stat(filepath.Dir(conf.oldStoreDir())); (c.oldAfter == nil) != errors.Is(err, os.ErrNotExist) {
+				t.Errorf("dataDir/ipam after: %v", err)
+			}
+			if c.next != "" {
+				if got, err := allocate(s, Attachment{"new", "eth0"}, r); err != nil || got[0].Addr().String() != c.next {
+					t.Errorf("next allocation %v, %v; want %s", got, err, c.next)
+				}
+			}
+		})
+	}
+}
+
+// TestMigrateReservedTwiceResolves: releasing either holder of an address
+// reserved twice (DEL frees the attachment in both stores) lets the move
+// complete, and the address stays reserved for the other.
+func TestMigrateReservedTwiceResolves(t *testing.T) {
+	for _, del := range []Attachment{{"b", "eth0"}, {"flannel-x", "eth0"}} {
+		t.Run(del.ContainerID, func(t *testing.T) {
+			conf := testConf(t)
+			s, err := openStore(conf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			os.WriteFile(filepath.Join(conf.storeDir(), "10.0.0.3"), []byte("flannel-x\r\neth0"), 0o600)
+			oldStore(t, conf, map[string]string{"10.0.0.3": "b\r\neth0"})
+			if err := migrate(s, conf); !errors.Is(err, ErrReservedTwice) {
+				t.Fatalf("migrate: %v", err)
+			}
+			if held, _ := lookup(s, Attachment{"b", "eth0"}); len(held) != 0 {
+				t.Fatalf("b holds %v in the shared store", held)
+			}
+			// DEL of del: both stores.
+			if err := errors.Join(release(s, del), releaseOld(conf, del)); err != nil {
+				t.Fatal(err)
+			}
+			if err := migrate(s, conf); err != nil {
+				t.Fatalf("migrate after DEL of %v: %v", del, err)
+			}
+			keep := "b\r\neth0"
+			if del.ContainerID == "b" {
+				keep = "flannel-x\r\neth0"
+			}
+			if got := dirFiles(t, conf.storeDir()); got["10.0.0.3"] != keep {
+				t.Fatalf("10.0.0.3 reserved for %q, want %q", got["10.0.0.3"], keep)
+			}
+			if _, err := os.Stat(conf.oldStoreDir()); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("old store still there: %v", err)
+			}
+		})
+	}
+}
+
+// TestMigrateNothing: without an old store, and when the old store's
+// directory is the shared store's (dataDir/ipam = ipam.dataDir), migrate
+// touches nothing.
+func TestMigrateNothing(t *testing.T) {
+	conf := testConf(t)
+	s, err := openStore(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := migrate(s, conf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(conf.oldStoreDir()); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("migrate made %s: %v", conf.oldStoreDir(), err)
+	}
+
+	conf.IPAM.DataDir = filepath.Join(conf.DataDir, "ipam")
+	same, err := openStore(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer same.Close()
+	if _, err := allocate(same, Attachment{"a", "eth0"}, []Range{v4Range("10.0.0.1/24")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrate(same, conf); err != nil {
+		t.Fatal(err)
+	}
+	if got := dirFiles(t, conf.storeDir()); got["10.0.0.2"] != "a\r\neth0" || got["lock"] != "" {
+		t.Fatalf("the store shared with the old path: %v", got)
+	}
+	if old, err := openOldStore(conf); old != nil || err != nil {
+		t.Fatalf("the shared store opened as the old one: %v", err)
+	}
+}
+
+// testConf is a parsed config whose dataDir and ipam.dataDir are test
+// directories.
+func testConf(t *testing.T) *Config {
+	t.Helper()
+	dir := t.TempDir()
+	conf, err := ParseConfig([]byte(`{"name":"net","dataDir":"` + filepath.Join(dir, "weft") + `","ipam":{"dataDir":"` + filepath.Join(dir, "networks") + `"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conf
+}
+
+// dirFiles maps the names of the files in dir to their contents.
+func dirFiles(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[e.Name()] = string(b)
+	}
+	return files
 }
 
 func openTestStore(t *testing.T) (*disk.Store, string) {

@@ -59,7 +59,7 @@ func TestParallel(t *testing.T) {
 	if ports := e.bridgePorts(t); len(ports) != 0 {
 		t.Errorf("veths left: %v", ports)
 	}
-	entries, _ := os.ReadDir(e.dataDir + "/ipam/weft")
+	entries, _ := os.ReadDir(e.dataDir + "/weft")
 	for _, d := range entries {
 		if d.Name() != "lock" && d.Name() != "last_reserved_ip.0" {
 			t.Errorf("unexpected file left in the store: %s", d.Name())

@@ -55,12 +55,15 @@ func newPlan(f subnet.File, mtuOverride int) plan {
 	if mtuOverride != 0 {
 		p.mtu = mtuOverride
 	}
-	add := func(network, sub netip.Prefix, id int, any netip.Prefix) {
+	// Ranges are numbered in order, as Flannel's plugin hands them to
+	// host-local (IPv4, then IPv6), so both keep the round-robin position
+	// of a range in the same last_reserved_ip.<n>.
+	add := func(network, sub netip.Prefix, any netip.Prefix) {
 		if !network.IsValid() || !sub.IsValid() {
 			return
 		}
 		gw := sub.Addr()
-		p.ranges = append(p.ranges, Range{Subnet: sub.Masked(), Gateway: gw, ID: id})
+		p.ranges = append(p.ranges, Range{Subnet: sub.Masked(), Gateway: gw, ID: len(p.ranges)})
 		p.gateways = append(p.gateways, sub)
 		p.networks = append(p.networks, network.Masked())
 		p.routes = append(p.routes, route{dst: any, gw: gw}, route{dst: network.Masked(), gw: gw})
@@ -68,8 +71,8 @@ func newPlan(f subnet.File, mtuOverride int) plan {
 			p.masq = append(p.masq, masqRule{src: sub.Masked(), cluster: network.Masked()})
 		}
 	}
-	add(f.Network, f.Subnet, 0, netip.MustParsePrefix("0.0.0.0/0"))
-	add(f.IPv6Network, f.IPv6Subnet, 1, netip.MustParsePrefix("::/0"))
+	add(f.Network, f.Subnet, netip.MustParsePrefix("0.0.0.0/0"))
+	add(f.IPv6Network, f.IPv6Subnet, netip.MustParsePrefix("::/0"))
 	return p
 }
 

@@ -44,7 +44,7 @@ func newCNINode(t *testing.T) *cniNode {
 // lock and round-robin markers.
 func (n *cniNode) leftovers(t *testing.T) (addrs, links, files int) {
 	t.Helper()
-	entries, _ := os.ReadDir(filepath.Join(n.dataDir, "ipam", "weft"))
+	entries, _ := os.ReadDir(filepath.Join(n.dataDir, "weft"))
 	for _, e := range entries {
 		switch {
 		case e.Name() == "lock" || strings.HasPrefix(e.Name(), "last_reserved_ip."):
@@ -188,7 +188,8 @@ func (n *cniNode) exec(t *testing.T, command, id, netns string, extra map[string
 
 // command is the plugin run as a runtime runs it, inside the node.
 func (n *cniNode) command(t *testing.T, command, id, netns string, extra map[string]any) *exec.Cmd {
-	conf := map[string]any{"cniVersion": "1.1.0", "name": "weft", "type": "weft", "subnetFile": n.file, "dataDir": n.dataDir}
+	conf := map[string]any{"cniVersion": "1.1.0", "name": "weft", "type": "weft", "subnetFile": n.file, "dataDir": n.dataDir,
+		"ipam": map[string]any{"dataDir": n.dataDir}}
 	for k, v := range extra {
 		conf[k] = v
 	}

@@ -116,8 +116,9 @@ func TestFlannelLayoutManifest(t *testing.T) {
 }
 
 // flannelCNI runs the ConfigMap's Flannel conflist on n, with the plugin
-// installed as "flannel". Only the node's subnet file and data directory are
-// added to the flannel entry: the test's nodes share one file system.
+// installed as "flannel". Only the node's subnet file and data directories
+// (dataDir, and ipam.dataDir for the address store) are added to the
+// flannel entry: the test's nodes share one file system.
 func flannelCNI(t *testing.T, n *Node, conflist, cniBin string) *plugintest.Node {
 	t.Helper()
 	var list map[string]any
@@ -128,7 +129,8 @@ func flannelCNI(t *testing.T, n *Node, conflist, cniBin string) *plugintest.Node
 	if fl["type"] != "flannel" || fl["delegate"] == nil {
 		t.Fatalf("not Flannel's conflist entry: %v", fl)
 	}
-	fl["subnetFile"], fl["dataDir"] = n.SubnetFile, t.TempDir()
+	dir := t.TempDir()
+	fl["subnetFile"], fl["dataDir"], fl["ipam"] = n.SubnetFile, dir, map[string]any{"dataDir": dir}
 	b, _ := json.Marshal(list)
 	l, err := libcni.NetworkConfFromBytes(b)
 	if err != nil {

@@ -190,7 +190,7 @@ func TestContainerdCRI(t *testing.T) {
 	t.Run("A to B", func(t *testing.T) { checkPair(t, ctrs[0], ctrs[1]) })
 	t.Run("B to A", func(t *testing.T) { checkPair(t, ctrs[1], ctrs[0]) })
 	t.Run("stop and remove leave nothing behind", func(t *testing.T) {
-		ipam := "/var/lib/cni/weft/ipam/weft"
+		ipam := "/var/lib/cni/networks/weft"
 		for i, h := range hosts {
 			if l := leftovers(h.rtHost, ipam); !strings.Contains(l, "reservation "+ctrs[i].IP.String()) || !strings.Contains(l, "link veth") {
 				t.Fatalf("before stopp, %s holds %q: want the pod's veth and address reservation", h.Label, l)

@@ -34,7 +34,7 @@ lock_type = "file"
 
 // podmanHost is a weftd node where podman runs containers through the
 // conflist of dist/ (unchanged: the subnet file at /run/flannel/subnet.env,
-// the plugin's state under /var/lib/cni/weft).
+// the address store at /var/lib/cni/networks/weft, host-local's place).
 type podmanHost struct{ *rtHost }
 
 func newPodmanHost(t *testing.T, n *e2e.Node, weft string) *podmanHost {
@@ -128,7 +128,7 @@ func TestPodman(t *testing.T) {
 	})
 	t.Run("rm leaves nothing behind", func(t *testing.T) {
 		for i, h := range hosts {
-			ipam := "/var/lib/cni/weft/ipam/weft"
+			ipam := "/var/lib/cni/networks/weft"
 			if l := leftovers(h.rtHost, ipam); !strings.Contains(l, "reservation "+ctrs[i].IP.String()) || !strings.Contains(l, "link veth") {
 				t.Fatalf("before rm, %s holds %q: want %s's veth and address reservation", h.Label, l, ctrs[i].Name)
 			}

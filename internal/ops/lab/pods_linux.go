@@ -47,13 +47,16 @@ func (e *nsExec) ExecPlugin(ctx context.Context, path string, stdin []byte, env 
 }
 
 // Conflist returns the lab's network configuration list for a node, as a
-// runtime would read it from /etc/cni/net.d.
+// runtime would read it from /etc/cni/net.d. The plugin's files stay under
+// dataDir: it is also the ipam dataDir, so the address store is
+// dataDir/<NetworkName>.
 func Conflist(subnetFile, dataDir string) ([]byte, error) {
 	return json.Marshal(map[string]any{
 		"cniVersion":  "1.0.0",
 		"cniVersions": []string{"1.0.0", "1.1.0"},
 		"name":        NetworkName,
-		"plugins":     []any{map[string]any{"type": "weft", "subnetFile": subnetFile, "dataDir": dataDir}},
+		"plugins": []any{map[string]any{"type": "weft", "subnetFile": subnetFile, "dataDir": dataDir,
+			"ipam": map[string]any{"dataDir": dataDir}}},
 	})
 }
 

@@ -53,7 +53,7 @@ type Node struct {
 type Options struct {
 	Name       string // network name, default "weft"
 	CNIVersion string // default "1.1.0"
-	DataDir    string
+	DataDir    string // dataDir and ipam.dataDir: the address store is DataDir/<Name>
 	Bridge     string
 	MTU        int
 	Portmap    string         // directory holding the reference portmap plugin: chain it after weft
@@ -73,7 +73,7 @@ func NewNode(tb testing.TB, node *nettest.NS, weftBin, subnetFile string, opts O
 	if opts.DataDir == "" {
 		opts.DataDir = tb.TempDir()
 	}
-	weft := map[string]any{"type": "weft", "subnetFile": subnetFile, "dataDir": opts.DataDir}
+	weft := map[string]any{"type": "weft", "subnetFile": subnetFile, "dataDir": opts.DataDir, "ipam": map[string]any{"dataDir": opts.DataDir}}
 	for k, v := range opts.Extra {
 		weft[k] = v
 	}
