@@ -125,7 +125,7 @@ func cmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	att := Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
-	if err := deleteVeth(att, args.Netns); err != nil {
+	if err := deleteVeth(att); err != nil {
 		return err
 	}
 	store, err := openStore(conf)
@@ -180,7 +180,7 @@ func cmdGC(args *skel.CmdArgs) error {
 	}
 	var errs []error
 	for _, a := range gone {
-		errs = append(errs, deleteVeth(a, ""))
+		errs = append(errs, deleteVeth(a))
 	}
 	errs = append(errs, deleteLeftovers())
 	if err == nil {

@@ -12,10 +12,9 @@
 //
 // # DEL
 //
-// DEL deletes the pod's veth pair before it returns: the pod end inside
-// CNI_NETNS when that namespace still holds it as the peer of the host end
-// (the host end goes with it), otherwise the host end by its derived name.
-// It then releases the addresses. A missing link or namespace is not an
+// DEL deletes the pod's veth pair before it returns: the host end, by its
+// derived name (a link of that name that is not a veth stays), and with it
+// the pod end, wherever it is. It then releases the addresses. A missing link or namespace is not an
 // error, so DEL is idempotent, and an ADD of the same container, netns and
 // ifname right after it starts from nothing. GC also deletes any veth of
 // the node in link group 0x77656674 named weftrm<n>, which earlier

@@ -162,12 +162,12 @@ func configurePod(podNS ns.NetNS, att Attachment, addrs []netip.Prefix, p plan) 
 	return ifaceInfo{name: att.IfName, sandbox: podNS.Path(), mac: l.Attrs().HardwareAddr}, nil
 }
 
-// deleteVeth deletes the attachment's veth pair before it returns; deleting
-// one end deletes the other with it. The pod end is deleted inside podNS
-// when that namespace still exists and its ifName is the peer of the host
-// end; otherwise the host end is deleted by its derived name. A missing
-// link or namespace is not an error.
-func deleteVeth(att Attachment, podNS string) error {
+// deleteVeth deletes the attachment's veth pair before it returns: the host
+// end, found by its derived name, and the pod end with it (the kernel
+// deletes both ends of a pair together), wherever the pod end is. A missing
+// pair is not an error, and a link of that name that is not a veth is not
+// weft's: it stays.
+func deleteVeth(att Attachment) error {
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return fmt.Errorf("netlink: %w", err)
@@ -181,40 +181,13 @@ func deleteVeth(att Attachment, podNS string) error {
 	if err != nil {
 		return fmt.Errorf("find veth %s: %w", name, err)
 	}
-	if deletePodEnd(podNS, att.IfName, host.Attrs().Index) {
+	if _, veth := host.(*netlink.Veth); !veth {
 		return nil
 	}
 	if err := h.LinkDel(host); err != nil && !errors.Is(err, unix.ENODEV) {
 		return fmt.Errorf("delete veth %s: %w", name, err)
 	}
 	return nil
-}
-
-// deletePodEnd deletes ifName in the namespace podNS if it is the veth
-// peer of the host end hostIdx, and reports whether it did. Otherwise (no
-// namespace, no such link, a failed request) the caller deletes the host end.
-func deletePodEnd(podNS, ifName string, hostIdx int) bool {
-	if podNS == "" {
-		return false
-	}
-	f, err := os.Open(podNS)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	ch, err := netlink.NewHandleAt(netns.NsHandle(f.Fd()), unix.NETLINK_ROUTE)
-	if err != nil {
-		return false
-	}
-	defer ch.Close()
-	l, err := ch.LinkByName(ifName)
-	if err != nil {
-		return false
-	}
-	if _, veth := l.(*netlink.Veth); !veth || l.Attrs().ParentIndex != hostIdx {
-		return false
-	}
-	return ch.LinkDel(l) == nil
 }
 
 // leftoverGroup and leftoverPrefix mark the veths that an earlier release's
