@@ -210,7 +210,7 @@ func (p *BatchWriter) window(reqs []*nl.NetlinkRequest, res []error) error {
 
 // LazyBatchWriter opens a BatchWriter on first use, for the overlay and its step to
 // share; when it cannot be opened, Get returns nil ever after and callers
-// write one request at a time. The pipe's socket is closed when nothing
+// write one request at a time. The batch's socket is closed when nothing
 // refers to the BatchWriter any more (its file's finalizer does it), never while
 // someone holds the *BatchWriter that Get returned.
 type LazyBatchWriter struct {

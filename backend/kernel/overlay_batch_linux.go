@@ -14,8 +14,8 @@ import (
 // entries go one request at a time, where a batch writer saves nothing.
 const minBatched = 4
 
-// pipe returns the overlay's batch writer for a batch of n entries, or nil.
-func (o *Overlay) pipe(n int) *BatchWriter {
+// batch returns the overlay's batch writer for a batch of n entries, or nil.
+func (o *Overlay) batch(n int) *BatchWriter {
 	if n < minBatched {
 		return nil
 	}
@@ -44,7 +44,7 @@ func WriteBatch(p *BatchWriter, reqs []*nl.NetlinkRequest, ignore syscall.Errno,
 	return first
 }
 
-func (o *Overlay) pipeNeighbours(p *BatchWriter, ns []Neighbour, set bool, done *int) error {
+func (o *Overlay) batchNeighbours(p *BatchWriter, ns []Neighbour, set bool, done *int) error {
 	reqs := make([]*nl.NetlinkRequest, len(ns))
 	for i, n := range ns {
 		reqs[i] = NeighRequest(o.neigh(n), set)
@@ -57,7 +57,7 @@ func (o *Overlay) pipeNeighbours(p *BatchWriter, ns []Neighbour, set bool, done 
 	return WriteBatch(p, reqs, unix.ENOENT, done, func(i int) string { return fmt.Sprintf("delete neighbour %s", ns[i].IP) })
 }
 
-func (o *Overlay) pipeRoutes(p *BatchWriter, rs []Route, set bool, done *int) error {
+func (o *Overlay) batchRoutes(p *BatchWriter, rs []Route, set bool, done *int) error {
 	reqs := make([]*nl.NetlinkRequest, len(rs))
 	for i, r := range rs {
 		nr := o.route(r)

@@ -157,8 +157,8 @@ func (o *Overlay) Sync(t vtep.Table) (SyncStats, error) {
 }
 
 func (o *Overlay) setNeighbours(ns []Neighbour, st *SyncStats) error {
-	if p := o.pipe(len(ns)); p != nil {
-		return o.pipeNeighbours(p, ns, true, &st.NeighSet)
+	if p := o.batch(len(ns)); p != nil {
+		return o.batchNeighbours(p, ns, true, &st.NeighSet)
 	}
 	for _, n := range ns {
 		if err := o.h.NeighSet(o.neigh(n)); err != nil {
@@ -170,8 +170,8 @@ func (o *Overlay) setNeighbours(ns []Neighbour, st *SyncStats) error {
 }
 
 func (o *Overlay) delNeighbours(ns []Neighbour, st *SyncStats) error {
-	if p := o.pipe(len(ns)); p != nil {
-		return o.pipeNeighbours(p, ns, false, &st.NeighDel)
+	if p := o.batch(len(ns)); p != nil {
+		return o.batchNeighbours(p, ns, false, &st.NeighDel)
 	}
 	for _, n := range ns {
 		err := o.h.NeighDel(o.neigh(n))
@@ -201,8 +201,8 @@ func (o *Overlay) step(peers []vtep.Entry, ensure bool, st *SyncStats) error {
 }
 
 func (o *Overlay) setRoutes(rs []Route, st *SyncStats) error {
-	if p := o.pipe(len(rs)); p != nil {
-		return o.pipeRoutes(p, rs, true, &st.RouteSet)
+	if p := o.batch(len(rs)); p != nil {
+		return o.batchRoutes(p, rs, true, &st.RouteSet)
 	}
 	for _, r := range rs {
 		nr := o.route(r)
@@ -216,8 +216,8 @@ func (o *Overlay) setRoutes(rs []Route, st *SyncStats) error {
 }
 
 func (o *Overlay) delRoutes(rs []Route, st *SyncStats) error {
-	if p := o.pipe(len(rs)); p != nil {
-		return o.pipeRoutes(p, rs, false, &st.RouteDel)
+	if p := o.batch(len(rs)); p != nil {
+		return o.batchRoutes(p, rs, false, &st.RouteDel)
 	}
 	for _, r := range rs {
 		nr := o.route(r)

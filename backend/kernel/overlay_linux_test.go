@@ -292,10 +292,6 @@ func messyNS(t *testing.T) (*nettest.NS, int) {
 	return ns, l.Attrs().Index
 }
 
-// TestDumpsMatchHandle: the overlay state read through the batch writer's dumps is
-// what netlink.Handle's lists give, for each family and for a link of
-// direct routes only, on a namespace with entries of every kind.
-
 // TestProgrammed: on a namespace with entries of every kind, Programmed
 // reads the permanent neighbours on the overlay link and weft's unicast
 // routes of the main table (on the link, or with RouteProtocol anywhere),

@@ -17,9 +17,9 @@ import (
 // fdb is the kernel.PeerStep that writes, per tunnelled peer, the VXLAN FDB
 // entry `<VtepMAC> dst <PublicIP> self permanent` on the device.
 type fdb struct {
-	h    *netlink.Handle
-	link int
-	pipe *kernel.LazyBatchWriter // nil: one request at a time
+	h     *netlink.Handle
+	link  int
+	batch *kernel.LazyBatchWriter // nil: one request at a time
 }
 
 var _ kernel.PeerStep = fdb{}
@@ -83,7 +83,7 @@ func (f fdb) Ensure(peers []vtep.Entry) (int, error) {
 // error for a delete.
 func (f fdb) write(es []fdbEntry, set bool) (int, error) {
 	n := 0
-	if p := f.pipe.Get(); p != nil && len(es) >= 4 {
+	if p := f.batch.Get(); p != nil && len(es) >= 4 {
 		reqs := make([]*nl.NetlinkRequest, len(es))
 		for i, e := range es {
 			reqs[i] = kernel.NeighRequest(f.neigh(e), set)

@@ -49,7 +49,7 @@ func findUnderlay(c *config) (underlayInfo, error) {
 	return underlayInfo{index: u.Index, name: u.Name, mtu: u.MTU, ipv4: u.IPv4, ipv6: u.IPv6}, nil
 }
 
-// factories wires the dataplanes and the masquerade rules into the
+// factories wires the dataplanes and the masquerade rules into the loop.
 // files keeps the userspace dataplane's TAP queues and receive sockets
 // across restarts when a service manager offers its store.
 func factories(c *config, u underlayInfo, live *liveBackend, files *fdstore.Store, log *slog.Logger) Factories {

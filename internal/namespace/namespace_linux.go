@@ -26,7 +26,8 @@ import (
 )
 
 // NamePrefix starts the name of every namespace this package creates, so
-// that debris from a killed run can be found and removed (see Sweep).
+// that debris from a killed run can be found and removed (test/run.sh
+// deletes what a killed run left).
 const NamePrefix = "wefttest-"
 
 // RunDir is where named namespaces are bind-mounted, as iproute2 expects.
@@ -179,23 +180,4 @@ func (n *NS) Run(argv ...string) (string, error) {
 		return out.String(), fmt.Errorf("%s in %s: %w: %s", strings.Join(argv, " "), n.Name, err, strings.TrimSpace(out.String()))
 	}
 	return out.String(), nil
-}
-
-// Sweep deletes namespaces left by earlier runs that were killed before
-// their cleanup ran. It only touches names that start with NamePrefix.
-func Sweep() error {
-	entries, err := os.ReadDir(RunDir)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-		return err
-	}
-	var errs []error
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), NamePrefix) {
-			errs = append(errs, deleteNamed(filepath.Join(RunDir, e.Name())))
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -12,7 +12,8 @@
 # dockerd runs with its own data/exec roots and socket, touches no network
 # state (no bridge, iptables, masquerade or ip_forward), and is stopped by
 # PID with its state removed on exit. Exit status 77: docker.io cannot be
-# installed (the Go test skips then, and fails under CI=true).
+# installed (the Go test then fails, or skips when WEFT_TEST_SKIP names
+# tools; under CI=true it always fails).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 # shellcheck source=/dev/null

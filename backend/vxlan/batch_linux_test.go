@@ -19,9 +19,9 @@ import (
 	"github.com/weft-net/weft/vtep"
 )
 
-// pipeTable is n peers 10.<i/256>.<i%256>.0/24 behind 192.168.<...> with
+// batchTable is n peers 10.<i/256>.<i%256>.0/24 behind 192.168.<...> with
 // MACs that depend on salt, so two tables differ in every MAC.
-func pipeTable(from, n int, salt byte) vtep.Table {
+func batchTable(from, n int, salt byte) vtep.Table {
 	t := vtep.Table{}
 	for i := from; i < from+n; i++ {
 		sn := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(1 + i/256), byte(i), 0}), 24)
@@ -31,19 +31,19 @@ func pipeTable(from, n int, salt byte) vtep.Table {
 	return t
 }
 
-// pipeSide is one namespace with a VXLAN device and the overlay on it,
-// pipelined or not.
-type pipeSide struct {
+// batchSide is one namespace with a VXLAN device and the overlay on it,
+// batched or not.
+type batchSide struct {
 	ns  *nettest.NS
 	o   *kernel.Overlay
 	fdb fdb
 }
 
-func newPipeSide(t *testing.T, name string, pipelined bool) *pipeSide {
-	return newPipeSideTB(t, name, pipelined)
+func newBatchSide(t *testing.T, name string, batched bool) *batchSide {
+	return newBatchSideTB(t, name, batched)
 }
 
-func newPipeSideTB(t testing.TB, name string, pipelined bool) *pipeSide {
+func newBatchSideTB(t testing.TB, name string, batched bool) *batchSide {
 	ns := nettest.NewNS(t, name)
 	nettest.MustRun(t, ns, "ip", "link", "add", "vx0", "address", "0a:00:00:00:00:01", "type", "vxlan", "id", "1", "dstport", "8472", "nolearning")
 	nettest.MustRun(t, ns, "ip", "link", "set", "vx0", "up")
@@ -52,14 +52,14 @@ func newPipeSideTB(t testing.TB, name string, pipelined bool) *pipeSide {
 		t.Fatal(err)
 	}
 	idx := l.Attrs().Index
-	s := &pipeSide{ns: ns, fdb: fdb{h: ns.Handle, link: idx}}
+	s := &batchSide{ns: ns, fdb: fdb{h: ns.Handle, link: idx}}
 	opts := kernel.OverlayOptions{Family: netlink.FAMILY_V4}
-	if pipelined {
+	if batched {
 		p := kernel.NewLazyBatchWriter(ns.Handle, ns.Path, idx)
 		if p.Get() == nil {
-			t.Fatalf("pipe: %v", p.Err())
+			t.Fatalf("batch: %v", p.Err())
 		}
-		s.fdb.pipe, opts.Batch = p, p
+		s.fdb.batch, opts.Batch = p, p
 	}
 	opts.Step = s.fdb
 	s.o = kernel.NewOverlay(ns.Handle, idx, opts)
@@ -68,7 +68,7 @@ func newPipeSideTB(t testing.TB, name string, pipelined bool) *pipeSide {
 
 // dump is the kernel state of the side: routes, neighbours and FDB in
 // detail, lines sorted (the neighbour hash order is random per namespace).
-func (s *pipeSide) dump(t *testing.T) string {
+func (s *batchSide) dump(t *testing.T) string {
 	var out []string
 	for _, argv := range [][]string{
 		{"ip", "-d", "-4", "route", "show", "table", "all"},
@@ -90,19 +90,19 @@ func (s *pipeSide) dump(t *testing.T) string {
 	return strings.Join(out, "\n")
 }
 
-// TestPipelinedMatchesPerRequest programs the same tables into two
-// namespaces, one request at a time in one and pipelined in the other, and
+// TestBatchedMatchesPerRequest programs the same tables into two
+// namespaces, one request at a time in one and batched in the other, and
 // compares the kernel state after every step: a first sync of 600 peers,
 // a sync that removes half, moves and re-keys others and adds new ones,
 // Apply of a difference, and removal of everything.
-func TestPipelinedMatchesPerRequest(t *testing.T) {
-	plain, piped := newPipeSide(t, "pplain", false), newPipeSide(t, "ppiped", true)
-	t1 := pipeTable(0, 600, 1)
-	t2 := pipeTable(300, 200, 2) // 300..499 changed MAC, 0..299 and 500..599 removed
-	for sn, v := range pipeTable(600, 100, 1) {
+func TestBatchedMatchesPerRequest(t *testing.T) {
+	plain, batched := newBatchSide(t, "bplain", false), newBatchSide(t, "bbatched", true)
+	t1 := batchTable(0, 600, 1)
+	t2 := batchTable(300, 200, 2) // 300..499 changed MAC, 0..299 and 500..599 removed
+	for sn, v := range batchTable(600, 100, 1) {
 		t2[sn] = v // and 100 new
 	}
-	t3 := pipeTable(350, 300, 3)
+	t3 := batchTable(350, 300, 3)
 	steps := []struct {
 		name string
 		do   func(o *kernel.Overlay) (kernel.SyncStats, error)
@@ -115,19 +115,19 @@ func TestPipelinedMatchesPerRequest(t *testing.T) {
 	}
 	for i, st := range steps {
 		a, errA := st.do(plain.o)
-		b, errB := st.do(piped.o)
+		b, errB := st.do(batched.o)
 		if errA != nil || errB != nil {
-			t.Fatalf("%s: per request: %v, pipelined: %v", st.name, errA, errB)
+			t.Fatalf("%s: per request: %v, batched: %v", st.name, errA, errB)
 		}
 		if a != b {
-			t.Errorf("%s: stats per request %+v, pipelined %+v", st.name, a, b)
+			t.Errorf("%s: stats per request %+v, batched %+v", st.name, a, b)
 		}
 		if st.name == "sync after apply" && b.Changed() {
-			t.Errorf("a sync after the pipelined apply still changed %+v", b)
+			t.Errorf("a sync after the batched apply still changed %+v", b)
 		}
-		da, db := plain.dump(t), piped.dump(t)
+		da, db := plain.dump(t), batched.dump(t)
 		if da != db {
-			t.Fatalf("%s: kernel state differs\nper request:\n%s\npipelined:\n%s", st.name, da, db)
+			t.Fatalf("%s: kernel state differs\nper request:\n%s\nbatched:\n%s", st.name, da, db)
 		}
 		routes := strings.Count(da, "proto 87")
 		if want := []int{600, 300, 300, 300, 0}[i]; routes != want {
@@ -137,15 +137,15 @@ func TestPipelinedMatchesPerRequest(t *testing.T) {
 }
 
 // BenchmarkSync5000 programs 5,000 peers into an empty device and removes
-// them again, one request at a time and pipelined:
+// them again, one request at a time and batched:
 //
 //	go test -run '^$' -bench Sync5000 ./backend/vxlan
 func BenchmarkSync5000(b *testing.B) {
-	for _, piped := range []bool{false, true} {
-		name := map[bool]string{false: "per-request", true: "pipelined"}[piped]
+	for _, batched := range []bool{false, true} {
+		name := map[bool]string{false: "per-request", true: "batched"}[batched]
 		b.Run(name, func(b *testing.B) {
-			s := newPipeSideTB(b, "pbench", piped)
-			table := pipeTable(0, 5000, 1)
+			s := newBatchSideTB(b, "pbench", batched)
+			table := batchTable(0, 5000, 1)
 			for b.Loop() {
 				if _, err := s.o.Sync(table); err != nil {
 					b.Fatal(err)
@@ -158,19 +158,19 @@ func BenchmarkSync5000(b *testing.B) {
 	}
 }
 
-// TestPipeReportsEachFailure writes a batch in which three requests fail (a
+// TestBatchReportsEachFailure writes a batch in which three requests fail (a
 // neighbour on a link that does not exist): the first of all, the last of a
 // window (the one whose acknowledgement ends it) and one in the middle. The
 // others are written and counted, and the error names the first failure.
-func TestPipeReportsEachFailure(t *testing.T) {
-	s := newPipeSide(t, "pfail", true)
+func TestBatchReportsEachFailure(t *testing.T) {
+	s := newBatchSide(t, "pfail", true)
 	l, err := s.ns.Handle.LinkByName("vx0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := kernel.NewLazyBatchWriter(s.ns.Handle, s.ns.Path, l.Attrs().Index).Get()
 	if p == nil {
-		t.Fatal("no pipe")
+		t.Fatal("no batch")
 	}
 	// The LazyBatchWriter is garbage now; the BatchWriter in hand must stay open.
 	runtime.GC()
@@ -218,7 +218,7 @@ func TestPipeReportsEachFailure(t *testing.T) {
 // entries with a remote address (also an all-zero MAC's), not other entries
 // or another device's.
 func TestFDBList(t *testing.T) {
-	s := newPipeSide(t, "fdblist", false)
+	s := newBatchSide(t, "fdblist", false)
 	nettest.MustRun(t, s.ns, "ip", "link", "add", "vx1", "type", "vxlan", "id", "2", "dstport", "8473", "nolearning")
 	for _, cmd := range [][]string{
 		{"bridge", "fdb", "append", "0a:00:00:00:00:11", "dst", "100.64.0.1", "dev", "vx0", "self", "permanent"},
