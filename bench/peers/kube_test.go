@@ -91,12 +91,12 @@ func BenchmarkPeersKube1000(b *testing.B) {
 		figs: slices.Concat([]figure{
 			{"start to all 1,000 routes, s", 2, func(r result) float64 { return r.startup.Seconds() }},
 			{"new Node → route p50, ms", 1, func(r result) float64 { return ms(r.p50) }},
-			{"new Node → route p99, ms", 1, func(r result) float64 { return ms(r.p99) }},
+			{"new Node → route, the slowest of 50, ms", 1, func(r result) float64 { return ms(r.max) }},
 		}, memFigures, goFigures),
-		perHdr: []string{"start s", "p50 ms", "p99 ms", "anon at rest MB (max)", "PSS at rest MB (max)",
+		perHdr: []string{"start s", "p50 ms", "slowest ms", "anon at rest MB (max)", "PSS at rest MB (max)",
 			"anon under churn MB (max)", "PSS under churn MB (max)", "CPU at rest %", "CPU under churn %"},
 		perRow: func(r result) []string {
-			return []string{fmt.Sprintf("%.2f", r.startup.Seconds()), fmt.Sprintf("%.1f", ms(r.p50)), fmt.Sprintf("%.1f", ms(r.p99)),
+			return []string{fmt.Sprintf("%.2f", r.startup.Seconds()), fmt.Sprintf("%.1f", ms(r.p50)), fmt.Sprintf("%.1f", ms(r.max)),
 				fmt.Sprintf("%.1f (%.1f)", r.rest.anon, r.rest.anonMax), fmt.Sprintf("%.1f (%.1f)", r.rest.pss, r.rest.pssMax),
 				fmt.Sprintf("%.1f (%.1f)", r.churn.anon, r.churn.anonMax), fmt.Sprintf("%.1f (%.1f)", r.churn.pss, r.churn.pssMax),
 				fmt.Sprintf("%.2f", r.rest.cpu), fmt.Sprintf("%.2f", r.churn.cpu)}

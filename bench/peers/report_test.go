@@ -30,14 +30,22 @@ type result struct {
 }
 
 func (r result) String() string {
-	return fmt.Sprintf("startup_to_all_programmed=%s (from the daemon's start %s) new_lease_to_route p50=%s p99=%s max=%s "+
+	var b strings.Builder
+	fmt.Fprintf(&b, "startup_to_all_programmed=%s", r.startup.Round(time.Millisecond))
+	if r.fromExec > 0 {
+		fmt.Fprintf(&b, " (from the daemon's start %s)", r.fromExec.Round(time.Millisecond))
+	}
+	fmt.Fprintf(&b, " new_lease_to_route p50=%s p99=%s max=%s "+
 		"at_rest anon=%.1fMB (max %.1f) pss=%.1fMB (max %.1f) file-backed=%.1fMB cpu=%.2f%% "+
-		"churn anon=%.1fMB (max %.1f) pss=%.1fMB (max %.1f) cpu=%.2f%% idle_no_peers anon=%.1fMB pss=%.1fMB load=%s→%s",
-		r.startup.Round(time.Millisecond), r.fromExec.Round(time.Millisecond), r.p50.Round(time.Microsecond),
-		r.p99.Round(time.Microsecond), r.max.Round(time.Microsecond),
+		"churn anon=%.1fMB (max %.1f) pss=%.1fMB (max %.1f) cpu=%.2f%%",
+		r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.max.Round(time.Microsecond),
 		r.rest.anon, r.rest.anonMax, r.rest.pss, r.rest.pssMax, r.rest.file, r.rest.cpu,
-		r.churn.anon, r.churn.anonMax, r.churn.pss, r.churn.pssMax, r.churn.cpu, r.idle.anon, r.idle.pss,
-		r.loadStart, r.loadEnd)
+		r.churn.anon, r.churn.anonMax, r.churn.pss, r.churn.pssMax, r.churn.cpu)
+	if r.idle.samples > 0 {
+		fmt.Fprintf(&b, " idle_no_peers anon=%.1fMB pss=%.1fMB", r.idle.anon, r.idle.pss)
+	}
+	fmt.Fprintf(&b, " load=%s→%s", r.loadStart, r.loadEnd)
+	return b.String()
 }
 
 // column is one daemon's rounds.
@@ -119,9 +127,12 @@ func (s section) write(w io.Writer, b *testing.B) {
 	for _, c := range s.cols {
 		n = max(n, len(c.rs))
 	}
-	if n == 1 {
+	switch {
+	case n == 1:
 		fmt.Fprintf(w, "One round:\n\n")
-	} else {
+	case len(s.cols) == 1:
+		fmt.Fprintf(w, "Medians of %d rounds (lowest–highest):\n\n", n)
+	default:
 		fmt.Fprintf(w, "Medians of %d interleaved rounds (lowest–highest):\n\n", n)
 	}
 	fmt.Fprint(w, "| figure |")
