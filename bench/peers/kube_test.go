@@ -2,10 +2,12 @@ package peers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,19 +15,23 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/weft-net/weft/internal/testkit/kubetest"
 	"github.com/weft-net/weft/internal/testkit/nettest"
+	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/test/e2e"
+	"github.com/weft-net/weft/vtep"
 )
 
 // BenchmarkPeersKube1000 runs weftd --kube-subnet-mgr against a real
 // kube-apiserver holding 1,000 peer Nodes (with kubelet-sized status):
 // start to all routes programmed, new Node to route, and the daemon's
-// memory. WEFT_BENCH_BASE_WEFTD interleaves an earlier build as for
-// BenchmarkPeers5000.
+// memory and CPU at rest and under churn (a Node change a second), as
+// BenchmarkPeers5000 measures them. WEFT_BENCH_BASE_WEFTD interleaves an
+// earlier build; WEFT_BENCH_REPORT writes the report's Kube1000 section.
 func BenchmarkPeersKube1000(b *testing.B) {
 	const peers = 1000
 	k := kubetest.Start(b)
@@ -51,40 +57,87 @@ func BenchmarkPeersKube1000(b *testing.B) {
 	if err := os.WriteFile(netConf, []byte(config), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	bins := []struct{ label, path string }{{"this tree", ""}}
+	bins := []*daemon{{label: "weftd (this tree)"}}
 	if base := os.Getenv("WEFT_BENCH_BASE_WEFTD"); base != "" {
-		bins = append(bins, struct{ label, path string }{"base " + base, base})
+		bins = append(bins, &daemon{label: "weftd " + base, path: base})
 	}
-	round := 0
-	for range b.N {
-		for _, bin := range bins {
-			round++
-			r := kubeRound(b, k, cs, bin.path, netConf, round)
-			fmt.Printf("kube round %d %s: nodes=%d %s\n", round, bin.label, peers, r)
+	cols := make([]column, len(bins))
+	run := 0
+	for i := 0; b.Loop(); i++ {
+		for k2 := range bins {
+			j := k2
+			if i%2 == 1 { // alternate which goes first
+				j = len(bins) - 1 - k2
+			}
+			run++
+			r := kubeRound(b, k, cs, bins[j].path, netConf, peers, run)
+			r.round = i + 1
+			cols[j].rs = append(cols[j].rs, r)
+			fmt.Printf("kube round %d %s: nodes=%d %s\n", i+1, bins[j].label, peers, r)
 		}
 	}
+	for j, d := range bins {
+		cols[j].label = d.label
+	}
+	report(b, section{
+		name: "Kube1000",
+		intro: []string{
+			fmt.Sprintf("weftd `--kube-subnet-mgr` against a real kube-apiserver (test/kube/build.sh) holding %s peer Nodes with kubelet-sized status, in a network namespace of its own with a kernel VXLAN device; there is no flanneld in this section. "+
+				"Start: from the node's creation to all %s routes. New Node → route: 50 Nodes created one at a time, each timed until its route appears (deleted after the round).", thousands(peers), thousands(peers)),
+			fmt.Sprintf("Memory and CPU as in the etcd section: sampled every %s, at rest over %s from %s after the last new Node, then under churn: %d Node changes, one a second (in turn: a new Node, an existing peer's public-ip and backend-data annotations moved to another address, the deletion of the Node added two seconds before).",
+				human(sampleEvery), human(restSpan), human(restWait), churnChanges),
+		},
+		cols: cols,
+		figs: slices.Concat([]figure{
+			{"start to all 1,000 routes, s", 2, func(r result) float64 { return r.startup.Seconds() }},
+			{"new Node → route p50, ms", 1, func(r result) float64 { return ms(r.p50) }},
+			{"new Node → route, the slowest of 50, ms", 1, func(r result) float64 { return ms(r.max) }},
+		}, memFigures, goFigures),
+		perHdr: []string{"start s", "p50 ms", "slowest ms", "anon at rest MB (max)", "PSS at rest MB (max)",
+			"anon under churn MB (max)", "PSS under churn MB (max)", "CPU at rest %", "CPU under churn %"},
+		perRow: func(r result) []string {
+			return []string{fmt.Sprintf("%.2f", r.startup.Seconds()), fmt.Sprintf("%.1f", ms(r.p50)), fmt.Sprintf("%.1f", ms(r.max)),
+				fmt.Sprintf("%.1f (%.1f)", r.rest.anon, r.rest.anonMax), fmt.Sprintf("%.1f (%.1f)", r.rest.pss, r.rest.pssMax),
+				fmt.Sprintf("%.1f (%.1f)", r.churn.anon, r.churn.anonMax), fmt.Sprintf("%.1f (%.1f)", r.churn.pss, r.churn.pssMax),
+				fmt.Sprintf("%.2f", r.rest.cpu), fmt.Sprintf("%.2f", r.churn.cpu)}
+		},
+	})
 }
 
-func kubeRound(b *testing.B, k *kubetest.Cluster, cs kubernetes.Interface, weftd, netConf string, round int) string {
+// kubeMovedPub is the public address the churn of run gives peer Node i.
+func kubeMovedPub(i, run int) netip.Addr {
+	n := i + 1
+	return netip.AddrFrom4([4]byte{100, byte(96 + run%32), byte(n >> 8), byte(n)})
+}
+
+// kubeRound measures one weftd (this tree's if weftd is empty); run makes
+// its own Node and the Nodes it adds differ from other rounds'.
+func kubeRound(b *testing.B, k *kubetest.Cluster, cs kubernetes.Interface, weftd, netConf string, peers, run int) result {
 	ctx := context.Background()
-	self := fmt.Sprintf("self-%d", round)
-	sn := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 200, byte(round), 0}), 24)
+	self := fmt.Sprintf("self-%d", run)
+	sn := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 200, byte(run), 0}), 24)
 	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: self},
 		Spec: corev1.NodeSpec{PodCIDR: sn.String(), PodCIDRs: []string{sn.String()}}}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	defer cs.CoreV1().Nodes().Delete(ctx, self, metav1.DeleteOptions{}) //nolint:errcheck // best effort between rounds
+	var added []string // Nodes to delete after the round
+	defer func() {
+		for _, name := range append(added, self) {
+			cs.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}) //nolint:errcheck // best effort between rounds
+		}
+	}()
 	c := e2e.NewCluster(b, e2e.Options{Nodes: 0, Config: config, Weftd: weftd})
+	defer func() { c.Client.Close(); c.Etcd.Close() }() // weftd does not use it here
 	apiserver := strings.TrimPrefix(k.Admin.Host, "https://")
 	c.OnNode = func(n *e2e.Node) { nettest.ForwardLoopback(b, n, apiserver) }
-	load := loadAvg()
+	var r result
+	r.loadStart = loadAvg()
 	start := time.Now()
 	node := c.AddNode("k1", "--kube-subnet-mgr", "--kubeconfig", k.Kubeconfig(), "--node-name", self, "--net-config-path", netConf)
 	defer node.Stop()
-	var startup time.Duration
 	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(5 * time.Millisecond) {
-		if n := countRoutes(b, node.Handle, "weft.1"); n >= 1000 {
-			startup = time.Since(start)
+		if n := countRoutes(b, node.Handle, "weft.1"); n >= peers {
+			r.startup = time.Since(start)
 			break
 		}
 		if time.Now().After(deadline) {
@@ -93,17 +146,51 @@ func kubeRound(b *testing.B, k *kubetest.Cluster, cs kubernetes.Interface, weftd
 	}
 	node.WaitReady()
 	lat := probeLatency(b, node, 50, func(i int) netip.Prefix {
-		n := kubetest.PeerNode(5000 + 100*round + i)
+		n := kubetest.PeerNode(5000 + 100*run + i)
 		if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
 		}
+		added = append(added, n.Name)
 		return netip.MustParsePrefix(n.Spec.PodCIDR)
 	})
-	anon, file := rssOf(b, node)
+	r.p50, r.p99, r.max = lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
 	time.Sleep(restWait) // a memory figure at rest, not a synchronisation
-	restAnon, restFile, restMax := rssOver(b, node, restSpan)
-	return fmt.Sprintf("startup_to_all_programmed=%s new_node_to_route p50=%s p99=%s weftd_rss anon=%.1fMB file=%.1fMB total=%.1fMB "+
-		"(at rest, from %s later, over %s: mean anon=%.1fMB file=%.1fMB total=%.1fMB, most %.1fMB) load=%s",
-		startup.Round(time.Millisecond), lat[len(lat)/2].Round(time.Microsecond), lat[len(lat)*99/100].Round(time.Microsecond),
-		anon, file, anon+file, restWait, restSpan, restAnon, restFile, restAnon+restFile, restMax, load)
+	r.rest = sample(b, node.PID(), restSpan, nil)
+	r.gomem = readGoMem(node)
+	routes := countRoutes(b, node.Handle, "weft.1")
+	var moved int // the last peer the churn moved
+	churned := func(i int) *corev1.Node { return kubetest.PeerNode(20000 + 100*run + i/3) }
+	r.churn = churn(b, node.PID(), func(i int) {
+		var err error
+		switch i % 3 {
+		case 0:
+			_, err = cs.CoreV1().Nodes().Create(ctx, churned(i), metav1.CreateOptions{})
+		case 1:
+			moved = (i / 3) % peers
+			pub := kubeMovedPub(moved, run)
+			bd, _ := json.Marshal(subnet.VXLANData{VNI: 1, VtepMAC: vtep.DeviceMAC(pub, 1)})
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+				"flannel.alpha.coreos.com/public-ip": pub.String(), "flannel.alpha.coreos.com/backend-data": string(bd)}}})
+			_, err = cs.CoreV1().Nodes().Patch(ctx, kubetest.PeerNode(moved).Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		case 2:
+			err = cs.CoreV1().Nodes().Delete(ctx, churned(i).Name, metav1.DeleteOptions{})
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	})
+	psn, _ := fakePeer(moved) // kubetest.PeerNode(i) has fakePeer(i)'s subnet
+	mac := vtep.DeviceMAC(kubeMovedPub(moved, run), 1)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		n := countRoutes(b, node.Handle, "weft.1")
+		has := hasNeigh(node.Handle, "weft.1", psn.Addr(), mac)
+		if n == routes && has {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("after the churn: %d routes (before: %d), neighbour %s → %s: %v", n, routes, psn.Addr(), mac, has)
+		}
+	}
+	r.loadEnd = loadAvg()
+	return r
 }

@@ -1,20 +1,23 @@
-// Package peers benchmarks weftd's control plane against the kernel: with
-// thousands of peer leases in etcd, how long weftd takes from start to all
-// of them programmed, how fast a new lease turns into a route, and how much
-// memory the daemon holds. Run it as root:
+// Package peers benchmarks what weftd costs a node with thousands of peers,
+// against the kernel: with 5,000 peer leases in etcd (or 1,000 Nodes in a
+// real kube-apiserver, kube_test.go), how long weftd takes from start to
+// all of them programmed, how fast a new lease turns into a route, and
+// what the daemon holds at rest and under churn: its anonymous memory and
+// PSS (see measure_test.go) and its CPU. Run it as root:
 //
-//	go test -run '^$' -bench Peers -benchtime 1x ./bench/peers
+//	go test -run '^$' -bench Peers5000 -benchtime 1x ./bench/peers
 //
-// It prints the figures; it asserts nothing about them. To compare with an
-// earlier build, name its weftd in WEFT_BENCH_BASE_WEFTD: every round then
-// runs both, interleaved, and the medians of both are printed:
+// It prints the figures; it asserts nothing about them. To compare with
+// Flannel, name a flanneld executable (built from
+// github.com/flannel-io/flannel) in WEFT_BENCH_FLANNELD: it runs in the
+// same rounds, interleaved, with the same etcd, leases and churn, and is
+// measured the same way (its routes on flannel.1). To compare with an
+// earlier weftd, name it in WEFT_BENCH_BASE_WEFTD. WEFT_BENCH_REPORT names
+// a markdown file (bench/peers/README.md) whose report section the run
+// rewrites:
 //
-//	WEFT_BENCH_BASE_WEFTD=/tmp/old/weftd go test -run '^$' -bench Peers -benchtime 3x ./bench/peers
-//
-// To compare with Flannel, name a flanneld executable (built from
-// github.com/flannel-io/flannel) in WEFT_BENCH_FLANNELD: it runs in the same
-// rounds, with the same etcd and leases, and is measured the same way (its
-// routes on flannel.1, its RSS).
+//	WEFT_BENCH_FLANNELD=/tmp/flannel/flanneld WEFT_BENCH_REPORT=bench/peers/README.md \
+//		go test -run '^$' -bench Peers5000 -benchtime 3x -timeout 60m ./bench/peers
 package peers
 
 import (
@@ -24,7 +27,6 @@ import (
 	"net/netip"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,88 +42,181 @@ import (
 
 const config = `{"Network":"10.0.0.0/8","SubnetLen":24,"Backend":{"Type":"vxlan"}}`
 
-// fakeLease is peer number i: subnet 10.(i/256).(i%256).0/24 shifted past
-// the first subnet, behind an underlay address in 100.64.0.0/10 that no
-// traffic is ever sent to.
-func fakeLease(i int) (string, string) {
+const (
+	peers  = 5000 // leases in etcd before the daemon starts
+	probes = 200  // new leases, one at a time, each timed to its route
+	// churnBase is the first peer number the churn adds: beyond the probes.
+	churnBase = 6 * peers
+)
+
+// fakePeer is peer number i: subnet 10.(n/256).(n%256).0/24 with n = i+1
+// (past the first subnet), behind an underlay address in 100.64.0.0/10
+// that no traffic is ever sent to.
+func fakePeer(i int) (netip.Prefix, netip.Addr) {
 	n := i + 1
 	sn := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(n >> 8), byte(n), 0}), 24)
 	pub := netip.AddrFrom4([4]byte{100, 64 + byte(n>>16), byte(n >> 8), byte(n)})
+	return sn, pub
+}
+
+// movedPub is the public address the churn gives peer i: in 100.96.0.0/11.
+func movedPub(i int) netip.Addr {
+	n := i + 1
+	return netip.AddrFrom4([4]byte{100, 96 + byte(n>>16), byte(n >> 8), byte(n)})
+}
+
+// leaseKey and leaseValue are a vxlan lease of sn behind pub, as flanneld
+// writes it.
+func leaseKey(sn netip.Prefix) string {
+	return e2e.Prefix + "/subnets/" + subnet.MakeKey(sn, netip.Prefix{})
+}
+
+func leaseValue(pub netip.Addr) string {
 	attrs := subnet.LeaseAttrs{PublicIP: pub, BackendType: "vxlan",
 		BackendData: &subnet.VXLANData{VNI: 1, VtepMAC: vtep.DeviceMAC(pub, 1)}}
 	v, _ := json.Marshal(attrs)
-	return e2e.Prefix + "/subnets/" + subnet.MakeKey(sn, netip.Prefix{}), string(v)
+	return string(v)
 }
 
-// result is one round's figures.
-type result struct {
-	startup, p50, p99, max         time.Duration
-	fromExec                       time.Duration // startup without the test node's setup: from the daemon's start
-	anon, file, idleAnon, idleFile float64
-	restAnon, restFile             float64 // at rest: means over restSpan, from restWait after the last probe
-	restMax                        float64 // the most anon+file of any sample over restSpan
-	restCPU                        float64 // CPU used over restSpan, in % of a core
-	load                           string
+func fakeLease(i int) (string, string) {
+	sn, pub := fakePeer(i)
+	return leaseKey(sn), leaseValue(pub)
 }
 
-// BenchmarkPeers5000 runs b.N rounds. With WEFT_BENCH_BASE_WEFTD naming an
-// earlier weftd executable, each round runs that one too, interleaved with
-// this tree's, so both see the same machine; the figures of both are printed
-// with the load average of each round, then the medians.
+// BenchmarkPeers5000 runs one round per iteration: this tree's weftd and,
+// interleaved with it (the order alternating from round to round), the
+// earlier weftd of WEFT_BENCH_BASE_WEFTD and the flanneld of
+// WEFT_BENCH_FLANNELD, so that all see the same machine. It prints every
+// round's figures with the load average, then the medians and spread.
 func BenchmarkPeers5000(b *testing.B) {
-	bins := []daemon{{label: "this tree"}}
+	bins := []*daemon{{label: "weftd (this tree)"}}
 	if base := os.Getenv("WEFT_BENCH_BASE_WEFTD"); base != "" {
-		bins = append(bins, daemon{label: "base " + base, path: base})
+		bins = append(bins, &daemon{label: "weftd " + base, path: base})
 	}
 	if fl := os.Getenv("WEFT_BENCH_FLANNELD"); fl != "" {
-		bins = append(bins, daemon{label: "flanneld " + fl, path: fl, flanneld: true})
+		bins = append(bins, &daemon{label: "flanneld", path: fl, flanneld: true})
 	}
-	all := make([][]result, len(bins))
-	for i := range b.N {
-		for j, bin := range bins {
+	cols := make([]column, len(bins))
+	for i := 0; b.Loop(); i++ {
+		for k := range bins {
+			j := k
 			if i%2 == 1 { // alternate which goes first
-				bin = bins[len(bins)-1-j]
-				j = len(bins) - 1 - j
+				j = len(bins) - 1 - k
 			}
-			r := peersRound(b, bin)
-			all[j] = append(all[j], r)
-			fmt.Printf("round %d %s: %s\n", i+1, bin.label, r)
+			r := peersRound(b, bins[j])
+			r.round = i + 1
+			cols[j].rs = append(cols[j].rs, r)
+			fmt.Printf("round %d %s: %s\n", i+1, bins[j].label, r)
 		}
 	}
-	for j, bin := range bins {
-		m := median(all[j])
-		fmt.Printf("median of %d %s: %s\n", len(all[j]), bin.label, m)
-		if j == 0 {
-			b.ReportMetric(m.startup.Seconds(), "startup-s")
-			b.ReportMetric(float64(m.p99.Microseconds())/1000, "p99-ms")
-			b.ReportMetric(m.anon, "rss-anon-MB")
-			b.ReportMetric(m.anon+m.file, "rss-MB")
-			b.ReportMetric(m.restAnon+m.restFile, "rss-rest-MB")
-			b.ReportMetric(m.restMax, "rss-rest-max-MB")
+	for j, d := range bins {
+		cols[j].label = d.label
+		if d.flanneld && d.version != "" {
+			cols[j].label = "flanneld " + d.version
 		}
 	}
-	if fl := bins[len(bins)-1]; fl.flanneld {
-		m, mf := median(all[0]), median(all[len(bins)-1])
-		fmt.Printf("start to all programmed: flanneld %s, this tree %s: %.1fx faster (from the daemon's start: %s, %s: %.1fx)\n",
-			mf.startup.Round(time.Millisecond), m.startup.Round(time.Millisecond), mf.startup.Seconds()/m.startup.Seconds(),
-			mf.fromExec.Round(time.Millisecond), m.fromExec.Round(time.Millisecond), mf.fromExec.Seconds()/m.fromExec.Seconds())
-		fmt.Printf("RSS at rest (mean over %s from %s after the last probe): flanneld %.1f MB, this tree %.1f MB (%.0f%%); the most: %.1f and %.1f MB (%.0f%%)\n",
-			restSpan, restWait, mf.restAnon+mf.restFile, m.restAnon+m.restFile, 100*(m.restAnon+m.restFile)/(mf.restAnon+mf.restFile),
-			mf.restMax, m.restMax, 100*m.restMax/mf.restMax)
-		fmt.Printf("CPU at rest over %s: flanneld %.2f%%, this tree %.2f%% of a core\n", restSpan, mf.restCPU, m.restCPU)
+	w := cols[0]
+	b.ReportMetric(w.median(func(r result) float64 { return r.startup.Seconds() }), "startup-s")
+	b.ReportMetric(w.median(func(r result) float64 { return ms(r.p99) }), "p99-ms")
+	b.ReportMetric(w.median(func(r result) float64 { return r.rest.anon }), "anon-rest-MB")
+	b.ReportMetric(w.median(func(r result) float64 { return r.rest.pss }), "pss-rest-MB")
+	b.ReportMetric(w.median(func(r result) float64 { return r.churn.anonMax }), "anon-churn-max-MB")
+
+	anonRest := func(r result) float64 { return r.rest.anon }
+	var tail []string
+	if f := cols[len(cols)-1]; bins[len(bins)-1].flanneld {
+		wa, fa := w.median(anonRest), f.median(anonRest)
+		verdict := "met"
+		if wa > fa {
+			verdict = "unmet"
+		}
+		tail = append(tail,
+			fmt.Sprintf("**anonymous memory at rest with 5,000 peers: weftd %.1f MB, flanneld %.1f MB (goal: weftd ≤ flanneld): %s**", wa, fa, verdict),
+			fmt.Sprintf("Under churn: anonymous memory weftd %.1f MB (at most %.1f), flanneld %.1f MB (at most %.1f); PSS weftd %.1f MB, flanneld %.1f MB; CPU weftd %.2f %%, flanneld %.2f %% of a core.",
+				w.median(func(r result) float64 { return r.churn.anon }), w.median(func(r result) float64 { return r.churn.anonMax }),
+				f.median(func(r result) float64 { return r.churn.anon }), f.median(func(r result) float64 { return r.churn.anonMax }),
+				w.median(func(r result) float64 { return r.churn.pss }), f.median(func(r result) float64 { return r.churn.pss }),
+				w.median(func(r result) float64 { return r.churn.cpu }), f.median(func(r result) float64 { return r.churn.cpu })),
+			fmt.Sprintf("Start to all programmed: weftd %.2f s, flanneld %.2f s (%.1f× faster; from the daemon's start %.2f and %.2f s).",
+				w.median(func(r result) float64 { return r.startup.Seconds() }), f.median(func(r result) float64 { return r.startup.Seconds() }),
+				f.median(func(r result) float64 { return r.startup.Seconds() })/w.median(func(r result) float64 { return r.startup.Seconds() }),
+				w.median(func(r result) float64 { return r.fromExec.Seconds() }), f.median(func(r result) float64 { return r.fromExec.Seconds() })))
+	} else {
+		tail = append(tail, fmt.Sprintf("**anonymous memory at rest with 5,000 peers: weftd %.1f MB, flanneld not run (WEFT_BENCH_FLANNELD unset) (goal: weftd ≤ flanneld): unknown**",
+			w.median(anonRest)))
 	}
-	fmt.Printf("goals (issue 15): startup <= 0.4s (>= 15x flanneld), p50 <= 10ms, p99 <= 50ms, RSS anon+file <= 25MB at 5,000 peers (here: the most at rest)\n")
+	tail = append(tail, "Goals (issue 15): start to all programmed ≤ 0.4 s and ≥ 15× faster than flanneld; new lease to route p50 ≤ 10 ms, p99 ≤ 50 ms.")
+	intro := []string{
+		fmt.Sprintf("%s peer leases in one etcd (in the benchmark's process, over a unix socket); each daemon in a network namespace of its own with a kernel VXLAN device (weftd `weft.1`, flanneld `flannel.1`). "+
+			"Start: from the node's creation (and from the daemon's start) to all %s routes on the device. New lease → route: %d leases put one at a time, each timed until its route appears.", thousands(peers), thousands(peers), probes),
+		fmt.Sprintf("Memory from /proc/PID/smaps_rollup, sampled every %s: anonymous (`Anonymous`: heap, stacks, runtime data, what the node pays for the daemon) and PSS (`Pss`); file-backed is the resident pages of files, the executable's mostly (Rss − Anonymous), which the kernel shares and can reclaim, apart. "+
+			"At rest: over %s, from %s after the last new lease. Under churn: right after, %d lease changes, one a second (in turn: a new lease, an existing peer moved to another public address and VTEP MAC, the deletion of the lease added two seconds before). CPU: the daemon's user and system time over the window. "+
+			"Idle: a daemon with no peers, %s after it is ready, over 2 s.", human(sampleEvery), human(restSpan), human(restWait), churnChanges, human(restWait)),
+	}
+	report(b, section{
+		name:  "Peers5000",
+		intro: intro,
+		cols:  cols,
+		figs:  peersFigures,
+		perHdr: []string{"start s", "p50 ms", "p99 ms", "anon at rest MB (max)", "PSS at rest MB (max)",
+			"anon under churn MB (max)", "PSS under churn MB (max)", "CPU at rest %", "CPU under churn %"},
+		perRow: func(r result) []string {
+			return []string{fmt.Sprintf("%.2f", r.startup.Seconds()), fmt.Sprintf("%.1f", ms(r.p50)), fmt.Sprintf("%.1f", ms(r.p99)),
+				fmt.Sprintf("%.1f (%.1f)", r.rest.anon, r.rest.anonMax), fmt.Sprintf("%.1f (%.1f)", r.rest.pss, r.rest.pssMax),
+				fmt.Sprintf("%.1f (%.1f)", r.churn.anon, r.churn.anonMax), fmt.Sprintf("%.1f (%.1f)", r.churn.pss, r.churn.pssMax),
+				fmt.Sprintf("%.2f", r.rest.cpu), fmt.Sprintf("%.2f", r.churn.cpu)}
+		},
+		tail: tail,
+	})
 }
+
+// memFigures are the memory and CPU rows every section has.
+var memFigures = []figure{
+	{"anonymous memory at rest, mean MB", 1, func(r result) float64 { return r.rest.anon }},
+	{"anonymous memory at rest, most MB", 1, func(r result) float64 { return r.rest.anonMax }},
+	{"PSS at rest, mean MB", 1, func(r result) float64 { return r.rest.pss }},
+	{"PSS at rest, most MB", 1, func(r result) float64 { return r.rest.pssMax }},
+	{"file-backed resident at rest, mean MB (shared, reclaimable; not in anonymous)", 1, func(r result) float64 { return r.rest.file }},
+	{"CPU at rest, % of a core", 2, func(r result) float64 { return r.rest.cpu }},
+	{"anonymous memory under churn, mean MB", 1, func(r result) float64 { return r.churn.anon }},
+	{"anonymous memory under churn, most MB", 1, func(r result) float64 { return r.churn.anonMax }},
+	{"PSS under churn, mean MB", 1, func(r result) float64 { return r.churn.pss }},
+	{"PSS under churn, most MB", 1, func(r result) float64 { return r.churn.pssMax }},
+	{"CPU under churn, % of a core", 2, func(r result) float64 { return r.churn.cpu }},
+}
+
+// goFigures say where weftd's anonymous memory goes, from its Go runtime
+// at the end of the rest window.
+var goFigures = []figure{
+	{"weftd's Go heap at the end of the rest window: objects (live and not yet collected) MB", 1, func(r result) float64 { return orNaN(r.gomem.heapLive, r.gomem.ok) }},
+	{"… heap spans in use MB", 1, func(r result) float64 { return orNaN(r.gomem.heapInuse, r.gomem.ok) }},
+	{"… free heap spans not returned to the kernel MB", 1, func(r result) float64 { return orNaN(r.gomem.heapIdle, r.gomem.ok) }},
+	{"… goroutine stacks MB", 1, func(r result) float64 { return orNaN(r.gomem.stacks, r.gomem.ok) }},
+	{"… runtime metadata (spans, caches, GC; as mapped) MB", 1, func(r result) float64 { return orNaN(r.gomem.meta, r.gomem.ok) }},
+	{"… next GC at heap MB", 1, func(r result) float64 { return orNaN(r.gomem.nextGC, r.gomem.ok) }},
+	{"… goroutines", 0, func(r result) float64 { return orNaN(r.gomem.goroutines, r.gomem.ok) }},
+}
+
+var peersFigures = slices.Concat([]figure{
+	{"start to all 5,000 routes, s", 2, func(r result) float64 { return r.startup.Seconds() }},
+	{"… from the daemon's start, s", 2, func(r result) float64 { return r.fromExec.Seconds() }},
+	{"new lease → route p50, ms", 1, func(r result) float64 { return ms(r.p50) }},
+	{"new lease → route p99, ms", 1, func(r result) float64 { return ms(r.p99) }},
+}, memFigures, []figure{
+	{"idle, no peers: anonymous memory MB", 1, func(r result) float64 { return r.idle.anon }},
+	{"idle, no peers: PSS MB", 1, func(r result) float64 { return r.idle.pss }},
+}, goFigures)
 
 // daemon is one executable a round measures: weftd (path empty: this
 // tree's) or a real flanneld.
 type daemon struct {
 	label, path string
 	flanneld    bool
+	version     string // flanneld --version, once a round has run it
 }
 
 // device is the VXLAN device whose routes show the daemon's peers.
-func (d daemon) device() string {
+func (d *daemon) device() string {
 	if d.flanneld {
 		return "flannel.1"
 	}
@@ -129,7 +224,7 @@ func (d daemon) device() string {
 }
 
 // use makes c start d on every new node.
-func (d daemon) use(c *e2e.Cluster) {
+func (d *daemon) use(c *e2e.Cluster) {
 	if !d.flanneld {
 		return
 	}
@@ -142,7 +237,7 @@ func (d daemon) use(c *e2e.Cluster) {
 
 // waitReady waits until d on n holds its lease: weftd's readiness, or
 // flanneld's subnet file.
-func (d daemon) waitReady(b *testing.B, n *e2e.Node) {
+func (d *daemon) waitReady(b *testing.B, n *e2e.Node) {
 	if !d.flanneld {
 		n.WaitReady()
 		return
@@ -158,48 +253,31 @@ func (d daemon) waitReady(b *testing.B, n *e2e.Node) {
 	}
 }
 
-func (r result) String() string {
-	return fmt.Sprintf("peers=5000 startup_to_all_programmed=%s (from the daemon's start: %s) new_lease_to_route p50=%s p99=%s max=%s "+
-		"rss anon=%.1fMB file=%.1fMB total=%.1fMB (at rest, from %s later, over %s: mean anon=%.1fMB file=%.1fMB total=%.1fMB, most %.1fMB; CPU %.2f%% of a core) "+
-		"(idle, no peers, %s after ready: anon=%.1fMB file=%.1fMB) load=%s",
-		r.startup.Round(time.Millisecond), r.fromExec.Round(time.Millisecond), r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond),
-		r.max.Round(time.Microsecond), r.anon, r.file, r.anon+r.file, restWait, restSpan, r.restAnon, r.restFile, r.restAnon+r.restFile,
-		r.restMax, r.restCPU, restWait, r.idleAnon, r.idleFile, r.load)
-}
-
-// median takes each figure's median over rs on its own.
-func median(rs []result) result {
-	pick := func(f func(result) float64) float64 {
-		v := make([]float64, len(rs))
-		for i, r := range rs {
-			v[i] = f(r)
-		}
-		slices.Sort(v)
-		return v[len(v)/2]
+// readVersion asks flanneld for its version, inside n's namespace.
+func (d *daemon) readVersion(n *e2e.Node) {
+	if !d.flanneld || d.version != "" {
+		return
 	}
-	d := func(f func(result) time.Duration) time.Duration {
-		return time.Duration(pick(func(r result) float64 { return float64(f(r)) }))
-	}
-	return result{
-		startup:  d(func(r result) time.Duration { return r.startup }),
-		fromExec: d(func(r result) time.Duration { return r.fromExec }),
-		p50:      d(func(r result) time.Duration { return r.p50 }),
-		p99:      d(func(r result) time.Duration { return r.p99 }),
-		max:      d(func(r result) time.Duration { return r.max }),
-		anon:     pick(func(r result) float64 { return r.anon }), file: pick(func(r result) float64 { return r.file }),
-		idleAnon: pick(func(r result) float64 { return r.idleAnon }), idleFile: pick(func(r result) float64 { return r.idleFile }),
-		restAnon: pick(func(r result) float64 { return r.restAnon }), restFile: pick(func(r result) float64 { return r.restFile }),
-		restMax: pick(func(r result) float64 { return r.restMax }),
-		restCPU: pick(func(r result) float64 { return r.restCPU }),
-		load:    "-",
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if out, err := n.Command(ctx, d.path, "--version").CombinedOutput(); err == nil {
+		d.version = strings.TrimSpace(string(out))
 	}
 }
 
-// peersRound starts an idle weftd (for the memory baseline), then puts
-// 5,000 leases into etcd and measures a second weftd: start to every route
-// programmed, then 200 new leases one by one, each to its route.
-func peersRound(b *testing.B, d daemon) result {
-	const peers, probes = 5000, 200
+// restWait is how long after the last change the rest window starts, and
+// after its readiness the idle daemon is read; restSpan is how long the
+// rest window lasts: longer than weftd's full resync period, so that the
+// resync's garbage and CPU always fall inside it.
+const (
+	restWait = 5 * time.Second
+	restSpan = kernel.DefaultResync + 2*time.Second
+)
+
+// peersRound measures d: first idle, with no peers; then, with 5,000
+// leases in etcd, start to every route programmed, the probes, the rest
+// window and the churn.
+func peersRound(b *testing.B, d *daemon) result {
 	opts := e2e.Options{Nodes: 0, Config: config}
 	if !d.flanneld {
 		opts.Weftd = d.path
@@ -218,13 +296,17 @@ func peersRound(b *testing.B, d daemon) result {
 		for _, n := range c.Nodes {
 			n.Stop()
 		}
+		// This round's etcd, which would otherwise run (and compact) in
+		// the benchmark's process through the later rounds.
+		c.Client.Close()
+		c.Etcd.Close()
 	}()
 	ctx := context.Background()
 	var r result
 	idle := c.AddNode("n0")
 	d.waitReady(b, idle)
 	time.Sleep(restWait) // let the idle daemon come to rest: a memory figure, not a synchronisation
-	r.idleAnon, r.idleFile = rssOf(b, idle)
+	r.idle = sample(b, idle.PID(), 2*time.Second, nil)
 	idle.Stop()
 	for i := range peers {
 		k, v := fakeLease(i)
@@ -232,7 +314,7 @@ func peersRound(b *testing.B, d daemon) result {
 			b.Fatal(err)
 		}
 	}
-	r.load = loadAvg()
+	r.loadStart = loadAvg()
 	start := time.Now()
 	node := c.AddNode("n1")
 	h := node.Handle
@@ -247,22 +329,56 @@ func peersRound(b *testing.B, d daemon) result {
 		}
 	}
 	d.waitReady(b, node)
+	d.readVersion(node)
 	// Probe subnets lie far beyond the first free ones, where the node
 	// took its own.
 	lat := probeLatency(b, node, probes, func(i int) netip.Prefix {
 		k, v := fakeLease(4*peers + i)
-		want, _, _ := subnet.ParseKey(strings.TrimPrefix(k, e2e.Prefix+"/subnets/"))
+		want, _ := fakePeer(4*peers + i)
 		if _, err := c.Client.Put(ctx, k, v); err != nil {
 			b.Fatal(err)
 		}
 		return want
 	})
 	r.p50, r.p99, r.max = lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
-	r.anon, r.file = rssOf(b, node)
 	time.Sleep(restWait) // a memory figure at rest, not a synchronisation
-	cpu0 := cpuOf(b, node)
-	r.restAnon, r.restFile, r.restMax = rssOver(b, node, restSpan)
-	r.restCPU = 100 * (cpuOf(b, node) - cpu0).Seconds() / restSpan.Seconds()
+	r.rest = sample(b, node.PID(), restSpan, nil)
+	r.gomem = readGoMem(node)
+	routes := countRoutes(b, h, d.device())
+	var moved int // the last peer the churn moved
+	r.churn = churn(b, node.PID(), func(i int) {
+		var err error
+		switch i % 3 {
+		case 0:
+			k, v := fakeLease(churnBase + i/3)
+			_, err = c.Client.Put(ctx, k, v)
+		case 1:
+			moved = (i / 3) % peers
+			sn, _ := fakePeer(moved)
+			_, err = c.Client.Put(ctx, leaseKey(sn), leaseValue(movedPub(moved)))
+		case 2:
+			k, _ := fakeLease(churnBase + i/3)
+			_, err = c.Client.Delete(ctx, k)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	})
+	// The churn was applied: as many routes as before it, and the last
+	// peer moved has its new VTEP MAC.
+	sn, _ := fakePeer(moved)
+	mac := vtep.DeviceMAC(movedPub(moved), 1)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		n := countRoutes(b, h, d.device())
+		has := hasNeigh(h, d.device(), sn.Addr(), mac)
+		if n == routes && has {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("after the churn: %d routes (before: %d), neighbour %s → %s: %v", n, routes, sn.Addr(), mac, has)
+		}
+	}
+	r.loadEnd = loadAvg()
 	if log, err := os.ReadFile(node.LogFile); err == nil && os.Getenv("WEFT_BENCH_LOG") != "" {
 		for _, line := range strings.Split(string(log), "\n") {
 			if strings.Contains(line, "synced peers") || strings.Contains(line, "resync") || strings.Contains(line, "lease") {
@@ -273,41 +389,23 @@ func peersRound(b *testing.B, d daemon) result {
 	return r
 }
 
-// restSpan is how long the memory and CPU at rest are sampled: longer than
-// the period of weftd's full resync, whose garbage, code and CPU come and
-// go, so that the figures are not read in a lucky moment between two.
-const restSpan = kernel.DefaultResync + 2*time.Second
-
-// rssOver samples n's RSS every 200 ms for span and returns the mean
-// anonymous and file-backed parts and the most anon+file of any sample.
-func rssOver(b *testing.B, n *e2e.Node, span time.Duration) (anon, file, most float64) {
-	samples := 0
-	for end := time.Now().Add(span); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
-		a, f := rssOf(b, n)
-		anon, file, most, samples = anon+a, file+f, max(most, a+f), samples+1
-	}
-	return anon / float64(samples), file / float64(samples), most
-}
-
-// cpuOf is the CPU time n's process has used so far (user and system).
-func cpuOf(b *testing.B, n *e2e.Node) time.Duration {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(n.PID()) + "/stat")
+// hasNeigh reports whether dev on h has the neighbour ip at mac.
+func hasNeigh(h *netlink.Handle, dev string, ip netip.Addr, mac subnet.MAC) bool {
+	l, err := h.LinkByName(dev)
 	if err != nil {
-		b.Fatal(err)
+		return false
 	}
-	// The fields after the command name, which is in parentheses.
-	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	if len(f) < 13 {
-		b.Fatalf("short /proc/%d/stat", n.PID())
+	ns, err := h.NeighList(l.Attrs().Index, netlink.FAMILY_V4)
+	if err != nil {
+		return false
 	}
-	utime, _ := strconv.Atoi(f[11])
-	stime, _ := strconv.Atoi(f[12])
-	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
+	for _, n := range ns {
+		if a, ok := netip.AddrFromSlice(n.IP); ok && a.Unmap() == ip && n.HardwareAddr.String() == mac.String() {
+			return true
+		}
+	}
+	return false
 }
-
-// restWait is how long after the last probe the memory at rest is read:
-// weftd returns its free heap to the OS after a quiet interval (2 s).
-const restWait = 5 * time.Second
 
 // probeLatency makes probes new leases one at a time with add (which
 // returns the lease's subnet) and returns, sorted, how long each took to
@@ -333,19 +431,6 @@ func probeLatency(b *testing.B, node *e2e.Node, probes int, add func(i int) neti
 	}
 	slices.Sort(lat)
 	return lat
-}
-
-// loadAvg is the machine's 1-minute load average, to print with a figure.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], "/")
 }
 
 func countRoutes(b *testing.B, h *netlink.Handle, dev string) int {
@@ -382,28 +467,4 @@ func waitRoute(b *testing.B, ch <-chan netlink.RouteUpdate, want netip.Prefix) {
 			b.Fatalf("route to %s never appeared", want)
 		}
 	}
-}
-
-// rssOf reads weftd's resident memory from /proc in MB: anonymous (heap,
-// stacks: what the daemon itself holds) and file-backed (pages of its own
-// executable that the kernel shares and can reclaim).
-func rssOf(b *testing.B, n *e2e.Node) (anon, file float64) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(n.PID()) + "/status")
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		kb, _ := strconv.Atoi(f[1])
-		switch f[0] {
-		case "RssAnon:":
-			anon = float64(kb) / 1024
-		case "RssFile:":
-			file = float64(kb) / 1024
-		}
-	}
-	return anon, file
 }
