@@ -37,7 +37,8 @@ type Drift struct {
 
 // Reconciler is the repair loop every dataplane shares: it syncs when a new
 // table arrives (Kick), when the kernel reports a change that Drift calls
-// relevant (after a short debounce), and every Resync; a failed sync is
+// relevant (after a short debounce; when repairs do not hold, at most one
+// every 2 s, see repairBurst), and every Resync; a failed sync is
 // retried after a second. Sync(full) applies the latest table; with full set
 // it must read the kernel and repair whatever drifted. The first sync, at
 // once, is full.
@@ -125,13 +126,10 @@ func (r *Reconciler) notified(w *watch, tm *timers, open, relevant bool) *watch 
 		// close skips them.
 		return &watch{done: make(chan struct{})}
 	case relevant:
-		tm.full = true
-		delay, slowed := tm.drifted(time.Now())
-		if slowed {
+		if wait, slowed := tm.repair(time.Now()); slowed {
 			r.Log.Warn("the kernel keeps drifting from what weft programmed right after each repair "+
-				"(another program rewriting the same routes, neighbours or devices?); repairs slowed", "wait", delay)
+				"(another program rewriting the same routes, neighbours or devices?); repairs slowed", "wait", wait)
 		}
-		tm.arm(delay)
 	}
 	return w
 }
@@ -176,8 +174,10 @@ func newTimers(resync time.Duration) *timers {
 // put off by the debounce: at start-up the new device's own notifications
 // had armed one 50 ms ahead, and the first table waited for it (30 ms of
 // weftd's start at 5,000 peers, 2026-12-01).
-func (tm *timers) arm(d time.Duration) {
-	now := time.Now()
+func (tm *timers) arm(d time.Duration) { tm.armAt(time.Now(), d) }
+
+// armAt is arm at the time now.
+func (tm *timers) armAt(now time.Time, d time.Duration) {
 	due := now.Add(d)
 	if due.Before(tm.notBefore) {
 		due = tm.notBefore
@@ -196,26 +196,30 @@ func (tm *timers) backOff(d time.Duration) {
 	tm.arm(d)
 }
 
-// drifted returns how long to wait before repairing drift reported at now:
-// the debounce while the repair budget lasts, else until it has refilled
-// one repair; slowed says the budget has just run out. Notifications while
-// a repair is scheduled are one burst and cost nothing more.
-func (tm *timers) drifted(now time.Time) (wait time.Duration, slowed bool) {
+// repair schedules a full sync for drift reported at now: at the debounce
+// while the repair budget lasts, else once the budget has refilled one
+// repair, at most repairEvery away. Drift reported while a repair is
+// already scheduled is part of it and changes nothing. It returns the wait
+// and whether the budget has just run out.
+func (tm *timers) repair(now time.Time) (wait time.Duration, slowed bool) {
+	tm.full = true
 	tm.tokens = min(repairBurst, tm.tokens+float64(now.Sub(tm.refilled))/float64(repairEvery))
 	tm.refilled = now
 	if tm.tokens >= repairBurst {
 		tm.slowed = false
 	}
 	if tm.repairing {
-		return debounce, false
+		return 0, false
 	}
 	tm.repairing = true
-	tm.tokens--
-	if tm.tokens >= 0 {
-		return debounce, false
+	tm.tokens = max(tm.tokens-1, -1) // a debt of one repair at most: the wait stays under repairEvery
+	wait = debounce
+	if tm.tokens < 0 {
+		wait = max(debounce, time.Duration(-tm.tokens*float64(repairEvery)))
+		slowed, tm.slowed = !tm.slowed, true
 	}
-	slowed, tm.slowed = !tm.slowed, true
-	return max(debounce, time.Duration(-tm.tokens*float64(repairEvery))), slowed
+	tm.armAt(now, wait)
+	return wait, slowed
 }
 
 // synced records the end of a sync.

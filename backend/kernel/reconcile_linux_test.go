@@ -108,19 +108,26 @@ func TestBackOffHolds(t *testing.T) {
 
 // TestRepairBudget: drift that comes back right after each repair (another
 // program fighting weft over a route) is repaired at the debounce
-// repairBurst times, then once per repairEvery, and the slowdown is
-// reported once; a burst of notifications before a repair costs one
-// repair; a quiet spell refills the budget.
+// repairBurst times, then about once per repairEvery, and the slowdown is
+// reported once; more notifications before a repair do not bring it
+// forward; syncs that come between (new tables, retries) never make a
+// repair wait longer than repairEvery; a quiet spell refills the budget.
 func TestRepairBudget(t *testing.T) {
 	tm := newTimers(time.Hour)
 	defer tm.stop()
+	tm.pending = false // the first sync has run
 	now := time.Now()
 	tm.refilled = now
 	slowedAt := -1
 	for i := range repairBurst + 5 {
-		w, slowed := tm.drifted(now)
-		if w2, s2 := tm.drifted(now.Add(time.Millisecond)); s2 || w2 > w { // the same burst
-			t.Errorf("round %d: a second notification before the repair changed the wait %v to %v (slowed %v)", i, w, w2, s2)
+		w, slowed := tm.repair(now)
+		for k := 1; k <= 3; k++ { // the rest of the burst, or more of the fight
+			if w2, s2 := tm.repair(now.Add(time.Duration(k) * time.Millisecond)); s2 || w2 != 0 {
+				t.Errorf("round %d: notification %d before the repair: wait %v, slowed %v", i, k, w2, s2)
+			}
+		}
+		if due := tm.due.Sub(now); due != w {
+			t.Errorf("round %d: the repair is due in %v, want %v", i, due, w)
 		}
 		if slowed {
 			if slowedAt >= 0 {
@@ -131,17 +138,30 @@ func TestRepairBudget(t *testing.T) {
 		switch {
 		case i < repairBurst && w != debounce:
 			t.Errorf("round %d within the budget waits %v, want %v", i, w, debounce)
-		case i >= repairBurst+1 && (w < repairEvery*9/10 || w > repairEvery*11/10):
+		case i >= repairBurst+1 && (w < repairEvery*9/10 || w > repairEvery):
 			t.Errorf("round %d past the budget waits %v, want about %v", i, w, repairEvery)
 		}
 		now = now.Add(w)
+		tm.pending = false
 		tm.synced()
 		now = now.Add(10 * time.Millisecond) // the other program rewrites it at once
 	}
 	if slowedAt != repairBurst {
 		t.Errorf("slowed reported in round %d, want %d", slowedAt, repairBurst)
 	}
-	if w, _ := tm.drifted(now.Add(repairBurst * repairEvery)); w != debounce {
+	// Syncs between repairs (a new table every 100 ms) do not run up a debt.
+	for range 200 {
+		tm.repair(now)
+		tm.pending = false
+		tm.synced()
+		now = now.Add(100 * time.Millisecond)
+	}
+	if w, _ := tm.repair(now); w > repairEvery {
+		t.Errorf("after 200 repairs between other syncs the next waits %v, more than %v", w, repairEvery)
+	}
+	tm.pending = false
+	tm.synced()
+	if w, _ := tm.repair(now.Add(repairBurst * repairEvery)); w != debounce {
 		t.Errorf("drift after a quiet spell waits %v, want %v", w, debounce)
 	}
 }
