@@ -133,10 +133,13 @@ func cmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	defer store.Close()
-	if err := release(store, att); err != nil {
+	// The old store first: a migration running meanwhile can only move a
+	// reservation from there into the shared store, where the second
+	// release then finds it.
+	if err := releaseOld(conf, att); err != nil {
 		return err
 	}
-	if err := releaseOld(conf, att); err != nil {
+	if err := release(store, att); err != nil {
 		return err
 	}
 	// The move's errors are ADD's to report: the attachment is free in
