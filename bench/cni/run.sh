@@ -34,8 +34,8 @@ fi
 if [ -n "${WEFT_BENCH_REPORT:-}" ]; then
 	out=$(mktemp)
 	trap 'rm -f "$out"' EXIT
-	commit="$(git rev-parse --short HEAD)"
-	[ -z "$(git status --porcelain --untracked-files=no)" ] || commit+="+changes"
+	commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+	[ -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] || commit+="+changes"
 	load0=$(cut -d' ' -f1-3 /proc/loadavg)
 	WEFT_CNI_BIN="$static" go test -run '^$' -bench AddDel -benchtime=150x -count=3 -v "$@" ./bench/cni | tee "$out"
 	load1=$(cut -d' ' -f1-3 /proc/loadavg)
