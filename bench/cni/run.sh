@@ -40,7 +40,7 @@ if [ -n "${WEFT_BENCH_REPORT:-}" ]; then
 	WEFT_CNI_BIN="$static" go test -run '^$' -bench AddDel -benchtime=150x -count=3 -v "$@" ./bench/cni | tee "$out"
 	load1=$(cut -d' ' -f1-3 /proc/loadavg)
 	# median (min-max) of one metric over the runs
-	stat() { grep -o "[0-9.]* $1\b" "$out" | cut -d' ' -f1 | sort -g | awk '{v[NR]=$1} END {if (NR) printf "%s (%s–%s)", v[int((NR+1)/2)], v[1], v[NR]; else printf "n/a"}'; }
+	stat() { grep -o "[0-9][0-9.]* $1\b" "$out" | cut -d' ' -f1 | sort -g | awk '{v[NR]=$1} END {if (NR) printf "%s (%s–%s)", v[int((NR+1)/2)], v[1], v[NR]; else printf "n/a"}'; }
 	{
 		echo "# bench/cni report"
 		echo
