@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"time"
@@ -151,9 +152,23 @@ func (r *report) updateReadme(path string) error {
 	}
 	var b bytes.Buffer
 	b.Write(old[:i+len(beginMarker)])
-	fmt.Fprintf(&b, "\n\nMade by `go run ./bench/dataplane %s`:\n\n", strings.Join(os.Args[1:], " "))
+	fmt.Fprintf(&b, "\n\nMade at commit %s by `go run ./bench/dataplane %s`:\n\n", commit(), strings.Join(os.Args[1:], " "))
 	r.write(&b)
 	b.WriteString("\n")
 	b.Write(old[j:])
 	return os.WriteFile(path, b.Bytes(), 0o644)
+}
+
+// commit names the tree measured: git's short commit, "+changes" when
+// tracked files differ from it, or "unknown" outside a git checkout.
+func commit() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	c := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		c += "+changes"
+	}
+	return c
 }
