@@ -246,8 +246,7 @@ func allocate(s *disk.Store, a Attachment, ranges []Range) ([]netip.Prefix, erro
 // r), wrapping around, each candidate taken by creating its file (O_EXCL,
 // so concurrent plugins never share one). Written here rather than using
 // host-local's allocator package, which links in the iptables and nftables
-// helpers of pkg/ip: their initialisation was a tenth of every plugin
-// run's CPU (bench/cni profile, 2026-12-01).
+// helpers of pkg/ip, whose initialisation every plugin run would pay.
 func allocateIn(s *disk.Store, a Attachment, r Range) (netip.Prefix, error) {
 	first, last, ok := hostRange(r.Subnet.Masked())
 	if !ok {

@@ -171,9 +171,8 @@ func newTimers(resync time.Duration) *timers {
 // arm schedules a sync in d, unless one is already scheduled as soon or
 // sooner, and never before the back-off after a failed sync ends. A sync
 // asked for now (a new table) does not wait for one that a notification
-// put off by the debounce: at start-up the new device's own notifications
-// had armed one 50 ms ahead, and the first table waited for it (30 ms of
-// weftd's start at 5,000 peers, 2026-12-01).
+// put off by the debounce (at start-up the new device's own notifications
+// arm one).
 func (tm *timers) arm(d time.Duration) { tm.armAt(time.Now(), d) }
 
 // armAt is arm at the time now.
