@@ -54,6 +54,7 @@ type Registry interface {
 	// change, until ctx is done; it returns ctx's error then, or an error
 	// that it cannot recover from. A batch is never empty. On a broken or
 	// compacted watch it lists again and sends only the difference. Values
-	// that do not parse are logged and skipped.
+	// that do not parse are logged and skipped. An EventRemoved's lease
+	// names the subnets; its Attrs may be empty.
 	Watch(ctx context.Context, events chan<- []Event) error
 }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"iter"
 	"maps"
 	"net/netip"
 
@@ -17,11 +18,14 @@ import (
 // It also builds the peer table for the backend (table). A change of a few
 // leases among thousands changes only their rows: the table is copied and
 // those rows are replaced, instead of building every row again.
+//
+// A lease is kept as its key, which names its subnets, and its value: what
+// the table is built from, and half the size of a whole subnet.Lease.
 type peerSet struct {
 	cfg    *subnet.Config
 	lens   subnet.PrefixLens
 	rej    *subnet.Rejections
-	leases map[string]subnet.Lease
+	leases map[string]subnet.LeaseAttrs
 
 	typ  string       // the lease type of the backend (subnet.LeaseType)
 	self subnet.Lease // left out of the table
@@ -34,7 +38,7 @@ type peerSet struct {
 }
 
 type prior struct {
-	lease subnet.Lease
+	attrs subnet.LeaseAttrs
 	ok    bool
 }
 
@@ -42,7 +46,7 @@ type prior struct {
 // (the config's in etcd mode; the controller-manager's in Kubernetes mode).
 // typ is the lease type of the backend (subnet.LeaseBackendType).
 func newPeerSet(cfg *subnet.Config, self subnet.Lease, rej *subnet.Rejections, typ string) *peerSet {
-	p := &peerSet{cfg: cfg, rej: rej, leases: map[string]subnet.Lease{},
+	p := &peerSet{cfg: cfg, rej: rej, leases: map[string]subnet.LeaseAttrs{},
 		typ: typ, self: self, touched: map[string]prior{}}
 	if self.Subnet.IsValid() {
 		p.lens.V4 = self.Subnet.Bits()
@@ -71,7 +75,22 @@ func (p *peerSet) apply(ev subnet.Event) {
 		return
 	}
 	p.rej.Forget(key)
-	p.leases[key] = ev.Lease
+	p.leases[key] = ev.Lease.Attrs
+}
+
+// lease is the lease kept as key and attrs.
+func lease(key string, attrs subnet.LeaseAttrs) subnet.Lease {
+	v4, v6, _ := subnet.ParseKey(key) // the key of a lease that passed the checks
+	return subnet.Lease{Subnet: v4, IPv6Subnet: v6, Attrs: attrs}
+}
+
+// all yields every lease kept.
+func (p *peerSet) all(yield func(subnet.Lease) bool) {
+	for key, attrs := range p.leases {
+		if !yield(lease(key, attrs)) {
+			return
+		}
+	}
 }
 
 // rows is the table rows lease l gives.
@@ -94,10 +113,10 @@ func (p *peerSet) table() vtep.Table {
 	given := map[netip.Prefix]bool{} // rows the touched keys give now
 	for key, was := range p.touched {
 		if was.ok {
-			olds = append(olds, p.rows(was.lease))
+			olds = append(olds, p.rows(lease(key, was.attrs)))
 		}
-		if l, ok := p.leases[key]; ok {
-			rows := p.rows(l)
+		if attrs, ok := p.leases[key]; ok {
+			rows := p.rows(lease(key, attrs))
 			for q := range rows {
 				given[q] = true
 			}
@@ -116,7 +135,7 @@ func (p *peerSet) table() vtep.Table {
 		}
 	}
 	if len(gone) > 0 {
-		for _, l := range p.leases {
+		for l := range p.all {
 			if gone[l.Subnet] || gone[l.IPv6Subnet] {
 				for q := range p.rows(l) {
 					if gone[q] {
@@ -151,6 +170,6 @@ func (p *peerSet) untouch() {
 
 func (p *peerSet) rebuild() vtep.Table {
 	p.rebuilds++
-	p.tab = vtep.FromLeaseSeq(p.typ, len(p.leases), maps.Values(p.leases), p.self)
+	p.tab = vtep.FromLeaseSeq(p.typ, len(p.leases), iter.Seq[subnet.Lease](p.all), p.self)
 	return p.tab
 }

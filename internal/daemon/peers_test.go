@@ -65,7 +65,7 @@ func TestPeerSetTable(t *testing.T) {
 		got := p.table()
 		// What the rows may be: every lease's rows, all givers of a subnet.
 		may := map[netip.Prefix][]vtep.Peer{}
-		for _, l := range p.leases {
+		for l := range p.all {
 			for q, v := range vtep.FromLeases([]subnet.Lease{l}, self) {
 				may[q] = append(may[q], v)
 			}

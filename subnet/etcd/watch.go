@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"sort"
 	"time"
 
@@ -26,7 +27,8 @@ const (
 // breaks (compaction, no leader, closed channel) Watch lists again and sends
 // only the difference from what it sent before. A value rewritten with the
 // same bytes (a renewal) is no event. Events carry Revision but no
-// Expiration (finding it would cost one request per lease). Keys that are
+// Expiration (finding it would cost one request per lease); a removed
+// lease's event carries its subnets but not its last value. Keys that are
 // not lease keys and values that do not parse are logged and skipped; a
 // lease overwritten by a value that does not parse is reported removed.
 // The first listing is the one the last Acquire made, if it is at most
@@ -39,7 +41,7 @@ func (r *Registry) Watch(ctx context.Context, events chan<- []subnet.Event) erro
 	if events == nil {
 		return errors.New("watch subnet leases: nil event channel")
 	}
-	w := &watcher{r: r, events: events, known: map[string]subnet.LeaseAttrs{}, first: true}
+	w := &watcher{r: r, events: events, known: map[string]uint64{}, seed: maphash.MakeSeed(), first: true}
 	delay := relistMinDelay
 	for {
 		rev, err := w.resync(ctx)
@@ -67,10 +69,12 @@ func (r *Registry) Watch(ctx context.Context, events chan<- []subnet.Event) erro
 type watcher struct {
 	r      *Registry
 	events chan<- []subnet.Event
-	// known holds the attributes of the leases sent, by key name: only
-	// leases whose value parses, compared parsed. The subnets are in the
-	// name; nothing else is kept (at 5,000 peers whole entries took 1.5 MB).
-	known map[string]subnet.LeaseAttrs
+	// known holds a hash of the value of each lease sent, by key name
+	// (only leases whose value parses). The subnets are in the name and the
+	// daemon keeps the leases themselves: the watcher needs only to tell a
+	// renewal, which rewrites the same bytes, from a change.
+	known map[string]uint64
+	seed  maphash.Seed
 	first bool // the first listing may be the one Acquire made
 }
 
@@ -97,14 +101,15 @@ func (w *watcher) resync(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	next := make(map[string]subnet.LeaseAttrs, len(entries))
+	next := make(map[string]uint64, len(entries))
 	var batch []subnet.Event
 	for _, e := range entries {
 		if e.bad != nil {
 			continue
 		}
-		next[e.name] = e.lease.Attrs
-		if old, ok := w.known[e.name]; !ok || !old.Equal(e.lease.Attrs) {
+		h := maphash.Bytes(w.seed, e.value)
+		next[e.name] = h
+		if old, ok := w.known[e.name]; !ok || old != h {
 			batch = append(batch, subnet.Event{Type: subnet.EventAdded, Lease: e.lease})
 		}
 	}
@@ -116,7 +121,7 @@ func (w *watcher) resync(ctx context.Context) (int64, error) {
 	}
 	sort.Strings(gone)
 	for _, name := range gone {
-		batch = append(batch, removed(name, w.known[name], rev))
+		batch = append(batch, removed(name, rev))
 	}
 	w.known = next
 	return rev, w.send(ctx, batch)
@@ -159,6 +164,7 @@ func (w *watcher) apply(evs []*clientv3.Event) []subnet.Event {
 			continue
 		}
 		old, known := w.known[e.name]
+		h := maphash.Bytes(w.seed, e.value)
 		switch {
 		case ev.Type == mvccpb.DELETE || e.bad != nil:
 			if ev.Type == mvccpb.PUT {
@@ -168,22 +174,22 @@ func (w *watcher) apply(evs []*clientv3.Event) []subnet.Event {
 			}
 			if known {
 				delete(w.known, e.name)
-				batch = append(batch, removed(e.name, old, ev.Kv.ModRevision))
+				batch = append(batch, removed(e.name, ev.Kv.ModRevision))
 			}
-		case known && old.Equal(e.lease.Attrs):
+		case known && old == h:
 			// a renewal: nothing to tell, nothing to keep
 		default:
 			w.r.rej.Forget(key)
-			w.known[e.name] = e.lease.Attrs
+			w.known[e.name] = h
 			batch = append(batch, subnet.Event{Type: subnet.EventAdded, Lease: e.lease})
 		}
 	}
 	return batch
 }
 
-// removed is the event for the lease named name, last sent with attrs,
-// deleted (or overwritten by a value that does not parse) at revision rev.
-func removed(name string, attrs subnet.LeaseAttrs, rev int64) subnet.Event {
+// removed is the event for the lease named name, deleted (or overwritten by
+// a value that does not parse) at revision rev.
+func removed(name string, rev int64) subnet.Event {
 	v4, v6, _ := subnet.ParseKey(name) // known holds only names that parsed
-	return subnet.Event{Type: subnet.EventRemoved, Lease: subnet.Lease{Subnet: v4, IPv6Subnet: v6, Attrs: attrs, Revision: rev}}
+	return subnet.Event{Type: subnet.EventRemoved, Lease: subnet.Lease{Subnet: v4, IPv6Subnet: v6, Revision: rev}}
 }
