@@ -136,7 +136,7 @@ func TestOverlayViaPeerOnTUN(t *testing.T) {
 		t.Fatal(err)
 	}
 	table := vtep.Table{
-		netip.MustParsePrefix("10.244.2.0/24"): {Addr: netip.MustParseAddr("192.168.9.2")},  // on the underlay's subnet
+		netip.MustParsePrefix("10.244.2.0/24"): {Addr: netip.MustParseAddr("192.168.9.2")}, // on the underlay's subnet
 		netip.MustParsePrefix("10.244.3.0/24"): {Addr: netip.MustParseAddr("172.16.30.3")}, // behind a router
 	}
 	show := func(argv ...string) string {
