@@ -83,7 +83,10 @@ func testLogger(t *testing.T) *slog.Logger {
 
 type tlog struct{ t *testing.T }
 
-func (w *tlog) Write(b []byte) (int, error) { w.t.Log(strings.TrimSpace(string(b))); return len(b), nil }
+func (w *tlog) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
 
 // run starts b and waits until it is ready; the test's end stops it.
 func run(t *testing.T, b *Backend) {
