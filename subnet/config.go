@@ -10,15 +10,49 @@ import (
 
 // Backend type names. A uvxlan node still advertises BackendTypeVXLAN in its
 // lease: on the wire it is VXLAN. host-gw routes each peer's subnet via the
-// peer's public address, as Flannel's host-gw backend; alloc only leases a
-// subnet and programs nothing (its lease has no BackendType, as Flannel's).
+// peer's public address, as Flannel's host-gw backend; ipip does the same
+// through an IPIP tunnel; extension runs the user's commands on lease
+// events; alloc only leases a subnet and programs nothing (its lease has no
+// BackendType, as Flannel's).
 const (
 	BackendTypeVXLAN     = "vxlan"
 	BackendTypeUVXLAN    = "uvxlan"
 	BackendTypeHostGW    = "host-gw"
 	BackendTypeAlloc     = "alloc"
 	BackendTypeWireGuard = "wireguard"
+	BackendTypeIPIP      = "ipip"
+	BackendTypeExtension = "extension"
 )
+
+// BackendTypes lists the backend types weft runs, in the order its messages
+// name them.
+var BackendTypes = []string{BackendTypeVXLAN, BackendTypeUVXLAN, BackendTypeHostGW, BackendTypeWireGuard,
+	BackendTypeIPIP, BackendTypeExtension, BackendTypeAlloc}
+
+// CheckBackendType returns nil for a type weft runs (BackendTypes), and for
+// any other a error that says what to use: Flannel's udp and ipsec backends
+// are refused with the weft backend that replaces each.
+func CheckBackendType(t string) error {
+	switch t {
+	case BackendTypeVXLAN, BackendTypeUVXLAN, BackendTypeHostGW, BackendTypeWireGuard,
+		BackendTypeIPIP, BackendTypeExtension, BackendTypeAlloc:
+		return nil
+	case "udp":
+		return fmt.Errorf("backend %q: Flannel's udp backend is not supported; use %q, weft's userspace VXLAN "+
+			"(it runs in weftd like udp, and speaks VXLAN to flanneld's vxlan nodes)", t, BackendTypeUVXLAN)
+	case "ipsec":
+		return fmt.Errorf("backend %q: Flannel's ipsec backend is not supported; use %q for encrypted pod traffic", t, BackendTypeWireGuard)
+	}
+	return fmt.Errorf("backend %q: unknown, weft runs %s", t, quoteList(BackendTypes))
+}
+
+func quoteList(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
+}
 
 // WireGuard defaults and modes, Flannel's.
 const (
@@ -81,6 +115,11 @@ type BackendConfig struct {
 	PSK                         string // optional preshared key, base64
 	PersistentKeepaliveInterval int    // seconds; 0: off
 	Mode                        string // WireGuardSeparate, Auto, IPv4 or IPv6
+
+	// extension only (Flannel's names): commands run by sh, see
+	// backend/extension.
+	PreStartupCommand, PostStartupCommand string
+	SubnetAddCommand, SubnetRemoveCommand string
 }
 
 // rawConfig mirrors the JSON. encoding/json matches field names without
@@ -115,6 +154,9 @@ type rawBackend struct {
 	PSK                         string
 	PersistentKeepaliveInterval int
 	Mode                        string
+
+	PreStartupCommand, PostStartupCommand string
+	SubnetAddCommand, SubnetRemoveCommand string
 }
 
 // ParseConfig parses and validates a network config and fills its defaults
@@ -151,6 +193,11 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, fmt.Errorf("network config: %w", err)
 	}
 	cfg.Backend = b
+	if b.Type == BackendTypeIPIP && (cfg.EnableIPv6 || !cfg.EnableIPv4) {
+		return nil, fmt.Errorf("network config: Backend.Type %q carries IPv4 only, as Flannel's: "+
+			"set EnableIPv4 and leave EnableIPv6 off, or use %q, %q or %q for IPv6", b.Type,
+			BackendTypeVXLAN, BackendTypeHostGW, BackendTypeWireGuard)
+	}
 	return cfg, nil
 }
 
@@ -255,14 +302,11 @@ func parseBackend(raw *rawBackend) (BackendConfig, error) {
 	if raw == nil {
 		return b, nil
 	}
-	switch t := strings.ToLower(raw.Type); t {
-	case "", BackendTypeVXLAN, BackendTypeUVXLAN, BackendTypeHostGW, BackendTypeAlloc, BackendTypeWireGuard:
-		if t != "" {
-			b.Type = t
+	if t := strings.ToLower(raw.Type); t != "" {
+		if err := CheckBackendType(t); err != nil {
+			return b, fmt.Errorf("Backend.Type: %w", err)
 		}
-	default:
-		return b, fmt.Errorf("Backend.Type %q: unsupported, weft supports %q, %q, %q, %q and %q", raw.Type,
-			BackendTypeVXLAN, BackendTypeUVXLAN, BackendTypeHostGW, BackendTypeWireGuard, BackendTypeAlloc)
+		b.Type = t
 	}
 	if raw.VNI != nil {
 		b.VNI = *raw.VNI
@@ -283,6 +327,17 @@ func parseBackend(raw *rawBackend) (BackendConfig, error) {
 	b.AllowForeignSources, b.FastPath = raw.AllowForeignSources, raw.FastPath
 	if b.FastPath && b.Type != BackendTypeUVXLAN {
 		return b, fmt.Errorf("Backend.FastPath: only the %q backend has a fast path, not %q", BackendTypeUVXLAN, b.Type)
+	}
+	b.PreStartupCommand, b.PostStartupCommand = raw.PreStartupCommand, raw.PostStartupCommand
+	b.SubnetAddCommand, b.SubnetRemoveCommand = raw.SubnetAddCommand, raw.SubnetRemoveCommand
+	if b.Type != BackendTypeExtension {
+		for _, c := range []struct{ name, v string }{{"PreStartupCommand", b.PreStartupCommand},
+			{"PostStartupCommand", b.PostStartupCommand}, {"SubnetAddCommand", b.SubnetAddCommand},
+			{"SubnetRemoveCommand", b.SubnetRemoveCommand}} {
+			if c.v != "" {
+				return b, fmt.Errorf("Backend.%s: only the %q backend runs commands, not %q", c.name, BackendTypeExtension, b.Type)
+			}
+		}
 	}
 	if b.Type == BackendTypeWireGuard {
 		return parseWireGuard(b, raw)

@@ -38,6 +38,10 @@ type LeaseAttrs struct {
 	// WireGuard and WireGuardV6 are the BackendData and BackendV6Data of a
 	// wireguard lease; nil for other backends.
 	WireGuard, WireGuardV6 *WireGuardData
+	// ExtensionData is the BackendData of an extension lease, as the JSON
+	// text stored (Flannel's extension backend writes a JSON string: what
+	// its PreStartupCommand printed); "" when there is none.
+	ExtensionData string
 }
 
 // Equal reports whether a and b describe a node the same way: the same
@@ -45,7 +49,7 @@ type LeaseAttrs struct {
 func (a LeaseAttrs) Equal(b LeaseAttrs) bool {
 	return a.PublicIP == b.PublicIP && a.PublicIPv6 == b.PublicIPv6 && a.BackendType == b.BackendType &&
 		samePtr(a.BackendData, b.BackendData) && samePtr(a.BackendV6Data, b.BackendV6Data) &&
-		samePtr(a.WireGuard, b.WireGuard) && samePtr(a.WireGuardV6, b.WireGuardV6)
+		samePtr(a.WireGuard, b.WireGuard) && samePtr(a.WireGuardV6, b.WireGuardV6) && a.ExtensionData == b.ExtensionData
 }
 
 func samePtr[T comparable](a, b *T) bool { return a == b || a != nil && b != nil && *a == *b }
@@ -106,11 +110,15 @@ func (a LeaseAttrs) DataJSON(v6 bool) (json.RawMessage, error) {
 	if wg != nil {
 		return json.Marshal(wg)
 	}
+	if !v6 && a.ExtensionData != "" {
+		return json.RawMessage(a.ExtensionData), nil
+	}
 	return encodeVXLANData(vx)
 }
 
 // SetDataJSON decodes the backend data of one family for the lease's
-// BackendType (vxlan or wireguard; other types' data is dropped).
+// BackendType (vxlan or wireguard; extension's IPv4 data is kept as its
+// JSON text; other types' data is dropped).
 func (a *LeaseAttrs) SetDataJSON(v6 bool, b json.RawMessage) error {
 	switch a.BackendType {
 	case BackendTypeVXLAN:
@@ -134,6 +142,18 @@ func (a *LeaseAttrs) SetDataJSON(v6 bool, b json.RawMessage) error {
 		} else {
 			a.WireGuard = &d
 		}
+	case BackendTypeExtension:
+		if v6 || len(b) == 0 || bytes.Equal(b, []byte("null")) {
+			return nil
+		}
+		if !json.Valid(b) {
+			return errors.New("not JSON")
+		}
+		var c bytes.Buffer
+		if err := json.Compact(&c, b); err != nil {
+			return err
+		}
+		a.ExtensionData = c.String()
 	}
 	return nil
 }
@@ -146,8 +166,8 @@ func encodeVXLANData(d *VXLANData) (json.RawMessage, error) {
 }
 
 // UnmarshalJSON reads a lease value written by weft or flanneld. Backend
-// data is decoded only for the vxlan and wireguard types; other backends'
-// data is dropped. A PublicIP of "0.0.0.0" (flanneld's IPv6-only lease)
+// data is decoded only for the vxlan and wireguard types, and kept as JSON
+// for extension; other backends' data is dropped. A PublicIP of "0.0.0.0" (flanneld's IPv6-only lease)
 // reads as invalid.
 func (a *LeaseAttrs) UnmarshalJSON(b []byte) error {
 	var w wireAttrs

@@ -63,6 +63,22 @@ func TestLeaseAttrsJSON(t *testing.T) {
 			json: `{"PublicIP":"192.168.77.1","PublicIPv6":"fd77::1","BackendType":"wireguard","BackendData":{"PublicKey":"Jd1Dnz8qQ3BvjmFh1lONkVbSpRd4q3gdTjgN8UqFKUY=","Port":51820},"BackendV6Data":{"PublicKey":"Jd1Dnz8qQ3BvjmFh1lONkVbSpRd4q3gdTjgN8UqFKUY=","Port":51821}}`,
 		},
 		{
+			name:  "ipip, as flanneld writes it (no backend data)",
+			attrs: LeaseAttrs{PublicIP: mustAddr(t, "192.168.77.3"), BackendType: "ipip"},
+			json:  `{"PublicIP":"192.168.77.3","PublicIPv6":null,"BackendType":"ipip"}`,
+		},
+		{
+			name: "extension, as flanneld writes it (the PreStartupCommand's output as a JSON string)",
+			attrs: LeaseAttrs{PublicIP: mustAddr(t, "192.168.77.4"), BackendType: "extension",
+				ExtensionData: `"4e:fb:7d:bf:6b:2d"`},
+			json: `{"PublicIP":"192.168.77.4","PublicIPv6":null,"BackendType":"extension","BackendData":"4e:fb:7d:bf:6b:2d"}`,
+		},
+		{
+			name:  "extension without PreStartupCommand, as flanneld writes it",
+			attrs: LeaseAttrs{PublicIP: mustAddr(t, "192.168.77.4"), BackendType: "extension"},
+			json:  `{"PublicIP":"192.168.77.4","PublicIPv6":null,"BackendType":"extension"}`,
+		},
+		{
 			name:  "no backend fields, as flanneld omits them (alloc)",
 			attrs: LeaseAttrs{PublicIP: mustAddr(t, "10.0.0.1")},
 			json:  `{"PublicIP":"10.0.0.1","PublicIPv6":null}`,

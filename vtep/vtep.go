@@ -13,12 +13,13 @@ import (
 
 // Peer is a remote node as a dataplane sees it: its underlay address and,
 // for VXLAN, its VTEP device MAC; for WireGuard, its public key and UDP port
-// instead of a MAC.
+// instead of a MAC; for extension, its lease's backend data.
 type Peer struct {
 	MAC  subnet.MAC
 	Addr netip.Addr
 	Key  string // wireguard: the peer's public key (base64)
 	Port int    // wireguard: the peer's UDP port (0: the same as ours)
+	Data string // extension: the lease's BackendData as JSON text ("" when none)
 }
 
 // Table maps a remote node subnet (IPv4 or IPv6) to the peer behind it. A Table handed
@@ -42,8 +43,11 @@ func FromLeases(leases []subnet.Lease, self subnet.Lease) Table {
 // FromLeasesOf builds the table of every lease of the lease type typ (see
 // subnet.LeaseType) but self's. For vxlan see FromLeases. For host-gw a
 // lease contributes each subnet that has a public address of its family,
-// with a zero MAC: the peer is reached by routing via that address. Other
-// types (alloc) have no peers.
+// with a zero MAC: the peer is reached by routing via that address; ipip
+// likewise, IPv4 only. For extension a lease contributes one row, its IPv4
+// subnet (its IPv6 subnet when it has none) with the public address of that
+// family and its backend data, since the user's commands run once per lease.
+// Other types (alloc) have no peers.
 func FromLeasesOf(typ string, leases []subnet.Lease, self subnet.Lease) Table {
 	return FromLeaseSeq(typ, len(leases), slices.Values(leases), self)
 }
@@ -55,7 +59,11 @@ func FromLeaseSeq(typ string, n int, leases iter.Seq[subnet.Lease], self subnet.
 	case subnet.BackendTypeVXLAN:
 		return fromVXLAN(n, leases, self)
 	case subnet.BackendTypeHostGW:
-		return fromHostGW(n, leases, self)
+		return fromRouted(n, leases, self, subnet.BackendTypeHostGW, true)
+	case subnet.BackendTypeIPIP:
+		return fromRouted(n, leases, self, subnet.BackendTypeIPIP, false)
+	case subnet.BackendTypeExtension:
+		return fromExtension(n, leases, self)
 	case subnet.BackendTypeWireGuard:
 		return fromWireGuard(n, leases, self)
 	}
@@ -79,17 +87,35 @@ func isSelf(l, self subnet.Lease) bool {
 	return false
 }
 
-func fromHostGW(n int, leases iter.Seq[subnet.Lease], self subnet.Lease) Table {
+// fromRouted: a lease of typ contributes each subnet (IPv4, and IPv6 when
+// v6) that has a public address of its family.
+func fromRouted(n int, leases iter.Seq[subnet.Lease], self subnet.Lease, typ string, v6 bool) Table {
 	t := make(Table, n)
 	for l := range leases {
-		if isSelf(l, self) || l.Attrs.BackendType != subnet.BackendTypeHostGW {
+		if isSelf(l, self) || l.Attrs.BackendType != typ {
 			continue
 		}
 		if l.Subnet.IsValid() && l.Attrs.PublicIP.IsValid() {
 			t[l.Subnet] = Peer{Addr: l.Attrs.PublicIP}
 		}
-		if l.IPv6Subnet.IsValid() && l.Attrs.PublicIPv6.IsValid() {
+		if v6 && l.IPv6Subnet.IsValid() && l.Attrs.PublicIPv6.IsValid() {
 			t[l.IPv6Subnet] = Peer{Addr: l.Attrs.PublicIPv6}
+		}
+	}
+	return t
+}
+
+func fromExtension(n int, leases iter.Seq[subnet.Lease], self subnet.Lease) Table {
+	t := make(Table, n)
+	for l := range leases {
+		if isSelf(l, self) || l.Attrs.BackendType != subnet.BackendTypeExtension {
+			continue
+		}
+		switch {
+		case l.Subnet.IsValid():
+			t[l.Subnet] = Peer{Addr: l.Attrs.PublicIP, Data: l.Attrs.ExtensionData}
+		case l.IPv6Subnet.IsValid():
+			t[l.IPv6Subnet] = Peer{Addr: l.Attrs.PublicIPv6, Data: l.Attrs.ExtensionData}
 		}
 	}
 	return t

@@ -141,6 +141,40 @@ func TestFromLeasesOfHostGW(t *testing.T) {
 	}
 }
 
+// TestFromLeasesOfIPIPAndExtension: an ipip lease gives its IPv4 subnet via
+// its public address (no IPv6: Flannel's ipip is IPv4 only); an extension
+// lease gives one row with its data; leases of other types give none.
+func TestFromLeasesOfIPIPAndExtension(t *testing.T) {
+	typed := func(typ, v4, v6, pub, pub6, data string) subnet.Lease {
+		l := lease(v4, v6, pub, pub6, subnet.MAC{}, subnet.MAC{})
+		l.Attrs = subnet.LeaseAttrs{BackendType: typ, PublicIP: l.Attrs.PublicIP, PublicIPv6: l.Attrs.PublicIPv6, ExtensionData: data}
+		return l
+	}
+	leases := []subnet.Lease{
+		typed("ipip", "10.244.1.0/24", "", "192.168.77.1", "", ""), // self
+		typed("ipip", "10.244.2.0/24", "", "192.168.77.2", "", ""),
+		typed("ipip", "10.244.3.0/24", "fd00:10:244:3::/64", "192.168.77.3", "fd77::3", ""),
+		typed("host-gw", "10.244.4.0/24", "", "192.168.77.4", "", ""),
+		typed("extension", "10.244.5.0/24", "fd00:10:244:5::/64", "192.168.77.5", "fd77::5", `"aa"`),
+		typed("extension", "", "fd00:10:244:6::/64", "", "fd77::6", ""),
+	}
+	self := leases[0]
+	wantIPIP := Table{
+		pfx("10.244.2.0/24"): {Addr: ip("192.168.77.2")},
+		pfx("10.244.3.0/24"): {Addr: ip("192.168.77.3")},
+	}
+	if got := FromLeasesOf(subnet.BackendTypeIPIP, leases, self); !reflect.DeepEqual(got, wantIPIP) {
+		t.Errorf("ipip: got %v, want %v", got, wantIPIP)
+	}
+	wantExt := Table{
+		pfx("10.244.5.0/24"):      {Addr: ip("192.168.77.5"), Data: `"aa"`},
+		pfx("fd00:10:244:6::/64"): {Addr: ip("fd77::6")},
+	}
+	if got := FromLeasesOf(subnet.BackendTypeExtension, leases, self); !reflect.DeepEqual(got, wantExt) {
+		t.Errorf("extension: got %v, want %v", got, wantExt)
+	}
+}
+
 // TestIsSelfMatchesKeys: isSelf says exactly what comparing the keys says.
 func TestIsSelfMatchesKeys(t *testing.T) {
 	pfx := []netip.Prefix{{}, netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("10.244.1.0/24"),

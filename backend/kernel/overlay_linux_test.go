@@ -115,6 +115,71 @@ func TestOverlayOnTAP(t *testing.T) {
 	}
 }
 
+// TestOverlayViaPeerOnTUN programs a link with ViaPeer, as backend/ipip
+// does on its IPIP tunnel; a TUN device stands in for the tunnel here (both
+// are layer-3 links with no neighbours). A tunnelled peer's route goes via
+// its public address onlink over the link, with no neighbour; with
+// DirectRouting, a peer on the underlay's subnet is routed over the
+// underlay instead; a second sync adopts everything; an empty table removes
+// the routes.
+func TestOverlayViaPeerOnTUN(t *testing.T) {
+	ns := nettest.NewNS(t, "via")
+	nettest.MustRun(t, ns, "ip", "tuntap", "add", "dev", "tun0", "mode", "tun")
+	nettest.MustRun(t, ns, "ip", "link", "set", "tun0", "up")
+	nettest.MustRun(t, ns, "ip", "link", "add", "u0", "type", "veth", "peer", "name", "u1")
+	nettest.MustRun(t, ns, "ip", "link", "set", "u0", "up")
+	nettest.MustRun(t, ns, "ip", "link", "set", "u1", "up")
+	nettest.MustRun(t, ns, "ip", "addr", "add", "192.168.9.1/24", "dev", "u0")
+	nettest.MustRun(t, ns, "ip", "route", "add", "default", "via", "192.168.9.254", "dev", "u0")
+	l, err := ns.Handle.LinkByName("tun0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := vtep.Table{
+		netip.MustParsePrefix("10.244.2.0/24"): {Addr: netip.MustParseAddr("192.168.9.2")}, // on the underlay's subnet
+		netip.MustParsePrefix("10.244.3.0/24"): {Addr: netip.MustParseAddr("172.16.30.3")}, // behind a router
+	}
+	show := func(argv ...string) string {
+		return strings.Join(strings.Fields(nettest.MustRun(t, ns, argv...)), " ")
+	}
+	for _, dr := range []bool{false, true} {
+		t.Run(fmt.Sprintf("DirectRouting=%v", dr), func(t *testing.T) {
+			o := NewOverlay(ns.Handle, l.Attrs().Index, OverlayOptions{Family: netlink.FAMILY_V4, ViaPeer: true, DirectRouting: dr})
+			st, err := o.Sync(table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.NeighSet != 0 {
+				t.Errorf("ViaPeer set %d neighbours, want none", st.NeighSet)
+			}
+			want2 := "10.244.2.0/24 via 192.168.9.2 dev tun0 proto 87 onlink linkdown" // no process holds the TUN: linkdown
+			if dr {
+				want2 = "10.244.2.0/24 via 192.168.9.2 dev u0 proto 87"
+			}
+			for _, c := range []struct{ dst, want string }{
+				{"10.244.2.0/24", want2},
+				{"10.244.3.0/24", "10.244.3.0/24 via 172.16.30.3 dev tun0 proto 87 onlink linkdown"},
+			} {
+				if got := show("ip", "route", "show", c.dst); got != c.want {
+					t.Errorf("route %s:\n got %q\nwant %q", c.dst, got, c.want)
+				}
+			}
+			if got := show("ip", "neigh", "show", "dev", "tun0"); got != "" {
+				t.Errorf("neighbours on tun0: %q", got)
+			}
+			if st, err := NewOverlay(ns.Handle, l.Attrs().Index, OverlayOptions{Family: netlink.FAMILY_V4, ViaPeer: true, DirectRouting: dr}).Sync(table); err != nil || st.Changed() {
+				t.Errorf("adopting sync: %+v, %v", st, err)
+			}
+			if st, err := o.Sync(vtep.Table{}); err != nil || st.RouteDel != 2 {
+				t.Errorf("removal: %+v, %v", st, err)
+			}
+			if got := show("ip", "route", "show", "proto", "87"); got != "" {
+				t.Errorf("routes left: %q", got)
+			}
+		})
+	}
+}
+
 // TestUpgradeFromPerSubnetMetric: routes an earlier weft programmed with a
 // metric of their own per subnet (the low 16 bits of the subnet's number)
 // are replaced by routes with the default metric, one sync removes every

@@ -1,9 +1,14 @@
 package daemon
 
 import (
+	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"net/netip"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/weft-net/weft/subnet"
 )
@@ -24,6 +29,8 @@ func TestLeaseValueAndMTUPerBackend(t *testing.T) {
 		{subnet.BackendTypeHostGW, `{"PublicIP":"192.168.77.1","PublicIPv6":null,"BackendType":"host-gw"}`, 1500},
 		{subnet.BackendTypeAlloc, `{"PublicIP":"192.168.77.1","PublicIPv6":null}`, 1500},
 		{subnet.BackendTypeWireGuard, `{"PublicIP":"192.168.77.1","PublicIPv6":null,"BackendType":"wireguard"}`, 1420},
+		{subnet.BackendTypeIPIP, `{"PublicIP":"192.168.77.1","PublicIPv6":null,"BackendType":"ipip"}`, 1480},
+		{subnet.BackendTypeExtension, `{"PublicIP":"192.168.77.1","PublicIPv6":null,"BackendType":"extension"}`, 1500},
 		{subnet.BackendTypeVXLAN, "", 1450},
 	}
 	for _, tc := range tests {
@@ -37,6 +44,37 @@ func TestLeaseValueAndMTUPerBackend(t *testing.T) {
 			}
 			if mtu := d.overlayMTU(cfg, tc.typ); mtu != tc.mtu {
 				t.Errorf("MTU %d, want %d", mtu, tc.mtu)
+			}
+		})
+	}
+}
+
+// TestDaemonRefusesOtherBackends: a node told to run Flannel's udp or
+// ipsec backend, or a type nobody knows, does not start, and the error says
+// what to use instead; no dataplane is built.
+func TestDaemonRefusesOtherBackends(t *testing.T) {
+	for typ, want := range map[string]string{
+		"udp":   `backend "udp": Flannel's udp backend is not supported; use "uvxlan", weft's userspace VXLAN`,
+		"ipsec": `backend "ipsec": Flannel's ipsec backend is not supported; use "wireguard"`,
+		"gre":   `backend "gre": unknown, weft runs "vxlan", "uvxlan", "host-gw", "wireguard", "ipip", "extension" or "alloc"`,
+	} {
+		t.Run(typ, func(t *testing.T) {
+			d, err := New(Config{
+				Registry:    &fakeRegistry{cfg: testConfig(t)},
+				Node:        Node{PublicIP: netip.MustParseAddr("192.168.77.1")},
+				BackendType: typ,
+				Factories: Factories{Dataplane: func(string, *subnet.Config, subnet.Lease, int) (Dataplane, error) {
+					t.Error("dataplane built")
+					return Dataplane{}, nil
+				}},
+			}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := d.Run(ctx); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("Run: %v\nwant an error saying %s", err, want)
 			}
 		})
 	}

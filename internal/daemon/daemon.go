@@ -130,11 +130,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.cfg.BackendType != "" {
 		typ = d.cfg.BackendType
 	}
-	switch typ {
-	case subnet.BackendTypeVXLAN, subnet.BackendTypeUVXLAN, subnet.BackendTypeHostGW, subnet.BackendTypeAlloc, subnet.BackendTypeWireGuard:
-	default:
-		return fmt.Errorf("daemon: backend %q: unsupported, use %q, %q, %q, %q or %q", typ, subnet.BackendTypeVXLAN,
-			subnet.BackendTypeUVXLAN, subnet.BackendTypeHostGW, subnet.BackendTypeWireGuard, subnet.BackendTypeAlloc)
+	if err := subnet.CheckBackendType(typ); err != nil {
+		return fmt.Errorf("daemon: %w", err)
 	}
 	d.log.Info("network config", "network", cfg.Network, "ipv6Network", cfg.IPv6Network, "backend", typ, "vni", cfg.Backend.VNI, "port", cfg.Backend.Port)
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/weft-net/weft/internal/flagenv"
+	"github.com/weft-net/weft/subnet"
 )
 
 // config is weftd's command line. Every flag falls back to an environment
@@ -91,7 +92,7 @@ func parseFlags(prog string, args []string, stderr io.Writer) (*config, error) {
 	s.String(&c.publicIP, "public-ip", "", "IPv4 address to advertise to other nodes (default: the underlay's)")
 	s.String(&c.publicIPv6, "public-ipv6", "", "IPv6 address to advertise to other nodes (default: the underlay's)")
 	s.String(&c.subnetFile, "subnet-file", "/run/flannel/subnet.env", "subnet file written for the CNI plugin")
-	s.String(&c.backend, "backend", "", "dataplane for this node, overriding the network config: vxlan, uvxlan, host-gw, wireguard or alloc")
+	s.String(&c.backend, "backend", "", "dataplane for this node, overriding the network config: vxlan, uvxlan, host-gw, wireguard, ipip, extension or alloc")
 	s.Int(&c.dataplaneNice, "dataplane-nice", 0, "nice value of weftd's threads while it forwards packets itself (uvxlan), for example -10 so that busy pods cannot starve the dataplane as they cannot starve the kernel's (needs CAP_SYS_NICE); 0 leaves it")
 	s.String(&c.healthAddr, "health-addr", def.healthAddr, "address for /healthz, /readyz and /metrics (empty: off)")
 	s.String(&c.logFormat, "log-format", "text", "log format: text or json")
@@ -123,10 +124,10 @@ func parseFlags(prog string, args []string, stderr io.Writer) (*config, error) {
 }
 
 func (c *config) validate() error {
-	switch c.backend {
-	case "", "vxlan", "uvxlan", "host-gw", "wireguard", "alloc":
-	default:
-		return fmt.Errorf("--backend %q: must be vxlan, uvxlan, host-gw, wireguard or alloc", c.backend)
+	if c.backend != "" {
+		if err := subnet.CheckBackendType(c.backend); err != nil {
+			return fmt.Errorf("--backend: %w", err)
+		}
 	}
 	if c.dataplaneNice < -20 || c.dataplaneNice > 19 {
 		return fmt.Errorf("--dataplane-nice %d: must be -20..19", c.dataplaneNice)

@@ -195,6 +195,9 @@ func TestFlanneldFlagErrors(t *testing.T) {
 		{"bad FLANNELD_ value", "flanneld", nil, map[string]string{"FLANNELD_HEALTHZ_PORT": "http"}, "FLANNELD_HEALTHZ_PORT"},
 		{"unknown flag", "flanneld", []string{"--no-such-flag"}, nil, "no-such-flag"},
 		{"dataplane nice range", "weftd", []string{"--dataplane-nice=-21"}, nil, "must be -20..19"},
+		{"udp backend", "flanneld", []string{"--backend=udp"}, nil, `--backend: backend "udp": Flannel's udp backend is not supported; use "uvxlan"`},
+		{"ipsec backend", "weftd", []string{"--backend=ipsec"}, nil, `--backend: backend "ipsec": Flannel's ipsec backend is not supported; use "wireguard"`},
+		{"unknown backend", "weftd", []string{"--backend=gre"}, nil, `--backend: backend "gre": unknown, weft runs "vxlan"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

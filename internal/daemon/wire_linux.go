@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,7 +14,9 @@ import (
 
 	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/backend/alloc"
+	"github.com/weft-net/weft/backend/extension"
 	"github.com/weft-net/weft/backend/hostgw"
+	"github.com/weft-net/weft/backend/ipip"
 	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/backend/masq"
 	"github.com/weft-net/weft/backend/uvxlan"
@@ -54,7 +57,7 @@ func findUnderlay(c *config) (underlayInfo, error) {
 // across restarts when a service manager offers its store.
 func factories(c *config, u underlayInfo, live *liveBackend, files *fdstore.Store, log *slog.Logger) Factories {
 	f := Factories{
-		LeaseData: wireGuardLeaseData,
+		LeaseData: func(typ string, cfg *subnet.Config, a *subnet.LeaseAttrs) error { return leaseData(typ, cfg, a, log) },
 		Dataplane: func(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int) (Dataplane, error) {
 			if lease.IPv6Subnet.IsValid() {
 				if err := enableForwarding(forwardIPv6, log); err != nil {
@@ -168,6 +171,10 @@ func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease sub
 	switch typ {
 	case subnet.BackendTypeHostGW:
 		return newHostGW(h, cfg, lease, u, log)
+	case subnet.BackendTypeIPIP:
+		return newIPIP(h, cfg, lease, mtu, u, log)
+	case subnet.BackendTypeExtension:
+		return newExtension(h, cfg, lease, log)
 	case subnet.BackendTypeWireGuard:
 		return newWireGuard(h, cfg, lease, mtu, u, log)
 	case subnet.BackendTypeAlloc:
@@ -197,7 +204,7 @@ func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease sub
 			return Dataplane{}, err
 		}
 		return Dataplane{Backend: b, Cleanup: func() error {
-			return errors.Join(removeUVXLAN(h, vc.VNI), wireguard.RemoveDevices(h))
+			return errors.Join(removeUVXLAN(h, vc.VNI), wireguard.RemoveDevices(h), ipip.RemoveDevice(h))
 		}}, nil
 	case subnet.BackendTypeUVXLAN:
 		b, devices, err := newUVXLAN(cfg, lease, mtu, u, files, log)
@@ -207,7 +214,7 @@ func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease sub
 		// Any kernel VXLAN device on our port (weft's, or flannel.<VNI>
 		// when replacing flanneld) holds the socket this dataplane binds.
 		cleanup := func() error {
-			return errors.Join(vxlan.RemovePortHolders(h, cfg.Backend.Port, log), wireguard.RemoveDevices(h))
+			return errors.Join(vxlan.RemovePortHolders(h, cfg.Backend.Port, log), wireguard.RemoveDevices(h), ipip.RemoveDevice(h))
 		}
 		// Files kept for a device this lease no longer has (the IPv6 half
 		// of a node that was dual-stack) go; each device's own take theirs.
@@ -220,17 +227,61 @@ func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease sub
 }
 
 // removeOthers removes what the other backends left on a node that now
-// runs keep (host-gw, wireguard or alloc, "" for alloc): the kernel VXLAN
-// devices (weft's or flanneld's), the uvxlan TAPs, and unless keep is
-// wireguard the wireguard devices, whose route for the whole cluster network
-// would catch pod traffic.
+// runs keep (host-gw, wireguard, ipip or alloc, "" for alloc): the kernel
+// VXLAN devices (weft's or flanneld's), the uvxlan TAPs, unless keep is
+// ipip the IPIP device, and unless keep is wireguard the wireguard devices,
+// whose route for the whole cluster network would catch pod traffic.
 func removeOthers(h *netlink.Handle, cfg *subnet.Config, keep string, log *slog.Logger) error {
 	errs := []error{vxlan.RemovePortHolders(h, cfg.Backend.Port, log), vxlan.RemoveDevices(h, cfg.Backend.VNI),
 		removeUVXLAN(h, cfg.Backend.VNI)}
 	if keep != subnet.BackendTypeWireGuard {
 		errs = append(errs, wireguard.RemoveDevices(h))
 	}
+	if keep != subnet.BackendTypeIPIP {
+		errs = append(errs, ipip.RemoveDevice(h))
+	}
 	return errors.Join(errs...)
+}
+
+// newIPIP builds the ipip dataplane: the tunnel's local end is the
+// underlay's address, as Flannel's (the advertised one may be a NAT's).
+func newIPIP(h *netlink.Handle, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, log *slog.Logger) (Dataplane, error) {
+	b, err := ipip.New(ipip.Config{Handle: h, UnderlayIndex: u.index, Local: u.ipv4, Subnet: lease.Subnet,
+		MTU: mtu, DirectRouting: cfg.Backend.DirectRouting}, log)
+	if err != nil {
+		return Dataplane{}, err
+	}
+	return Dataplane{Backend: b, Cleanup: func() error { return removeOthers(h, cfg, subnet.BackendTypeIPIP, log) }}, nil
+}
+
+// newExtension builds the extension dataplane. Its cleanup removes weft's
+// and Flannel's devices by name only: the user's PreStartupCommand may have
+// made a VXLAN device on weft's port, which must stay.
+func newExtension(h *netlink.Handle, cfg *subnet.Config, lease subnet.Lease, log *slog.Logger) (Dataplane, error) {
+	b, err := extension.New(extension.Config{Commands: extension.FromConfig(cfg.Backend),
+		Network: cfg.Network, IPv6Network: cfg.IPv6Network, Lease: lease}, log)
+	if err != nil {
+		return Dataplane{}, err
+	}
+	return Dataplane{Backend: b, Cleanup: func() error {
+		return errors.Join(vxlan.RemoveDevices(h, cfg.Backend.VNI), removeUVXLAN(h, cfg.Backend.VNI),
+			wireguard.RemoveDevices(h), ipip.RemoveDevice(h))
+	}}, nil
+}
+
+// leaseData adds the backend data only the dataplane knows to the lease
+// value: the wireguard public key, or what the extension backend's
+// PreStartupCommand printed.
+func leaseData(typ string, cfg *subnet.Config, a *subnet.LeaseAttrs, log *slog.Logger) error {
+	if typ != subnet.BackendTypeExtension {
+		return wireGuardLeaseData(typ, cfg, a)
+	}
+	data, err := extension.PreStartup(context.Background(), "", cfg.Backend.PreStartupCommand, log)
+	if err != nil {
+		return err
+	}
+	a.ExtensionData = data
+	return nil
 }
 
 // newHostGW builds the host-gw dataplane. As Flannel's, it refuses a node

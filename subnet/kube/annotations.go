@@ -199,7 +199,7 @@ func (a annotations) nodeLease(cfg *subnet.Config, n *corev1.Node) (subnet.Lease
 			return subnet.Lease{}, fmt.Errorf("node %s: annotation %s: %w", n.Name, f.ipName, err)
 		}
 		*f.dstSubnet, *f.dstIP = f.cidr, ip
-		if typ == subnet.BackendTypeWireGuard {
+		if typ == subnet.BackendTypeWireGuard || typ == subnet.BackendTypeExtension {
 			l.Attrs.BackendType = typ
 			if err := l.Attrs.SetDataJSON(f.v6, json.RawMessage(n.Annotations[f.dataName])); err != nil {
 				return subnet.Lease{}, fmt.Errorf("node %s: annotation %s: %w", n.Name, f.dataName, err)
@@ -228,7 +228,8 @@ func sameLease(a, b subnet.Lease) bool {
 		a.Attrs.PublicIP == b.Attrs.PublicIP && a.Attrs.PublicIPv6 == b.Attrs.PublicIPv6 &&
 		a.Attrs.BackendType == b.Attrs.BackendType &&
 		sameData(a.Attrs.BackendData, b.Attrs.BackendData) && sameData(a.Attrs.BackendV6Data, b.Attrs.BackendV6Data) &&
-		sameWG(a.Attrs.WireGuard, b.Attrs.WireGuard) && sameWG(a.Attrs.WireGuardV6, b.Attrs.WireGuardV6)
+		sameWG(a.Attrs.WireGuard, b.Attrs.WireGuard) && sameWG(a.Attrs.WireGuardV6, b.Attrs.WireGuardV6) &&
+		a.Attrs.ExtensionData == b.Attrs.ExtensionData
 }
 
 // dataAnnotation is the backend-data annotation of one family: the JSON of

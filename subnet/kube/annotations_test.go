@@ -161,8 +161,9 @@ func TestNewAnnotationsRejectsBadPrefix(t *testing.T) {
 	}
 }
 
-// TestWireGuardAndHostGWAnnotations writes the annotations of a wireguard
-// and a host-gw node as flanneld writes them, and reads them back.
+// TestWireGuardAndHostGWAnnotations writes the annotations of a wireguard,
+// a host-gw, an ipip and an extension node as flanneld writes them, and
+// reads them back.
 func TestWireGuardAndHostGWAnnotations(t *testing.T) {
 	a, err := newAnnotations(DefaultAnnotationPrefix)
 	if err != nil {
@@ -188,6 +189,17 @@ func TestWireGuardAndHostGWAnnotations(t *testing.T) {
 			p + "backend-data":    "null",
 			p + "backend-v6-data": "null",
 		}},
+		{"ipip", subnet.LeaseAttrs{PublicIP: netip.MustParseAddr("192.168.77.1"), PublicIPv6: netip.MustParseAddr("fd77::1"),
+			BackendType: "ipip"}, map[string]string{
+			p + "backend-type": "ipip",
+			p + "backend-data": "null",
+		}},
+		{"extension", subnet.LeaseAttrs{PublicIP: netip.MustParseAddr("192.168.77.1"), PublicIPv6: netip.MustParseAddr("fd77::1"),
+			BackendType: "extension", ExtensionData: `"4e:fb:7d:bf:6b:2d"`}, map[string]string{
+			p + "backend-type":    "extension",
+			p + "backend-data":    `"4e:fb:7d:bf:6b:2d"`,
+			p + "backend-v6-data": "null",
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -205,7 +217,8 @@ func TestWireGuardAndHostGWAnnotations(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !sameWG(l.Attrs.WireGuard, tc.attrs.WireGuard) || !sameWG(l.Attrs.WireGuardV6, tc.attrs.WireGuardV6) ||
-				l.Attrs.BackendType != tc.attrs.BackendType || l.Attrs.PublicIPv6 != tc.attrs.PublicIPv6 {
+				l.Attrs.BackendType != tc.attrs.BackendType || l.Attrs.PublicIPv6 != tc.attrs.PublicIPv6 ||
+				l.Attrs.ExtensionData != tc.attrs.ExtensionData {
 				t.Errorf("read back %+v", l.Attrs)
 			}
 		})
