@@ -17,7 +17,8 @@ import (
 // (github.com/flannel-io/cni-plugin, named by WEFT_FLANNEL_CNI) or, where
 // there is none (the Go module proxy does not serve it), what its code
 // does: ADD hands bridge the delegate configuration (flannelDelegate; the
-// switch node's Flannel chain), DEL reads <dataDir>/<containerID> and, if
+// switch node's Flannel chain) and writes it to <dataDir>/<containerID>,
+// DEL reads <dataDir>/<containerID> and, if
 // it exists, runs its type's DEL with it and removes it, else does nothing.
 type flannelPlugin struct {
 	n    *switchNode
@@ -41,7 +42,19 @@ func (f *flannelPlugin) add(t *testing.T, id string, count int) []*plugintest.Po
 	if f.real != nil {
 		return f.n.add(t, f.real, id, count)
 	}
-	return f.n.add(t, f.n.flannel, id, count)
+	pods := f.n.add(t, f.n.flannel, id, count)
+	d := flannelDelegate(f.n.entry, f.n.file)
+	d["name"], d["cniVersion"] = "cbr0", "0.3.1"
+	dir := filepath.Join(f.n.varLib, "cni", "flannel")
+	for _, p := range pods { // Flannel writes its state file
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, p.ID), mustJSON(t, d), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return pods
 }
 
 func (f *flannelPlugin) del(t *testing.T, p *plugintest.Pod) error {
