@@ -94,7 +94,7 @@ func checkResult(t *testing.T, r *current.Result, sandbox string) {
 	for _, rt := range r.Routes {
 		dsts = append(dsts, rt.Dst.String()+" via "+rt.GW.String())
 	}
-	if strings.Join(dsts, ",") != "0.0.0.0/0 via 10.244.59.1,10.244.0.0/16 via 10.244.59.1" {
+	if strings.Join(dsts, ",") != "10.244.0.0/16 via 10.244.59.1,0.0.0.0/0 via 10.244.59.1" {
 		t.Fatalf("routes: %v", dsts)
 	}
 	if r.Interfaces[2].Mtu != 1450 {

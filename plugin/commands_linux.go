@@ -36,11 +36,34 @@ func cmdAdd(args *skel.CmdArgs) error {
 		return types.NewError(types.ErrInvalidNetNS, fmt.Sprintf("CNI_NETNS %s is the plugin's own (node) namespace", args.Netns),
 			"CNI_NETNS must be the pod's namespace")
 	}
-	att := Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
-	res, err := add(conf, newPlan(file, conf.MTU), att, netns)
+	req, err := conf.parseRequest(args.Args)
 	if err != nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+	}
+	dns := conf.dns()
+	if conf.IPAM.ResolvConf != "" && dns.Nameservers == nil && dns.Search == nil && dns.Options == nil && dns.Domain == "" {
+		if dns, err = readResolvConf(conf.IPAM.ResolvConf); err != nil {
+			return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "ipam.resolvConf names a resolv.conf file to copy into the result")
+		}
+	}
+	att := Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
+	// Flannel's state file first, as Flannel writes it before its
+	// delegate runs: a DEL after a failed or cut ADD still finds it.
+	if dir := conf.stateDir(); dir != "" {
+		st, err := flannelState(args.StdinData, file)
+		if err == nil {
+			err = writeState(dir, att.ContainerID, st)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	res, err := add(conf, newPlan(file, conf), att, req, netns)
+	if err != nil {
+		removeState(conf.stateDir(), att.ContainerID)
 		return err
 	}
+	res.DNS = dns
 	return types.PrintResult(res, conf.CNIVersion)
 }
 
@@ -56,7 +79,7 @@ func openNetNS(path string, code uint) (ns.NetNS, error) {
 
 // add wires one pod; on failure it removes what it made (veth, addresses)
 // before returning. The bridge is node state and stays.
-func add(conf *Config, p plan, att Attachment, netns ns.NetNS) (_ *current.Result, err error) {
+func add(conf *Config, p plan, att Attachment, req request, netns ns.NetNS) (_ *current.Result, err error) {
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("netlink: %w", err)
@@ -75,7 +98,10 @@ func add(conf *Config, p plan, att Attachment, netns ns.NetNS) (_ *current.Resul
 	if err := migrate(store, conf); err != nil {
 		return nil, fmt.Errorf("move the old address store: %w", err)
 	}
-	addrs, err := allocate(store, att, p.ranges)
+	addrs, err := allocate(store, att, p.ranges, req.ips)
+	if errors.Is(err, ErrRequested) {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "request an address of the node subnet that no pod holds, or none")
+	}
 	if errors.Is(err, ErrExhausted) {
 		return nil, types.NewError(types.ErrTryAgainLater, err.Error(), "every address of the node subnet is taken: delete pods or give nodes larger subnets (SubnetLen)")
 	}
@@ -87,7 +113,7 @@ func add(conf *Config, p plan, att Attachment, netns ns.NetNS) (_ *current.Resul
 			release(store, att)
 		}
 	}()
-	host, err := addVeth(h, br, att, p.mtu, int(netns.Fd()), conf.hairpin())
+	host, err := addVeth(h, br, att, p.mtu, int(netns.Fd()), conf.hairpin(), req.mac)
 	if err != nil {
 		return nil, err
 	}
@@ -105,11 +131,13 @@ func add(conf *Config, p plan, att Attachment, netns ns.NetNS) (_ *current.Resul
 	if err := locked(store, func() error { return ensureMasq(conf.Name, p.masq) }); err != nil {
 		return nil, err
 	}
-	if err := enableForwarding(p.ranges); err != nil {
-		return nil, err
+	if len(p.gateways) > 0 { // the bridge plugin forwards only as a gateway
+		if err := enableForwarding(p.ranges); err != nil {
+			return nil, err
+		}
 	}
 	hostMAC, _ := vethMACs(att)
-	return buildResult(conf, p,
+	return buildResult(conf.dns(), p,
 		ifaceInfo{name: conf.Bridge, mac: br.Attrs().HardwareAddr},
 		ifaceInfo{name: host.Attrs().Name, mac: hostMAC},
 		pod, addrs), nil
@@ -140,6 +168,9 @@ func cmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	if err := release(store, att); err != nil {
+		return err
+	}
+	if err := removeState(conf.stateDir(), att.ContainerID); err != nil {
 		return err
 	}
 	// The move's errors are ADD's to report: the attachment is free in
@@ -183,7 +214,7 @@ func cmdGC(args *skel.CmdArgs) error {
 	}
 	var errs []error
 	for _, a := range gone {
-		errs = append(errs, deleteVeth(a))
+		errs = append(errs, deleteVeth(a), removeState(conf.stateDir(), a.ContainerID))
 	}
 	errs = append(errs, deleteLeftovers())
 	if err == nil {

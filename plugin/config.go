@@ -14,7 +14,12 @@ import (
 
 // Defaults of the configuration keys.
 const (
+	// DefaultDataDir is where releases before the shared address store
+	// kept it (<dataDir>/ipam/<network>) when dataDir is unset.
 	DefaultDataDir = "/var/lib/cni/weft"
+	// DefaultFlannelDataDir is Flannel's plugin's dataDir: as "flannel",
+	// weft writes there the state file Flannel's DEL reads.
+	DefaultFlannelDataDir = "/var/lib/cni/flannel"
 	// DefaultIPAMDataDir is host-local's default dataDir: the address
 	// store of network <name> is DefaultIPAMDataDir/<name>.
 	DefaultIPAMDataDir = "/var/lib/cni/networks"
@@ -22,17 +27,21 @@ const (
 )
 
 // Config is the plugin's network configuration (the conflist entry of
-// "type": "weft"). Key names follow Flannel's plugin where they overlap.
+// "type": "weft", or of "type": "flannel" when weft is installed as
+// Flannel's plugin). Key names follow Flannel's plugin where they overlap.
 type Config struct {
 	types.PluginConf
 	SubnetFile string `json:"subnetFile"`
-	// DataDir is where releases before the shared address store kept it
-	// (DataDir/ipam/<network>); the plugin moves what it finds there into
-	// the store (migrate) and keeps nothing else in it.
+	// DataDir, as "flannel", is Flannel's plugin's state directory
+	// (default DefaultFlannelDataDir): ADD writes <dataDir>/<containerID>
+	// as Flannel does, so that Flannel's DEL after a rollback frees the
+	// pod. In every case, <dataDir>/ipam/<network> (dataDir defaulting to
+	// DefaultDataDir) is where older releases kept their address store,
+	// which the plugin moves into the shared one (migrate).
 	DataDir     string `json:"dataDir"`
 	Bridge      string `json:"bridge"`
 	MTU         int    `json:"mtu"`
-	HairpinMode *bool  `json:"hairpinMode"` // default true, as kube-flannel's conflist sets it
+	HairpinMode *bool  `json:"hairpinMode"`
 	// Delegate is Flannel's plugin configuration of the bridge it delegates
 	// to ({"type":"flannel","delegate":{"hairpinMode":true,...}}): weft,
 	// installed as "flannel", reads it from Flannel's conflist and wires the
@@ -42,69 +51,102 @@ type Config struct {
 	// store is host-local's, IPAM.DataDir/<network name>. Flannel's plugin
 	// hands this section (of its own entry) to host-local, so for
 	// Flannel's conflist weft and host-local use the same directory.
-	IPAM IPAM `json:"ipam"`
+	IPAM          IPAM           `json:"ipam"`
+	RuntimeConfig *RuntimeConfig `json:"runtimeConfig"`
+	Args          *Args          `json:"args"`
 }
 
-// IPAM is the part of an "ipam" section weft understands.
+// IPAM is the part of an "ipam" section weft understands: host-local's
+// keys that Flannel's plugin passes on.
 type IPAM struct {
-	Type    string `json:"type"`    // only "host-local" (Flannel's default)
-	DataDir string `json:"dataDir"` // default DefaultIPAMDataDir
-	// unknown lists the keys weft does not read (ranges, routes, …),
-	// refused by ParseConfig.
-	unknown []string
+	Type       string         `json:"type"`    // only "host-local" (Flannel's default)
+	DataDir    string         `json:"dataDir"` // default DefaultIPAMDataDir
+	Routes     []*types.Route `json:"routes"`  // more routes in the pod
+	ResolvConf string         `json:"resolvConf"`
+	// refused lists the keys weft does not implement, refused by
+	// ParseConfig with why.
+	refused []string
 }
 
-// UnmarshalJSON decodes type and dataDir as host-local does (encoding/json,
-// keys matched case-insensitively) and records the other keys.
+// ipamRefused are host-local's keys that Flannel's plugin passes on and
+// weft refuses, with why.
+var ipamRefused = map[string]string{
+	"ranges":     "Flannel's plugin replaces it with the node subnet of the subnet file",
+	"subnet":     "host-local would add it as another range beside the node subnet",
+	"rangeStart": "host-local would add a range of it beside the node subnet",
+	"rangeEnd":   "host-local would add a range of it beside the node subnet",
+	"gateway":    "host-local would add a range of it beside the node subnet",
+}
+
+// UnmarshalJSON decodes the keys as host-local does (encoding/json, keys
+// matched case-insensitively) and records the others.
 func (i *IPAM) UnmarshalJSON(b []byte) error {
-	var known struct {
-		Type    string `json:"type"`
-		DataDir string `json:"dataDir"`
-	}
-	if err := json.Unmarshal(b, &known); err != nil {
+	type plain IPAM
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
 		return err
 	}
 	var keys map[string]json.RawMessage
 	if err := json.Unmarshal(b, &keys); err != nil {
 		return err
 	}
-	*i = IPAM{Type: known.Type, DataDir: known.DataDir}
 	for k := range keys {
-		if !strings.EqualFold(k, "type") && !strings.EqualFold(k, "dataDir") {
-			i.unknown = append(i.unknown, k)
+		if !containsFold([]string{"type", "dataDir", "routes", "resolvConf"}, k) {
+			p.refused = append(p.refused, k)
 		}
 	}
-	slices.Sort(i.unknown)
+	slices.Sort(p.refused)
+	*i = IPAM(p)
 	return nil
 }
 
-// Delegate is the part of Flannel's "delegate" object weft understands.
-type Delegate struct {
-	Type             string `json:"type"` // only "bridge" (Flannel's default)
-	Bridge           string `json:"bridge"`
-	MTU              int    `json:"mtu"`
-	HairpinMode      *bool  `json:"hairpinMode"`
-	IsDefaultGateway *bool  `json:"isDefaultGateway"`
-	// IPAM is refused, as Flannel's plugin refuses it: Flannel writes the
-	// delegate's ipam section itself, from its own entry's.
-	IPAM json.RawMessage `json:"ipam"`
+// check refuses the ipam keys weft does not implement, naming each.
+func (i *IPAM) check() error {
+	if t := i.Type; t != "" && t != "host-local" {
+		return fmt.Errorf("ipam type %q is not supported: weft allocates pod addresses from the subnet file in host-local's store; use type host-local or no type", t)
+	}
+	for _, k := range i.refused {
+		why := "not a host-local key weft implements"
+		for rk, w := range ipamRefused {
+			if strings.EqualFold(rk, k) {
+				why = w
+			}
+		}
+		return fmt.Errorf("ipam %s: %s; remove it", k, why)
+	}
+	for _, r := range i.Routes {
+		switch {
+		case r == nil || r.Dst.IP == nil:
+			return errors.New("ipam routes: a route without dst")
+		case r.MTU != 0, r.AdvMSS != 0:
+			return fmt.Errorf("ipam routes %s: mtu and advmss are not supported (the bridge plugin ignores them too); remove them", r.Dst.String())
+		case r.Table != nil, r.Scope != nil:
+			return fmt.Errorf("ipam routes %s: table and scope are not supported; remove them", r.Dst.String())
+		}
+	}
+	return nil
 }
+
+// asFlannel reports whether weft runs as Flannel's plugin ("type":
+// "flannel"): Flannel's and the bridge plugin's defaults apply then.
+func (c *Config) asFlannel() bool { return c.Type == "flannel" }
 
 // fold applies Flannel's delegate keys where weft's are unset, and refuses
 // what weft's wiring cannot do.
 func (c *Config) fold() error {
+	if err := c.IPAM.check(); err != nil {
+		return err
+	}
+	if rc := c.runtimeConfig(); rc != nil && len(rc.unknown) > 0 {
+		return fmt.Errorf("runtimeConfig %s: weft serves only the ips and mac capabilities; remove the others from this entry's capabilities",
+			strings.Join(rc.unknown, ", "))
+	}
 	d := c.Delegate
 	if d == nil {
 		return nil
 	}
-	if d.Type != "" && d.Type != "bridge" {
-		return fmt.Errorf("delegate type %q: weft wires pods to its bridge itself and cannot delegate to another plugin", d.Type)
-	}
-	if d.IsDefaultGateway != nil && !*d.IsDefaultGateway {
-		return errors.New("delegate isDefaultGateway false: weft always makes the bridge the pods' default gateway")
-	}
-	if d.IPAM != nil {
-		return errors.New("delegate ipam: Flannel's plugin refuses it too (it writes the delegate's ipam from the ipam section of its own entry); set ipam.dataDir in the flannel entry instead")
+	if err := d.check(); err != nil {
+		return err
 	}
 	if c.Bridge == "" {
 		c.Bridge = d.Bridge
@@ -119,8 +161,67 @@ func (c *Config) fold() error {
 }
 
 // hairpin reports whether a pod may reach itself through a service
-// address (the bridge port sends frames back out where they came from).
-func (c *Config) hairpin() bool { return c.HairpinMode == nil || *c.HairpinMode }
+// address (the bridge port sends frames back out where they came from):
+// by default yes for "weft", no as "flannel" (the bridge plugin's default,
+// which Flannel does not change; kube-flannel's conflist sets it).
+func (c *Config) hairpin() bool {
+	if c.HairpinMode != nil {
+		return *c.HairpinMode
+	}
+	return !c.asFlannel()
+}
+
+// delegateBool is the delegate's key, or def when unset.
+func (c *Config) delegateBool(get func(*Delegate) *bool, def bool) bool {
+	if c.Delegate != nil {
+		if v := get(c.Delegate); v != nil {
+			return *v
+		}
+	}
+	return def
+}
+
+// defaultGateway reports whether pods get a default route via the bridge:
+// delegate isDefaultGateway, by default yes for "weft", no as "flannel"
+// (the bridge plugin's default).
+func (c *Config) defaultGateway() bool {
+	return c.delegateBool(func(d *Delegate) *bool { return d.IsDefaultGateway }, !c.asFlannel())
+}
+
+// gateway reports whether the bridge holds the gateway addresses: delegate
+// isGateway (default true, as Flannel sets it), forced by isDefaultGateway.
+func (c *Config) gateway() bool {
+	return c.defaultGateway() || c.delegateBool(func(d *Delegate) *bool { return d.IsGateway }, true)
+}
+
+// masquerade reports whether the plugin masquerades pod traffic leaving
+// the cluster: delegate ipMasq, by default when the daemon does not.
+func (c *Config) masquerade(daemonMasq bool) bool {
+	return c.delegateBool(func(d *Delegate) *bool { return d.IPMasq }, !daemonMasq)
+}
+
+// forceAddress is the delegate's forceAddress, nil when unset.
+func (c *Config) forceAddress() *bool {
+	if c.Delegate != nil {
+		return c.Delegate.ForceAddress
+	}
+	return nil
+}
+
+// promisc reports whether the bridge is put in promiscuous mode.
+func (c *Config) promisc() bool { return c.Delegate != nil && c.Delegate.PromiscMode }
+
+// dns is the result's DNS: weft's dns key, else the delegate's (the
+// bridge plugin's), else none (ipam resolvConf is read at ADD).
+func (c *Config) dns() types.DNS {
+	if c.DNS.Nameservers != nil || c.DNS.Search != nil || c.DNS.Options != nil || c.DNS.Domain != "" {
+		return c.DNS
+	}
+	if c.Delegate != nil {
+		return c.Delegate.DNS
+	}
+	return types.DNS{}
+}
 
 // ParseConfig decodes and validates stdin data, filling defaults. Errors
 // are *types.Error with code 6 (not JSON), 2 (unsupported field) or 7.
@@ -140,24 +241,11 @@ func ParseConfig(data []byte) (*Config, error) {
 	if c.SubnetFile == "" {
 		c.SubnetFile = subnet.DefaultSubnetFile
 	}
-	if c.DataDir == "" {
-		c.DataDir = DefaultDataDir
-	}
 	if c.Bridge == "" {
 		c.Bridge = DefaultBridge
 	}
 	if c.IPAM.DataDir == "" {
 		c.IPAM.DataDir = DefaultIPAMDataDir
-	}
-	if t := c.IPAM.Type; t != "" && t != "host-local" {
-		return nil, types.NewError(types.ErrUnsupportedField,
-			fmt.Sprintf("network config: ipam type %q is not supported", t),
-			"weft allocates pod addresses from the subnet file in host-local's store; use type host-local or no ipam section")
-	}
-	if len(c.IPAM.unknown) > 0 {
-		return nil, types.NewError(types.ErrUnsupportedField,
-			fmt.Sprintf("network config: ipam keys %s are not supported", strings.Join(c.IPAM.unknown, ", ")),
-			"weft allocates pod addresses from the subnet file and reads only ipam.type (host-local) and ipam.dataDir")
 	}
 	if err := c.validate(); err != nil {
 		return nil, types.NewError(types.ErrInvalidNetworkConfig, "network config: "+err.Error(), "")
@@ -169,7 +257,7 @@ func (c *Config) validate() error {
 	switch {
 	case !filepath.IsAbs(c.SubnetFile):
 		return fmt.Errorf("subnetFile %q must be an absolute path", c.SubnetFile)
-	case !filepath.IsAbs(c.DataDir):
+	case c.DataDir != "" && !filepath.IsAbs(c.DataDir):
 		return fmt.Errorf("dataDir %q must be an absolute path", c.DataDir)
 	case !filepath.IsAbs(c.IPAM.DataDir):
 		return fmt.Errorf("ipam dataDir %q must be an absolute path", c.IPAM.DataDir)
@@ -177,6 +265,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("network name %q cannot name a directory of the address store", c.Name)
 	case c.MTU != 0 && (c.MTU < 68 || c.MTU > 65535):
 		return fmt.Errorf("mtu %d is outside 68..65535 (0 means the subnet file's FLANNEL_MTU)", c.MTU)
+	case c.hairpin() && c.promisc():
+		return errors.New("delegate hairpinMode and promiscMode are both true: the bridge plugin refuses that too; set one")
+	case c.IPAM.ResolvConf != "" && !filepath.IsAbs(c.IPAM.ResolvConf):
+		return fmt.Errorf("ipam resolvConf %q must be an absolute path", c.IPAM.ResolvConf)
 	}
 	return validLinkName(c.Bridge)
 }
@@ -193,4 +285,22 @@ func validLinkName(name string) error {
 func (c *Config) storeDir() string { return filepath.Join(c.IPAM.DataDir, c.Name) }
 
 // oldStoreDir is where releases before the shared store kept it.
-func (c *Config) oldStoreDir() string { return filepath.Join(c.DataDir, "ipam", c.Name) }
+func (c *Config) oldStoreDir() string {
+	d := c.DataDir
+	if d == "" {
+		d = DefaultDataDir
+	}
+	return filepath.Join(d, "ipam", c.Name)
+}
+
+// stateDir is where weft, as "flannel", writes the state file Flannel's
+// DEL reads (<stateDir>/<containerID>); "" for "weft", which writes none.
+func (c *Config) stateDir() string {
+	switch {
+	case !c.asFlannel():
+		return ""
+	case c.DataDir != "":
+		return c.DataDir
+	}
+	return DefaultFlannelDataDir
+}

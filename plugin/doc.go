@@ -25,12 +25,14 @@
 // Every failure is a CNI error on stdout with one of the spec's codes:
 //
 //	1   incompatible cniVersion
-//	2   unsupported field (ipam keys other than type host-local and dataDir,
-//	    a delegate that is not a bridge or has an ipam section)
+//	2   unsupported field: a key of Flannel's entry, its delegate (the
+//	    bridge plugin) or its ipam section (host-local) that weft does not
+//	    implement, named in the message (README.md has the table)
 //	3   CHECK: the netns or the pod interface is gone
 //	4   invalid environment (CNI_NETNS that is not a network namespace, …)
 //	6   the configuration is not JSON
-//	7   invalid network configuration (wrong field type or value, bad subnet file)
+//	7   invalid network configuration (wrong field type or value, bad subnet
+//	    file, a requested address or MAC that cannot be given)
 //	11  try again later (no subnet file yet, no free address in the node subnet)
 //	50  STATUS: the subnet file is missing or unreadable
 //	100 CHECK: the attachment drifted from prevResult (address, route, veth)
@@ -59,9 +61,20 @@
 // range n, so a released address is not reused at once). The host veth
 // name is derived from containerID and ifname, so DEL needs no other state.
 //
-// # dataDir (default /var/lib/cni/weft)
+// # Flannel's keys
 //
-// weft keeps nothing there any more. Releases before the shared store kept
+// As "flannel" the plugin reads Flannel's entry, its "delegate" (the
+// bridge plugin's configuration) and its "ipam" section (host-local's) and
+// wires the pod as that chain would, with the bridge plugin's defaults
+// where Flannel sets none; every key it does not implement is refused
+// (code 2). It writes Flannel's per-pod state file,
+// <dataDir>/<containerID> (dataDir defaulting to /var/lib/cni/flannel),
+// holding what Flannel would hand its delegate, so that Flannel's DEL after
+// a rollback frees the pod; DEL and GC remove it.
+//
+// # dataDir/ipam (dataDir defaulting to /var/lib/cni/weft)
+//
+// weft keeps no address there any more. Releases before the shared store kept
 // it at <dataDir>/ipam/<network>; ADD, DEL and GC move what they find there
 // into the shared store, holding both stores' locks, then remove that
 // directory (and <dataDir>/ipam once empty). An address both stores reserve

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -215,10 +216,16 @@ func attName(key string) string {
 	return strings.ReplaceAll(strings.TrimSpace(key), disk.LineBreak, "/")
 }
 
-// allocate reserves one address per range for a, all or none. An
-// attachment that already holds an address is ErrDuplicate, a full range
-// ErrExhausted.
-func allocate(s *disk.Store, a Attachment, ranges []Range) ([]netip.Prefix, error) {
+// ErrRequested is returned when a requested address (runtimeConfig ips,
+// args.cni.ips, CNI_ARGS IP) cannot be given.
+var ErrRequested = errors.New("requested address")
+
+// allocate reserves one address per range for a, all or none: in a range
+// holding one of want (the requested addresses), that one, as host-local
+// does. An attachment that already holds an address is ErrDuplicate, a
+// full range ErrExhausted, a requested address outside every range, the
+// gateway, taken or a second one in a range ErrRequested.
+func allocate(s *disk.Store, a Attachment, ranges []Range, want []netip.Addr) ([]netip.Prefix, error) {
 	held, err := lookup(s, a)
 	if err != nil {
 		return nil, err
@@ -226,9 +233,13 @@ func allocate(s *disk.Store, a Attachment, ranges []Range) ([]netip.Prefix, erro
 	if len(held) > 0 {
 		return nil, fmt.Errorf("allocate for %s/%s: %w (%v); DEL it first", a.ContainerID, a.IfName, ErrDuplicate, held)
 	}
+	req, err := requestedIn(ranges, want)
+	if err != nil {
+		return nil, err
+	}
 	got := make([]netip.Prefix, 0, len(ranges))
-	for _, r := range ranges {
-		p, err := allocateIn(s, a, r)
+	for i, r := range ranges {
+		p, err := allocateIn(s, a, r, req[i])
 		if err != nil {
 			if len(got) > 0 { // a held nothing before: release frees only ours
 				err = errors.Join(err, release(s, a))
@@ -240,14 +251,42 @@ func allocate(s *disk.Store, a Attachment, ranges []Range) ([]netip.Prefix, erro
 	return got, nil
 }
 
+// requestedIn maps each of want to the range that may hold it.
+func requestedIn(ranges []Range, want []netip.Addr) ([]netip.Addr, error) {
+	req := make([]netip.Addr, len(ranges))
+	for _, w := range want {
+		i := slices.IndexFunc(ranges, func(r Range) bool { return r.Subnet.Contains(w) })
+		if i < 0 {
+			subnets := make([]string, len(ranges))
+			for j, r := range ranges {
+				subnets[j] = r.Subnet.String()
+			}
+			return nil, fmt.Errorf("%w %s is outside the node subnet (%s)", ErrRequested, w, strings.Join(subnets, ", "))
+		}
+		r := ranges[i]
+		first, last, _ := hostRange(r.Subnet)
+		switch {
+		case req[i].IsValid():
+			return nil, fmt.Errorf("%w %s: %s is requested too, and %s gets one address", ErrRequested, w, req[i], r.Subnet)
+		case w == r.Gateway:
+			return nil, fmt.Errorf("%w %s is the node subnet's gateway", ErrRequested, w)
+		case !inRange(w, first, last):
+			return nil, fmt.Errorf("%w %s is not a host address of %s", ErrRequested, w, r.Subnet)
+		}
+		req[i] = w
+	}
+	return req, nil
+}
+
 // allocateIn reserves one address of r for a, as host-local's allocator
-// does and in its files: round-robin from the address after the last one
-// reserved in r (last_reserved_ip.<ID>; from the first if that is outside
-// r), wrapping around, each candidate taken by creating its file (O_EXCL,
-// so concurrent plugins never share one). Written here rather than using
-// host-local's allocator package, which links in the iptables and nftables
-// helpers of pkg/ip, whose initialisation every plugin run would pay.
-func allocateIn(s *disk.Store, a Attachment, r Range) (netip.Prefix, error) {
+// does and in its files: want if it is valid (and free), else round-robin
+// from the address after the last one reserved in r
+// (last_reserved_ip.<ID>; from the first if that is outside r), wrapping
+// around, each candidate taken by creating its file (O_EXCL, so concurrent
+// plugins never share one). Written here rather than using host-local's
+// allocator package, which links in the iptables and nftables helpers of
+// pkg/ip, whose initialisation every plugin run would pay.
+func allocateIn(s *disk.Store, a Attachment, r Range, want netip.Addr) (netip.Prefix, error) {
 	first, last, ok := hostRange(r.Subnet.Masked())
 	if !ok {
 		return netip.Prefix{}, fmt.Errorf("%w in %s", ErrExhausted, r.Subnet.Masked())
@@ -255,6 +294,17 @@ func allocateIn(s *disk.Store, a Attachment, r Range) (netip.Prefix, error) {
 	rangeID := strconv.Itoa(r.ID)
 	var got netip.Addr
 	err := locked(s, func() error {
+		if want.IsValid() {
+			ok, err := s.Reserve(a.ContainerID, a.IfName, want.AsSlice(), rangeID)
+			if err != nil {
+				return fmt.Errorf("reserve %s: %w", want, err)
+			}
+			if !ok {
+				return fmt.Errorf("%w %s is reserved already (another pod holds it)", ErrRequested, want)
+			}
+			got = want
+			return nil
+		}
 		start := first
 		if ip, err := s.LastReservedIP(rangeID); err == nil {
 			if lr, ok := netip.AddrFromSlice(ip); ok && inRange(lr.Unmap(), first, last) {

@@ -50,7 +50,7 @@ func TestStoreAllocate(t *testing.T) {
 			}
 			var got []string
 			for i := range c.pods {
-				addrs, err := allocate(s, Attachment{fmt.Sprint("c", i), "eth0"}, []Range{c.rng})
+				addrs, err := allocate(s, Attachment{fmt.Sprint("c", i), "eth0"}, []Range{c.rng}, nil)
 				if i == c.errIdx {
 					if !errors.Is(err, ErrExhausted) {
 						t.Fatalf("ADD %d: %v, want ErrExhausted", i, err)
@@ -73,11 +73,11 @@ func TestStoreReleaseAndDuplicate(t *testing.T) {
 	s, _ := openTestStore(t)
 	a := Attachment{"c1", "eth0"}
 	rs := []Range{v4Range("10.0.0.1/24"), {Subnet: netip.MustParsePrefix("fd00::/64"), Gateway: netip.MustParseAddr("fd00::1"), ID: 1}}
-	got, err := allocate(s, a, rs)
+	got, err := allocate(s, a, rs, nil)
 	if err != nil || len(got) != 2 {
 		t.Fatalf("allocate: %v %v", got, err)
 	}
-	if _, err := allocate(s, a, rs); !errors.Is(err, ErrDuplicate) {
+	if _, err := allocate(s, a, rs, nil); !errors.Is(err, ErrDuplicate) {
 		t.Fatalf("second allocate: %v, want ErrDuplicate", err)
 	}
 	if held, _ := lookup(s, a); len(held) != 2 || !slices.Contains(held, got[1].Addr()) {
@@ -93,7 +93,7 @@ func TestStoreReleaseAndDuplicate(t *testing.T) {
 		t.Fatalf("second release: %v", err)
 	}
 	// The next pod does not get the address just released (round-robin).
-	next, _ := allocate(s, Attachment{"c2", "eth0"}, rs[:1])
+	next, _ := allocate(s, Attachment{"c2", "eth0"}, rs[:1], nil)
 	if next[0] == got[0] {
 		t.Fatalf("released address %s handed out at once", next[0])
 	}
@@ -102,11 +102,11 @@ func TestStoreReleaseAndDuplicate(t *testing.T) {
 func TestStoreAllOrNothing(t *testing.T) {
 	s, _ := openTestStore(t)
 	full := v4Range("10.0.0.1/30")
-	if _, err := allocate(s, Attachment{"x", "eth0"}, []Range{full}); err != nil {
+	if _, err := allocate(s, Attachment{"x", "eth0"}, []Range{full}, nil); err != nil {
 		t.Fatal(err)
 	}
 	v6 := Range{Subnet: netip.MustParsePrefix("fd00::/64"), Gateway: netip.MustParseAddr("fd00::1"), ID: 1}
-	if _, err := allocate(s, Attachment{"y", "eth0"}, []Range{v6, full}); !errors.Is(err, ErrExhausted) {
+	if _, err := allocate(s, Attachment{"y", "eth0"}, []Range{v6, full}, nil); !errors.Is(err, ErrExhausted) {
 		t.Fatalf("allocate: %v", err)
 	}
 	if held, _ := lookup(s, Attachment{"y", "eth0"}); len(held) != 0 {
@@ -121,7 +121,7 @@ func TestStoreGC(t *testing.T) {
 	s, dir := openTestStore(t)
 	r := []Range{v4Range("10.0.0.1/24")}
 	for _, id := range []string{"a", "b", "c"} {
-		if _, err := allocate(s, Attachment{id, "eth0"}, r); err != nil {
+		if _, err := allocate(s, Attachment{id, "eth0"}, r, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -157,7 +157,7 @@ func TestStoreLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	got, err := allocate(s, Attachment{"c1", "eth0"}, []Range{v4Range("10.0.0.1/24")})
+	got, err := allocate(s, Attachment{"c1", "eth0"}, []Range{v4Range("10.0.0.1/24")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +261,7 @@ func TestMigrate(t *testing.T) {
 				t.Errorf("dataDir/ipam after: %v", err)
 			}
 			if c.next != "" {
-				if got, err := allocate(s, Attachment{"new", "eth0"}, r); err != nil || got[0].Addr().String() != c.next {
+				if got, err := allocate(s, Attachment{"new", "eth0"}, r, nil); err != nil || got[0].Addr().String() != c.next {
 					t.Errorf("next allocation %v, %v; want %s", got, err, c.next)
 				}
 			}
@@ -333,7 +333,7 @@ func TestMigrateNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer same.Close()
-	if _, err := allocate(same, Attachment{"a", "eth0"}, []Range{v4Range("10.0.0.1/24")}); err != nil {
+	if _, err := allocate(same, Attachment{"a", "eth0"}, []Range{v4Range("10.0.0.1/24")}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := migrate(same, conf); err != nil {

@@ -52,9 +52,14 @@ func ensureBridge(h *netlink.Handle, name string, p plan) (netlink.Link, error) 
 			return nil, fmt.Errorf("set bridge %s up: %w", name, err)
 		}
 	}
+	if p.promisc && l.Attrs().Promisc == 0 {
+		if err := h.SetPromiscOn(l); err != nil {
+			return nil, fmt.Errorf("set bridge %s promiscuous (promiscMode): %w", name, err)
+		}
+	}
 	owned := l.Attrs().Alias == bridgeAlias
 	for i, gw := range p.gateways {
-		if err := setGateway(h, l, gw, p.networks[i], owned); err != nil {
+		if err := setGateway(h, l, gw, p.networks[i], owned, p.force); err != nil {
 			return nil, err
 		}
 	}
@@ -65,8 +70,11 @@ func ensureBridge(h *netlink.Handle, name string, p plan) (netlink.Link, error) 
 // its family that are the plugin's to remove: those inside the cluster
 // network (an older node subnet, whose pods are gone with it), and on a
 // bridge the plugin created (owned) any. A host's own address on a bridge
-// it shares with pods is never touched.
-func setGateway(h *netlink.Handle, l netlink.Link, gw, network netip.Prefix, owned bool) error {
+// it shares with pods is never touched. force is the delegate's
+// forceAddress, which means what it means to the bridge plugin: true
+// replaces every other IPv4 address and every overlapping IPv6 one; false
+// refuses to replace any of them.
+func setGateway(h *netlink.Handle, l netlink.Link, gw, network netip.Prefix, owned bool, force *bool) error {
 	fam := netlink.FAMILY_V4
 	if gw.Addr().Is6() {
 		fam = netlink.FAMILY_V6
@@ -82,7 +90,14 @@ func setGateway(h *netlink.Handle, l netlink.Link, gw, network netip.Prefix, own
 		case !ok || p.Addr().IsLinkLocalUnicast():
 		case p == gw:
 			have = true
-		case !owned && !network.Contains(p.Addr()): // the host's: not ours
+		case force != nil && (gw.Addr().Is4() || p.Overlaps(gw)):
+			if !*force {
+				return fmt.Errorf("%s already has the address %s, not %s, and forceAddress is false: remove it or set forceAddress true", l.Attrs().Name, p, gw)
+			}
+			if err := h.AddrDel(l, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+				return fmt.Errorf("remove address %s from %s (forceAddress): %w", p, l.Attrs().Name, err)
+			}
+		case force != nil, !owned && !network.Contains(p.Addr()): // the host's: not ours
 		default: // from an older node subnet: pods there are gone with it
 			if err := h.AddrDel(l, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
 				return fmt.Errorf("remove old address %s from %s: %w", p, l.Attrs().Name, err)
@@ -109,8 +124,12 @@ func nlAddr(p netip.Prefix) *netlink.Addr {
 
 // addVeth creates the pair in one request: the host end on the bridge, up,
 // and the pod end named att.IfName directly inside the pod's namespace.
-func addVeth(h *netlink.Handle, br netlink.Link, att Attachment, mtu, nsFd int, hairpin bool) (netlink.Link, error) {
+// mac, if set, is the pod end's (the runtime's mac request).
+func addVeth(h *netlink.Handle, br netlink.Link, att Attachment, mtu, nsFd int, hairpin bool, mac net.HardwareAddr) (netlink.Link, error) {
 	hostMAC, podMAC := vethMACs(att)
+	if mac != nil {
+		podMAC = mac
+	}
 	la := netlink.NewLinkAttrs()
 	la.Name, la.MTU, la.HardwareAddr, la.Flags = hostVethName(att), mtu, hostMAC, net.FlagUp
 	la.MasterIndex = br.Attrs().Index
@@ -150,7 +169,12 @@ func configurePod(podNS ns.NetNS, att Attachment, addrs []netip.Prefix, p plan) 
 		return ifaceInfo{}, fmt.Errorf("set %s up: %w", att.IfName, err)
 	}
 	for _, r := range p.routes {
-		nr := &netlink.Route{LinkIndex: l.Attrs().Index, Gw: r.gw.AsSlice()}
+		nr := &netlink.Route{LinkIndex: l.Attrs().Index, Priority: r.priority}
+		if r.gw.IsValid() {
+			nr.Gw = r.gw.AsSlice()
+		} else {
+			nr.Scope = netlink.SCOPE_LINK
+		}
 		if r.dst.Bits() > 0 {
 			d := prefixNet(r.dst)
 			nr.Dst = &d

@@ -35,45 +35,85 @@ func Funcs() skel.CNIFuncs {
 // from, the gateway prefixes of the bridge and the pod's routes.
 type plan struct {
 	ranges   []Range
-	gateways []netip.Prefix
+	gateways []netip.Prefix // empty when the bridge is no gateway (isGateway false)
 	networks []netip.Prefix // the cluster Network of each gateway
 	routes   []route
 	mtu      int
 	masq     []masqRule // empty when the daemon masquerades
+	force    *bool      // delegate forceAddress
+	promisc  bool
 }
 
 type route struct {
-	dst netip.Prefix
-	gw  netip.Addr
+	dst      netip.Prefix
+	gw       netip.Addr // invalid: on-link
+	priority int
 }
 
 // masqRule masquerades traffic from src that leaves the cluster network.
 type masqRule struct{ src, cluster netip.Prefix }
 
-func newPlan(f subnet.File, mtuOverride int) plan {
-	p := plan{mtu: f.MTU}
-	if mtuOverride != 0 {
-		p.mtu = mtuOverride
+// newPlan is the bridge plugin's wiring, as Flannel configures it, for
+// subnet file f: per family a range of the node subnet whose first address
+// is the gateway; pod routes in the bridge plugin's order: ipam.routes (via
+// the family's gateway unless they name one), the cluster network, and a
+// default route when the bridge is the default gateway and ipam.routes
+// gives none.
+func newPlan(f subnet.File, c *Config) plan {
+	p := plan{mtu: f.MTU, force: c.forceAddress(), promisc: c.promisc()}
+	if c.MTU != 0 {
+		p.mtu = c.MTU
 	}
+	masq := c.masquerade(f.IPMasq)
 	// Ranges are numbered in order, as Flannel's plugin hands them to
 	// host-local (IPv4, then IPv6), so both keep the round-robin position
 	// of a range in the same last_reserved_ip.<n>.
-	add := func(network, sub netip.Prefix, any netip.Prefix) {
+	gws := map[bool]netip.Addr{}
+	var clusterRoutes []route
+	add := func(network, sub netip.Prefix) {
 		if !network.IsValid() || !sub.IsValid() {
 			return
 		}
 		gw := sub.Addr()
+		gws[gw.Is6()] = gw
 		p.ranges = append(p.ranges, Range{Subnet: sub.Masked(), Gateway: gw, ID: len(p.ranges)})
-		p.gateways = append(p.gateways, sub)
-		p.networks = append(p.networks, network.Masked())
-		p.routes = append(p.routes, route{dst: any, gw: gw}, route{dst: network.Masked(), gw: gw})
-		if !f.IPMasq {
+		if c.gateway() {
+			p.gateways = append(p.gateways, sub)
+			p.networks = append(p.networks, network.Masked())
+		}
+		clusterRoutes = append(clusterRoutes, route{dst: network.Masked(), gw: gw})
+		if masq {
 			p.masq = append(p.masq, masqRule{src: sub.Masked(), cluster: network.Masked()})
 		}
 	}
-	add(f.Network, f.Subnet, netip.MustParsePrefix("0.0.0.0/0"))
-	add(f.IPv6Network, f.IPv6Subnet, netip.MustParsePrefix("::/0"))
+	add(f.Network, f.Subnet)
+	add(f.IPv6Network, f.IPv6Subnet)
+	hasDefault := map[bool]bool{}
+	for _, r := range c.IPAM.Routes {
+		dst, _ := netPrefix(r.Dst)
+		rt := route{dst: dst.Masked(), gw: gws[dst.Addr().Is6()], priority: r.Priority}
+		if a, ok := netip.AddrFromSlice(r.GW); ok {
+			rt.gw = a.Unmap()
+			hasDefault[dst.Addr().Is6()] = hasDefault[dst.Addr().Is6()] || dst.Bits() == 0
+		}
+		p.routes = append(p.routes, rt)
+	}
+	p.routes = append(p.routes, clusterRoutes...)
+	if c.defaultGateway() {
+		for _, r := range p.ranges {
+			if v6 := r.Gateway.Is6(); !hasDefault[v6] {
+				p.routes = append(p.routes, route{dst: netip.PrefixFrom(unspecified(v6), 0), gw: r.Gateway})
+			}
+		}
+	}
 	return p
+}
+
+func unspecified(v6 bool) netip.Addr {
+	if v6 {
+		return netip.IPv6Unspecified()
+	}
+	return netip.IPv4Unspecified()
 }
 
 // readSubnetFile maps the subnet file's failures to CNI codes: missing is
@@ -120,7 +160,7 @@ func bridgeMAC(gws []netip.Prefix) net.HardwareAddr {
 	return net.HardwareAddr{0x0a, 0x58, h[0], h[1], h[2], h[3]}
 }
 
-func buildResult(conf *Config, p plan, br, host, pod ifaceInfo, addrs []netip.Prefix) *current.Result {
+func buildResult(dns types.DNS, p plan, br, host, pod ifaceInfo, addrs []netip.Prefix) *current.Result {
 	r := &current.Result{
 		CNIVersion: current.ImplementedSpecVersion,
 		Interfaces: []*current.Interface{
@@ -128,7 +168,7 @@ func buildResult(conf *Config, p plan, br, host, pod ifaceInfo, addrs []netip.Pr
 			{Name: host.name, Mac: host.mac.String()},
 			{Name: pod.name, Mac: pod.mac.String(), Sandbox: pod.sandbox, Mtu: p.mtu},
 		},
-		DNS: conf.DNS,
+		DNS: dns,
 	}
 	for i, a := range addrs {
 		r.IPs = append(r.IPs, &current.IPConfig{
@@ -138,7 +178,11 @@ func buildResult(conf *Config, p plan, br, host, pod ifaceInfo, addrs []netip.Pr
 		})
 	}
 	for _, rt := range p.routes {
-		r.Routes = append(r.Routes, &types.Route{Dst: prefixNet(rt.dst), GW: rt.gw.AsSlice()})
+		tr := &types.Route{Dst: prefixNet(rt.dst), Priority: rt.priority}
+		if rt.gw.IsValid() {
+			tr.GW = rt.gw.AsSlice()
+		}
+		r.Routes = append(r.Routes, tr)
 	}
 	return r
 }

@@ -40,6 +40,7 @@ const kubeFlannelConflist = `{"name":"cbr0","cniVersion":"0.3.1","plugins":[` +
 type switchNode struct {
 	e       *env
 	file    subnet.File
+	pid     int            // the holder of the node's private mount namespace
 	varLib  string         // what the plugins see as /var/lib
 	store   string         // the address store's directory, as the test sees it
 	entry   map[string]any // the flannel entry of the conflist
@@ -55,25 +56,8 @@ func newSwitchNode(t *testing.T, ipamDataDir string) *switchNode {
 	t.Helper()
 	n := &switchNode{file: v4File(true)}
 	n.e = newEnv(t, &n.file)
-	pid := n.privateVarLib(t)
-	bin := t.TempDir()
-	ref := nettest.ReferencePlugins(t)
-	for name, path := range map[string]string{
-		"flannel":    nettest.Binary(t, "weft"), // weft's plugin installed as flannel
-		"bridge":     filepath.Join(ref, "bridge"),
-		"host-local": filepath.Join(ref, "host-local"),
-		"portmap":    filepath.Join(ref, "portmap"),
-	} {
-		// libcni starts it in the node's network namespace; it enters the
-		// holder's mount namespace (bridge, which delegates to host-local
-		// through CNI_PATH, starts host-local the same way).
-		script := fmt.Sprintf("#!/bin/sh\nexec nsenter --target %d --mount -- '%s'\n", pid, path)
-		if err := os.WriteFile(filepath.Join(bin, name), []byte(script), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	n.cni = libcni.NewCNIConfigWithCacheDir([]string{bin}, t.TempDir(),
-		&plugintest.NSExec{RawExec: invoke.RawExec{Stderr: os.Stderr}, NS: n.e.node})
+	n.pid = n.privateVarLib(t)
+	n.cni = n.plugins(t, nettest.Binary(t, "weft")) // weft's plugin installed as flannel
 
 	var list map[string]any
 	if err := json.Unmarshal([]byte(kubeFlannelConflist), &list); err != nil {
@@ -89,6 +73,30 @@ func newSwitchNode(t *testing.T, ipamDataDir string) *switchNode {
 	n.weft = n.node(t, "0.3.1", n.entry)
 	n.flannel = n.node(t, "0.3.1", flannelDelegate(n.entry, n.file))
 	return n
+}
+
+// plugins returns a libcni config whose "flannel" is the binary flannel,
+// beside the reference bridge, host-local and portmap. libcni starts each
+// in the node's network namespace; it enters the holder's mount namespace
+// (bridge, which delegates to host-local through CNI_PATH, starts
+// host-local the same way, as Flannel's plugin starts bridge).
+func (n *switchNode) plugins(t *testing.T, flannel string) *libcni.CNIConfig {
+	t.Helper()
+	bin := t.TempDir()
+	ref := nettest.ReferencePlugins(t)
+	for name, path := range map[string]string{
+		"flannel":    flannel,
+		"bridge":     filepath.Join(ref, "bridge"),
+		"host-local": filepath.Join(ref, "host-local"),
+		"portmap":    filepath.Join(ref, "portmap"),
+	} {
+		script := fmt.Sprintf("#!/bin/sh\nexec nsenter --target %d --mount -- '%s'\n", n.pid, path)
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return libcni.NewCNIConfigWithCacheDir([]string{bin}, t.TempDir(),
+		&plugintest.NSExec{RawExec: invoke.RawExec{Stderr: os.Stderr}, NS: n.e.node})
 }
 
 // node returns kube-flannel.yml's conflist with first as its first entry.
