@@ -5,9 +5,9 @@
 // The dataplanes live in subpackages: vxlan (a kernel VXLAN device), uvxlan
 // (a userspace VTEP on a TAP device, with an optional tc fast path), hostgw
 // (a route per peer via its public address), wireguard (kernel or
-// wireguard-go devices), ipip (a kernel IPIP tunnel), extension (the user's
-// commands on lease events) and alloc (leases only, no dataplane); masq holds the
-// masquerade and forward rules. What several of them program the same way
+// wireguard-go devices), extension (the user's commands on lease events)
+// and alloc (leases only, no dataplane); masq holds the masquerade and
+// forward rules. What several of them program the same way
 // (routes, neighbours and FDB entries in batches, the reconciler that repairs
 // drift, the underlay device) is in backend/kernel.
 package backend

@@ -43,8 +43,7 @@ func FromLeases(leases []subnet.Lease, self subnet.Lease) Table {
 // FromLeasesOf builds the table of every lease of the lease type typ (see
 // subnet.LeaseType) but self's. For vxlan see FromLeases. For host-gw a
 // lease contributes each subnet that has a public address of its family,
-// with a zero MAC: the peer is reached by routing via that address; ipip
-// likewise, IPv4 only. For extension a lease contributes one row, its IPv4
+// with a zero MAC: the peer is reached by routing via that address. For extension a lease contributes one row, its IPv4
 // subnet (its IPv6 subnet when it has none) with the public address of that
 // family and its backend data, since the user's commands run once per lease.
 // Other types (alloc) have no peers.
@@ -59,9 +58,7 @@ func FromLeaseSeq(typ string, n int, leases iter.Seq[subnet.Lease], self subnet.
 	case subnet.BackendTypeVXLAN:
 		return fromVXLAN(n, leases, self)
 	case subnet.BackendTypeHostGW:
-		return fromRouted(n, leases, self, subnet.BackendTypeHostGW, true)
-	case subnet.BackendTypeIPIP:
-		return fromRouted(n, leases, self, subnet.BackendTypeIPIP, false)
+		return fromRouted(n, leases, self, subnet.BackendTypeHostGW)
 	case subnet.BackendTypeExtension:
 		return fromExtension(n, leases, self)
 	case subnet.BackendTypeWireGuard:
@@ -89,7 +86,7 @@ func isSelf(l, self subnet.Lease) bool {
 
 // fromRouted: a lease of typ contributes each subnet (IPv4, and IPv6 when
 // v6) that has a public address of its family.
-func fromRouted(n int, leases iter.Seq[subnet.Lease], self subnet.Lease, typ string, v6 bool) Table {
+func fromRouted(n int, leases iter.Seq[subnet.Lease], self subnet.Lease, typ string) Table {
 	t := make(Table, n)
 	for l := range leases {
 		if isSelf(l, self) || l.Attrs.BackendType != typ {
@@ -98,7 +95,7 @@ func fromRouted(n int, leases iter.Seq[subnet.Lease], self subnet.Lease, typ str
 		if l.Subnet.IsValid() && l.Attrs.PublicIP.IsValid() {
 			t[l.Subnet] = Peer{Addr: l.Attrs.PublicIP}
 		}
-		if v6 && l.IPv6Subnet.IsValid() && l.Attrs.PublicIPv6.IsValid() {
+		if l.IPv6Subnet.IsValid() && l.Attrs.PublicIPv6.IsValid() {
 			t[l.IPv6Subnet] = Peer{Addr: l.Attrs.PublicIPv6}
 		}
 	}

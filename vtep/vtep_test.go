@@ -141,10 +141,9 @@ func TestFromLeasesOfHostGW(t *testing.T) {
 	}
 }
 
-// TestFromLeasesOfIPIPAndExtension: an ipip lease gives its IPv4 subnet via
-// its public address (no IPv6: Flannel's ipip is IPv4 only); an extension
-// lease gives one row with its data; leases of other types give none.
-func TestFromLeasesOfIPIPAndExtension(t *testing.T) {
+// TestFromLeasesOfExtension: an extension lease gives one row with its
+// data; leases of other types give none.
+func TestFromLeasesOfExtension(t *testing.T) {
 	typed := func(typ, v4, v6, pub, pub6, data string) subnet.Lease {
 		l := lease(v4, v6, pub, pub6, subnet.MAC{}, subnet.MAC{})
 		l.Attrs = subnet.LeaseAttrs{BackendType: typ, PublicIP: l.Attrs.PublicIP, PublicIPv6: l.Attrs.PublicIPv6, ExtensionData: data}
@@ -159,13 +158,6 @@ func TestFromLeasesOfIPIPAndExtension(t *testing.T) {
 		typed("extension", "", "fd00:10:244:6::/64", "", "fd77::6", ""),
 	}
 	self := leases[0]
-	wantIPIP := Table{
-		pfx("10.244.2.0/24"): {Addr: ip("192.168.77.2")},
-		pfx("10.244.3.0/24"): {Addr: ip("192.168.77.3")},
-	}
-	if got := FromLeasesOf(subnet.BackendTypeIPIP, leases, self); !reflect.DeepEqual(got, wantIPIP) {
-		t.Errorf("ipip: got %v, want %v", got, wantIPIP)
-	}
 	wantExt := Table{
 		pfx("10.244.5.0/24"):      {Addr: ip("192.168.77.5"), Data: `"aa"`},
 		pfx("fd00:10:244:6::/64"): {Addr: ip("fd77::6")},

@@ -68,18 +68,12 @@ func defaultMetric(p netip.Prefix) int {
 }
 
 // wantRoute is the route that carries p's subnet: tunnelled or direct, it
-// has the kernel's default metric, as Flannel's routes do. A tunnelled route
-// goes via Gateway(subnet), or with viaPeer via the peer's underlay address
-// (an IPIP tunnel takes the outer destination from it).
-func wantRoute(p Peer, link int, viaPeer bool) Route {
+// has the kernel's default metric, as Flannel's routes do.
+func wantRoute(p Peer, link int) Route {
 	if p.Direct {
 		return Route{Dst: p.Subnet, Gw: p.Peer.Addr, Priority: defaultMetric(p.Subnet)}
 	}
-	gw := Gateway(p.Subnet)
-	if viaPeer {
-		gw = p.Peer.Addr
-	}
-	return Route{Dst: p.Subnet, Gw: gw, LinkIndex: link, OnLink: true, Priority: defaultMetric(p.Subnet)}
+	return Route{Dst: p.Subnet, Gw: Gateway(p.Subnet), LinkIndex: link, OnLink: true, Priority: defaultMetric(p.Subnet)}
 }
 
 // matches reports whether the kernel route have carries the wanted route.
@@ -125,15 +119,14 @@ func (p syncPlan) empty() bool {
 }
 
 // plan computes what turns have into want on the overlay link with index
-// link; with viaPeer, tunnelled routes go via the peer's address and no
-// neighbour is wanted (OverlayOptions.ViaPeer). It is pure.
-func plan(want []Peer, have Programmed, link int, viaPeer bool) syncPlan {
+// link. It is pure.
+func plan(want []Peer, have Programmed, link int) syncPlan {
 	var sp syncPlan
 	wantRoutes := make(map[netip.Prefix]Route, len(want))
 	wantNeigh := make(map[netip.Addr]subnet.MAC, len(want))
 	for _, p := range want {
-		wantRoutes[p.Subnet] = wantRoute(p, link, viaPeer)
-		if !p.Direct && !viaPeer {
+		wantRoutes[p.Subnet] = wantRoute(p, link)
+		if !p.Direct {
 			wantNeigh[Gateway(p.Subnet)] = p.Peer.MAC
 		}
 	}
@@ -157,7 +150,7 @@ func plan(want []Peer, have Programmed, link int, viaPeer bool) syncPlan {
 		}
 	}
 	for _, p := range want {
-		if !p.Direct && !viaPeer {
+		if !p.Direct {
 			ip := Gateway(p.Subnet)
 			if mac, ok := haveNeigh[ip]; !ok || mac != p.Peer.MAC {
 				sp.SetNeighbours = append(sp.SetNeighbours, Neighbour{IP: ip, MAC: p.Peer.MAC})

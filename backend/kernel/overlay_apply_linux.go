@@ -15,18 +15,18 @@ type EntryStep interface {
 // Apply programs the change from old, a table that the last Sync or Apply
 // programmed in full, to next, writing only the rows that differ, in the
 // per-peer order of Sync, without reading the kernel. When it cannot work
-// incrementally (DirectRouting, whose routes depend on the underlay, ViaPeer,
-// or a step that is not an EntryStep) it falls back to Sync(next). Drift is
+// incrementally (DirectRouting, whose routes depend on the underlay, or a
+// step that is not an EntryStep) it falls back to Sync(next). Drift is
 // Sync's job: Apply trusts that the kernel still holds old.
 func (o *Overlay) Apply(old, next vtep.Table) (SyncStats, error) {
 	step, stepOK := o.opts.Step.(EntryStep)
-	if o.opts.DirectRouting || o.opts.ViaPeer || (o.opts.Step != nil && !stepOK) {
+	if o.opts.DirectRouting || (o.opts.Step != nil && !stepOK) {
 		return o.Sync(next)
 	}
 	var st SyncStats
 	d := vtep.Compute(o.own(old), o.own(next))
 	for _, e := range d.Remove {
-		r := wantRoute(Peer{Entry: e}, o.link, false)
+		r := wantRoute(Peer{Entry: e}, o.link)
 		r.Protocol = int(RouteProtocol) // the route weft wrote, no other owner's
 		if err := o.delRoutes([]Route{r}, &st); err != nil {
 			return st, err
@@ -72,7 +72,7 @@ func (o *Overlay) addPeer(e vtep.Entry, step EntryStep, st *SyncStats) error {
 		}
 		st.StepSet++
 	}
-	return o.setRoutes([]Route{wantRoute(Peer{Entry: e}, o.link, false)}, st)
+	return o.setRoutes([]Route{wantRoute(Peer{Entry: e}, o.link)}, st)
 }
 
 // own returns the rows of t that this overlay handles (its family, with an

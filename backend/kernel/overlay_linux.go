@@ -56,11 +56,6 @@ type OverlayOptions struct {
 	// removes no neighbours and only weft's own routes (RouteProtocol).
 	// This is the host-gw backend, whose "overlay" is the underlay itself.
 	DirectOnly bool
-	// ViaPeer routes a tunnelled peer's subnet via the peer's underlay
-	// address, onlink over the link, and programs no neighbours: the link
-	// is an IPIP tunnel, which has no link layer and takes each packet's
-	// outer destination from the route's gateway.
-	ViaPeer bool
 	// Step, if not nil, is run between neighbours and routes.
 	Step PeerStep
 	// Batch, if not nil, writes batches of neighbours and routes without
@@ -80,10 +75,7 @@ type OverlayOptions struct {
 // (IPv6: `<subnet>::` instead of `<subnet>.0`), with the kernel's default
 // metric, as Flannel's routes have. The frame that leaves the link is
 // addressed to the peer's VTEP MAC; a VXLAN device then finds the peer's
-// underlay address in its FDB, a TAP dataplane in its own table. On an IPIP
-// tunnel (ViaPeer) it is only
-//
-//	ip route replace <subnet> via <peer PublicIP> dev <link> onlink proto 87
+// underlay address in its FDB, a TAP dataplane in its own table.
 //
 // Sync is declarative: it reads what the kernel holds on the link, adopts
 // whatever already matches (no flush, so a restarted daemon drops nothing),
@@ -136,7 +128,7 @@ func (o *Overlay) Sync(t vtep.Table) (SyncStats, error) {
 	if err != nil {
 		return st, err
 	}
-	sp := plan(peers, have, o.link, o.opts.ViaPeer)
+	sp := plan(peers, have, o.link)
 	tunnelled := make([]vtep.Entry, 0, len(peers))
 	for _, p := range peers {
 		if !p.Direct {

@@ -56,11 +56,10 @@ func transcript(sp syncPlan) string {
 func TestPlan(t *testing.T) {
 	const m1, m2 = "0a:00:00:00:00:01", "0a:00:00:00:00:02"
 	cases := []struct {
-		name    string
-		want    []Peer
-		have    Programmed
-		viaPeer bool
-		ops     string
+		name string
+		want []Peer
+		have Programmed
+		ops  string
 	}{
 		{
 			name: "empty",
@@ -141,29 +140,6 @@ func TestPlan(t *testing.T) {
 				"neigh del 10.244.1.0\n",
 		},
 		{
-			name:    "IPIP (via peer): route via the peer's address onlink, no neighbour",
-			viaPeer: true,
-			want:    []Peer{tpeer("10.244.1.0/24", m1, "192.168.0.1", false), tpeer("10.244.2.0/24", m1, "192.168.9.2", true)},
-			ops: "route set 10.244.1.0/24 via 192.168.0.1 onlink=true\n" +
-				"route set 10.244.2.0/24 via 192.168.9.2 onlink=false\n",
-		},
-		{
-			name:    "IPIP: route via the gateway address (a vxlan node's) replaced, stray neighbour removed",
-			viaPeer: true,
-			want:    []Peer{tpeer("10.244.1.0/24", m1, "192.168.0.1", false)},
-			have:    Programmed{Neighbours: []Neighbour{tneigh("10.244.1.0", m1)}, Routes: []Route{onlink("10.244.1.0/24")}},
-			ops: "route set 10.244.1.0/24 via 192.168.0.1 onlink=true\n" +
-				"route del 10.244.1.0/24 via 10.244.1.0 metric 0\n" +
-				"neigh del 10.244.1.0\n",
-		},
-		{
-			name:    "IPIP: all in place",
-			viaPeer: true,
-			want:    []Peer{tpeer("10.244.1.0/24", m1, "192.168.0.1", false)},
-			have: Programmed{Routes: []Route{{Dst: netip.MustParsePrefix("10.244.1.0/24"), Gw: netip.MustParseAddr("192.168.0.1"),
-				LinkIndex: 7, OnLink: true}}},
-		},
-		{
 			name: "stray route and neighbour on the link removed",
 			have: Programmed{
 				Neighbours: []Neighbour{tneigh("10.9.0.1", m1)},
@@ -174,7 +150,7 @@ func TestPlan(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			sp := plan(tc.want, tc.have, 7, tc.viaPeer)
+			sp := plan(tc.want, tc.have, 7)
 			if got := transcript(sp); got != tc.ops {
 				t.Errorf("plan:\n%s\nwant:\n%s", got, tc.ops)
 			}

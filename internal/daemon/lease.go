@@ -51,13 +51,13 @@ func (d *Daemon) leaseLoop(ctx context.Context, cfg *subnet.Config, typ string) 
 }
 
 // attrs is the lease value this node advertises. A uvxlan node advertises
-// "vxlan" as well: on the wire it is VXLAN. host-gw, ipip and alloc leases
+// "vxlan" as well: on the wire it is VXLAN. host-gw and alloc leases
 // carry the public addresses and no backend data, as Flannel writes them; a
 // wireguard lease gets its data (the public key) from Factories.LeaseData,
 // an extension lease its data (what PreStartupCommand printed) likewise.
 func (d *Daemon) attrs(cfg *subnet.Config, typ string) subnet.LeaseAttrs {
 	if typ == subnet.BackendTypeHostGW || typ == subnet.BackendTypeAlloc || typ == subnet.BackendTypeWireGuard ||
-		typ == subnet.BackendTypeIPIP || typ == subnet.BackendTypeExtension {
+		typ == subnet.BackendTypeExtension {
 		a := subnet.LeaseAttrs{BackendType: subnet.LeaseBackendType(typ)}
 		if cfg.EnableIPv4 {
 			a.PublicIP = d.cfg.Node.PublicIP
@@ -109,18 +109,11 @@ func (d *Daemon) acquire(ctx context.Context, attrs subnet.LeaseAttrs, hint neti
 
 // overlayMTU is the MTU of the overlay device and of pods. Without
 // encapsulation (host-gw, alloc, and extension, whose commands weft does not
-// know) it is the underlay's MTU, as Flannel's; ipip takes off the outer
-// IPv4 header.
+// know) it is the underlay's MTU, as Flannel's.
 func (d *Daemon) overlayMTU(cfg *subnet.Config, typ string) int {
 	underlay := d.cfg.Node.UnderlayMTU
 	if typ == subnet.BackendTypeHostGW || typ == subnet.BackendTypeAlloc || typ == subnet.BackendTypeExtension {
 		return underlay
-	}
-	if typ == subnet.BackendTypeIPIP {
-		if cfg.Backend.MTU != 0 {
-			underlay = cfg.Backend.MTU
-		}
-		return underlay - ipipOverhead
 	}
 	if typ == subnet.BackendTypeWireGuard { // Flannel's: the configured or underlay MTU minus 80
 		if cfg.Backend.MTU != 0 {
@@ -319,7 +312,3 @@ func lostOwnLease(ev subnet.Event, self subnet.Lease) bool {
 
 // wireGuardOverhead is what Flannel's wireguard backend takes off the MTU.
 const wireGuardOverhead = 80
-
-// ipipOverhead is what Flannel's ipip backend takes off the MTU: the outer
-// IPv4 header.
-const ipipOverhead = 20

@@ -16,7 +16,6 @@ import (
 	"github.com/weft-net/weft/backend/alloc"
 	"github.com/weft-net/weft/backend/extension"
 	"github.com/weft-net/weft/backend/hostgw"
-	"github.com/weft-net/weft/backend/ipip"
 	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/backend/masq"
 	"github.com/weft-net/weft/backend/uvxlan"
@@ -171,8 +170,6 @@ func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease sub
 	switch typ {
 	case subnet.BackendTypeHostGW:
 		return newHostGW(h, cfg, lease, u, log)
-	case subnet.BackendTypeIPIP:
-		return newIPIP(h, cfg, lease, mtu, u, log)
 	case subnet.BackendTypeExtension:
 		return newExtension(h, cfg, lease, log)
 	case subnet.BackendTypeWireGuard:
@@ -204,7 +201,7 @@ func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease sub
 			return Dataplane{}, err
 		}
 		return Dataplane{Backend: b, Cleanup: func() error {
-			return errors.Join(removeUVXLAN(h, vc.VNI), wireguard.RemoveDevices(h), ipip.RemoveDevice(h))
+			return errors.Join(removeUVXLAN(h, vc.VNI), wireguard.RemoveDevices(h))
 		}}, nil
 	case subnet.BackendTypeUVXLAN:
 		b, devices, err := newUVXLAN(cfg, lease, mtu, u, files, log)
@@ -214,7 +211,7 @@ func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease sub
 		// Any kernel VXLAN device on our port (weft's, or flannel.<VNI>
 		// when replacing flanneld) holds the socket this dataplane binds.
 		cleanup := func() error {
-			return errors.Join(vxlan.RemovePortHolders(h, cfg.Backend.Port, log), wireguard.RemoveDevices(h), ipip.RemoveDevice(h))
+			return errors.Join(vxlan.RemovePortHolders(h, cfg.Backend.Port, log), wireguard.RemoveDevices(h))
 		}
 		// Files kept for a device this lease no longer has (the IPv6 half
 		// of a node that was dual-stack) go; each device's own take theirs.
@@ -227,9 +224,9 @@ func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease sub
 }
 
 // removeOthers removes what the other backends left on a node that now
-// runs keep (host-gw, wireguard, ipip or alloc, "" for alloc): the kernel
-// VXLAN devices (weft's or flanneld's), the uvxlan TAPs, unless keep is
-// ipip the IPIP device, and unless keep is wireguard the wireguard devices,
+// runs keep (host-gw, wireguard or alloc, "" for alloc): the kernel VXLAN
+// devices (weft's or flanneld's), the uvxlan TAPs, and unless keep is
+// wireguard the wireguard devices,
 // whose route for the whole cluster network would catch pod traffic.
 func removeOthers(h *netlink.Handle, cfg *subnet.Config, keep string, log *slog.Logger) error {
 	errs := []error{vxlan.RemovePortHolders(h, cfg.Backend.Port, log), vxlan.RemoveDevices(h, cfg.Backend.VNI),
@@ -237,21 +234,7 @@ func removeOthers(h *netlink.Handle, cfg *subnet.Config, keep string, log *slog.
 	if keep != subnet.BackendTypeWireGuard {
 		errs = append(errs, wireguard.RemoveDevices(h))
 	}
-	if keep != subnet.BackendTypeIPIP {
-		errs = append(errs, ipip.RemoveDevice(h))
-	}
 	return errors.Join(errs...)
-}
-
-// newIPIP builds the ipip dataplane: the tunnel's local end is the
-// underlay's address, as Flannel's (the advertised one may be a NAT's).
-func newIPIP(h *netlink.Handle, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, log *slog.Logger) (Dataplane, error) {
-	b, err := ipip.New(ipip.Config{Handle: h, UnderlayIndex: u.index, Local: u.ipv4, Subnet: lease.Subnet,
-		MTU: mtu, DirectRouting: cfg.Backend.DirectRouting}, log)
-	if err != nil {
-		return Dataplane{}, err
-	}
-	return Dataplane{Backend: b, Cleanup: func() error { return removeOthers(h, cfg, subnet.BackendTypeIPIP, log) }}, nil
 }
 
 // newExtension builds the extension dataplane. Its cleanup removes weft's
@@ -265,7 +248,7 @@ func newExtension(h *netlink.Handle, cfg *subnet.Config, lease subnet.Lease, log
 	}
 	return Dataplane{Backend: b, Cleanup: func() error {
 		return errors.Join(vxlan.RemoveDevices(h, cfg.Backend.VNI), removeUVXLAN(h, cfg.Backend.VNI),
-			wireguard.RemoveDevices(h), ipip.RemoveDevice(h))
+			wireguard.RemoveDevices(h))
 	}}, nil
 }
 
