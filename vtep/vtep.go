@@ -13,13 +13,16 @@ import (
 
 // Peer is a remote node as a dataplane sees it: its underlay address and,
 // for VXLAN, its VTEP device MAC; for WireGuard, its public key and UDP port
-// instead of a MAC; for extension, its lease's backend data.
+// instead of a MAC; for extension, its lease's backend data. A table holds
+// one per remote subnet, thousands on a large cluster: the fields are laid
+// out to keep it small.
 type Peer struct {
 	MAC  subnet.MAC
+	Port uint16 // wireguard: the peer's UDP port (0: the same as ours)
 	Addr netip.Addr
-	Key  string // wireguard: the peer's public key (base64)
-	Port int    // wireguard: the peer's UDP port (0: the same as ours)
-	Data string // extension: the lease's BackendData as JSON text ("" when none)
+	// Data is the wireguard peer's public key (base64), or the extension
+	// lease's BackendData as JSON text ("" when none).
+	Data string
 }
 
 // Table maps a remote node subnet (IPv4 or IPv6) to the peer behind it. A Table handed
@@ -129,10 +132,10 @@ func fromWireGuard(n int, leases iter.Seq[subnet.Lease], self subnet.Lease) Tabl
 			continue
 		}
 		if d := l.Attrs.WireGuard; d != nil && l.Subnet.IsValid() && d.PublicKey != "" {
-			t[l.Subnet] = Peer{Addr: l.Attrs.PublicIP, Key: d.PublicKey, Port: int(d.Port)}
+			t[l.Subnet] = Peer{Addr: l.Attrs.PublicIP, Data: d.PublicKey, Port: d.Port}
 		}
 		if d := l.Attrs.WireGuardV6; d != nil && l.IPv6Subnet.IsValid() && d.PublicKey != "" {
-			t[l.IPv6Subnet] = Peer{Addr: l.Attrs.PublicIPv6, Key: d.PublicKey, Port: int(d.Port)}
+			t[l.IPv6Subnet] = Peer{Addr: l.Attrs.PublicIPv6, Data: d.PublicKey, Port: d.Port}
 		}
 	}
 	return t

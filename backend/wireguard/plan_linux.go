@@ -77,13 +77,13 @@ func (c Config) peersFor(d deviceSpec, t vtep.Table) []Peer {
 	var allowed = map[string][]netip.Prefix{}
 	for _, e := range t.Entries() {
 		is4 := e.Subnet.Addr().Is4()
-		if e.Peer.Key == "" || is4 && !d.v4 || !is4 && !d.v6 {
+		if e.Peer.Data == "" || is4 && !d.v4 || !is4 && !d.v6 {
 			continue
 		}
-		r := byKey[e.Peer.Key]
+		r := byKey[e.Peer.Data]
 		if r == nil {
 			r = &rows{}
-			byKey[e.Peer.Key] = r
+			byKey[e.Peer.Data] = r
 		}
 		e := e
 		if is4 {
@@ -91,7 +91,7 @@ func (c Config) peersFor(d deviceSpec, t vtep.Table) []Peer {
 		} else {
 			r.v6 = &e
 		}
-		allowed[e.Peer.Key] = append(allowed[e.Peer.Key], e.Subnet)
+		allowed[e.Peer.Data] = append(allowed[e.Peer.Data], e.Subnet)
 	}
 	var out []Peer
 	for key, r := range byKey {
@@ -137,11 +137,11 @@ func (c Config) endpoint(d deviceSpec, v4, v6 *vtep.Entry) (netip.AddrPort, bool
 	if !ok {
 		return netip.AddrPort{}, false
 	}
-	port := d.port
+	port := uint16(d.port)
 	if e.Peer.Port != 0 {
 		port = e.Peer.Port
 	}
-	return netip.AddrPortFrom(e.Peer.Addr, uint16(port)), true
+	return netip.AddrPortFrom(e.Peer.Addr, port), true
 }
 
 func comparePrefix(a, b netip.Prefix) int {

@@ -29,9 +29,9 @@ const (
 
 func table() vtep.Table {
 	return vtep.Table{
-		pfx("10.244.2.0/24"):      {Addr: ip("192.168.77.2"), Key: keyA, Port: 51820},
-		pfx("fd00:10:244:2::/64"): {Addr: ip("fd77::2"), Key: keyA, Port: 51821},
-		pfx("10.244.3.0/24"):      {Addr: ip("192.168.77.3"), Key: keyB}, // no port in the lease
+		pfx("10.244.2.0/24"):      {Addr: ip("192.168.77.2"), Data: keyA, Port: 51820},
+		pfx("fd00:10:244:2::/64"): {Addr: ip("fd77::2"), Data: keyA, Port: 51821},
+		pfx("10.244.3.0/24"):      {Addr: ip("192.168.77.3"), Data: keyB}, // no port in the lease
 	}
 }
 
@@ -86,8 +86,8 @@ func TestAutoPicksPublicIPv6(t *testing.T) {
 	c := baseConfig(subnet.WireGuardAuto)
 	c.LocalIPv6 = ip("2001:db8::1")
 	t6 := vtep.Table{
-		pfx("10.244.2.0/24"):      {Addr: ip("10.0.0.2"), Key: keyA, Port: 51820},
-		pfx("fd00:10:244:2::/64"): {Addr: ip("2001:db8::2"), Key: keyA, Port: 51820},
+		pfx("10.244.2.0/24"):      {Addr: ip("10.0.0.2"), Data: keyA, Port: 51820},
+		pfx("fd00:10:244:2::/64"): {Addr: ip("2001:db8::2"), Data: keyA, Port: 51820},
 	}
 	got := c.peersFor(c.specs()[0], t6)
 	if len(got) != 1 || got[0].Endpoint != netip.MustParseAddrPort("[2001:db8::2]:51820") {

@@ -39,7 +39,7 @@ func TestBackendInNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.Set(vtep.Table{pfx("10.244.2.0/24"): {Addr: ip("192.168.77.2"), Key: keyA, Port: 51820}})
+	b.Set(vtep.Table{pfx("10.244.2.0/24"): {Addr: ip("192.168.77.2"), Data: keyA, Port: 51820}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- b.Run(ctx) }()
