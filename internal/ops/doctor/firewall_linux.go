@@ -91,11 +91,46 @@ func (s *state) forwardDropChains() ([]dropChain, error) {
 				return err
 			}
 			d.accepts = s.Config != nil && acceptsNetwork(rules, s.Config.Network)
+			for _, target := range jumpTargets(rules) { // weft's -j WEFT-FWD, Flannel's -j FLANNEL-FWD
+				sub, err := c.GetRules(ch.Table, &nftables.Chain{Name: target, Table: ch.Table})
+				if err != nil {
+					return err
+				}
+				d.accepts = d.accepts || s.Config != nil && acceptsNetwork(sub, s.Config.Network)
+			}
 			out = append(out, d)
 		}
 		return nil
 	})
 	return out, err
+}
+
+// jumpTargets are the chains that rules jump (or go) to for every packet:
+// rules with no expression but a counter and the verdict.
+func jumpTargets(rules []*nftables.Rule) []string {
+	var out []string
+	for _, r := range rules {
+		if t := jumpTarget(r); t != "" {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func jumpTarget(r *nftables.Rule) string {
+	target := ""
+	for _, e := range r.Exprs {
+		switch e := e.(type) {
+		case *expr.Counter:
+		case *expr.Verdict:
+			if e.Kind == expr.VerdictJump || e.Kind == expr.VerdictGoto {
+				target = e.Chain
+			}
+		default:
+			return ""
+		}
+	}
+	return target
 }
 
 // acceptsNetwork reports whether a rule matches an address prefix that
