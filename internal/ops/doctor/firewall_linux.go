@@ -52,10 +52,11 @@ func checkFirewall(s *state) {
 		fix := fmt.Sprintf("nft insert rule %s %s ip saddr %s accept; nft insert rule %s %s ip daddr %s accept",
 			strings.Fields(c.String())[1]+" "+c.table, c.name, network, strings.Fields(c.String())[1]+" "+c.table, c.name, network)
 		if c.table == "filter" && c.name == "FORWARD" {
-			fix = fmt.Sprintf("iptables -I FORWARD -s %s -j ACCEPT; iptables -I FORWARD -d %s -j ACCEPT (Docker sets this policy; its DOCKER-USER chain is the place for lasting rules)", network, network)
+			fix = fmt.Sprintf("run weftd with --iptables-forward-rules (the default) and without EnableNFTables: it keeps chain WEFT-FWD accepting %s here; "+
+				"or iptables -I FORWARD -s %s -j ACCEPT; iptables -I FORWARD -d %s -j ACCEPT", network, network, network)
 		}
 		s.r.add("firewall/forward", Fail, fix,
-			"%s has policy drop and no rule accepting %s: forwarded pod traffic is dropped there, whatever weft's own table accepts", c, network)
+			"%s has policy drop and no rule accepting %s: forwarded pod traffic is dropped there, whatever other tables accept", c, network)
 	}
 	if err == nil && len(chains) == 0 {
 		s.r.ok("firewall/forward", "no other forward chain with policy drop")

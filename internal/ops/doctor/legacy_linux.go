@@ -218,7 +218,8 @@ func checkLegacyForward(s *state, tables string) {
 		s.r.ok("firewall/forward-legacy", "%s has policy DROP but a rule accepts %s", where, name)
 	case c.policy == "DROP":
 		s.r.add("firewall/forward-legacy", Fail,
-			fmt.Sprintf("iptables-legacy -I FORWARD -s %s -j ACCEPT; iptables-legacy -I FORWARD -d %s -j ACCEPT (or iptables-legacy -P FORWARD ACCEPT)", name, name),
+			fmt.Sprintf("run weftd with --iptables-forward-rules (the default), with iptables-legacy on its PATH: it keeps chain WEFT-FWD accepting %s here; "+
+				"or iptables-legacy -I FORWARD -s %s -j ACCEPT; iptables-legacy -I FORWARD -d %s -j ACCEPT", name, name, name),
 			"%s has policy DROP and no rule accepting %s: forwarded pod traffic is dropped there, whatever nftables accepts", where, name)
 	default:
 		s.r.ok("firewall/forward-legacy", "%s has policy %s", where, c.policy)
