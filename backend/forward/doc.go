@@ -32,9 +32,9 @@
 // The jump is appended to FORWARD, where Flannel puts FLANNEL-FWD: it then
 // overrides the chain's policy, and every rule that others put before it
 // keeps its say (network policy engines, kube-proxy's drop of invalid
-// packets, an admin's DOCKER-USER rules). Docker's own chains, which come
-// earlier, drop traffic into its bridge that it did not publish (Docker 28
-// and later): pods on docker0 then need DOCKER-USER rules, see the README.
+// packets, an admin's DOCKER-USER rules). Docker's own chains come earlier
+// too; where one of them drops traffic into its bridge, DOCKER-USER rules are
+// needed (see the README).
 //
 // # Repair and lifetime
 //
