@@ -4,29 +4,49 @@
 //
 // # What it programs
 //
-// One table per family, owned by weft alone (Flannel's own tables are named
-// flannel-ipv4/flannel-ipv6 and are left alone), for a cluster Network N:
+// One table per family, owned by weft alone, for a cluster Network N and this
+// node's subnet S (Flannel's rule set, see below for the differences):
 //
 //	table ip weft-ipv4 {
 //		chain postrouting {
 //			type nat hook postrouting priority srcnat; policy accept;
+//			meta mark & 0x4000 == 0x4000 return comment "weft: kube-proxy masquerades it"
 //			ip saddr N ip daddr N return comment "weft: pod to pod, no nat"
 //			ip saddr N ip daddr 224.0.0.0/4 return comment "weft: multicast, no nat"
 //			ip saddr N masquerade fully-random comment "weft: pod leaving the cluster network"
-//		}
-//		chain forward {
-//			type filter hook forward priority filter; policy accept;
-//			ip saddr N accept comment "weft: from pods"
-//			ip daddr N accept comment "weft: to pods"
+//			ip saddr != N ip daddr S return comment "weft: to this node's pods, no nat"
+//			ip saddr != N ip daddr N masquerade fully-random comment "weft: to other nodes' pods from outside the cluster network"
 //		}
 //	}
 //
 // and the same in `ip6 weft-ipv6` for the IPv6Network (multicast ff00::/8).
-// Node-to-pod traffic has a source outside N and is never translated, so the
-// Kubernetes rule holds that a node reaches its pods without NAT.
-// The forward chain accepts what a stricter chain of the same table family
-// would otherwise have to; note that an accept in one nftables table does not
-// override a drop in another (for example an iptables FORWARD policy DROP).
+// Node-to-pod traffic on this node has a source outside N and is never
+// translated, so the Kubernetes rule holds that a node reaches its pods
+// without NAT. Traffic from outside N to other nodes' pods (a node without
+// an overlay address, a router sending outside traffic through this node)
+// leaves with this node's address, so that the answer comes back through
+// it. kube-proxy marks what it masquerades itself (a NodePort's traffic) and
+// weft leaves it alone, so nothing is translated twice.
+//
+// The forward accepts are not here: an accept in this table could not
+// override a drop in another, so they live in the iptables FORWARD chains
+// (package backend/forward).
+//
+// # Differences from Flannel
+//
+// Flannel's FLANNEL-POSTRTG (iptables) returns only for pod-subnet-to-cluster
+// and cluster-to-pod-subnet traffic; weft returns for any traffic between
+// two addresses of N, so a packet between two other nodes' pods routed
+// through this node is not translated either (Flannel masquerades it). The
+// rest is Flannel's rule for rule. Flannel's nftables mode (EnableNFTables)
+// matches the exact mark 0x4000 and returns for `saddr != S daddr N`, which
+// makes its last masquerade rule unreachable; weft follows its iptables
+// rules, the ones Flannel runs by default. weft always uses fully-random
+// ports (--ip-masq-fully-random-disable is ignored).
+//
+// On a node taken over from flanneld, package backend/forward removes
+// Flannel's FLANNEL-POSTRTG chains and flannel-ipv4/flannel-ipv6 tables when
+// weftd starts.
 //
 // # Why this way
 //

@@ -33,6 +33,10 @@ type Config struct {
 	// Network and IPv6Network are the cluster networks; an unset one gets
 	// no table. At least one is required.
 	Network, IPv6Network netip.Prefix
+	// Subnet and IPv6Subnet are this node's pod subnets, inside Network
+	// and IPv6Network: traffic to them from outside the cluster network
+	// keeps its source. An unset one gets no such rule.
+	Subnet, IPv6Subnet netip.Prefix
 	// CheckInterval overrides the period of the check (0: CheckInterval).
 	CheckInterval time.Duration
 }
@@ -57,7 +61,14 @@ func New(cfg Config, log *slog.Logger) (*Masq, error) {
 	if cfg.IPv6Network.IsValid() && !cfg.IPv6Network.Addr().Is6() {
 		return nil, fmt.Errorf("masq config: IPv6Network %s is not IPv6", cfg.IPv6Network)
 	}
+	if cfg.Subnet.IsValid() && (!cfg.Network.IsValid() || !cfg.Network.Contains(cfg.Subnet.Addr()) || cfg.Subnet.Bits() < cfg.Network.Bits()) {
+		return nil, fmt.Errorf("masq config: Subnet %s is not inside Network %s", cfg.Subnet, cfg.Network)
+	}
+	if cfg.IPv6Subnet.IsValid() && (!cfg.IPv6Network.IsValid() || !cfg.IPv6Network.Contains(cfg.IPv6Subnet.Addr()) || cfg.IPv6Subnet.Bits() < cfg.IPv6Network.Bits()) {
+		return nil, fmt.Errorf("masq config: IPv6Subnet %s is not inside IPv6Network %s", cfg.IPv6Subnet, cfg.IPv6Network)
+	}
 	cfg.Network, cfg.IPv6Network = cfg.Network.Masked(), cfg.IPv6Network.Masked()
+	cfg.Subnet, cfg.IPv6Subnet = cfg.Subnet.Masked(), cfg.IPv6Subnet.Masked()
 	if cfg.CheckInterval <= 0 {
 		cfg.CheckInterval = CheckInterval
 	}
@@ -126,10 +137,10 @@ func (m *Masq) ensure(conn *nftables.Conn, programmed bool) error {
 func (m *Masq) tables() []tableSpec {
 	var out []tableSpec
 	if m.cfg.Network.IsValid() {
-		out = append(out, specFor(m.cfg.Network))
+		out = append(out, specFor(m.cfg.Network, m.cfg.Subnet))
 	}
 	if m.cfg.IPv6Network.IsValid() {
-		out = append(out, specFor(m.cfg.IPv6Network))
+		out = append(out, specFor(m.cfg.IPv6Network, m.cfg.IPv6Subnet))
 	}
 	return out
 }

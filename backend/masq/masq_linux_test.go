@@ -16,6 +16,9 @@ import (
 var (
 	network  = netip.MustParsePrefix("10.244.0.0/16")
 	network6 = netip.MustParsePrefix("fd00:10:244::/56")
+	// The node's own subnets: podA and podB are in them.
+	subnet  = netip.MustParsePrefix("10.244.1.0/24")
+	subnet6 = netip.MustParsePrefix("fd00:10:244:1::/64")
 )
 
 // lab is one node with two pods and a host outside the cluster network, all
@@ -96,7 +99,8 @@ func start(t *testing.T, m *Masq) (stop func()) {
 
 func newMasq(t *testing.T, ns *nettest.NS) *Masq {
 	t.Helper()
-	m, err := New(Config{NetNS: ns.Path, Network: network, IPv6Network: network6, CheckInterval: 200 * time.Millisecond},
+	m, err := New(Config{NetNS: ns.Path, Network: network, IPv6Network: network6, Subnet: subnet, IPv6Subnet: subnet6,
+		CheckInterval: 200 * time.Millisecond},
 		slog.New(slog.NewTextHandler(t.Output(), nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +184,8 @@ func TestMasquerade(t *testing.T) {
 		{"nft delete table ip6 weft-ipv6", static("nft delete table ip6 weft-ipv6")},
 		{"nft flush chain", static("nft flush chain ip weft-ipv4 postrouting")},
 		{"nft insert rule", static("nft insert rule ip weft-ipv4 postrouting ip saddr 10.244.0.0/16 return")},
-		{"nft delete chain", static("nft delete chain ip weft-ipv4 forward")},
+		{"nft delete chain", static("nft delete chain ip6 weft-ipv6 postrouting")},
+		{"nft add chain", static("nft add chain ip weft-ipv4 forward { type filter hook forward priority 0 ; }")},
 		{"masquerade replaced by return under weft's comment", func() []string {
 			h := ruleHandle(t, l.node, "masquerade")
 			return []string{"nft", "replace", "rule", "ip", "weft-ipv4", "postrouting", "handle", h,
@@ -223,15 +228,12 @@ func TestRulesText(t *testing.T) {
 	want4 := `table ip weft-ipv4 {
 	chain postrouting {
 		type nat hook postrouting priority srcnat; policy accept;
+		meta mark & 0x00004000 == 0x00004000 return comment "weft: kube-proxy masquerades it"
 		ip saddr 10.244.0.0/16 ip daddr 10.244.0.0/16 return comment "weft: pod to pod, no nat"
 		ip saddr 10.244.0.0/16 ip daddr 224.0.0.0/4 return comment "weft: multicast, no nat"
 		ip saddr 10.244.0.0/16 masquerade fully-random comment "weft: pod leaving the cluster network"
-	}
-
-	chain forward {
-		type filter hook forward priority filter; policy accept;
-		ip saddr 10.244.0.0/16 accept comment "weft: from pods"
-		ip daddr 10.244.0.0/16 accept comment "weft: to pods"
+		ip saddr != 10.244.0.0/16 ip daddr 10.244.1.0/24 return comment "weft: to this node's pods, no nat"
+		ip saddr != 10.244.0.0/16 ip daddr 10.244.0.0/16 masquerade fully-random comment "weft: to other nodes' pods from outside the cluster network"
 	}
 }
 `
@@ -242,6 +244,8 @@ func TestRulesText(t *testing.T) {
 	for _, s := range []string{
 		`ip6 saddr fd00:10:244::/56 ip6 daddr ff00::/8 return comment "weft: multicast, no nat"`,
 		`ip6 saddr fd00:10:244::/56 masquerade fully-random comment "weft: pod leaving the cluster network"`,
+		`ip6 saddr != fd00:10:244::/56 ip6 daddr fd00:10:244:1::/64 return comment "weft: to this node's pods, no nat"`,
+		`meta mark & 0x00004000 == 0x00004000 return`,
 	} {
 		if !strings.Contains(got6, s) {
 			t.Errorf("nft list table ip6 %s lacks %q:\n%s", TableIPv6, s, got6)
@@ -275,4 +279,68 @@ func TestRestartAndRemove(t *testing.T) {
 	if out := nettest.MustRun(t, n, "nft", "list", "tables"); strings.Contains(out, "weft") {
 		t.Errorf("tables left after Remove: %s", out)
 	}
+}
+
+// TestFromOutside: with a route to the cluster network through the node,
+// a host outside it reaches this node's pods with its own address, other
+// nodes' pods (podC stands for one: it is in the cluster network but not in
+// this node's subnet) with the node's, and with kube-proxy's mark set the
+// packet is left to kube-proxy (not translated by weft).
+func TestFromOutside(t *testing.T) {
+	l := newLab(t)
+	podC, c, c6 := wirePod(t, l.node, "podC", "10.244.2.1/24", "fd00:10:244:2::1/64")
+	nettest.MustRun(t, l.ext, "ip", "route", "add", network.String(), "via", l.nodeAddr.String())
+	nettest.MustRun(t, l.ext, "ip", "-6", "route", "add", network6.String(), "via", l.nodeAddr6.String())
+	start(t, newMasq(t, l.node))
+	// Fresh veths may still be settling (IPv6 neighbour discovery): wait
+	// until each pod answers at all before checking what it sees.
+	for _, to := range []netip.Addr{l.a, l.a6, c, c6} {
+		for i := 0; ; i++ {
+			if _, err := l.ext.Run("ping", "-c1", "-W1", to.String()); err == nil {
+				break
+			} else if i == 5 {
+				t.Fatalf("%s unreachable from ext: %v", to, err)
+			}
+		}
+	}
+	cases := []struct {
+		name     string
+		at       *nettest.NS
+		to, want netip.Addr
+	}{
+		{"to this node's pod keeps its source", l.podA, l.a, l.extAddr},
+		{"IPv6 to this node's pod keeps its source", l.podA, l.a6, l.extAddr6},
+		{"to another node's pod is masqueraded", podC, c, netip.MustParseAddr("10.244.2.1")},
+		{"IPv6 to another node's pod is masqueraded", podC, c6, netip.MustParseAddr("fd00:10:244:2::1")},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := seenSource(t, l.ext, tc.at, tc.to)
+			if err != nil {
+				t.Fatalf("connect: %v", err)
+			}
+			if got != tc.want {
+				t.Errorf("listener saw %s, want %s", got, tc.want)
+			}
+		})
+	}
+	t.Run("kube-proxy's mark is left alone", func(t *testing.T) {
+		for _, cmd := range []string{
+			"nft add table inet kp",
+			"nft add chain inet kp m { type filter hook forward priority mangle ; }",
+			"nft add rule inet kp m meta mark set meta mark or 0x4000",
+		} {
+			nettest.MustRun(t, l.node, strings.Fields(cmd)...)
+		}
+		defer nettest.MustRun(t, l.node, "nft", "delete", "table", "inet", "kp")
+		for _, to := range []netip.Addr{c, c6} {
+			got, err := seenSource(t, l.ext, podC, to)
+			if err != nil {
+				t.Fatalf("connect: %v", err)
+			}
+			if want := map[bool]netip.Addr{true: l.extAddr, false: l.extAddr6}[to.Is4()]; got != want {
+				t.Errorf("to %s: listener saw %s, want %s (not translated)", to, got, want)
+			}
+		}
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/userdata"
 )
@@ -42,31 +43,50 @@ func (t tableSpec) chain(name string) *chainSpec {
 // `nft list table` shows it.
 func comment(s string) []byte { return userdata.AppendString(nil, userdata.TypeComment, s) }
 
-// specFor is the table for the cluster network n (see the package doc).
-func specFor(n netip.Prefix) tableSpec {
+// KubeProxyMark is the mark kube-proxy sets on packets it masquerades
+// itself (its --masquerade-bit 14, Flannel's 0x4000/0x4000).
+const KubeProxyMark = 0x4000
+
+// specFor is the table for the cluster network n and this node's subnet s
+// (invalid: no rule for it), see the package doc.
+func specFor(n, s netip.Prefix) tableSpec {
 	name, family, mcast := TableIPv4, nftables.TableFamilyIPv4, netip.MustParsePrefix("224.0.0.0/4")
 	if n.Addr().Is6() {
 		name, family, mcast = TableIPv6, nftables.TableFamilyIPv6, netip.MustParsePrefix("ff00::/8")
 	}
-	return tableSpec{name: name, family: family, chains: []chainSpec{
-		{
-			name: "postrouting", typ: nftables.ChainTypeNAT,
-			hook: nftables.ChainHookPostrouting, priority: nftables.ChainPriorityNATSource,
-			rules: []ruleSpec{
-				{"weft: pod to pod, no nat", concat(match(n, false), match(n, true), ret())},
-				{"weft: multicast, no nat", concat(match(n, false), match(mcast, true), ret())},
-				{"weft: pod leaving the cluster network", concat(match(n, false), masquerade())},
-			},
-		},
-		{
-			name: "forward", typ: nftables.ChainTypeFilter,
-			hook: nftables.ChainHookForward, priority: nftables.ChainPriorityFilter,
-			rules: []ruleSpec{
-				{"weft: from pods", concat(match(n, false), accept())},
-				{"weft: to pods", concat(match(n, true), accept())},
-			},
-		},
-	}}
+	rules := []ruleSpec{
+		{"weft: kube-proxy masquerades it", concat(markSet(KubeProxyMark), ret())},
+		{"weft: pod to pod, no nat", concat(match(n, false), match(n, true), ret())},
+		{"weft: multicast, no nat", concat(match(n, false), match(mcast, true), ret())},
+		{"weft: pod leaving the cluster network", concat(match(n, false), masquerade())},
+	}
+	if s.IsValid() {
+		rules = append(rules, ruleSpec{"weft: to this node's pods, no nat", concat(notMatch(n, false), match(s, true), ret())})
+	}
+	rules = append(rules, ruleSpec{"weft: to other nodes' pods from outside the cluster network",
+		concat(notMatch(n, false), match(n, true), masquerade())})
+	return tableSpec{name: name, family: family, chains: []chainSpec{{
+		name: "postrouting", typ: nftables.ChainTypeNAT,
+		hook: nftables.ChainHookPostrouting, priority: nftables.ChainPriorityNATSource,
+		rules: rules,
+	}}}
+}
+
+// markSet matches packets whose mark has every bit of m set.
+func markSet(m uint32) []expr.Any {
+	v := binaryutil.NativeEndian.PutUint32(m)
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: v, Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: v},
+	}
+}
+
+// notMatch matches packets whose source (or destination) is outside p.
+func notMatch(p netip.Prefix, dst bool) []expr.Any {
+	m := match(p, dst)
+	m[len(m)-1].(*expr.Cmp).Op = expr.CmpOpNeq
+	return m
 }
 
 // match matches packets whose source (or destination, dst) address is in p.
@@ -86,8 +106,7 @@ func match(p netip.Prefix, dst bool) []expr.Any {
 	}
 }
 
-func ret() []expr.Any    { return []expr.Any{&expr.Verdict{Kind: expr.VerdictReturn}} }
-func accept() []expr.Any { return []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}} }
+func ret() []expr.Any { return []expr.Any{&expr.Verdict{Kind: expr.VerdictReturn}} }
 
 func masquerade() []expr.Any { return []expr.Any{&expr.Masq{FullyRandom: true}} }
 

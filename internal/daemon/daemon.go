@@ -53,8 +53,12 @@ type Factories struct {
 	// Dataplane builds the dataplane for our lease. typ is the backend type
 	// to run (the config's, or the node's override); mtu is the overlay MTU.
 	Dataplane func(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int) (Dataplane, error)
-	// Masquerade builds the masquerade rules; nil when --ip-masq is off.
-	Masquerade func(cfg *subnet.Config) (Runner, error)
+	// Masquerade builds the masquerade rules for the network and our
+	// lease; nil when --ip-masq is off.
+	Masquerade func(cfg *subnet.Config, lease subnet.Lease) (Runner, error)
+	// Forward builds the forward accept rules (and removes Flannel's
+	// leftovers); nil: none.
+	Forward func(cfg *subnet.Config) (Runner, error)
 	// LeaseData, if set, adds the backend data that only the dataplane
 	// knows to the lease value (the wireguard public key).
 	LeaseData func(typ string, cfg *subnet.Config, a *subnet.LeaseAttrs) error
@@ -135,15 +139,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.log.Info("network config", "network", cfg.Network, "ipv6Network", cfg.IPv6Network, "backend", typ, "vni", cfg.Backend.VNI, "port", cfg.Backend.Port)
 
-	var masq Runner
-	if d.cfg.IPMasq && d.cfg.Factories.Masquerade != nil {
-		if masq, err = d.cfg.Factories.Masquerade(cfg); err != nil {
-			return fmt.Errorf("daemon: masquerade: %w", err)
+	var fwd Runner
+	if d.cfg.Factories.Forward != nil {
+		if fwd, err = d.cfg.Factories.Forward(cfg); err != nil {
+			return fmt.Errorf("daemon: forward rules: %w", err)
 		}
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	if masq != nil {
-		g.Go(func() error { return masq.Run(gctx) })
+	if fwd != nil {
+		g.Go(func() error { return fwd.Run(gctx) })
 	}
 	g.Go(func() error { return d.leaseLoop(gctx, cfg, typ) })
 	return ignoreCanceled(ctx, g.Wait())

@@ -146,6 +146,9 @@ func (c *config) validate() error {
 	if c.compat && c.renewMargin >= 24*time.Hour {
 		return fmt.Errorf("--subnet-lease-renew-margin %s: flanneld takes 1 to 1439 minutes", c.renewMargin)
 	}
+	if c.flannel.resyncSeconds < 1 {
+		return fmt.Errorf("--iptables-resync %d: must be at least 1 (seconds)", c.flannel.resyncSeconds)
+	}
 	if p := c.flannel.healthzPort; p < 0 || p > 65535 {
 		return fmt.Errorf("--healthz-port %d: must be between 0 and 65535", p)
 	}

@@ -34,8 +34,8 @@ func (f *flannelFlags) register(s *flagenv.Set, c *config) {
 	s.String(&f.healthzIP, "healthz-ip", "0.0.0.0", "flanneld's health address; with --healthz-port it replaces --health-addr")
 	s.Int(&f.healthzPort, "healthz-port", 0, "serve /healthz, /readyz and /metrics on --healthz-ip and this port (0: use --health-addr)")
 	s.Bool(&f.blackholeRoute, "ip-blackhole-route", false, "add a blackhole route for this node's pod subnet, so its unused addresses are never routed elsewhere")
-	s.Bool(&f.forwardRules, "iptables-forward-rules", true, "accept forwarded pod traffic (weft: part of the --ip-masq table)")
-	s.Int(&f.resyncSeconds, "iptables-resync", 5, "seconds between checks of the masquerade rules")
+	s.Bool(&f.forwardRules, "iptables-forward-rules", true, "accept traffic to and from the cluster network in the iptables FORWARD chains (chain WEFT-FWD), whatever --ip-masq says; false removes them")
+	s.Int(&f.resyncSeconds, "iptables-resync", 5, "seconds between checks of the masquerade and forward rules")
 	s.Bool(&f.masqRandomDisable, "ip-masq-fully-random-disable", false, "flanneld: masquerade without fully-random ports (ignored by weft)")
 	s.Int(&f.verbosity, "v", 0, "flanneld's (klog's) verbosity: 2 or more means --log-level debug")
 	s.String(&f.vmodule, "vmodule", "", "flanneld's (klog's) per-file verbosity (ignored by weft)")
@@ -73,12 +73,6 @@ func (c *config) ignored() []ignoredFlag {
 	}
 	if f.masqRandomDisable {
 		out = append(out, ignoredFlag{"--ip-masq-fully-random-disable", "weft always masquerades with fully-random source ports"})
-	}
-	if f.forwardRules && !c.ipMasq {
-		out = append(out, ignoredFlag{"--iptables-forward-rules", "weft's forward accept rules belong to its masquerade table, which --ip-masq=false leaves out"})
-	}
-	if !f.forwardRules && c.ipMasq {
-		out = append(out, ignoredFlag{"--iptables-forward-rules=false", "weft's masquerade table always carries its forward accept chain"})
 	}
 	if c.kubeAPIURL != "" && !c.kubeSubnetMgr {
 		out = append(out, ignoredFlag{"--kube-api-url", "used only with --kube-subnet-mgr"})

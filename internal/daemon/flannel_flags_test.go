@@ -191,6 +191,7 @@ func TestFlanneldFlagErrors(t *testing.T) {
 		{"margin garbage", "weftd", []string{"--subnet-lease-renew-margin=soon"}, nil, "not a number of minutes"},
 		{"can-reach not an IP", "flanneld", []string{"--iface-can-reach=eth0"}, nil, "not an IP address"},
 		{"healthz-port range", "flanneld", []string{"--healthz-port=70000"}, nil, "between 0 and 65535"},
+		{"iptables-resync at least 1", "flanneld", []string{"--iptables-resync=0"}, nil, "must be at least 1"},
 		{"kube without node", "flanneld", []string{"--kube-subnet-mgr"}, nil, "needs the node name"},
 		{"bad FLANNELD_ value", "flanneld", nil, map[string]string{"FLANNELD_HEALTHZ_PORT": "http"}, "FLANNELD_HEALTHZ_PORT"},
 		{"unknown flag", "flanneld", []string{"--no-such-flag"}, nil, "no-such-flag"},
@@ -233,9 +234,19 @@ func TestIgnoredFlagsAreReported(t *testing.T) {
 	for _, f := range c.ignored() {
 		got = append(got, f.flag)
 	}
-	want := []string{"--vmodule", "--log_backtrace_at", "--ip-masq-fully-random-disable", "--iptables-forward-rules", "--kube-api-url"}
+	want := []string{"--vmodule", "--log_backtrace_at", "--ip-masq-fully-random-disable", "--kube-api-url"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ignored %v, want %v", got, want)
+	}
+	// --iptables-forward-rules acts with and without --ip-masq.
+	for _, args := range [][]string{{"--iptables-forward-rules=false"}, {"--iptables-forward-rules=false", "--ip-masq"}} {
+		c, err := parseFlags("flanneld", args, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ig := c.ignored(); len(ig) != 0 {
+			t.Errorf("%v reported as ignored: %v", args, ig)
+		}
 	}
 }
 

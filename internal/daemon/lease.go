@@ -157,6 +157,13 @@ func (d *Daemon) session(ctx context.Context, cfg *subnet.Config, typ string, le
 	d.lease.Store(&lease)
 
 	g, gctx := errgroup.WithContext(ctx)
+	if d.cfg.IPMasq && d.cfg.Factories.Masquerade != nil {
+		masq, err := d.cfg.Factories.Masquerade(cfg, lease)
+		if err != nil {
+			return fmt.Errorf("daemon: masquerade: %w", err)
+		}
+		g.Go(func() error { return masq.Run(gctx) })
+	}
 	g.Go(func() error { return dp.Backend.Run(gctx) })
 	g.Go(func() error { return d.watch(gctx, cfg, lease, dp.Backend) })
 	g.Go(func() error { return d.renew(gctx, lease) })

@@ -15,6 +15,7 @@ import (
 	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/backend/alloc"
 	"github.com/weft-net/weft/backend/extension"
+	"github.com/weft-net/weft/backend/forward"
 	"github.com/weft-net/weft/backend/hostgw"
 	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/backend/masq"
@@ -51,7 +52,8 @@ func findUnderlay(c *config) (underlayInfo, error) {
 	return underlayInfo{index: u.Index, name: u.Name, mtu: u.MTU, ipv4: u.IPv4, ipv6: u.IPv6}, nil
 }
 
-// factories wires the dataplanes and the masquerade rules into the loop.
+// factories wires the dataplanes, the masquerade rules and the forward
+// accept rules into the loop.
 // files keeps the userspace dataplane's TAP queues and receive sockets
 // across restarts when a service manager offers its store.
 func factories(c *config, u underlayInfo, live *liveBackend, files *fdstore.Store, log *slog.Logger) Factories {
@@ -83,10 +85,20 @@ func factories(c *config, u underlayInfo, live *liveBackend, files *fdstore.Stor
 			return dp, nil
 		},
 	}
+	resync := time.Duration(c.flannel.resyncSeconds) * time.Second
+	f.Forward = func(cfg *subnet.Config) (Runner, error) {
+		accept := c.flannel.forwardRules
+		if accept && cfg.EnableNFTables {
+			accept = false
+			log.Warn("EnableNFTables is set in the network config: weft writes no iptables rules, so an iptables FORWARD policy DROP " +
+				"is not overridden for the cluster network (Flannel in nftables mode does the same)")
+		}
+		return forward.New(forward.Config{Network: cfg.Network, IPv6Network: cfg.IPv6Network, Accept: accept, CheckInterval: resync}, log)
+	}
 	if c.ipMasq {
-		f.Masquerade = func(cfg *subnet.Config) (Runner, error) {
+		f.Masquerade = func(cfg *subnet.Config, lease subnet.Lease) (Runner, error) {
 			return masq.New(masq.Config{Network: cfg.Network, IPv6Network: cfg.IPv6Network,
-				CheckInterval: time.Duration(c.flannel.resyncSeconds) * time.Second}, log)
+				Subnet: lease.Subnet, IPv6Subnet: lease.IPv6Subnet, CheckInterval: resync}, log)
 		}
 	} else if err := masq.Remove(""); err != nil {
 		log.Warn("cannot remove masquerade rules left from an earlier run", "err", err)

@@ -52,10 +52,11 @@ func checkFirewall(s *state) {
 		fix := fmt.Sprintf("nft insert rule %s %s ip saddr %s accept; nft insert rule %s %s ip daddr %s accept",
 			strings.Fields(c.String())[1]+" "+c.table, c.name, network, strings.Fields(c.String())[1]+" "+c.table, c.name, network)
 		if c.table == "filter" && c.name == "FORWARD" {
-			fix = fmt.Sprintf("iptables -I FORWARD -s %s -j ACCEPT; iptables -I FORWARD -d %s -j ACCEPT (Docker sets this policy; its DOCKER-USER chain is the place for lasting rules)", network, network)
+			fix = fmt.Sprintf("run weftd with --iptables-forward-rules (the default) and without EnableNFTables: it keeps chain WEFT-FWD accepting %s here; "+
+				"or iptables -I FORWARD -s %s -j ACCEPT; iptables -I FORWARD -d %s -j ACCEPT", network, network, network)
 		}
 		s.r.add("firewall/forward", Fail, fix,
-			"%s has policy drop and no rule accepting %s: forwarded pod traffic is dropped there, whatever weft's own table accepts", c, network)
+			"%s has policy drop and no rule accepting %s: forwarded pod traffic is dropped there, whatever other tables accept", c, network)
 	}
 	if err == nil && len(chains) == 0 {
 		s.r.ok("firewall/forward", "no other forward chain with policy drop")
@@ -91,11 +92,46 @@ func (s *state) forwardDropChains() ([]dropChain, error) {
 				return err
 			}
 			d.accepts = s.Config != nil && acceptsNetwork(rules, s.Config.Network)
+			for _, target := range jumpTargets(rules) { // weft's -j WEFT-FWD, Flannel's -j FLANNEL-FWD
+				sub, err := c.GetRules(ch.Table, &nftables.Chain{Name: target, Table: ch.Table})
+				if err != nil {
+					return err
+				}
+				d.accepts = d.accepts || s.Config != nil && acceptsNetwork(sub, s.Config.Network)
+			}
 			out = append(out, d)
 		}
 		return nil
 	})
 	return out, err
+}
+
+// jumpTargets are the chains that rules jump (or go) to for every packet:
+// rules with no expression but a counter and the verdict.
+func jumpTargets(rules []*nftables.Rule) []string {
+	var out []string
+	for _, r := range rules {
+		if t := jumpTarget(r); t != "" {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func jumpTarget(r *nftables.Rule) string {
+	target := ""
+	for _, e := range r.Exprs {
+		switch e := e.(type) {
+		case *expr.Counter:
+		case *expr.Verdict:
+			if e.Kind == expr.VerdictJump || e.Kind == expr.VerdictGoto {
+				target = e.Chain
+			}
+		default:
+			return ""
+		}
+	}
+	return target
 }
 
 // acceptsNetwork reports whether a rule matches an address prefix that

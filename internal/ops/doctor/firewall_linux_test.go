@@ -51,3 +51,16 @@ func TestAcceptsNetwork(t *testing.T) {
 		}
 	}
 }
+
+func TestJumpTargets(t *testing.T) {
+	jump := &nftables.Rule{Exprs: []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictJump, Chain: "WEFT-FWD"}}}
+	conditional := &nftables.Rule{Exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte("cni0\x00")},
+		&expr.Verdict{Kind: expr.VerdictJump, Chain: "OTHER"},
+	}}
+	accept := &nftables.Rule{Exprs: []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictAccept}}}
+	if got := jumpTargets([]*nftables.Rule{conditional, jump, accept}); len(got) != 1 || got[0] != "WEFT-FWD" {
+		t.Errorf("jumpTargets = %q, want [WEFT-FWD]", got)
+	}
+}

@@ -92,6 +92,34 @@ func parseForward(entries []byte, hook, underflow uint32, network netip.Prefix) 
 			return c, nil
 		}
 		c.accepts = c.accepts || e.acceptsAll(network)
+		if e.unconditionalJump() { // weft's -j WEFT-FWD, Flannel's -j FLANNEL-FWD
+			a, err := chainAccepts(entries, uint32(e.verdict), network)
+			if err != nil {
+				return c, err
+			}
+			c.accepts = c.accepts || a
+		}
+		off += uint32(e.next)
+	}
+}
+
+// verdictReturn ends a user chain: XT_RETURN, -NF_REPEAT - 1.
+const verdictReturn = -5
+
+// chainAccepts reports whether a rule of the user chain at off accepts the
+// whole network; it walks the chain up to its closing RETURN.
+func chainAccepts(entries []byte, off uint32, network netip.Prefix) (bool, error) {
+	for {
+		e, err := entryAt(entries, off)
+		if err != nil {
+			return false, err
+		}
+		if e.acceptsAll(network) {
+			return true, nil
+		}
+		if e.standard && e.verdict == verdictReturn && e.unconditional() {
+			return false, nil
+		}
 		off += uint32(e.next)
 	}
 }
@@ -142,6 +170,19 @@ func (e entry) acceptsAll(network netip.Prefix) bool {
 	if !e.standard || e.verdict != verdictAccept || e.ifaces || e.proto != 0 || e.invflags != 0 || e.matches {
 		return false
 	}
+	return e.coversEither(network)
+}
+
+// unconditional reports whether the rule matches every packet.
+func (e entry) unconditional() bool {
+	return !e.ifaces && e.proto == 0 && e.invflags == 0 && !e.matches && e.smsk == [4]byte{} && e.dmsk == [4]byte{}
+}
+
+// unconditionalJump reports whether the rule jumps to a user chain (a
+// standard target whose verdict is the chain's offset) for every packet.
+func (e entry) unconditionalJump() bool { return e.standard && e.verdict >= 0 && e.unconditional() }
+
+func (e entry) coversEither(network netip.Prefix) bool {
 	return covers(e.src, e.smsk, network) && e.dmsk == [4]byte{} || covers(e.dst, e.dmsk, network) && e.smsk == [4]byte{}
 }
 
@@ -177,7 +218,8 @@ func checkLegacyForward(s *state, tables string) {
 		s.r.ok("firewall/forward-legacy", "%s has policy DROP but a rule accepts %s", where, name)
 	case c.policy == "DROP":
 		s.r.add("firewall/forward-legacy", Fail,
-			fmt.Sprintf("iptables-legacy -I FORWARD -s %s -j ACCEPT; iptables-legacy -I FORWARD -d %s -j ACCEPT (or iptables-legacy -P FORWARD ACCEPT)", name, name),
+			fmt.Sprintf("run weftd with --iptables-forward-rules (the default), with iptables-legacy on its PATH: it keeps chain WEFT-FWD accepting %s here; "+
+				"or iptables-legacy -I FORWARD -s %s -j ACCEPT; iptables-legacy -I FORWARD -d %s -j ACCEPT", name, name, name),
 			"%s has policy DROP and no rule accepting %s: forwarded pod traffic is dropped there, whatever nftables accepts", where, name)
 	default:
 		s.r.ok("firewall/forward-legacy", "%s has policy %s", where, c.policy)

@@ -40,6 +40,10 @@ func TestLegacyForward(t *testing.T) {
 		{"a conditional rule", []string{"-A", "FORWARD", "-s", "10.244.0.0/16", "-m", "conntrack", "--ctstate", "ESTABLISHED", "-j", "ACCEPT"}, Fail, "no rule accepting"},
 		{"from the network to one host", []string{"-A", "FORWARD", "-s", "10.244.0.0/16", "-d", "192.0.2.1", "-j", "ACCEPT"}, Fail, "no rule accepting"},
 		{"a drop for the network", []string{"-A", "FORWARD", "-d", "10.244.0.0/16", "-j", "DROP"}, Fail, "no rule accepting"},
+		{"a user chain", []string{"-N", "WEFT-FWD"}, Fail, "no rule accepting"},
+		{"a jump to it", []string{"-A", "FORWARD", "-j", "WEFT-FWD"}, Fail, "no rule accepting"},
+		{"the network accepted in the chain jumped to", []string{"-A", "WEFT-FWD", "-s", "10.244.0.0/16", "-j", "ACCEPT"}, OK, "has policy DROP but a rule accepts 10.244.0.0/16"},
+		{"the jump gone", []string{"-D", "FORWARD", "-j", "WEFT-FWD"}, Fail, "no rule accepting"},
 		{"the network accepted", []string{"-A", "FORWARD", "-d", "10.0.0.0/8", "-j", "ACCEPT"}, OK, "has policy DROP but a rule accepts 10.244.0.0/16"},
 		{"policy accept", []string{"-P", "FORWARD", "ACCEPT"}, OK, "has policy ACCEPT"},
 	}

@@ -1,0 +1,254 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// CheckInterval is how often Run checks the rules by default (Flannel's
+// --iptables-resync default).
+const CheckInterval = 5 * time.Second
+
+// Chain is the chain weft owns in each filter table.
+const Chain = "WEFT-FWD"
+
+// Config says which cluster networks to accept.
+type Config struct {
+	// Network and IPv6Network are the cluster networks; an unset one gets
+	// no rules. At least one is required.
+	Network, IPv6Network netip.Prefix
+	// Accept writes the accept rules; false removes weft's (the node runs
+	// with --iptables-forward-rules=false).
+	Accept bool
+	// CheckInterval overrides the period of the check (0: CheckInterval).
+	CheckInterval time.Duration
+}
+
+// Forwarder keeps weft's forward accept rules in place.
+type Forwarder struct {
+	cfg     Config
+	log     *slog.Logger
+	ready   chan struct{}
+	once    sync.Once
+	repairs atomic.Uint64
+	tools   *toolbox
+	// programmed names the binaries whose rules Run has written (Run's
+	// goroutine only).
+	programmed map[string]bool
+}
+
+// New validates cfg; nothing is programmed until Run.
+func New(cfg Config, log *slog.Logger) (*Forwarder, error) {
+	if !cfg.Network.IsValid() && !cfg.IPv6Network.IsValid() {
+		return nil, errors.New("forward config: no cluster network")
+	}
+	if cfg.Network.IsValid() && !cfg.Network.Addr().Is4() {
+		return nil, fmt.Errorf("forward config: Network %s is not IPv4", cfg.Network)
+	}
+	if cfg.IPv6Network.IsValid() && !cfg.IPv6Network.Addr().Is6() {
+		return nil, fmt.Errorf("forward config: IPv6Network %s is not IPv6", cfg.IPv6Network)
+	}
+	cfg.Network, cfg.IPv6Network = cfg.Network.Masked(), cfg.IPv6Network.Masked()
+	if cfg.CheckInterval <= 0 {
+		cfg.CheckInterval = CheckInterval
+	}
+	log = log.With("component", "forward")
+	return &Forwarder{cfg: cfg, log: log, ready: make(chan struct{}), tools: newToolbox(log), programmed: map[string]bool{}}, nil
+}
+
+// Ready is closed once the first pass is done: the rules written (or
+// removed) in every backend in use, and Flannel's leftovers removed.
+func (f *Forwarder) Ready() <-chan struct{} { return f.ready }
+
+// Repairs counts the times Run rewrote rules that had been removed or
+// changed after weft had programmed them.
+func (f *Forwarder) Repairs() uint64 { return f.repairs.Load() }
+
+// Run programs (or, with Accept off, removes) the rules, removes Flannel's
+// leftovers, and with Accept on checks and repairs the rules every
+// CheckInterval until ctx is done. It leaves the rules in place on return.
+func (f *Forwarder) Run(ctx context.Context) error {
+	if !f.cfg.Accept {
+		err := f.removeOwn()
+		if err != nil {
+			f.log.Warn("cannot remove weft's forward rules", "err", err)
+		}
+		if err := f.removeFlannel(); err != nil {
+			f.log.Warn("cannot remove flanneld's leftover rules", "err", err)
+		}
+		f.once.Do(func() { close(f.ready) })
+		return nil
+	}
+	tick := time.NewTicker(f.cfg.CheckInterval)
+	defer tick.Stop()
+	programmed, flannelDone := false, false
+	for {
+		if err := f.ensure(); err != nil {
+			f.log.Warn("forward accept rules not in place; retrying", "err", err)
+		} else {
+			programmed = true
+		}
+		if !flannelDone { // after weft's accepts are in, so that no packet meets neither
+			if err := f.removeFlannel(); err != nil {
+				f.log.Warn("cannot remove flanneld's leftover rules", "err", err)
+			}
+			flannelDone = true
+		}
+		if programmed {
+			f.once.Do(func() { close(f.ready) })
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// families are the (IPv4, IPv6) networks to accept, with their family.
+func (f *Forwarder) families() []netip.Prefix {
+	var out []netip.Prefix
+	for _, n := range []netip.Prefix{f.cfg.Network, f.cfg.IPv6Network} {
+		if n.IsValid() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// ensure checks weft's chain and jump in every backend in use and rewrites
+// what differs. A rewrite counts as a repair when this Run had programmed
+// that binary's rules before (not for a backend that just came into use).
+func (f *Forwarder) ensure() error {
+	var errs []error
+	for _, n := range f.families() {
+		for _, t := range f.tools.inUse(familyOf(n), "filter") {
+			why, err := check(t, n)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if why == "" {
+				continue
+			}
+			if err := program(t, n); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if f.programmed[t.name] {
+				f.repairs.Add(1)
+				f.log.Warn("repaired forward accept rules", "iptables", t.name, "reason", why)
+			} else {
+				f.log.Info("programmed forward accept rules", "iptables", t.name, "chain", Chain, "network", n, "reason", why)
+				f.programmed[t.name] = true
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Rules are weft's chain as `iptables -S WEFT-FWD` prints it.
+func Rules(n netip.Prefix) []string {
+	return []string{
+		"-N " + Chain,
+		"-A " + Chain + " -s " + n.String() + " -j ACCEPT",
+		"-A " + Chain + " -d " + n.String() + " -j ACCEPT",
+	}
+}
+
+// Jump is the rule of FORWARD that jumps to weft's chain, as `iptables -S
+// FORWARD` prints it.
+const Jump = "-A FORWARD -j " + Chain
+
+// check returns why the rules in t are not as wanted ("" when they are).
+func check(t *tool, n netip.Prefix) (string, error) {
+	have, err := t.ipt.List("filter", Chain)
+	if err != nil {
+		if isMissing(err) {
+			return "chain missing", nil
+		}
+		return "", fmt.Errorf("%s: list %s: %w", t.name, Chain, err)
+	}
+	if !slices.Equal(have, Rules(n)) {
+		return "rules of " + Chain + " changed", nil
+	}
+	fwd, err := t.ipt.List("filter", "FORWARD")
+	if err != nil {
+		return "", fmt.Errorf("%s: list FORWARD: %w", t.name, err)
+	}
+	switch c := count(fwd, Jump); {
+	case c == 0:
+		return "jump from FORWARD missing", nil
+	case c > 1:
+		return "jump from FORWARD duplicated", nil
+	}
+	return "", nil
+}
+
+func count(lines []string, s string) int {
+	c := 0
+	for _, l := range lines {
+		if l == s {
+			c++
+		}
+	}
+	return c
+}
+
+// program writes weft's chain afresh and leaves exactly one jump to it,
+// appended to FORWARD unless one is there already.
+func program(t *tool, n netip.Prefix) error {
+	if err := t.ipt.ClearChain("filter", Chain); err != nil {
+		return fmt.Errorf("%s: create %s: %w", t.name, Chain, err)
+	}
+	for _, r := range Rules(n)[1:] {
+		if err := t.ipt.Append("filter", Chain, ruleSpec(r)...); err != nil {
+			return fmt.Errorf("%s: append to %s: %w", t.name, Chain, err)
+		}
+	}
+	fwd, err := t.ipt.List("filter", "FORWARD")
+	if err != nil {
+		return fmt.Errorf("%s: list FORWARD: %w", t.name, err)
+	}
+	for range count(fwd, Jump) - 1 {
+		if err := t.ipt.Delete("filter", "FORWARD", "-j", Chain); err != nil {
+			return fmt.Errorf("%s: delete a duplicate jump to %s: %w", t.name, Chain, err)
+		}
+	}
+	if count(fwd, Jump) == 0 {
+		if err := t.ipt.Append("filter", "FORWARD", "-j", Chain); err != nil {
+			return fmt.Errorf("%s: append the jump to %s: %w", t.name, Chain, err)
+		}
+	}
+	return nil
+}
+
+// ruleSpec is the rule specification of a line of Rules, without "-A chain".
+func ruleSpec(line string) []string {
+	return strings.Fields(line)[2:]
+}
+
+// removeOwn deletes weft's jumps and chain from every backend in use.
+func (f *Forwarder) removeOwn() error {
+	var errs []error
+	for _, n := range f.families() {
+		for _, t := range f.tools.inUse(familyOf(n), "filter") {
+			removed, err := removeChain(t, "filter", "FORWARD", Chain)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if removed {
+				f.log.Info("removed weft's forward accept rules (--iptables-forward-rules=false)", "iptables", t.name, "chain", Chain)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
