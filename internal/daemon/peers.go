@@ -145,7 +145,10 @@ func (p *peerSet) table() vtep.Table {
 			}
 		}
 	}
-	next := maps.Clone(p.tab)
+	// A new map sized for its rows rather than a clone: a Go map never
+	// shrinks, and a clone keeps the room of every row its source ever had.
+	next := make(vtep.Table, len(p.tab)+len(given))
+	maps.Copy(next, p.tab)
 	for _, rows := range olds {
 		for q := range rows {
 			delete(next, q)

@@ -172,7 +172,9 @@ type entry struct {
 // decode parses one key-value. A key that is not a lease key is an error;
 // a lease key with a bad value is returned with bad set.
 func (r *Registry) decode(kv *mvccpb.KeyValue) (entry, error) {
-	name := strings.TrimPrefix(string(kv.Key), r.subnetsDir())
+	// Only the name is copied out of the key: the watcher keeps it, for
+	// every lease.
+	name := string(bytes.TrimPrefix(kv.Key, []byte(r.subnetsDir())))
 	v4, v6, err := subnet.ParseKey(name)
 	if err != nil {
 		return entry{}, err
