@@ -148,7 +148,7 @@ func add(conf *Config, p plan, att Attachment, req request, netns ns.NetNS) (_ *
 // the network's masquerade chains with its last pod. Nothing of it is left
 // for later: an ADD of the same attachment right after it starts clean.
 func cmdDel(args *skel.CmdArgs) error {
-	conf, err := ParseConfig(args.StdinData)
+	conf, err := ParseConfigForDel(args.StdinData)
 	if err != nil {
 		return err
 	}

@@ -225,7 +225,16 @@ func (c *Config) dns() types.DNS {
 
 // ParseConfig decodes and validates stdin data, filling defaults. Errors
 // are *types.Error with code 6 (not JSON), 2 (unsupported field) or 7.
-func ParseConfig(data []byte) (*Config, error) {
+func ParseConfig(data []byte) (*Config, error) { return parseConfig(data, false) }
+
+// ParseConfigForDel is ParseConfig for DEL: keys weft refuses are let pass.
+// A refused key that was added to the network config while pods ran must
+// not keep those pods' addresses and interfaces from being released, and
+// DEL reads none of them (only the network name, the stores' directories
+// and the type).
+func ParseConfigForDel(data []byte) (*Config, error) { return parseConfig(data, true) }
+
+func parseConfig(data []byte, forDel bool) (*Config, error) {
 	c := &Config{}
 	if err := json.Unmarshal(data, c); err != nil {
 		var syn *json.SyntaxError
@@ -235,7 +244,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, types.NewError(types.ErrInvalidNetworkConfig, "decode network config: "+err.Error(),
 			"check the types of the weft keys: subnetFile, dataDir, bridge, ipam.dataDir (strings), mtu (number), hairpinMode (bool)")
 	}
-	if err := c.fold(); err != nil {
+	if err := c.fold(); err != nil && !forDel {
 		return nil, types.NewError(types.ErrUnsupportedField, "network config: "+err.Error(), "")
 	}
 	if c.SubnetFile == "" {

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -78,6 +79,30 @@ func TestDel(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDelWithRefusedKey: a key weft refuses (ipam.rangeStart here) added
+// to the network config while a pod runs fails ADD, naming the key, but not
+// the pod's DEL: its veth goes and its address is freed.
+func TestDelWithRefusedKey(t *testing.T) {
+	f := v4File(true)
+	e := newEnv(t, &f)
+	p := e.newNode(t, plugintest.Options{}).AddPod(t, "refused")
+	host := p.Result.Interfaces[1].Name
+	edited := e.newNode(t, plugintest.Options{Extra: map[string]any{
+		"ipam": map[string]any{"dataDir": e.dataDir, "rangeStart": "10.244.59.10"}}})
+	if _, err := edited.Add(nettest.NewNS(t, "new"), "pod-new"); err == nil || !strings.Contains(err.Error(), "rangeStart") {
+		t.Errorf("ADD with ipam.rangeStart: %v, want an error naming the key", err)
+	}
+	if err := edited.Del(p); err != nil {
+		t.Fatalf("DEL with ipam.rangeStart in the config: %v", err)
+	}
+	if _, err := e.node.Handle.LinkByName(host); err == nil {
+		t.Errorf("host veth %s still there when DEL returned", host)
+	}
+	if left := storeFiles(t, e.dataDir, "weft"); len(left) != 0 {
+		t.Errorf("allocations left after DEL: %v", left)
 	}
 }
 
