@@ -101,8 +101,8 @@ func (r *Registry) Config(ctx context.Context) (*subnet.Config, error) {
 // ends) for Kubernetes to assign them, and publishes attrs as the node's
 // annotations. The public IPs in the returned lease are the effective ones:
 // the public-ip-overwrite or node-public-ip annotations win over attrs.
-// hint is ignored: Kubernetes chooses the subnet.
-func (r *Registry) Acquire(ctx context.Context, attrs subnet.LeaseAttrs, _ netip.Prefix) (subnet.Lease, error) {
+// The hints are ignored: Kubernetes chooses the subnets.
+func (r *Registry) Acquire(ctx context.Context, attrs subnet.LeaseAttrs, _ ...netip.Prefix) (subnet.Lease, error) {
 	cfg, err := r.Config(ctx)
 	if err != nil {
 		return subnet.Lease{}, err
