@@ -76,14 +76,23 @@ type Config struct {
 	Rejections    *subnet.Rejections
 	RenewMargin   time.Duration // renew this long before expiry (default 1h)
 	RetryInterval time.Duration // between failed renewals and acquisitions (default 1m)
+	// Notifier, if set, is told READY=1 the first time the daemon is
+	// ready: systemd's Type=notify (flanneld notifies it too).
+	Notifier Notifier
+}
+
+// Notifier sends notifications to the service manager (sd_notify(3)).
+type Notifier interface {
+	Notify(state string) error
 }
 
 // Daemon is weftd's control loop.
 type Daemon struct {
-	cfg   Config
-	log   *slog.Logger
-	ready atomic.Bool
-	lease atomic.Pointer[subnet.Lease]
+	cfg      Config
+	log      *slog.Logger
+	ready    atomic.Bool
+	notified atomic.Bool // READY=1 sent
+	lease    atomic.Pointer[subnet.Lease]
 }
 
 // New returns a daemon; Run starts it.

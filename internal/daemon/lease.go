@@ -190,6 +190,11 @@ func (d *Daemon) awaitReady(ctx context.Context, b backend.Backend) error {
 	d.ready.Store(true)
 	d.cfg.Metrics.setReady(true)
 	d.log.Info("dataplane programmed, ready")
+	if d.cfg.Notifier != nil && !d.notified.Swap(true) {
+		if err := d.cfg.Notifier.Notify("READY=1"); err != nil {
+			d.log.Warn("cannot tell the service manager that weftd is ready", "err", err)
+		}
+	}
 	return nil
 }
 

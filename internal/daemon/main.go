@@ -89,6 +89,7 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 		IPMasq:      c.ipMasq,
 		BackendType: c.backend,
 		RenewMargin: c.renewMargin,
+		Notifier:    files,
 	}, log)
 	if err != nil {
 		return err
@@ -100,6 +101,13 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 		mountMetrics(hs, metricsReg)
 		g.Go(func() error { return hs.Run(gctx) })
 	}
+	g.Go(func() error {
+		<-gctx.Done()
+		if err := files.Notify("STOPPING=1"); err != nil {
+			log.Warn("cannot tell the service manager that weftd is stopping", "err", err)
+		}
+		return nil
+	})
 	err = g.Wait()
 	log.Info("weftd stopped; lease and dataplane left in place")
 	return err

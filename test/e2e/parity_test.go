@@ -1,0 +1,113 @@
+package e2e
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// notifySocket is a service manager's notification socket (NOTIFY_SOCKET)
+// that records what arrives and, for each message, whether the subnet file
+// existed when it arrived.
+type notifySocket struct {
+	path string
+	msgs chan notifyMsg
+}
+
+type notifyMsg struct {
+	state      string
+	subnetFile bool // the node's subnet file existed on arrival
+	device     bool // the VXLAN device existed on arrival
+}
+
+func newNotifySocket(t *testing.T, node *atomic.Pointer[Node]) *notifySocket {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "notify.sock")
+	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &notifySocket{path: path, msgs: make(chan notifyMsg, 16)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 4096)
+		for {
+			k, err := ln.Read(buf)
+			if err != nil {
+				return
+			}
+			m := notifyMsg{state: string(buf[:k])}
+			if node := node.Load(); node != nil {
+				_, err := os.Stat(node.SubnetFile)
+				m.subnetFile = err == nil
+				_, err = node.Run("ip", "link", "show", device)
+				m.device = err == nil
+			}
+			s.msgs <- m
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return s
+}
+
+// next returns the next message holding want, skipping others (FDSTORE=…).
+func (s *notifySocket) next(t *testing.T, want string, within time.Duration) (notifyMsg, error) {
+	t.Helper()
+	deadline := time.After(within)
+	for {
+		select {
+		case m := <-s.msgs:
+			if strings.Contains(m.state, want) {
+				return m, nil
+			}
+		case <-deadline:
+			return notifyMsg{}, fmt.Errorf("no %s within %s", want, within)
+		}
+	}
+}
+
+// TestWeftdNotifiesSystemd runs weftd as a Type=notify unit runs it: with
+// NOTIFY_SOCKET. It sends READY=1 only once it holds its lease, has written
+// the subnet file and programmed its device (not while it waits for the
+// network config), and STOPPING=1 when it is told to stop.
+func TestWeftdNotifiesSystemd(t *testing.T) {
+	c := NewCluster(t, Options{NoConfig: true})
+	var node atomic.Pointer[Node]
+	sock := newNotifySocket(t, &node)
+	c.OnNode = func(n *Node) {
+		node.Store(n)
+		n.Env = append(n.Env, "NOTIFY_SOCKET="+sock.path)
+	}
+	n := c.AddNode("n1")
+	Eventually(t, 10*time.Second, "weftd has found no network config", func() error {
+		if log, _ := os.ReadFile(n.LogFile); !strings.Contains(string(log), "cannot read the network config") {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if m, err := sock.next(t, "READY=1", time.Second); err == nil {
+		t.Fatalf("READY=1 without a network config (subnet file there: %v)", m.subnetFile)
+	}
+	c.Put(Prefix+"/config", `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`)
+	m, err := sock.next(t, "READY=1", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.subnetFile || !m.device {
+		t.Fatalf("READY=1 before weftd was ready: subnet file there %v, %s there %v", m.subnetFile, device, m.device)
+	}
+	if code, _, err := n.HTTPGet("http://127.0.0.1:9470/readyz"); err != nil || code != 200 {
+		t.Errorf("/readyz after READY=1: %d %v", code, err)
+	}
+	n.Stop()
+	if _, err := sock.next(t, "STOPPING=1", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
