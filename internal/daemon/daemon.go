@@ -46,6 +46,9 @@ type Dataplane struct {
 	// Close, if set, releases what the factory opened for this dataplane
 	// (a netlink handle). It runs after Backend.Run has returned.
 	Close func()
+	// Runners run beside Backend for as long as the lease (the blackhole
+	// routes of --ip-blackhole-route).
+	Runners []Runner
 }
 
 // Factories build the parts that depend on the network config and the lease.

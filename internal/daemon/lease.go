@@ -163,6 +163,9 @@ func (d *Daemon) session(ctx context.Context, cfg *subnet.Config, typ string, le
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return dp.Backend.Run(gctx) })
+	for _, r := range dp.Runners {
+		g.Go(func() error { return r.Run(gctx) })
+	}
 	g.Go(func() error { return d.watch(gctx, cfg, lease, dp.Backend) })
 	g.Go(func() error { return d.renew(gctx, lease) })
 	g.Go(func() error { return d.awaitReady(gctx, dp.Backend) })

@@ -74,9 +74,7 @@ func factories(c *config, u underlayInfo, live *liveBackend, files *fdstore.Stor
 			}
 			live.set(dp.Backend)
 			if c.flannel.blackholeRoute {
-				if err := addBlackholes(lease); err != nil {
-					log.Warn("cannot add the blackhole route (--ip-blackhole-route)", "err", err)
-				}
+				dp.Runners = append(dp.Runners, newBlackholes(lease, log))
 			}
 			return dp, nil
 		},

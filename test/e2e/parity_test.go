@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/weft-net/weft/internal/testkit/nettest"
 )
 
 // notifySocket is a service manager's notification socket (NOTIFY_SOCKET)
@@ -109,5 +111,42 @@ func TestWeftdNotifiesSystemd(t *testing.T) {
 	n.Stop()
 	if _, err := sock.next(t, "STOPPING=1", 5*time.Second); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWeftdRepairsBlackholeRoute runs weftd with flanneld's
+// --ip-blackhole-route: the blackhole route for the node's subnet is added,
+// comes back promptly when deleted, and a blackhole weft left for a subnet
+// that is no longer the node's is removed.
+func TestWeftdRepairsBlackholeRoute(t *testing.T) {
+	c := NewCluster(t, Options{})
+	c.OnNode = func(n *Node) {
+		nettest.MustRun(t, n, "ip", "route", "add", "blackhole", "10.244.250.0/24", "proto", "87", "metric", "65535")
+	}
+	n := c.AddNode("n1", "--ip-blackhole-route")
+	n.WaitReady()
+	sn := n.Subnet().String()
+	blackholes := func() string { return nettest.MustRun(t, n, "ip", "route", "show", "type", "blackhole") }
+	Eventually(t, 5*time.Second, "blackhole route for "+sn, func() error {
+		if out := blackholes(); !strings.Contains(out, "blackhole "+sn+" proto 87 metric 65535") {
+			return fmt.Errorf("blackhole routes:\n%s", out)
+		}
+		return nil
+	})
+	Eventually(t, 5*time.Second, "stale blackhole removed", func() error {
+		if out := blackholes(); strings.Contains(out, "10.244.250.0/24") {
+			return fmt.Errorf("blackhole routes:\n%s", out)
+		}
+		return nil
+	})
+	for i := range 3 {
+		nettest.MustRun(t, n, "ip", "route", "del", "blackhole", sn, "metric", "65535")
+		took := Eventually(t, 5*time.Second, fmt.Sprintf("blackhole route back after deletion %d", i+1), func() error {
+			if out := blackholes(); !strings.Contains(out, "blackhole "+sn+" proto 87 metric 65535") {
+				return fmt.Errorf("blackhole routes:\n%s", out)
+			}
+			return nil
+		})
+		t.Logf("blackhole route back %v after deletion %d", took.Round(time.Millisecond), i+1)
 	}
 }
