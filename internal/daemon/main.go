@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -69,8 +70,15 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 		return err
 	}
 	defer closeReg()
+	pub4, pub6, err := publicIPs(ctx, c, reg, log)
+	if err != nil {
+		return ignoreCanceled(ctx, err)
+	}
+	if c.kubeSubnetMgr && !c.setNodeNetUnav {
+		reg = registryOnly{reg}
+	}
 
-	node, underlay, err := findNode(c)
+	node, underlay, err := findNode(c, pub4, pub6, log)
 	if err != nil {
 		return err
 	}
@@ -113,9 +121,61 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 	return err
 }
 
-// findNode picks the underlay device and the addresses to advertise.
-func findNode(c *config) (Node, underlayInfo, error) {
-	u, err := findUnderlay(c)
+// nodePublicIPer is a registry that stores the addresses an operator chose
+// for this node (Kubernetes: the node-public-ip annotations).
+type nodePublicIPer interface {
+	NodePublicIPs(ctx context.Context) (v4, v6 netip.Addr, err error)
+}
+
+// publicIPs are the addresses this node is told to advertise: --public-ip
+// and --public-ipv6, or the registry's node-public-ip(v6), which win over
+// the flags as they do for flanneld. Either may be invalid (not set). They
+// choose the underlay device when no flag names it (findUnderlay).
+func publicIPs(ctx context.Context, c *config, reg subnet.Registry, log *slog.Logger) (v4, v6 netip.Addr, err error) {
+	if c.publicIP != "" {
+		if v4, err = parseAddr("--public-ip", c.publicIP, false); err != nil {
+			return v4, v6, err
+		}
+	}
+	if c.publicIPv6 != "" {
+		if v6, err = parseAddr("--public-ipv6", c.publicIPv6, true); err != nil {
+			return v4, v6, err
+		}
+	}
+	s, ok := reg.(nodePublicIPer)
+	if !ok {
+		return v4, v6, nil
+	}
+	// The registry may not be reachable yet, or the Node not created yet,
+	// or its annotation wrong: retry, as for the network config.
+	var a4, a6 netip.Addr
+	for delay := 200 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		if a4, a6, err = s.NodePublicIPs(ctx); err == nil {
+			break
+		}
+		log.Warn("cannot read this node's public IP annotations, retrying", "err", err, "retryIn", delay)
+		if err := sleep(ctx, delay); err != nil {
+			return v4, v6, err
+		}
+	}
+	if a4.IsValid() || a6.IsValid() {
+		log.Info("public IP set by the node-public-ip annotations", "publicIP", a4, "publicIPv6", a6)
+	}
+	if a4.IsValid() {
+		v4 = a4
+	}
+	if a6.IsValid() {
+		v6 = a6
+	}
+	return v4, v6, nil
+}
+
+// findNode picks the underlay device, with the help of pub4 and pub6 (the
+// addresses set by flag or annotation, publicIPs), and the addresses to
+// advertise: the flags', else the underlay's. The registry applies the
+// annotations to what it publishes itself.
+func findNode(c *config, pub4, pub6 netip.Addr, log *slog.Logger) (Node, underlayInfo, error) {
+	u, err := findUnderlay(c, pub4, pub6, log)
 	if err != nil {
 		return Node{}, u, err
 	}
@@ -153,9 +213,6 @@ func newRegistry(ctx context.Context, c *config, rej *subnet.Rejections, log *sl
 		reg, err := newKubeRegistry(ctx, c, rej, log)
 		if err != nil {
 			return nil, nil, err
-		}
-		if !c.setNodeNetUnav {
-			reg = registryOnly{reg}
 		}
 		return reg, func() {}, nil
 	}

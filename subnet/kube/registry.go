@@ -201,6 +201,31 @@ func (r *Registry) waitForPodCIDR(ctx context.Context) (*corev1.Node, error) {
 	}
 }
 
+// NodePublicIPs returns the addresses set in this node's node-public-ip and
+// node-public-ipv6 annotations (invalid when not set). flanneld reads them
+// before it picks its interface: with no --iface, the device holding that
+// address carries the overlay.
+func (r *Registry) NodePublicIPs(ctx context.Context) (v4, v6 netip.Addr, err error) {
+	node, err := r.nodes.Get(ctx, r.opts.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return v4, v6, fmt.Errorf("kube registry: get node %s: %w", r.opts.NodeName, err)
+	}
+	for _, f := range []struct {
+		name string
+		v6   bool
+		dst  *netip.Addr
+	}{{r.ann.nodePublicIP, false, &v4}, {r.ann.nodePublicIPv6, true, &v6}} {
+		s := node.Annotations[f.name]
+		if s == "" {
+			continue
+		}
+		if *f.dst, err = parseIP(s, f.v6); err != nil {
+			return netip.Addr{}, netip.Addr{}, fmt.Errorf("kube registry: node %s: annotation %s: %w", node.Name, f.name, err)
+		}
+	}
+	return v4, v6, nil
+}
+
 // Renew returns l: leases in Kubernetes do not expire.
 func (r *Registry) Renew(_ context.Context, l subnet.Lease) (subnet.Lease, error) { return l, nil }
 

@@ -195,6 +195,15 @@ func TestRegistry(t *testing.T) {
 		}
 	})
 
+	t.Run("node-public-ip that is not an address is a clear error", func(t *testing.T) {
+		e.createNode(t, "node-p", map[string]string{prefix + "node-public-ipv6": "192.168.77.6"}, "")
+		r, _ := e.registry(t, "node-p", e.netConf)
+		_, _, err := r.NodePublicIPs(ctx)
+		if err == nil || !strings.Contains(err.Error(), prefix+"node-public-ipv6") {
+			t.Fatalf("NodePublicIPs: %v; want an error naming the annotation", err)
+		}
+	})
+
 	t.Run("podCIDR outside the network is a clear error", func(t *testing.T) {
 		e.createNode(t, "node-x", nil, "10.99.3.0/24")
 		r, _ := e.registry(t, "node-x", e.netConf)
@@ -297,6 +306,10 @@ func TestRegistry(t *testing.T) {
 		const sp = "example.com/flannel-" // the keys flanneld makes from --kube-annotation-prefix=example.com/flannel
 		e.createNode(t, "node-s", map[string]string{sp + "node-public-ip": "192.168.77.50"}, "10.244.201.0/24")
 		r, _ := e.registryWith(t, kube.Options{NodeName: "node-s", ConfigFile: e.netConf, AnnotationPrefix: "example.com/flannel"})
+		// node-public-ip is read before the lease, to choose the underlay.
+		if v4, v6, err := r.NodePublicIPs(ctx); err != nil || v4 != netip.MustParseAddr("192.168.77.50") || v6.IsValid() {
+			t.Errorf("NodePublicIPs = %s, %s, %v; want 192.168.77.50 from %snode-public-ip", v4, v6, err, sp)
+		}
 		l, err := r.Acquire(ctx, vxlanAttrs("192.168.77.5", 0x05))
 		if err != nil {
 			t.Fatal(err)

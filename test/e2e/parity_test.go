@@ -150,3 +150,37 @@ func TestWeftdRepairsBlackholeRoute(t *testing.T) {
 		t.Logf("blackhole route back %v after deletion %d", took.Round(time.Millisecond), i+1)
 	}
 }
+
+// TestWeftdPublicIPChoosesInterface: with --public-ip and no --iface,
+// weftd takes the device holding that address as its underlay, as flanneld
+// does, not the default route's device: a host with its default route on
+// eth0 and the address on eth1 runs its VXLAN device over eth1.
+func TestWeftdPublicIPChoosesInterface(t *testing.T) {
+	c := NewCluster(t, Options{})
+	const pub = "10.77.0.1"
+	c.OnNode = func(n *Node) {
+		for _, cmd := range [][]string{
+			{"ip", "link", "add", "eth1", "type", "veth", "peer", "name", "eth1p"},
+			{"ip", "addr", "add", pub + "/24", "dev", "eth1"},
+			{"ip", "link", "set", "eth1p", "up"},
+			{"ip", "link", "set", "eth1", "up"},
+		} {
+			nettest.MustRun(t, n, cmd...)
+		}
+		n.OwnArgs = true
+		n.Args = []string{"--etcd-endpoints", c.Endpoints(), "--subnet-file", n.SubnetFile,
+			"--health-addr", "127.0.0.1:9470", "--log-level", "debug", "--public-ip", pub}
+	}
+	n := c.AddNode("n1")
+	n.WaitReady()
+	if out := nettest.MustRun(t, n, "ip", "route", "show", "default"); !strings.Contains(out, "dev eth0") {
+		t.Fatalf("the default route is not on eth0:\n%s", out)
+	}
+	out := nettest.MustRun(t, n, "ip", "-d", "link", "show", device)
+	if !strings.Contains(out, "local "+pub+" dev eth1 ") {
+		t.Errorf("%s does not run over eth1 from %s:\n%s", device, pub, out)
+	}
+	if a, _ := c.lease(t, n.Subnet()); a.PublicIP.String() != pub {
+		t.Errorf("lease public IP %s, want %s", a.PublicIP, pub)
+	}
+}
