@@ -4,7 +4,8 @@
 // of the configured dataplane, and serves health and metrics. The loop
 // (Daemon) leases this node's subnet from the registry, writes the subnet
 // file, keeps the lease renewed (and acquires again if it is lost), turns
-// the peers' leases into a vtep.Table and hands it to the dataplane. The
+// the peers' leases into a vtep.Table and hands it to the dataplane; once
+// that is programmed it tells the service manager (READY=1). The
 // loop itself knows no datastore and no kernel: it sees the Registry and
 // Dataplane interfaces, which its tests fake. cmd/weftd is a one-line main.
 package daemon
