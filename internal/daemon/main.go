@@ -70,17 +70,12 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 		return err
 	}
 	defer closeReg()
-	pub4, pub6, err := publicIPs(ctx, c, reg, log)
+	node, underlay, err := findNode(ctx, c, reg, log)
 	if err != nil {
 		return ignoreCanceled(ctx, err)
 	}
 	if c.kubeSubnetMgr && !c.setNodeNetUnav {
 		reg = registryOnly{reg}
-	}
-
-	node, underlay, err := findNode(c, pub4, pub6, log)
-	if err != nil {
-		return err
 	}
 	log.Info("underlay", "device", underlay.name, "mtu", underlay.mtu, "publicIP", node.PublicIP, "publicIPv6", node.PublicIPv6)
 	if err := enableForwarding(forwardIPv4, log); err != nil {
@@ -109,16 +104,18 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 		mountMetrics(hs, metricsReg)
 		g.Go(func() error { return hs.Run(gctx) })
 	}
-	g.Go(func() error {
-		<-gctx.Done()
-		if err := files.Notify("STOPPING=1"); err != nil {
-			log.Warn("cannot tell the service manager that weftd is stopping", "err", err)
-		}
-		return nil
-	})
+	g.Go(func() error { notifyStopping(gctx, files, log); return nil })
 	err = g.Wait()
 	log.Info("weftd stopped; lease and dataplane left in place")
 	return err
+}
+
+// notifyStopping tells the service manager STOPPING=1 when ctx ends.
+func notifyStopping(ctx context.Context, n Notifier, log *slog.Logger) {
+	<-ctx.Done()
+	if err := n.Notify("STOPPING=1"); err != nil {
+		log.Warn("cannot tell the service manager that weftd is stopping", "err", err)
+	}
 }
 
 // nodePublicIPer is a registry that stores the addresses an operator chose
@@ -170,11 +167,15 @@ func publicIPs(ctx context.Context, c *config, reg subnet.Registry, log *slog.Lo
 	return v4, v6, nil
 }
 
-// findNode picks the underlay device, with the help of pub4 and pub6 (the
-// addresses set by flag or annotation, publicIPs), and the addresses to
-// advertise: the flags', else the underlay's. The registry applies the
-// annotations to what it publishes itself.
-func findNode(c *config, pub4, pub6 netip.Addr, log *slog.Logger) (Node, underlayInfo, error) {
+// findNode picks the underlay device, with the help of the addresses set
+// by flag or annotation (publicIPs), and the addresses to advertise: the
+// flags', else the underlay's. The registry applies the annotations to what
+// it publishes itself.
+func findNode(ctx context.Context, c *config, reg subnet.Registry, log *slog.Logger) (Node, underlayInfo, error) {
+	pub4, pub6, err := publicIPs(ctx, c, reg, log)
+	if err != nil {
+		return Node{}, underlayInfo{}, err
+	}
 	u, err := findUnderlay(c, pub4, pub6, log)
 	if err != nil {
 		return Node{}, u, err
