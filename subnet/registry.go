@@ -42,10 +42,11 @@ type Registry interface {
 	// Config returns the cluster network config.
 	Config(ctx context.Context) (*Config, error)
 	// Acquire returns this node's lease, creating or reusing one; it sets
-	// the value to attrs. hint is the subnet from an earlier subnet file
-	// (invalid when none), reused if still free. Acquire retries lost races
-	// itself and fails with ErrExhausted when no subnet is free.
-	Acquire(ctx context.Context, attrs LeaseAttrs, hint netip.Prefix) (Lease, error)
+	// the value to attrs. hints are the subnets named in an earlier subnet
+	// file, at most one per family (invalid ones are skipped); each is
+	// reused if still free. Acquire retries lost races itself and fails
+	// with ErrExhausted when no subnet is free.
+	Acquire(ctx context.Context, attrs LeaseAttrs, hints ...netip.Prefix) (Lease, error)
 	// Renew extends a lease returned by Acquire and returns it with its new
 	// expiration. A lease without expiration (a reservation) is returned as
 	// is. ErrLeaseLost means the caller must Acquire again.

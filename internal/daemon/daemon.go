@@ -4,7 +4,8 @@
 // of the configured dataplane, and serves health and metrics. The loop
 // (Daemon) leases this node's subnet from the registry, writes the subnet
 // file, keeps the lease renewed (and acquires again if it is lost), turns
-// the peers' leases into a vtep.Table and hands it to the dataplane. The
+// the peers' leases into a vtep.Table and hands it to the dataplane; once
+// that is programmed it tells the service manager (READY=1). The
 // loop itself knows no datastore and no kernel: it sees the Registry and
 // Dataplane interfaces, which its tests fake. cmd/weftd is a one-line main.
 package daemon
@@ -46,6 +47,9 @@ type Dataplane struct {
 	// Close, if set, releases what the factory opened for this dataplane
 	// (a netlink handle). It runs after Backend.Run has returned.
 	Close func()
+	// Runners run beside Backend for as long as the lease (the blackhole
+	// routes of --ip-blackhole-route).
+	Runners []Runner
 }
 
 // Factories build the parts that depend on the network config and the lease.
@@ -80,14 +84,23 @@ type Config struct {
 	Rejections    *subnet.Rejections
 	RenewMargin   time.Duration // renew this long before expiry (default 1h)
 	RetryInterval time.Duration // between failed renewals and acquisitions (default 1m)
+	// Notifier, if set, is told READY=1 the first time the daemon is
+	// ready: systemd's Type=notify (flanneld notifies it too).
+	Notifier Notifier
+}
+
+// Notifier sends notifications to the service manager (sd_notify(3)).
+type Notifier interface {
+	Notify(state string) error
 }
 
 // Daemon is weftd's control loop.
 type Daemon struct {
-	cfg   Config
-	log   *slog.Logger
-	ready atomic.Bool
-	lease atomic.Pointer[subnet.Lease]
+	cfg      Config
+	log      *slog.Logger
+	ready    atomic.Bool
+	notified atomic.Bool // READY=1 sent
+	lease    atomic.Pointer[subnet.Lease]
 }
 
 // New returns a daemon; Run starts it.

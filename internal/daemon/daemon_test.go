@@ -34,9 +34,15 @@ type fakeRegistry struct {
 
 func (r *fakeRegistry) Config(context.Context) (*subnet.Config, error) { return r.cfg, nil }
 
-func (r *fakeRegistry) Acquire(_ context.Context, attrs subnet.LeaseAttrs, hint netip.Prefix) (subnet.Lease, error) {
+func (r *fakeRegistry) Acquire(_ context.Context, attrs subnet.LeaseAttrs, hints ...netip.Prefix) (subnet.Lease, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	var hint netip.Prefix // the IPv4 one: the fake hands out IPv4 subnets only
+	for _, h := range hints {
+		if h.IsValid() && h.Addr().Is4() {
+			hint = h
+		}
+	}
 	r.hints = append(r.hints, hint)
 	p := hint
 	if !p.IsValid() {

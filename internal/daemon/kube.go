@@ -33,10 +33,18 @@ func newKubeRegistry(ctx context.Context, c *config, rej *subnet.Rejections, log
 		}
 		log.Info("node name from this pod", "pod", ns+"/"+pod, "node", nodeName)
 	}
-	return kube.New(client, kube.Options{
+	return kube.New(client, kubeOptions(c, nodeName, rej), log)
+}
+
+// kubeOptions are the Kubernetes registry's options from the command line.
+// Run as flanneld, weftd sets flanneld's reason on the node's
+// NetworkUnavailable condition.
+func kubeOptions(c *config, nodeName string, rej *subnet.Rejections) kube.Options {
+	return kube.Options{
 		NodeName:         nodeName,
 		AnnotationPrefix: c.kubeAnnotPrefix,
 		ConfigFile:       c.netConfPath,
 		Rejections:       rej,
-	}, log)
+		FlannelCondition: c.compat,
+	}
 }

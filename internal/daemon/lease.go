@@ -32,9 +32,9 @@ func (d *Daemon) leaseLoop(ctx context.Context, cfg *subnet.Config, typ string) 
 			return fmt.Errorf("daemon: lease data: %w", err)
 		}
 	}
-	hint := d.previousSubnet()
+	hints := d.previousSubnets()
 	for {
-		lease, err := d.acquire(ctx, attrs, hint)
+		lease, err := d.acquire(ctx, attrs, hints)
 		if err != nil {
 			return err
 		}
@@ -46,7 +46,7 @@ func (d *Daemon) leaseLoop(ctx context.Context, cfg *subnet.Config, typ string) 
 		d.cfg.Metrics.setReady(false)
 		d.cfg.Metrics.lost()
 		d.log.Warn("our lease was deleted or taken over, acquiring again", "subnet", lease.Subnet)
-		hint = lease.Subnet
+		hints = []netip.Prefix{lease.Subnet, lease.IPv6Subnet}
 	}
 }
 
@@ -79,18 +79,26 @@ func (d *Daemon) attrs(cfg *subnet.Config, typ string) subnet.LeaseAttrs {
 	return a
 }
 
-// previousSubnet is the node subnet named in an existing subnet file.
-func (d *Daemon) previousSubnet() netip.Prefix {
+// previousSubnets are the node subnets, IPv4 and IPv6, named in an existing
+// subnet file (flanneld's FLANNEL_SUBNET and FLANNEL_IPV6_SUBNET); the
+// registry reuses them when this node has no lease any more.
+func (d *Daemon) previousSubnets() []netip.Prefix {
 	f, err := subnet.ReadFile(d.cfg.SubnetFile)
 	if err != nil {
-		return netip.Prefix{}
+		return nil
 	}
-	return f.Subnet.Masked()
+	var hints []netip.Prefix
+	for _, p := range []netip.Prefix{f.Subnet, f.IPv6Subnet} {
+		if p.IsValid() {
+			hints = append(hints, p.Masked())
+		}
+	}
+	return hints
 }
 
-func (d *Daemon) acquire(ctx context.Context, attrs subnet.LeaseAttrs, hint netip.Prefix) (subnet.Lease, error) {
+func (d *Daemon) acquire(ctx context.Context, attrs subnet.LeaseAttrs, hints []netip.Prefix) (subnet.Lease, error) {
 	for {
-		lease, err := d.cfg.Registry.Acquire(ctx, attrs, hint)
+		lease, err := d.cfg.Registry.Acquire(ctx, attrs, hints...)
 		if err == nil {
 			d.cfg.Metrics.acquired()
 			d.log.Info("acquired lease", "subnet", lease.Subnet, "ipv6Subnet", lease.IPv6Subnet,
@@ -165,6 +173,9 @@ func (d *Daemon) session(ctx context.Context, cfg *subnet.Config, typ string, le
 		g.Go(func() error { return masq.Run(gctx) })
 	}
 	g.Go(func() error { return dp.Backend.Run(gctx) })
+	for _, r := range dp.Runners {
+		g.Go(func() error { return r.Run(gctx) })
+	}
 	g.Go(func() error { return d.watch(gctx, cfg, lease, dp.Backend) })
 	g.Go(func() error { return d.renew(gctx, lease) })
 	g.Go(func() error { return d.awaitReady(gctx, dp.Backend) })
@@ -192,6 +203,11 @@ func (d *Daemon) awaitReady(ctx context.Context, b backend.Backend) error {
 	d.ready.Store(true)
 	d.cfg.Metrics.setReady(true)
 	d.log.Info("dataplane programmed, ready")
+	if d.cfg.Notifier != nil && !d.notified.Swap(true) {
+		if err := d.cfg.Notifier.Notify("READY=1"); err != nil {
+			d.log.Warn("cannot tell the service manager that weftd is ready", "err", err)
+		}
+	}
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -69,10 +70,12 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 		return err
 	}
 	defer closeReg()
-
-	node, underlay, err := findNode(c)
+	node, underlay, err := findNode(ctx, c, reg, log)
 	if err != nil {
-		return err
+		return ignoreCanceled(ctx, err)
+	}
+	if c.kubeSubnetMgr && !c.setNodeNetUnav {
+		reg = registryOnly{reg}
 	}
 	log.Info("underlay", "device", underlay.name, "mtu", underlay.mtu, "publicIP", node.PublicIP, "publicIPv6", node.PublicIPv6)
 	if err := enableForwarding(forwardIPv4, log); err != nil {
@@ -89,6 +92,7 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 		IPMasq:      c.ipMasq,
 		BackendType: c.backend,
 		RenewMargin: c.renewMargin,
+		Notifier:    files,
 	}, log)
 	if err != nil {
 		return err
@@ -100,14 +104,79 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 		mountMetrics(hs, metricsReg)
 		g.Go(func() error { return hs.Run(gctx) })
 	}
+	g.Go(func() error { notifyStopping(gctx, files, log); return nil })
 	err = g.Wait()
 	log.Info("weftd stopped; lease and dataplane left in place")
 	return err
 }
 
-// findNode picks the underlay device and the addresses to advertise.
-func findNode(c *config) (Node, underlayInfo, error) {
-	u, err := findUnderlay(c)
+// notifyStopping tells the service manager STOPPING=1 when ctx ends.
+func notifyStopping(ctx context.Context, n Notifier, log *slog.Logger) {
+	<-ctx.Done()
+	if err := n.Notify("STOPPING=1"); err != nil {
+		log.Warn("cannot tell the service manager that weftd is stopping", "err", err)
+	}
+}
+
+// nodePublicIPer is a registry that stores the addresses an operator chose
+// for this node (Kubernetes: the node-public-ip annotations).
+type nodePublicIPer interface {
+	NodePublicIPs(ctx context.Context) (v4, v6 netip.Addr, err error)
+}
+
+// publicIPs are the addresses this node is told to advertise: --public-ip
+// and --public-ipv6, or the registry's node-public-ip(v6), which win over
+// the flags as they do for flanneld. Either may be invalid (not set). They
+// choose the underlay device when no flag names it (findUnderlay).
+func publicIPs(ctx context.Context, c *config, reg subnet.Registry, log *slog.Logger) (v4, v6 netip.Addr, err error) {
+	if c.publicIP != "" {
+		if v4, err = parseAddr("--public-ip", c.publicIP, false); err != nil {
+			return v4, v6, err
+		}
+	}
+	if c.publicIPv6 != "" {
+		if v6, err = parseAddr("--public-ipv6", c.publicIPv6, true); err != nil {
+			return v4, v6, err
+		}
+	}
+	s, ok := reg.(nodePublicIPer)
+	if !ok {
+		return v4, v6, nil
+	}
+	// The registry may not be reachable yet, or the Node not created yet,
+	// or its annotation wrong: retry, as for the network config.
+	var a4, a6 netip.Addr
+	for delay := 200 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		if a4, a6, err = s.NodePublicIPs(ctx); err == nil {
+			break
+		}
+		log.Warn("cannot read this node's public IP annotations, retrying", "err", err, "retryIn", delay)
+		if err := sleep(ctx, delay); err != nil {
+			return v4, v6, err
+		}
+	}
+	if a4.IsValid() || a6.IsValid() {
+		log.Info("public IP set by the node-public-ip annotations", "publicIP", a4, "publicIPv6", a6)
+	}
+	if a4.IsValid() {
+		v4 = a4
+	}
+	if a6.IsValid() {
+		v6 = a6
+	}
+	return v4, v6, nil
+}
+
+// findNode picks the underlay device, with the help of the addresses set
+// by flag or annotation (publicIPs), and the addresses to advertise: the
+// flags', else the underlay's. The registry applies the annotations to what
+// it publishes itself.
+func findNode(ctx context.Context, c *config, reg subnet.Registry, log *slog.Logger) (Node, underlayInfo, error) {
+	pub4, pub6, err := publicIPs(ctx, c, reg, log)
+	if err != nil {
+		return Node{}, underlayInfo{}, err
+	}
+	u, err := findUnderlay(c, pub4, pub6, log)
 	if err != nil {
 		return Node{}, u, err
 	}
@@ -145,9 +214,6 @@ func newRegistry(ctx context.Context, c *config, rej *subnet.Rejections, log *sl
 		reg, err := newKubeRegistry(ctx, c, rej, log)
 		if err != nil {
 			return nil, nil, err
-		}
-		if !c.setNodeNetUnav {
-			reg = registryOnly{reg}
 		}
 		return reg, func() {}, nil
 	}

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,7 +36,13 @@ type underlayInfo struct {
 	ipv4, ipv6 netip.Addr
 }
 
-func findUnderlay(c *config) (underlayInfo, error) {
+// findUnderlay picks the underlay device: by --iface, --iface-regex or
+// --iface-can-reach when one is set; else, as flanneld does, the device
+// holding the public address set by flag or annotation (IPv4 first), and
+// the default route's device when there is none. flanneld refuses to start
+// when no device holds that address; weft then takes the default route's
+// device, which suits a node behind NAT.
+func findUnderlay(c *config, pub4, pub6 netip.Addr, log *slog.Logger) (underlayInfo, error) {
 	h, err := netlink.NewHandle()
 	if err != nil {
 		return underlayInfo{}, fmt.Errorf("netlink: %w", err)
@@ -44,6 +51,16 @@ func findUnderlay(c *config) (underlayInfo, error) {
 	q := kernel.UnderlayQuery{Ifaces: c.ifaces, Regexes: c.ifaceRegexes}
 	if c.ifaceCanReach != "" {
 		q.CanReach = netip.MustParseAddr(c.ifaceCanReach) // checked by validate
+	}
+	if len(q.Ifaces) == 0 && len(q.Regexes) == 0 && !q.CanReach.IsValid() {
+		if pub := cmp.Or(pub4, pub6); pub.IsValid() {
+			u, err := kernel.FindUnderlay(h, kernel.UnderlayQuery{Ifaces: []string{pub.String()}})
+			if err == nil {
+				log.Info("underlay device chosen by the public IP it holds", "device", u.Name, "publicIP", pub)
+				return underlayInfo{index: u.Index, name: u.Name, mtu: u.MTU, ipv4: u.IPv4, ipv6: u.IPv6}, nil
+			}
+			log.Info("no device holds the public IP: the default route's device is the underlay (flanneld would refuse to start; set --iface to choose)", "publicIP", pub)
+		}
 	}
 	u, err := kernel.FindUnderlay(h, q)
 	if err != nil {
@@ -78,9 +95,7 @@ func factories(c *config, u underlayInfo, live *liveBackend, files *fdstore.Stor
 			}
 			live.set(dp.Backend)
 			if c.flannel.blackholeRoute {
-				if err := addBlackholes(lease); err != nil {
-					log.Warn("cannot add the blackhole route (--ip-blackhole-route)", "err", err)
-				}
+				dp.Runners = append(dp.Runners, newBlackholes(lease, log))
 			}
 			return dp, nil
 		},

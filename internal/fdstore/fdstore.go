@@ -9,8 +9,10 @@
 // to the TAP, datagrams for the VXLAN port) instead of dropping it, and the
 // next weftd takes them over and drains the queues.
 //
-// Store is the daemon's side. Keeper is the service manager's side of the
-// same protocol, for tests and the lab, which run weftd without systemd.
+// Store is the daemon's side; it also sends the daemon's other
+// notifications over the same socket (Notify: READY=1, STOPPING=1). Keeper
+// is the service manager's side of the same protocol, for tests and the
+// lab, which run weftd without systemd.
 package fdstore
 
 import (
@@ -138,6 +140,17 @@ func (s *Store) Keep(name string, fd int) error {
 		return err
 	}
 	return s.send("FDSTORE=1\nFDPOLL=0\nFDNAME="+name+"\n", fd)
+}
+
+// Notify sends state, newline-separated KEY=VALUE assignments such as
+// "READY=1" (sd_notify(3)), to the service manager; without one it does
+// nothing. FromEnv has cleared NOTIFY_SOCKET from the environment, so this
+// is the process's only way to notify.
+func (s *Store) Notify(state string) error {
+	if !s.Enabled() {
+		return nil
+	}
+	return s.send(state, -1)
 }
 
 // Release asks the service manager to close what it holds under name, and

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -195,6 +197,33 @@ func TestWithoutManager(t *testing.T) {
 		if err := st.Release("x"); err != nil {
 			t.Fatal(err)
 		}
+		if err := st.Notify("READY=1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestNotify: Notify sends the state to NOTIFY_SOCKET as one datagram.
+func TestNotify(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "notify.sock")
+	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	t.Setenv("NOTIFY_SOCKET", path)
+	s, err := FromEnv(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Notify("READY=1\nSTATUS=up"); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	ln.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, err := ln.Read(buf)
+	if err != nil || string(buf[:n]) != "READY=1\nSTATUS=up" {
+		t.Fatalf("received %q, %v", buf[:n], err)
 	}
 }
 

@@ -22,12 +22,13 @@ var errRace = errors.New("lost a race with another writer")
 //   - reuses a lease whose PublicIP (PublicIPv6 when IPv4 is off) is ours if
 //     it still fits the config, rewriting its value to attrs but keeping its
 //     etcd lease (a reservation keeps having none);
-//   - else creates the hint subnet if it fits and is free;
+//   - else creates the hinted subnet of each family if it fits and is
+//     free (the IPv4 and the IPv6 subnet of an earlier subnet file);
 //   - else creates a subnet picked at random among the first 100 free ones.
 //
 // A lease of ours that no longer fits the config is deleted (reservations
 // are left alone). Dual-stack configs get one key carrying both subnets.
-func (r *Registry) Acquire(ctx context.Context, attrs subnet.LeaseAttrs, hint netip.Prefix) (subnet.Lease, error) {
+func (r *Registry) Acquire(ctx context.Context, attrs subnet.LeaseAttrs, hints ...netip.Prefix) (subnet.Lease, error) {
 	if r.err != nil {
 		return subnet.Lease{}, r.err
 	}
@@ -46,7 +47,7 @@ func (r *Registry) Acquire(ctx context.Context, attrs subnet.LeaseAttrs, hint ne
 		return subnet.Lease{}, fmt.Errorf("acquire lease: %w", err)
 	}
 	for attempt := 0; ; attempt++ {
-		l, err := r.tryAcquire(ctx, cfg, attrs, value, hint)
+		l, err := r.tryAcquire(ctx, cfg, attrs, value, hints)
 		if !errors.Is(err, errRace) {
 			return l, err
 		}
@@ -65,7 +66,7 @@ func (r *Registry) Acquire(ctx context.Context, attrs subnet.LeaseAttrs, hint ne
 
 // tryAcquire makes one attempt on one listing. It returns errRace when the
 // listing went stale under it.
-func (r *Registry) tryAcquire(ctx context.Context, cfg *subnet.Config, attrs subnet.LeaseAttrs, value []byte, hint netip.Prefix) (subnet.Lease, error) {
+func (r *Registry) tryAcquire(ctx context.Context, cfg *subnet.Config, attrs subnet.LeaseAttrs, value []byte, hints []netip.Prefix) (subnet.Lease, error) {
 	entries, rev, err := r.list(ctx)
 	if err != nil {
 		return subnet.Lease{}, fmt.Errorf("acquire lease: etcd %s: %w", r.endpoints(), err)
@@ -81,7 +82,7 @@ func (r *Registry) tryAcquire(ctx context.Context, cfg *subnet.Config, attrs sub
 	if own != nil {
 		return r.reuse(ctx, *own, attrs, value)
 	}
-	v4, v6, err := pick(cfg, entries, hint)
+	v4, v6, err := pick(cfg, entries, hints...)
 	if err != nil {
 		return subnet.Lease{}, fmt.Errorf("acquire lease: %w", err)
 	}

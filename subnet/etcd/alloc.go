@@ -13,26 +13,30 @@ import (
 // rarely race for the same one, and the low end of the range fills first.
 const pickAmong = 100
 
-// pick chooses the subnets of a new lease: the hint for its family if it
-// fits and is free, else a random one among the first free ones.
-func pick(cfg *subnet.Config, entries []entry, hint netip.Prefix) (v4, v6 netip.Prefix, err error) {
+// pick chooses the subnets of a new lease: for each family the hint of that
+// family if it fits and is free, else a random one among the first free
+// ones.
+func pick(cfg *subnet.Config, entries []entry, hints ...netip.Prefix) (v4, v6 netip.Prefix, err error) {
 	if cfg.EnableIPv4 {
 		t := newTaken(cfg.Network, cfg.SubnetLen, entries, false)
-		if v4, err = pickFamily(cfg, false, t, hint); err != nil {
+		if v4, err = pickFamily(cfg, false, t, hints); err != nil {
 			return netip.Prefix{}, netip.Prefix{}, err
 		}
 	}
 	if cfg.EnableIPv6 {
 		t := newTaken(cfg.IPv6Network, cfg.IPv6SubnetLen, entries, true)
-		if v6, err = pickFamily(cfg, true, t, hint); err != nil {
+		if v6, err = pickFamily(cfg, true, t, hints); err != nil {
 			return netip.Prefix{}, netip.Prefix{}, err
 		}
 	}
 	return v4, v6, nil
 }
 
-func pickFamily(cfg *subnet.Config, v6 bool, t *taken, hint netip.Prefix) (netip.Prefix, error) {
-	if hint.IsValid() && hint.Addr().Is6() == v6 && cfg.Fits(hint) {
+func pickFamily(cfg *subnet.Config, v6 bool, t *taken, hints []netip.Prefix) (netip.Prefix, error) {
+	for _, hint := range hints {
+		if !hint.IsValid() || hint.Addr().Is6() != v6 || !cfg.Fits(hint) {
+			continue
+		}
 		if _, busy := t.overlap(hint); !busy {
 			return hint, nil
 		}

@@ -3,6 +3,7 @@ package etcd
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/weft-net/weft/subnet"
@@ -34,7 +35,7 @@ func TestPick(t *testing.T) {
 		name    string
 		conf    string
 		taken   []string
-		hint    string
+		hint    string   // comma-separated hints
 		want4   []string // acceptable results; empty means none expected
 		want6   []string
 		exhaust bool
@@ -53,6 +54,13 @@ func TestPick(t *testing.T) {
 			`{"EnableIPv6": true, "Network": "10.1.0.0/28", "SubnetLen": 30, "IPv6Network": "fd00::/124"}`,
 			[]string{"10.1.0.4-30&fd00::8-126", "10.1.0.12-30&fd00::4-126"}, "",
 			[]string{"10.1.0.8/30"}, []string{"fd00::c/126"}, false},
+		{"dual-stack hints, both used",
+			`{"EnableIPv6": true, "Network": "10.1.0.0/28", "SubnetLen": 30, "IPv6Network": "fd00::/124"}`, nil, "10.1.0.12/30,fd00::8/126",
+			[]string{"10.1.0.12/30"}, []string{"fd00::8/126"}, false},
+		{"dual-stack hints, the IPv6 one taken",
+			`{"EnableIPv6": true, "Network": "10.1.0.0/28", "SubnetLen": 30, "IPv6Network": "fd00::/124"}`,
+			[]string{"10.1.0.4-30&fd00::8-126"}, "10.1.0.12/30,fd00::8/126",
+			[]string{"10.1.0.12/30"}, []string{"fd00::4/126", "fd00::c/126"}, false},
 		{"IPv6 hint",
 			`{"EnableIPv4": false, "EnableIPv6": true, "IPv6Network": "fd00::/124"}`, nil, "fd00::8/126",
 			nil, []string{"fd00::8/126"}, false},
@@ -69,12 +77,14 @@ func TestPick(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := mustConfig(t, tt.conf)
-			var hint netip.Prefix
-			if tt.hint != "" {
-				hint = netip.MustParsePrefix(tt.hint)
+			var hints []netip.Prefix
+			for _, h := range strings.Split(tt.hint, ",") {
+				if h != "" {
+					hints = append(hints, netip.MustParsePrefix(h))
+				}
 			}
 			for range 20 { // the choice is random: try it a few times
-				v4, v6, err := pick(cfg, entriesFor(tt.taken...), hint)
+				v4, v6, err := pick(cfg, entriesFor(tt.taken...), hints...)
 				if tt.exhaust {
 					if !errors.Is(err, subnet.ErrExhausted) {
 						t.Fatalf("pick = %v, %v, %v; want ErrExhausted", v4, v6, err)

@@ -20,7 +20,7 @@ const DefaultAnnotationPrefix = "flannel.alpha.coreos.com"
 // annotations holds the full names of the node annotations weft writes
 // (the lease) and reads (the operator's public IP choices).
 type annotations struct {
-	prefix                                  string // "<prefix>/", which all of them start with
+	prefix                                  string // what all of them start with: "<domain>/" or "<domain>/<name>-"
 	backendType, backendData, backendV6Data string
 	publicIP, publicIPv6                    string
 	managed                                 string // "true" on nodes that run a kube subnet manager
@@ -28,13 +28,27 @@ type annotations struct {
 	nodePublicIP, nodePublicIPv6            string
 }
 
+// newAnnotations names the annotations under prefix as flanneld's
+// --kube-annotation-prefix does: a prefix without a '/' is a domain and the
+// names follow a '/' ("flannel.alpha.coreos.com" gives
+// "flannel.alpha.coreos.com/backend-data"); a prefix with one '/' keeps it
+// and its part after the '/' is joined to the names by a '-'
+// ("example.com/flannel" gives "example.com/flannel-backend-data"). Every
+// name must be a valid Kubernetes annotation key, which the API server
+// would otherwise refuse at the first patch.
 func newAnnotations(prefix string) (annotations, error) {
-	prefix = strings.TrimSuffix(prefix, "/")
-	if errs := validation.IsDNS1123Subdomain(prefix); len(errs) > 0 {
-		return annotations{}, fmt.Errorf("annotation prefix %q: %s", prefix, strings.Join(errs, "; "))
+	p := prefix
+	switch strings.Count(p, "/") {
+	case 0:
+		p += "/"
+	case 1:
+	default:
+		return annotations{}, fmt.Errorf("annotation prefix %q: at most one '/' (a domain, optionally followed by /name)", prefix)
 	}
-	p := prefix + "/"
-	return annotations{
+	if !strings.HasSuffix(p, "/") && !strings.HasSuffix(p, "-") {
+		p += "-"
+	}
+	a := annotations{
 		prefix:              p,
 		backendType:         p + "backend-type",
 		backendData:         p + "backend-data",
@@ -46,7 +60,15 @@ func newAnnotations(prefix string) (annotations, error) {
 		publicIPv6Overwrite: p + "public-ipv6-overwrite",
 		nodePublicIP:        p + "node-public-ip",
 		nodePublicIPv6:      p + "node-public-ipv6",
-	}, nil
+	}
+	for _, key := range []string{a.backendType, a.backendData, a.backendV6Data, a.publicIP, a.publicIPv6, a.managed,
+		a.publicIPOverwrite, a.publicIPv6Overwrite, a.nodePublicIP, a.nodePublicIPv6} {
+		if errs := validation.IsQualifiedName(key); len(errs) > 0 {
+			return annotations{}, fmt.Errorf("annotation prefix %q: makes the annotation key %q, which Kubernetes refuses: %s",
+				prefix, key, strings.Join(errs, "; "))
+		}
+	}
+	return a, nil
 }
 
 // podCIDRs returns the node's IPv4 and IPv6 podCIDRs (either may be

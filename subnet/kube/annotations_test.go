@@ -3,6 +3,7 @@ package kube
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -153,10 +154,40 @@ func TestEffectiveAttrs(t *testing.T) {
 	}
 }
 
-func TestNewAnnotationsRejectsBadPrefix(t *testing.T) {
-	for _, prefix := range []string{"Bad_Prefix", "a/b", "-x.io"} {
-		if _, err := newAnnotations(prefix); err == nil {
-			t.Errorf("newAnnotations(%q): no error", prefix)
+// TestAnnotationPrefix checks the annotation keys each prefix makes, those
+// that flanneld's --kube-annotation-prefix makes from it, and refuses
+// prefixes that are not one or that make keys Kubernetes refuses.
+func TestAnnotationPrefix(t *testing.T) {
+	for _, tt := range []struct{ prefix, backendData, nodePublicIPv6 string }{
+		{"flannel.alpha.coreos.com", "flannel.alpha.coreos.com/backend-data", "flannel.alpha.coreos.com/node-public-ipv6"},
+		{"flannel.alpha.coreos.com/", "flannel.alpha.coreos.com/backend-data", "flannel.alpha.coreos.com/node-public-ipv6"},
+		{"example.com/flannel", "example.com/flannel-backend-data", "example.com/flannel-node-public-ipv6"},
+		{"example.com/flannel-", "example.com/flannel-backend-data", "example.com/flannel-node-public-ipv6"},
+		{"net.example.com/cluster_a", "net.example.com/cluster_a-backend-data", "net.example.com/cluster_a-node-public-ipv6"},
+		{"weft", "weft/backend-data", "weft/node-public-ipv6"},
+	} {
+		a, err := newAnnotations(tt.prefix)
+		if err != nil {
+			t.Errorf("newAnnotations(%q): %v", tt.prefix, err)
+			continue
+		}
+		if a.backendData != tt.backendData || a.nodePublicIPv6 != tt.nodePublicIPv6 {
+			t.Errorf("newAnnotations(%q): %q, %q; want %q, %q", tt.prefix, a.backendData, a.nodePublicIPv6, tt.backendData, tt.nodePublicIPv6)
+		}
+	}
+	for _, tt := range []struct{ prefix, want string }{
+		{"a/b/c", "at most one '/'"},
+		{"example.com/flannel/", "at most one '/'"},
+		{"Bad_Prefix", "Kubernetes refuses"},
+		{"-x.io", "Kubernetes refuses"},
+		{"example.com/bad name", "Kubernetes refuses"},
+		{"example.com/_x", "Kubernetes refuses"},
+		{"/flannel", "Kubernetes refuses"},
+		{"example.com/" + strings.Repeat("x", 45), "Kubernetes refuses"}, // a name part over 63 characters
+	} {
+		_, err := newAnnotations(tt.prefix)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("newAnnotations(%q): %v, want an error saying %q", tt.prefix, err, tt.want)
 		}
 	}
 }

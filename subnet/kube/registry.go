@@ -45,6 +45,10 @@ type Options struct {
 	// once per node, counted); nil: logged once per node to the registry's
 	// logger.
 	Rejections *subnet.Rejections
+	// FlannelCondition makes SetNetworkAvailable write flanneld's reason
+	// and message (FlannelNetworkAvailableReason) instead of weft's, for a
+	// weftd that runs as flanneld.
+	FlannelCondition bool
 }
 
 // Registry is a subnet.Registry on the Kubernetes API. Leases never expire:
@@ -101,8 +105,8 @@ func (r *Registry) Config(ctx context.Context) (*subnet.Config, error) {
 // ends) for Kubernetes to assign them, and publishes attrs as the node's
 // annotations. The public IPs in the returned lease are the effective ones:
 // the public-ip-overwrite or node-public-ip annotations win over attrs.
-// hint is ignored: Kubernetes chooses the subnet.
-func (r *Registry) Acquire(ctx context.Context, attrs subnet.LeaseAttrs, _ netip.Prefix) (subnet.Lease, error) {
+// The hints are ignored: Kubernetes chooses the subnets.
+func (r *Registry) Acquire(ctx context.Context, attrs subnet.LeaseAttrs, _ ...netip.Prefix) (subnet.Lease, error) {
 	cfg, err := r.Config(ctx)
 	if err != nil {
 		return subnet.Lease{}, err
@@ -197,34 +201,74 @@ func (r *Registry) waitForPodCIDR(ctx context.Context) (*corev1.Node, error) {
 	}
 }
 
+// NodePublicIPs returns the addresses set in this node's node-public-ip and
+// node-public-ipv6 annotations (invalid when not set). flanneld reads them
+// before it picks its interface: with no --iface, the device holding that
+// address carries the overlay.
+func (r *Registry) NodePublicIPs(ctx context.Context) (v4, v6 netip.Addr, err error) {
+	node, err := r.nodes.Get(ctx, r.opts.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return v4, v6, fmt.Errorf("kube registry: get node %s: %w", r.opts.NodeName, err)
+	}
+	for _, f := range []struct {
+		name string
+		v6   bool
+		dst  *netip.Addr
+	}{{r.ann.nodePublicIP, false, &v4}, {r.ann.nodePublicIPv6, true, &v6}} {
+		s := node.Annotations[f.name]
+		if s == "" {
+			continue
+		}
+		if *f.dst, err = parseIP(s, f.v6); err != nil {
+			return netip.Addr{}, netip.Addr{}, fmt.Errorf("kube registry: node %s: annotation %s: %w", node.Name, f.name, err)
+		}
+	}
+	return v4, v6, nil
+}
+
 // Renew returns l: leases in Kubernetes do not expire.
 func (r *Registry) Renew(_ context.Context, l subnet.Lease) (subnet.Lease, error) { return l, nil }
 
-// NetworkAvailableReason is the reason of the NetworkUnavailable=False
-// condition that SetNetworkAvailable writes.
-const NetworkAvailableReason = "WeftIsUp"
+// The reasons and messages of the NetworkUnavailable=False condition that
+// SetNetworkAvailable writes: weft's own, and flanneld's (with
+// Options.FlannelCondition).
+const (
+	NetworkAvailableReason         = "WeftIsUp"
+	NetworkAvailableMessage        = "weft is running on this node"
+	FlannelNetworkAvailableReason  = "FlannelIsUp"
+	FlannelNetworkAvailableMessage = "Flannel is running on this node"
+)
 
 // SetNetworkAvailable sets the node condition NetworkUnavailable=False; the
 // daemon calls it once the dataplane is programmed. It writes nothing when
-// the condition is already False.
+// the condition is already False with this registry's reason; a False
+// condition with another reason (written by flanneld, or by weft in its
+// other mode) gets this one's, keeping its transition time.
 func (r *Registry) SetNetworkAvailable(ctx context.Context) error {
 	node, err := r.nodes.Get(ctx, r.opts.NodeName, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("kube registry: get node %s: %w", r.opts.NodeName, err)
-	}
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeNetworkUnavailable && c.Status == corev1.ConditionFalse {
-			return nil
-		}
 	}
 	now := metav1.Now()
 	cond := corev1.NodeCondition{
 		Type:               corev1.NodeNetworkUnavailable,
 		Status:             corev1.ConditionFalse,
 		Reason:             NetworkAvailableReason,
-		Message:            "weft is running on this node",
+		Message:            NetworkAvailableMessage,
 		LastTransitionTime: now,
 		LastHeartbeatTime:  now,
+	}
+	if r.opts.FlannelCondition {
+		cond.Reason, cond.Message = FlannelNetworkAvailableReason, FlannelNetworkAvailableMessage
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type != corev1.NodeNetworkUnavailable || c.Status != corev1.ConditionFalse {
+			continue
+		}
+		if c.Reason == cond.Reason && c.Message == cond.Message {
+			return nil
+		}
+		cond.LastTransitionTime = c.LastTransitionTime
 	}
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{cond}}})
 	if err != nil {
@@ -233,6 +277,6 @@ func (r *Registry) SetNetworkAvailable(ctx context.Context) error {
 	if _, err := r.nodes.PatchStatus(ctx, r.opts.NodeName, patch); err != nil {
 		return fmt.Errorf("kube registry: set NetworkUnavailable=False on node %s: %w", r.opts.NodeName, err)
 	}
-	r.log.Info("node condition NetworkUnavailable=False set")
+	r.log.Info("node condition NetworkUnavailable=False set", "reason", cond.Reason)
 	return nil
 }

@@ -49,13 +49,19 @@ func writeNetConf(t *testing.T, js string) string {
 
 func (e *env) registry(t *testing.T, node, netConf string) (*kube.Registry, *testlog.Buffer) {
 	t.Helper()
+	return e.registryWith(t, kube.Options{NodeName: node, ConfigFile: netConf})
+}
+
+// registryWith is a registry with opts (and a short podCIDR poll).
+func (e *env) registryWith(t *testing.T, opts kube.Options) (*kube.Registry, *testlog.Buffer) {
+	t.Helper()
 	logs := &testlog.Buffer{}
 	nodes, err := kube.NewClientForConfig(e.cluster.Admin) // weftd's own Node client, against the real API server
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := kube.New(nodes, kube.Options{NodeName: node, ConfigFile: netConf, PodCIDRPoll: 50 * time.Millisecond},
-		slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	opts.PodCIDRPoll = 50 * time.Millisecond
+	r, err := kube.New(nodes, opts, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,6 +195,15 @@ func TestRegistry(t *testing.T) {
 		}
 	})
 
+	t.Run("node-public-ip that is not an address is a clear error", func(t *testing.T) {
+		e.createNode(t, "node-p", map[string]string{prefix + "node-public-ipv6": "192.168.77.6"}, "")
+		r, _ := e.registry(t, "node-p", e.netConf)
+		_, _, err := r.NodePublicIPs(ctx)
+		if err == nil || !strings.Contains(err.Error(), prefix+"node-public-ipv6") {
+			t.Fatalf("NodePublicIPs: %v; want an error naming the annotation", err)
+		}
+	})
+
 	t.Run("podCIDR outside the network is a clear error", func(t *testing.T) {
 		e.createNode(t, "node-x", nil, "10.99.3.0/24")
 		r, _ := e.registry(t, "node-x", e.netConf)
@@ -244,22 +259,93 @@ func TestRegistry(t *testing.T) {
 	})
 
 	t.Run("network available condition", func(t *testing.T) {
+		condition := func() corev1.NodeCondition {
+			t.Helper()
+			n := e.node(t, "node-a")
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeNetworkUnavailable {
+					return c
+				}
+			}
+			t.Fatalf("node-a has no NetworkUnavailable condition: %+v", n.Status.Conditions)
+			return corev1.NodeCondition{}
+		}
 		r, _ := e.registry(t, "node-a", e.netConf)
 		if err := r.SetNetworkAvailable(ctx); err != nil {
 			t.Fatal(err)
 		}
-		var cond *corev1.NodeCondition
-		n := e.node(t, "node-a")
-		for i, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeNetworkUnavailable {
-				cond = &n.Status.Conditions[i]
-			}
+		weft := condition()
+		if weft.Status != corev1.ConditionFalse || weft.Reason != "WeftIsUp" || weft.Message != "weft is running on this node" {
+			t.Fatalf("NetworkUnavailable condition %+v, want False, WeftIsUp", weft)
 		}
-		if cond == nil || cond.Status != corev1.ConditionFalse || cond.Reason != kube.NetworkAvailableReason {
-			t.Fatalf("NetworkUnavailable condition %+v, want False/%s", cond, kube.NetworkAvailableReason)
-		}
+		rv := e.node(t, "node-a").ResourceVersion
 		if err := r.SetNetworkAvailable(ctx); err != nil {
 			t.Fatalf("second SetNetworkAvailable: %v", err)
+		}
+		if got := e.node(t, "node-a").ResourceVersion; got != rv {
+			t.Errorf("a second SetNetworkAvailable wrote the node (resourceVersion %s → %s)", rv, got)
+		}
+
+		// Run as flanneld, the registry writes flanneld's reason and
+		// message over weft's, and the condition keeps its transition time.
+		time.Sleep(1100 * time.Millisecond) // transition times have a resolution of 1 s
+		rf, _ := e.registryWith(t, kube.Options{NodeName: "node-a", ConfigFile: e.netConf, FlannelCondition: true})
+		if err := rf.SetNetworkAvailable(ctx); err != nil {
+			t.Fatal(err)
+		}
+		fl := condition()
+		if fl.Status != corev1.ConditionFalse || fl.Reason != "FlannelIsUp" || fl.Message != "Flannel is running on this node" {
+			t.Fatalf("NetworkUnavailable condition %+v, want False, FlannelIsUp, as flanneld writes it", fl)
+		}
+		if !fl.LastTransitionTime.Equal(&weft.LastTransitionTime) {
+			t.Errorf("transition time moved from %v to %v without a transition", weft.LastTransitionTime, fl.LastTransitionTime)
+		}
+	})
+
+	t.Run("annotation prefix with a slash", func(t *testing.T) {
+		const sp = "example.com/flannel-" // the keys flanneld makes from --kube-annotation-prefix=example.com/flannel
+		e.createNode(t, "node-s", map[string]string{sp + "node-public-ip": "192.168.77.50"}, "10.244.201.0/24")
+		r, _ := e.registryWith(t, kube.Options{NodeName: "node-s", ConfigFile: e.netConf, AnnotationPrefix: "example.com/flannel"})
+		// node-public-ip is read before the lease, to choose the underlay.
+		if v4, v6, err := r.NodePublicIPs(ctx); err != nil || v4 != netip.MustParseAddr("192.168.77.50") || v6.IsValid() {
+			t.Errorf("NodePublicIPs = %s, %s, %v; want 192.168.77.50 from %snode-public-ip", v4, v6, err, sp)
+		}
+		l, err := r.Acquire(ctx, vxlanAttrs("192.168.77.5", 0x05))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Attrs.PublicIP != netip.MustParseAddr("192.168.77.50") {
+			t.Errorf("lease public IP %s, want 192.168.77.50 from %snode-public-ip", l.Attrs.PublicIP, sp)
+		}
+		got := e.node(t, "node-s").Annotations
+		for k, v := range map[string]string{
+			sp + "backend-type":        "vxlan",
+			sp + "backend-data":        `{"VNI":1,"VtepMAC":"4e:fb:7d:bf:6b:05"}`,
+			sp + "public-ip":           "192.168.77.50",
+			sp + "kube-subnet-manager": "true",
+		} {
+			if got[k] != v {
+				t.Errorf("annotation %s = %q, want %q", k, got[k], v)
+			}
+		}
+		for k := range got {
+			if strings.HasPrefix(k, prefix) {
+				t.Errorf("annotation %s written under the default prefix", k)
+			}
+		}
+		// A watch under that prefix sees this node, and only it.
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		ch := make(chan []subnet.Event, 4)
+		go r.Watch(wctx, ch)
+		select {
+		case b := <-ch:
+			if len(b) != 1 || b[0].Lease.Subnet != netip.MustParsePrefix("10.244.201.0/24") ||
+				b[0].Lease.Attrs.PublicIP != netip.MustParseAddr("192.168.77.50") {
+				t.Fatalf("watch under %s: %+v, want node-s alone", sp, b)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("no watch event for node-s")
 		}
 	})
 
