@@ -344,6 +344,9 @@ func (m *migration) writeReport() {
 	if out, err := exec.Command(m.flanneld, "--version").CombinedOutput(); err == nil {
 		fmt.Fprintf(&b, ", flanneld %s", strings.TrimSpace(string(out)))
 	}
+	if load, err := os.ReadFile("/proc/loadavg"); err == nil {
+		fmt.Fprintf(&b, ", load %s", strings.Join(strings.Fields(string(load))[:3], " "))
+	}
 	fmt.Fprintf(&b, ", after `sudo test/setup.sh`:\n\n    . test/versions.env\n"+
 		"    sudo WEFT_CNI_BIN=$WEFT_CACHE/cni-plugins-$CNI_PLUGINS_VERSION WEFT_FLANNELD=$WEFT_CACHE/flanneld-$FLANNEL_VERSION/flanneld \\\n"+
 		"      WEFT_MIGRATION_REPORT=docs/migration-report.md go test -count=1 -run TestMigrateNodeFromFlannelAndBack ./test/e2e\n\n")
