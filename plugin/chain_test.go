@@ -74,7 +74,7 @@ func delTwice(t *testing.T, e *env, n *plugintest.Node, pods ...*plugintest.Pod)
 	if ports := e.bridgePorts(t); len(ports) != 0 {
 		t.Errorf("veths left on the node: %v", ports)
 	}
-	if left := storeFiles(t, e.dataDir, "weft"); len(left) != 0 {
+	if left := plugintest.StoreFiles(t, e.dataDir, "weft"); len(left) != 0 {
 		t.Errorf("allocations left: %v", left)
 	}
 	if rules := nettest.MustRun(t, e.node, "nft", "list", "ruleset"); strings.Contains(rules, "8080") {

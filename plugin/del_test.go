@@ -70,7 +70,7 @@ func TestDel(t *testing.T) {
 			if ports := e.bridgePorts(t); len(ports) != 0 {
 				t.Errorf("bridge ports when DEL returned: %v", ports)
 			}
-			if left := storeFiles(t, e.dataDir, "weft"); len(left) != 0 {
+			if left := plugintest.StoreFiles(t, e.dataDir, "weft"); len(left) != 0 {
 				t.Errorf("allocations left after DEL: %v", left)
 			}
 			if ns != nil {

@@ -126,7 +126,7 @@ func noLeftovers(t *testing.T, e *env, pod *nettest.NS, network string) {
 	if ports := e.bridgePorts(t); len(ports) != 0 {
 		t.Errorf("veths left on the node: %v", ports)
 	}
-	if left := storeFiles(t, e.dataDir, network); len(left) != 0 {
+	if left := plugintest.StoreFiles(t, e.dataDir, network); len(left) != 0 {
 		t.Errorf("allocations left: %v", left)
 	}
 	if out := nettest.MustRun(t, pod, "ip", "-o", "link"); strings.Count(strings.TrimSpace(out), "\n") != 0 {
@@ -148,7 +148,7 @@ func TestFailedAddRollsBack(t *testing.T) {
 	if ports := e.bridgePorts(t); len(ports) != 0 {
 		t.Errorf("veths left: %v", ports)
 	}
-	if left := storeFiles(t, e.dataDir, "weft"); len(left) != 0 {
+	if left := plugintest.StoreFiles(t, e.dataDir, "weft"); len(left) != 0 {
 		t.Errorf("allocations left: %v", left)
 	}
 }
@@ -172,7 +172,7 @@ func TestExhausted(t *testing.T) {
 	if ce := cniError(t, out); rc == 0 || ce.Code != 11 {
 		t.Errorf("exit %d, error %+v; want code 11", rc, ce)
 	}
-	if left := storeFiles(t, e.dataDir, "weft"); len(left) != 1 || left[0] != first.IP.String() {
+	if left := plugintest.StoreFiles(t, e.dataDir, "weft"); len(left) != 1 || left[0] != first.IP.String() {
 		t.Errorf("store holds %v, want only %s", left, first.IP)
 	}
 	if out := nettest.MustRun(t, pod, "ip", "-o", "link"); strings.Contains(out, "eth0") {
@@ -206,7 +206,7 @@ func TestDelTolerant(t *testing.T) {
 	if err := n.Del(p); err != nil {
 		t.Fatalf("DEL after the netns is gone: %v", err)
 	}
-	if left := storeFiles(t, e.dataDir, "weft"); len(left) != 0 {
+	if left := plugintest.StoreFiles(t, e.dataDir, "weft"); len(left) != 0 {
 		t.Errorf("allocations left: %v", left)
 	}
 	if ports := e.bridgePorts(t); len(ports) != 0 {

@@ -96,27 +96,6 @@ func rootLinks(t *testing.T) []string {
 	return names
 }
 
-// storeFiles lists the address store of network name (the tests set
-// ipam.dataDir to dataDir), minus the files that persist on purpose (lock,
-// last_reserved_ip.*).
-func storeFiles(t *testing.T, dataDir, name string) []string {
-	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(dataDir, name))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	var left []string
-	for _, e := range entries {
-		if e.Name() != "lock" && !strings.HasPrefix(e.Name(), "last_reserved_ip.") {
-			left = append(left, e.Name())
-		}
-	}
-	return left
-}
-
 // bridgePorts lists the links attached to cni0 in the node.
 func (e *env) bridgePorts(t *testing.T) []string {
 	t.Helper()

@@ -195,7 +195,7 @@ func TestRequestedAddressAndMAC(t *testing.T) {
 			t.Errorf("bridge ports after the refused ADD: %v", ports)
 		}
 	}
-	if left := storeFiles(t, n.e.dataDir, "cbr0"); len(left) != 2 {
+	if left := plugintest.StoreFiles(t, n.e.dataDir, "cbr0"); len(left) != 2 {
 		t.Errorf("store after the refused ADDs: %v", left)
 	}
 }
@@ -306,7 +306,7 @@ func TestDNSKeys(t *testing.T) {
 
 // TestFlannelStateFile: as "flannel", ADD writes <dataDir>/<containerID>
 // with what Flannel's plugin would hand its delegate for the pod (the
-// configuration flannelDelegate builds from Flannel's code), and DEL
+// configuration plugintest.FlannelDelegate builds from Flannel's code), and DEL
 // removes it; a failed ADD leaves none.
 func TestFlannelStateFile(t *testing.T) {
 	entry := map[string]any{"delegate": map[string]any{"hairpinMode": true, "isDefaultGateway": true},
@@ -319,7 +319,7 @@ func TestFlannelStateFile(t *testing.T) {
 		t.Fatalf("no state file: %v", err)
 	}
 	fl := map[string]any{"delegate": entry["delegate"], "ipam": map[string]any{"dataDir": n.e.dataDir}}
-	want := flannelDelegate(fl, f)
+	want := plugintest.FlannelDelegate(fl, f)
 	want["ipam"].(map[string]any)["routes"] = []map[string]string{{"dst": "192.168.9.0/24"}, {"dst": "10.244.0.0/16"}}
 	want["name"], want["cniVersion"] = "cbr0", "1.0.0"
 	var got, wantJSON any

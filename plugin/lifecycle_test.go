@@ -45,15 +45,15 @@ func TestParallel(t *testing.T) {
 		}
 		seen[p.IP] = p.ID
 	}
-	if len(storeFiles(t, e.dataDir, "weft")) != pods || len(e.bridgePorts(t)) != pods {
-		t.Errorf("store %d entries, %d bridge ports; want %d: %v", len(storeFiles(t, e.dataDir, "weft")), len(e.bridgePorts(t)), pods, e.bridgePorts(t))
+	if len(plugintest.StoreFiles(t, e.dataDir, "weft")) != pods || len(e.bridgePorts(t)) != pods {
+		t.Errorf("store %d entries, %d bridge ports; want %d: %v", len(plugintest.StoreFiles(t, e.dataDir, "weft")), len(e.bridgePorts(t)), pods, e.bridgePorts(t))
 	}
 	ping(t, got[0].NS, got[pods-1].IP)
 	if rules := nettest.MustRun(t, e.node, "nft", "list", "table", "ip", "weft-cni"); strings.Count(rules, "masquerade") != 1 {
 		t.Errorf("want one masquerade rule after parallel ADDs:\n%s", rules)
 	}
 	parallel(t, pods, func(i int) error { return n.Del(got[i]) })
-	if left := storeFiles(t, e.dataDir, "weft"); len(left) != 0 {
+	if left := plugintest.StoreFiles(t, e.dataDir, "weft"); len(left) != 0 {
 		t.Errorf("allocations left: %v", left)
 	}
 	if ports := e.bridgePorts(t); len(ports) != 0 {
@@ -95,7 +95,7 @@ func TestGC(t *testing.T) {
 	if err := fresh.CNI.GCNetworkList(context.Background(), fresh.List, &libcni.GCArgs{ValidAttachments: valid}); err != nil {
 		t.Fatalf("GC: %v", err)
 	}
-	left := storeFiles(t, e.dataDir, "weft")
+	left := plugintest.StoreFiles(t, e.dataDir, "weft")
 	if strings.Join(left, ",") != strings.Join(sortedAddrs(keep1.IP, keep2.IP), ",") {
 		t.Errorf("store after GC %v, want %s and %s (stale %s released)", left, keep1.IP, keep2.IP, stale.IP)
 	}

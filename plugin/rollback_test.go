@@ -16,7 +16,7 @@ import (
 // flannelPlugin is Flannel's CNI plugin on a switch node: the real binary
 // (github.com/flannel-io/cni-plugin, named by WEFT_FLANNEL_CNI) or, where
 // there is none (the Go module proxy does not serve it), what its code
-// does: ADD hands bridge the delegate configuration (flannelDelegate; the
+// does: ADD hands bridge the delegate configuration (plugintest.FlannelDelegate; the
 // switch node's Flannel chain) and writes it to <dataDir>/<containerID>,
 // DEL reads <dataDir>/<containerID> and, if
 // it exists, runs its type's DEL with it and removes it, else does nothing.
@@ -35,17 +35,17 @@ func newFlannelPlugin(t *testing.T, n *switchNode) *flannelPlugin {
 		t.Fatalf("WEFT_FLANNEL_CNI: %v", err)
 	}
 	t.Logf("Flannel's plugin: %s", bin)
-	return &flannelPlugin{n: n, real: &plugintest.Node{NS: n.e.node, CNI: n.plugins(t, bin), List: n.weft.List}}
+	return &flannelPlugin{n: n, real: &plugintest.Node{NS: n.e.node, CNI: n.Plugins(t, bin), List: n.Weft.List}}
 }
 
 func (f *flannelPlugin) add(t *testing.T, id string, count int) []*plugintest.Pod {
 	if f.real != nil {
-		return f.n.add(t, f.real, id, count)
+		return f.n.AddPods(t, f.real, id, count)
 	}
-	pods := f.n.add(t, f.n.flannel, id, count)
-	d := flannelDelegate(f.n.entry, f.n.file)
+	pods := f.n.AddPods(t, f.n.flannel, id, count)
+	d := plugintest.FlannelDelegate(f.n.Entry, f.n.file)
 	d["name"], d["cniVersion"] = "cbr0", "0.3.1"
-	dir := filepath.Join(f.n.varLib, "cni", "flannel")
+	dir := filepath.Join(f.n.VarLib, "cni", "flannel")
 	for _, p := range pods { // Flannel writes its state file
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			t.Fatal(err)
@@ -61,7 +61,7 @@ func (f *flannelPlugin) del(t *testing.T, p *plugintest.Pod) error {
 	if f.real != nil {
 		return f.real.Del(p)
 	}
-	path := filepath.Join(f.n.varLib, "cni", "flannel", p.ID)
+	path := filepath.Join(f.n.VarLib, "cni", "flannel", p.ID)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -73,7 +73,7 @@ func (f *flannelPlugin) del(t *testing.T, p *plugintest.Pod) error {
 	if err != nil {
 		return err
 	}
-	if err := f.n.cni.DelNetwork(context.Background(), conf, p.RT); err != nil {
+	if err := f.n.CNI.DelNetwork(context.Background(), conf, p.RT); err != nil {
 		return err
 	}
 	return os.Remove(path)
@@ -87,9 +87,9 @@ func (f *flannelPlugin) del(t *testing.T, p *plugintest.Pod) error {
 // DEL of one of those removes the state file Flannel wrote.
 func TestRollbackToFlannel(t *testing.T) {
 	n := newSwitchNode(t, "")
-	weft := n.add(t, n.weft, "weft", 3)
-	n.checkStore(t, weft)
-	state := filepath.Join(n.varLib, "cni", "flannel")
+	weft := n.AddPods(t, n.Weft, "weft", 3)
+	n.CheckStore(t, weft)
+	state := filepath.Join(n.VarLib, "cni", "flannel")
 	for _, p := range weft {
 		if _, err := os.Stat(filepath.Join(state, p.ID)); err != nil {
 			t.Fatalf("weft wrote no Flannel state file for %s: %v", p.ID, err)
@@ -101,7 +101,7 @@ func TestRollbackToFlannel(t *testing.T) {
 	if err := fl.del(t, gone); err != nil {
 		t.Fatalf("Flannel's DEL of %s: %v", gone.ID, err)
 	}
-	if _, err := os.Stat(filepath.Join(n.store, gone.IP.String())); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(n.Store, gone.IP.String())); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Flannel's DEL left the reservation of %s (%s): %v", gone.ID, gone.IP, err)
 	}
 	if out := nettest.MustRun(t, gone.NS, "ip", "-o", "link"); strings.Contains(out, "eth0") {
@@ -114,11 +114,11 @@ func TestRollbackToFlannel(t *testing.T) {
 		t.Errorf("state file of %s after Flannel's DEL: %v", gone.ID, err)
 	}
 	live := without(weft, gone)
-	n.checkStore(t, live)
+	n.CheckStore(t, live)
 
 	again := fl.add(t, "flannel", 3)
 	live = append(live, again...)
-	n.checkStore(t, live)
+	n.CheckStore(t, live)
 	if fl.real != nil { // the file weft writes is the one Flannel writes
 		ours, err1 := os.ReadFile(filepath.Join(state, weft[2].ID))
 		theirs, err2 := os.ReadFile(filepath.Join(state, again[1].ID))
@@ -132,13 +132,13 @@ func TestRollbackToFlannel(t *testing.T) {
 		t.Fatalf("Flannel's DEL of %s: %v", weft[1].ID, err)
 	}
 	live = without(live, weft[1])
-	n.checkStore(t, live)
+	n.CheckStore(t, live)
 
-	if err := n.weft.Del(again[0]); err != nil { // forward again: weft's DEL of Flannel's pod
+	if err := n.Weft.Del(again[0]); err != nil { // forward again: weft's DEL of Flannel's pod
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(state, again[0].ID)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Flannel's state file of %s after weft's DEL: %v", again[0].ID, err)
 	}
-	n.checkStore(t, without(live, again[0]))
+	n.CheckStore(t, without(live, again[0]))
 }

@@ -16,6 +16,7 @@ fi
 # shellcheck source=/dev/null
 . "$here/test/versions.env"
 export WEFT_CNI_BIN="${WEFT_CNI_BIN:-$WEFT_CACHE/cni-plugins-$CNI_PLUGINS_VERSION}"
+export WEFT_FLANNELD="${WEFT_FLANNELD:-$WEFT_CACHE/flanneld-$FLANNEL_VERSION/flanneld}"
 
 # Namespaces of an earlier run that was killed before its cleanups ran.
 for ns in /run/netns/wefttest-*; do

@@ -12,9 +12,11 @@ cd "$(dirname "$0")/.."
 need_pkgs=()
 # The container runtimes of test/runtimes (Docker, Podman with its CNI
 # backend, containerd with runc), busybox-static for the images they run,
-# Debian's CNI plugins (portmap, loopback) and systemd-analyze for dist/.
+# Debian's CNI plugins (portmap, loopback), systemd-analyze for dist/, and
+# a C compiler for flanneld (its udp backend is cgo).
 for p in iproute2 iputils-ping iperf3 ethtool tcpdump nftables conntrack \
-	docker.io podman containerd runc busybox-static containernetworking-plugins iptables systemd; do
+	docker.io podman containerd runc busybox-static containernetworking-plugins iptables systemd \
+	gcc libc6-dev; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -58,6 +60,33 @@ if [ ! -x "$crictl_dir/crictl" ]; then
 	echo "setup: building crictl $CRICTL_VERSION into $crictl_dir"
 	mkdir -p "$crictl_dir"
 	(cd / && GOBIN="$crictl_dir" GOFLAGS=-mod=mod go install "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION")
+fi
+
+# A real flanneld for the migration test, built from the Go module proxy's
+# copy of github.com/flannel-io/flannel. The proxy lacks one module that
+# its tencentvpc backend needs, so that backend's import is dropped from
+# main.go first (the test runs the vxlan backend). It builds with cgo, as
+# Flannel's releases do. Nothing of Flannel is kept in this repository: only
+# these steps.
+flanneld_dir="$WEFT_CACHE/flanneld-$FLANNEL_VERSION"
+if [ ! -x "$flanneld_dir/flanneld" ]; then
+	echo "setup: building flanneld $FLANNEL_VERSION into $flanneld_dir (a few minutes, once)"
+	src=$(cd / && GOFLAGS=-mod=mod go mod download -json "github.com/flannel-io/flannel@$FLANNEL_VERSION" |
+		sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p')
+	if [ -z "$src" ] || [ ! -f "$src/main.go" ]; then
+		echo "setup: go mod download gave no source directory for flannel $FLANNEL_VERSION" >&2
+		exit 1
+	fi
+	tmp=$(mktemp -d)
+	cp -r "$src/." "$tmp/"
+	chmod -R u+w "$tmp"
+	sed -i '\#"github.com/flannel-io/flannel/pkg/backend/tencentvpc"#d' "$tmp/main.go"
+	mkdir -p "$flanneld_dir"
+	(cd "$tmp" && GOFLAGS=-mod=mod go build \
+		-ldflags "-X github.com/flannel-io/flannel/pkg/version.Version=$FLANNEL_VERSION" \
+		-o "$flanneld_dir/flanneld.tmp" .)
+	mv "$flanneld_dir/flanneld.tmp" "$flanneld_dir/flanneld"
+	rm -rf "$tmp"
 fi
 
 # The real Kubernetes control plane for the Kubernetes-mode tests, built once
