@@ -147,14 +147,14 @@ flannel:
 
 	h.mustRun(t, release("uninstall", "weft")...)
 	gone := map[string]error{}
-	_, gone["DaemonSet"] = k.Client.AppsV1().DaemonSets("kube-weft").Get(ctx, "weft", metav1.GetOptions{})
-	_, gone["ConfigMap"] = k.Client.CoreV1().ConfigMaps("kube-weft").Get(ctx, "weft-cfg", metav1.GetOptions{})
-	_, gone["ServiceAccount"] = k.Client.CoreV1().ServiceAccounts("kube-weft").Get(ctx, "weft", metav1.GetOptions{})
-	_, gone["ClusterRole"] = k.Client.RbacV1().ClusterRoles().Get(ctx, "weft", metav1.GetOptions{})
-	_, gone["ClusterRoleBinding"] = k.Client.RbacV1().ClusterRoleBindings().Get(ctx, "weft", metav1.GetOptions{})
-	for kind, err := range gone {
+	_, gone["DaemonSet weft"] = k.Client.AppsV1().DaemonSets("kube-weft").Get(ctx, "weft", metav1.GetOptions{})
+	_, gone["ConfigMap weft-cfg"] = k.Client.CoreV1().ConfigMaps("kube-weft").Get(ctx, "weft-cfg", metav1.GetOptions{})
+	_, gone["ServiceAccount weft"] = k.Client.CoreV1().ServiceAccounts("kube-weft").Get(ctx, "weft", metav1.GetOptions{})
+	_, gone["ClusterRole weft"] = k.Client.RbacV1().ClusterRoles().Get(ctx, "weft", metav1.GetOptions{})
+	_, gone["ClusterRoleBinding weft"] = k.Client.RbacV1().ClusterRoleBindings().Get(ctx, "weft", metav1.GetOptions{})
+	for obj, err := range gone {
 		if !apierrors.IsNotFound(err) {
-			t.Errorf("after uninstall, %s weft: %v", kind, err)
+			t.Errorf("after uninstall, %s: %v (want NotFound)", obj, err)
 		}
 	}
 }

@@ -287,8 +287,12 @@ flannel:
 			if w.Args[len(w.Args)-1] != "--health-addr=" || w.LivenessProbe != nil || w.ReadinessProbe != nil {
 				t.Errorf("weftd args %q, probes %v %v: want the health server off and no probes", w.Args, w.LivenessProbe, w.ReadinessProbe)
 			}
-			if len(spec.InitContainers) != 1 || spec.InitContainers[0].Name != "install-cni-plugin" {
-				t.Errorf("init containers %+v: want only install-cni-plugin", spec.InitContainers)
+			var names []string
+			for _, c := range spec.InitContainers {
+				names = append(names, c.Name)
+			}
+			if !reflect.DeepEqual(names, []string{"install-cni-plugin"}) {
+				t.Errorf("init containers %q: want only install-cni-plugin", names)
 			}
 		},
 	}, {

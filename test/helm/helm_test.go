@@ -84,7 +84,7 @@ func (h *helm) mustRun(t *testing.T, args ...string) string {
 	t.Helper()
 	out, err := h.run(args...)
 	if err != nil {
-		t.Fatalf("helm %s: %v", strings.Join(args, " "), err)
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return out
 }

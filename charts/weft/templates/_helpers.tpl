@@ -79,10 +79,11 @@ meaning in weft. values.schema.json has already checked types and ranges.
 {{- if not $f.enableNFTables -}}
 {{- fail "flannel.enableNFTables=false: weft programs its rules with nftables only and has no iptables mode. Set it to true or leave it out." -}}
 {{- end -}}
-{{- if $v.netpol.enabled -}}
+{{- $netpol := $v.netpol | default dict -}}
+{{- if $netpol.enabled -}}
 {{- fail "netpol.enabled=true: weft's chart does not run kube-network-policies; install a NetworkPolicy controller on its own and remove netpol from your values." -}}
 {{- end -}}
-{{- range $k, $_ := $v.netpol -}}
+{{- range $k, $_ := $netpol -}}
 {{- if ne $k "enabled" -}}
 {{- fail (printf "netpol.%s: weft's chart does not run kube-network-policies; remove netpol.%s from your values." $k $k) -}}
 {{- end -}}
