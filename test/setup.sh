@@ -89,6 +89,15 @@ if [ ! -x "$flanneld_dir/flanneld" ]; then
 	rm -rf "$tmp"
 fi
 
+# The helm CLI for the chart tests of test/helm, built from the Go module
+# proxy outside weft's module (Helm's Kubernetes libraries are not weft's).
+helm_dir="$WEFT_CACHE/helm-$HELM_VERSION"
+if [ ! -x "$helm_dir/helm" ]; then
+	echo "setup: building helm $HELM_VERSION into $helm_dir"
+	mkdir -p "$helm_dir"
+	(cd / && GOBIN="$helm_dir" GOFLAGS=-mod=mod CGO_ENABLED=0 go install "helm.sh/helm/${HELM_VERSION%%.*}/cmd/helm@$HELM_VERSION")
+fi
+
 # The real Kubernetes control plane for the Kubernetes-mode tests, built once
 # from source and cached by version (a cold build takes 10-20 min).
 test/kube/build.sh

@@ -154,7 +154,7 @@ func TestManifestContents(t *testing.T) {
 		}
 	}
 	w := spec.Containers[0]
-	if !reflect.DeepEqual(w.Args, []string{"--kube-subnet-mgr"}) {
+	if !reflect.DeepEqual(w.Args, []string{"--kube-subnet-mgr", "--health-addr=127.0.0.1:9470"}) {
 		t.Errorf("weftd args %v", w.Args)
 	}
 	if len(w.Env) == 0 || w.Env[0].Name != "NODE_NAME" || w.Env[0].ValueFrom == nil || w.Env[0].ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
