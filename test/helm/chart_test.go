@@ -137,26 +137,26 @@ func TestNetConf(t *testing.T) {
 		name: "VXLAN, every setting",
 		values: `
 podCidr: 10.42.0.0/16
-flannel: {backendPort: 4789, vni: 4096, mtu: 1400, GBP: true, directRouting: true}
+flannel: {backendPort: 4789, vni: 4096, mtu: 1400, GBP: true, directRouting: true, enableNFTables: true}
 `,
 		want: `{"Network":"10.42.0.0/16","EnableNFTables":true,
 			"Backend":{"Type":"vxlan","Port":4789,"VNI":4096,"MTU":1400,"GBP":true,"DirectRouting":true}}`,
 		check: func(c *subnet.Config) bool {
 			b := c.Backend
-			return c.Network.String() == "10.42.0.0/16" && !c.EnableIPv6 &&
+			return c.Network.String() == "10.42.0.0/16" && !c.EnableIPv6 && c.EnableNFTables &&
 				b.Type == "vxlan" && b.Port == 4789 && b.VNI == 4096 && b.MTU == 1400 && b.GBP && b.DirectRouting
 		},
 	}, {
 		name:   "uvxlan, port 0 is the default",
 		values: "flannel: {backend: uvxlan, backendPort: 0, vni: 0}\n",
-		want:   `{"Network":"10.244.0.0/16","EnableNFTables":true,"Backend":{"Type":"uvxlan","Port":0,"VNI":0}}`,
+		want:   `{"Network":"10.244.0.0/16","EnableNFTables":false,"Backend":{"Type":"uvxlan","Port":0,"VNI":0}}`,
 		check: func(c *subnet.Config) bool {
 			return c.Backend.Type == "uvxlan" && c.Backend.Port == 8472 && c.Backend.VNI == 0
 		},
 	}, {
 		name:   "WireGuard, dual-stack",
 		values: wireguardDualStack,
-		want: `{"Network":"10.42.0.0/16","IPv6Network":"fd00:42::/56","EnableIPv6":true,"EnableNFTables":true,
+		want: `{"Network":"10.42.0.0/16","IPv6Network":"fd00:42::/56","EnableIPv6":true,"EnableNFTables":false,
 			"Backend":{"Type":"wireguard","ListenPort":51830,"ListenPortV6":51831,"MTU":1420,
 			"PSK":"aGVsbG8gd29ybGQgaGVsbG8gd29ybGQgaGVsbG8gd28=","Mode":"auto","PersistentKeepaliveInterval":25}}`,
 		check: func(c *subnet.Config) bool {
@@ -168,21 +168,14 @@ flannel: {backendPort: 4789, vni: 4096, mtu: 1400, GBP: true, directRouting: tru
 	}, {
 		name:   "host-gw, IPv6 only",
 		values: "podCidr: \"\"\npodCidrv6: fd00:42::/56\nflannel: {backend: host-gw}\n",
-		want:   `{"EnableIPv4":false,"IPv6Network":"fd00:42::/56","EnableIPv6":true,"EnableNFTables":true,"Backend":{"Type":"host-gw"}}`,
+		want:   `{"EnableIPv4":false,"IPv6Network":"fd00:42::/56","EnableIPv6":true,"EnableNFTables":false,"Backend":{"Type":"host-gw"}}`,
 		check: func(c *subnet.Config) bool {
 			return !c.EnableIPv4 && c.EnableIPv6 && c.Backend.Type == "host-gw"
 		},
 	}, {
-		name:   "ipip",
-		values: "flannel: {backend: ipip, mtu: 9000, directRouting: true}\n",
-		want:   `{"Network":"10.244.0.0/16","EnableNFTables":true,"Backend":{"Type":"ipip","MTU":9000,"DirectRouting":true}}`,
-		check: func(c *subnet.Config) bool {
-			return c.Backend.Type == "ipip" && c.Backend.MTU == 9000 && c.Backend.DirectRouting
-		},
-	}, {
 		name:   "alloc",
 		values: "flannel: {backend: alloc}\n",
-		want:   `{"Network":"10.244.0.0/16","EnableNFTables":true,"Backend":{"Type":"alloc"}}`,
+		want:   `{"Network":"10.244.0.0/16","EnableNFTables":false,"Backend":{"Type":"alloc"}}`,
 		check:  func(c *subnet.Config) bool { return c.Backend.Type == "alloc" },
 	}}
 	for _, tc := range cases {
@@ -327,7 +320,6 @@ func TestRefused(t *testing.T) {
 		{"unknown backend", "flannel: {backend: geneve}", "flannel.backend=geneve: unknown"},
 		{"Flannel's CNI image", "flannel: {flannel_cni: {image: {repository: x, tag: y}}}", "flannel.flannel_cni: weft has no separate CNI plugin image"},
 		{"Windows MAC prefix", "flannel: {macPrefix: 0E-2A}", "flannel.macPrefix"},
-		{"iptables mode", "flannel: {enableNFTables: false}", "flannel.enableNFTables=false"},
 		{"network policies", "netpol: {enabled: true}", "netpol.enabled=true"},
 		{"network policy image", "netpol: {image: {repository: x}}", "netpol.image"},
 		{"VNI for host-gw", "flannel: {backend: host-gw, vni: 2}", "flannel.vni: has no meaning for backend host-gw"},
@@ -335,7 +327,7 @@ func TestRefused(t *testing.T) {
 		{"PSK for vxlan", "flannel: {psk: aGVsbG8gd29ybGQgaGVsbG8gd29ybGQgaGVsbG8gd28=}", "flannel.psk: has no meaning for backend vxlan"},
 		{"IPv6 port for vxlan", "flannel: {backendPortv6: 1}", "flannel.backendPortv6: has no meaning for backend vxlan"},
 		{"MTU for alloc", "flannel: {backend: alloc, mtu: 1500}", "flannel.mtu: has no meaning for backend alloc"},
-		{"ipip with IPv6", "podCidrv6: fd00::/56\nflannel: {backend: ipip}", "ipip carries IPv4 only"},
+		{"ipip backend", "flannel: {backend: ipip}", "flannel.backend=ipip: Flannel's ipip backend is not in weft yet"},
 		{"no network", "podCidr: \"\"", "podCidr and podCidrv6 are both empty"},
 		{"bad IPv4 CIDR", "podCidr: 10.244.0.0", `podCidr "10.244.0.0": not an IPv4 CIDR`},
 		{"bad IPv6 CIDR", "podCidrv6: 10.0.0.0/8", `podCidrv6 "10.0.0.0/8": not an IPv6 CIDR`},

@@ -20,7 +20,6 @@ mtu:
   vxlan: MTU
   uvxlan: MTU
   wireguard: MTU
-  ipip: MTU
 vni:
   vxlan: VNI
   uvxlan: VNI
@@ -29,7 +28,6 @@ GBP:
 directRouting:
   vxlan: DirectRouting
   uvxlan: DirectRouting
-  ipip: DirectRouting
 psk:
   wireguard: PSK
 tunnelMode:
@@ -76,9 +74,6 @@ meaning in weft. values.schema.json has already checked types and ranges.
 {{- if hasKey $f "macPrefix" -}}
 {{- fail "flannel.macPrefix: sets VTEP MAC prefixes on Windows nodes, which weft does not run on. Remove it." -}}
 {{- end -}}
-{{- if not $f.enableNFTables -}}
-{{- fail "flannel.enableNFTables=false: weft programs its rules with nftables only and has no iptables mode. Set it to true or leave it out." -}}
-{{- end -}}
 {{- $netpol := $v.netpol | default dict -}}
 {{- if $netpol.enabled -}}
 {{- fail "netpol.enabled=true: weft's chart does not run kube-network-policies; install a NetworkPolicy controller on its own and remove netpol from your values." -}}
@@ -93,10 +88,12 @@ meaning in weft. values.schema.json has already checked types and ranges.
 {{- fail "flannel.backend=udp: Flannel's udp backend is not in weft; use uvxlan, weft's VXLAN dataplane run in weftd (it speaks VXLAN to flanneld's vxlan nodes)." -}}
 {{- else if eq $b "ipsec" -}}
 {{- fail "flannel.backend=ipsec: Flannel's ipsec backend is not in weft; use wireguard for encrypted pod traffic." -}}
+{{- else if eq $b "ipip" -}}
+{{- fail "flannel.backend=ipip: Flannel's ipip backend is not in weft yet; use vxlan (Flannel's default) or host-gw (nodes on one L2 network)." -}}
 {{- else if eq $b "extension" -}}
 {{- fail "flannel.backend=extension: the extension backend runs commands that the chart cannot set; use kube-manifests/kube-weft.yml and write them into its net-conf.json (README.md, \"extension users\")." -}}
-{{- else if not (has $b (list "vxlan" "uvxlan" "host-gw" "wireguard" "ipip" "alloc")) -}}
-{{- fail (printf "flannel.backend=%s: unknown; weft's chart runs vxlan, uvxlan, host-gw, wireguard, ipip or alloc." $b) -}}
+{{- else if not (has $b (list "vxlan" "uvxlan" "host-gw" "wireguard" "alloc")) -}}
+{{- fail (printf "flannel.backend=%s: unknown; weft's chart runs vxlan, uvxlan, host-gw, wireguard or alloc." $b) -}}
 {{- end -}}
 {{- range $key, $fields := include "weft.backendKeys" . | fromYaml -}}
 {{- if and (hasKey $f $key) (not (kindIs "invalid" (index $f $key))) (not (hasKey $fields $b)) -}}
@@ -115,9 +112,6 @@ meaning in weft. values.schema.json has already checked types and ranges.
 {{- end -}}
 {{- if and $v.podCidrv6 (not (regexMatch "^[0-9a-fA-F:]*:[0-9a-fA-F:]*/[0-9]{1,3}$" $v.podCidrv6)) -}}
 {{- fail (printf "podCidrv6 %q: not an IPv6 CIDR such as fd00:10:244::/56." $v.podCidrv6) -}}
-{{- end -}}
-{{- if and (eq $b "ipip") $v.podCidrv6 -}}
-{{- fail "flannel.backend=ipip carries IPv4 only: leave podCidrv6 empty, or use vxlan, host-gw or wireguard for IPv6." -}}
 {{- end -}}
 {{- range $f.args -}}
 {{- if regexMatch "^--?(health-addr|healthz-port|healthz-ip)(=|$)" . -}}
