@@ -101,7 +101,7 @@ func TestDelWithRefusedKey(t *testing.T) {
 	if _, err := e.node.Handle.LinkByName(host); err == nil {
 		t.Errorf("host veth %s still there when DEL returned", host)
 	}
-	if left := storeFiles(t, e.dataDir, "weft"); len(left) != 0 {
+	if left := plugintest.StoreFiles(t, e.dataDir, "weft"); len(left) != 0 {
 		t.Errorf("allocations left after DEL: %v", left)
 	}
 }
