@@ -62,11 +62,11 @@ func newToolbox(log *slog.Logger) *toolbox {
 	return &toolbox{log: log, tools: map[string]*legacyTables{}, warned: map[string]bool{}, procNet: "/proc/thread-self/net"}
 }
 
-func binary(backend string, f family) string {
+func binary(kind string, f family) string {
 	if f == 6 {
-		return "ip6tables-" + backend
+		return "ip6tables-" + kind
 	}
-	return "iptables-" + backend
+	return "iptables-" + kind
 }
 
 // inUse returns the iptables backends of family f that hold table: for
@@ -75,16 +75,16 @@ func binary(backend string, f family) string {
 // iptables-legacy in use without its binary is logged once and left out.
 func (b *toolbox) inUse(f family, table string) []backend {
 	var out []backend
-	for _, backend := range []string{legacy, nft} {
-		used, err := b.used(backend, f, table)
+	for _, kind := range []string{legacy, nft} {
+		used, err := b.used(kind, f, table)
 		if err != nil {
-			b.warnOnce("check:"+binary(backend, f)+table, "cannot tell whether "+binary(backend, f)+" is in use", "err", err)
+			b.warnOnce("check:"+binary(kind, f)+table, "cannot tell whether "+binary(kind, f)+" is in use", "err", err)
 			continue
 		}
 		if !used {
 			continue
 		}
-		if backend == nft {
+		if kind == nft {
 			out = append(out, nftTables{f})
 		} else if t := b.legacy(f); t != nil {
 			out = append(out, t)
@@ -93,8 +93,8 @@ func (b *toolbox) inUse(f family, table string) []backend {
 	return out
 }
 
-func (b *toolbox) used(backend string, f family, table string) (bool, error) {
-	if backend == legacy {
+func (b *toolbox) used(kind string, f family, table string) (bool, error) {
+	if kind == legacy {
 		name := "ip_tables_names"
 		if f == 6 {
 			name = "ip6_tables_names"
