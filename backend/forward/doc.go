@@ -22,10 +22,21 @@
 // filter table in this namespace (/proc/thread-self/net/ip_tables_names),
 // iptables-nft when nftables holds table ip filter with a FORWARD chain.
 // A backend that is not in use gets nothing (asking for a table would create
-// it). The rules are written by the iptables-legacy and iptables-nft
-// binaries found on PATH (ip6tables-… for IPv6), through coreos/go-iptables,
-// as Flannel writes its own; where a table is in use but its binary is
-// missing, Run logs it once and goes on.
+// it).
+//
+// In iptables-nft the rules are written through nftables' netlink API
+// (google/nftables), in the form the iptables-nft binary gives them, so that
+// `iptables-nft -S` lists them as above and iptables-nft can still edit the
+// table: regular chain WEFT-FWD in table ip (ip6) filter; each rule a match
+// on the address (a payload load of the prefix's bytes and a cmp, or a load
+// of the whole address, a bitwise mask and a cmp when the prefix ends
+// inside a byte), a counter and an immediate verdict (accept, or jump
+// WEFT-FWD), with no user data. No binary is needed (weft's image has
+// none). iptables-legacy's kernel interface takes a whole table at once, so
+// there the rules are written by the iptables-legacy (ip6tables-legacy)
+// binary found on PATH, through coreos/go-iptables, as Flannel writes its
+// own; where a legacy table is in use but its binary is missing, Run logs it
+// once and goes on.
 //
 // # Why appended
 //
@@ -40,8 +51,10 @@
 //
 // Run programs the rules at once and checks them every CheckInterval: a
 // WEFT-FWD chain whose rules differ from the two above (missing, edited or
-// extra) is flushed and written again, a missing jump appended again, and
-// duplicate jumps reduced to one. A backend that comes into use later (Docker
+// extra; in iptables-nft, expressions other than the form above, as an old
+// iptables-nft wrote them, count too) is flushed and written again, a
+// missing jump appended again, and duplicate jumps reduced to one (in
+// iptables-nft all in one transaction). A backend that comes into use later (Docker
 // started after weftd) gets the rules at the next check. Run leaves the rules
 // in place when it returns, so that a restarting weftd never interrupts
 // traffic. With Accept off, Run removes weft's chain and jump instead.
@@ -49,12 +62,13 @@
 // Either way, after its first pass Run removes what flanneld left: the
 // FLANNEL-FWD chain (filter table) and FLANNEL-POSTRTG chain (nat table),
 // with the rules that jump to them, in every iptables backend and family in
-// use, and the nftables tables ip flannel-ipv4 and ip6 flannel-ipv6 (Flannel
+// use (in iptables-nft through nftables, in one transaction per chain), and
+// the nftables tables ip flannel-ipv4 and ip6 flannel-ipv6 (Flannel
 // in nftables mode). Each removal is logged. weftd owns the node's
 // forwarding and masquerade after a takeover; Flannel's rules, resynced by
 // no one, would otherwise linger with a stale network.
 //
 // Run works in the network namespace of the thread it runs on: the
-// iptables processes it starts and its nftables socket inherit it (tests run
-// it under namespace.NS.Do).
+// iptables-legacy processes it starts and its nftables sockets inherit it
+// (tests run it under namespace.NS.Do).
 package forward

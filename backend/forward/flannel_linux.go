@@ -30,12 +30,12 @@ func (f *Forwarder) removeFlannel() error {
 	for _, fam := range []family{4, 6} {
 		for _, c := range flannelChains {
 			for _, t := range b.inUse(fam, c.table) {
-				removed, err := removeChain(t, c.table, c.parent, c.chain)
+				removed, err := t.removeChain(c.table, c.parent, c.chain)
 				if err != nil {
 					errs = append(errs, err)
 				}
 				if removed {
-					log.Info("removed flanneld's leftover chain", "iptables", t.name, "table", c.table, "chain", c.chain)
+					log.Info("removed flanneld's leftover chain", "iptables", t.String(), "table", c.table, "chain", c.chain)
 				}
 			}
 		}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +30,23 @@ type Config struct {
 	CheckInterval time.Duration
 }
 
+// backend is one iptables backend (legacy or nft) of one family, holding the
+// table a method is asked about.
+type backend interface {
+	// String names the iptables command that lists these rules, for
+	// example ip6tables-nft.
+	String() string
+	// check returns why weft's chain and jump for n are not as Rules and
+	// Jump say ("" when they are).
+	check(n netip.Prefix) (string, error)
+	// program writes weft's chain afresh and leaves exactly one jump to it,
+	// appended to FORWARD unless one is there already.
+	program(n netip.Prefix) error
+	// removeChain deletes the rules of parent that jump or go to chain, then
+	// chain itself. It reports whether chain existed.
+	removeChain(table, parent, chain string) (bool, error)
+}
+
 // Forwarder keeps weft's forward accept rules in place.
 type Forwarder struct {
 	cfg     Config
@@ -40,8 +55,8 @@ type Forwarder struct {
 	once    sync.Once
 	repairs atomic.Uint64
 	tools   *toolbox
-	// programmed names the binaries whose rules Run has written (Run's
-	// goroutine only).
+	// programmed names the backends (by String) whose rules Run has
+	// written (Run's goroutine only).
 	programmed map[string]bool
 }
 
@@ -131,7 +146,7 @@ func (f *Forwarder) ensure() error {
 	var errs []error
 	for _, n := range f.families() {
 		for _, t := range f.tools.inUse(familyOf(n), "filter") {
-			why, err := check(t, n)
+			why, err := t.check(n)
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -139,28 +154,33 @@ func (f *Forwarder) ensure() error {
 			if why == "" {
 				continue
 			}
-			if err := program(t, n); err != nil {
+			if err := t.program(n); err != nil {
 				errs = append(errs, err)
 				continue
 			}
-			if f.programmed[t.name] {
+			if f.programmed[t.String()] {
 				f.repairs.Add(1)
-				f.log.Warn("repaired forward accept rules", "iptables", t.name, "reason", why)
+				f.log.Warn("repaired forward accept rules", "iptables", t.String(), "reason", why)
 			} else {
-				f.log.Info("programmed forward accept rules", "iptables", t.name, "chain", Chain, "network", n, "reason", why)
-				f.programmed[t.name] = true
+				f.log.Info("programmed forward accept rules", "iptables", t.String(), "chain", Chain, "network", n, "reason", why)
+				f.programmed[t.String()] = true
 			}
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// Rules are weft's chain as `iptables -S WEFT-FWD` prints it.
+// Rules are weft's chain as `iptables -S WEFT-FWD` prints it (which omits
+// a match on a /0).
 func Rules(n netip.Prefix) []string {
+	src, dst := " -s "+n.String(), " -d "+n.String()
+	if n.Bits() == 0 {
+		src, dst = "", ""
+	}
 	return []string{
 		"-N " + Chain,
-		"-A " + Chain + " -s " + n.String() + " -j ACCEPT",
-		"-A " + Chain + " -d " + n.String() + " -j ACCEPT",
+		"-A " + Chain + src + " -j ACCEPT",
+		"-A " + Chain + dst + " -j ACCEPT",
 	}
 }
 
@@ -168,85 +188,17 @@ func Rules(n netip.Prefix) []string {
 // FORWARD` prints it.
 const Jump = "-A FORWARD -j " + Chain
 
-// check returns why the rules in t are not as wanted ("" when they are).
-func check(t *tool, n netip.Prefix) (string, error) {
-	have, err := t.ipt.List("filter", Chain)
-	if err != nil {
-		if isMissing(err) {
-			return "chain missing", nil
-		}
-		return "", fmt.Errorf("%s: list %s: %w", t.name, Chain, err)
-	}
-	if !slices.Equal(have, Rules(n)) {
-		return "rules of " + Chain + " changed", nil
-	}
-	fwd, err := t.ipt.List("filter", "FORWARD")
-	if err != nil {
-		return "", fmt.Errorf("%s: list FORWARD: %w", t.name, err)
-	}
-	switch c := count(fwd, Jump); {
-	case c == 0:
-		return "jump from FORWARD missing", nil
-	case c > 1:
-		return "jump from FORWARD duplicated", nil
-	}
-	return "", nil
-}
-
-func count(lines []string, s string) int {
-	c := 0
-	for _, l := range lines {
-		if l == s {
-			c++
-		}
-	}
-	return c
-}
-
-// program writes weft's chain afresh and leaves exactly one jump to it,
-// appended to FORWARD unless one is there already.
-func program(t *tool, n netip.Prefix) error {
-	if err := t.ipt.ClearChain("filter", Chain); err != nil {
-		return fmt.Errorf("%s: create %s: %w", t.name, Chain, err)
-	}
-	for _, r := range Rules(n)[1:] {
-		if err := t.ipt.Append("filter", Chain, ruleSpec(r)...); err != nil {
-			return fmt.Errorf("%s: append to %s: %w", t.name, Chain, err)
-		}
-	}
-	fwd, err := t.ipt.List("filter", "FORWARD")
-	if err != nil {
-		return fmt.Errorf("%s: list FORWARD: %w", t.name, err)
-	}
-	for range count(fwd, Jump) - 1 {
-		if err := t.ipt.Delete("filter", "FORWARD", "-j", Chain); err != nil {
-			return fmt.Errorf("%s: delete a duplicate jump to %s: %w", t.name, Chain, err)
-		}
-	}
-	if count(fwd, Jump) == 0 {
-		if err := t.ipt.Append("filter", "FORWARD", "-j", Chain); err != nil {
-			return fmt.Errorf("%s: append the jump to %s: %w", t.name, Chain, err)
-		}
-	}
-	return nil
-}
-
-// ruleSpec is the rule specification of a line of Rules, without "-A chain".
-func ruleSpec(line string) []string {
-	return strings.Fields(line)[2:]
-}
-
 // removeOwn deletes weft's jumps and chain from every backend in use.
 func (f *Forwarder) removeOwn() error {
 	var errs []error
 	for _, n := range f.families() {
 		for _, t := range f.tools.inUse(familyOf(n), "filter") {
-			removed, err := removeChain(t, "filter", "FORWARD", Chain)
+			removed, err := t.removeChain("filter", "FORWARD", Chain)
 			if err != nil {
 				errs = append(errs, err)
 			}
 			if removed {
-				f.log.Info("removed weft's forward accept rules (--iptables-forward-rules=false)", "iptables", t.name, "chain", Chain)
+				f.log.Info("removed weft's forward accept rules (--iptables-forward-rules=false)", "iptables", t.String(), "chain", Chain)
 			}
 		}
 	}

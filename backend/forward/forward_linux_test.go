@@ -4,7 +4,9 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -30,6 +32,9 @@ func TestRulesText(t *testing.T) {
 	}
 	if got := Rules(network6)[1]; got != "-A WEFT-FWD -s fd00:10:244::/56 -j ACCEPT" {
 		t.Errorf("IPv6 rule %q", got)
+	}
+	if got := Rules(netip.MustParsePrefix("0.0.0.0/0"))[2]; got != "-A WEFT-FWD -j ACCEPT" {
+		t.Errorf("rule for a /0 %q", got)
 	}
 }
 
@@ -110,11 +115,16 @@ func start(t *testing.T, ns *nettest.NS, cfg Config) (*Forwarder, func()) {
 // iptables-nft or iptables-legacy, the rules let pod traffic through in
 // both families; they are repaired after each kind of damage, kept when
 // Run returns, and removed by a run with Accept off.
+// With iptables-nft the forwarder runs with no iptables binary on PATH (as
+// in weft's image); the test runs them by their full path.
 func TestForwardPolicyDrop(t *testing.T) {
 	for _, backend := range []string{legacy, nft} {
 		t.Run(backend, func(t *testing.T) {
 			l := newLab(t)
-			ipt, ip6t := "iptables-"+backend, "ip6tables-"+backend
+			ipt, ip6t := lookPath(t, "iptables-"+backend), lookPath(t, "ip6tables-"+backend)
+			if backend == nft {
+				noIptablesOnPath(t)
+			}
 			nettest.MustRun(t, l.node, ipt, "-P", "FORWARD", "DROP")
 			nettest.MustRun(t, l.node, ip6t, "-P", "FORWARD", "DROP")
 			if v4, v6 := l.reaches(); v4 || v6 {
@@ -127,12 +137,17 @@ func TestForwardPolicyDrop(t *testing.T) {
 					t.Fatalf("pod not reachable through FORWARD policy DROP: IPv4 %v, IPv6 %v\n%s", v4, v6,
 						nettest.MustRun(t, l.node, ipt, "-S"))
 				}
-				got := listing(t, l.node, ipt, "-S", Chain)
-				if !slices.Equal(got, Rules(network)) {
-					t.Errorf("%s -S %s = %q", ipt, Chain, got)
-				}
-				if fwd := nettest.MustRun(t, l.node, ipt, "-S", "FORWARD"); strings.Count(fwd, Jump+"\n") != 1 {
-					t.Errorf("want one jump to %s in FORWARD:\n%s", Chain, fwd)
+				for _, c := range []struct {
+					ipt string
+					n   netip.Prefix
+				}{{ipt, network}, {ip6t, network6}} {
+					got := listing(t, l.node, c.ipt, "-S", Chain)
+					if !slices.Equal(got, Rules(c.n)) {
+						t.Errorf("%s -S %s = %q", c.ipt, Chain, got)
+					}
+					if fwd := nettest.MustRun(t, l.node, c.ipt, "-S", "FORWARD"); strings.Count(fwd, Jump+"\n") != 1 {
+						t.Errorf("want one jump to %s in %s FORWARD:\n%s", Chain, c.ipt, fwd)
+					}
 				}
 			}
 			t.Run("programmed", check)
@@ -148,9 +163,11 @@ func TestForwardPolicyDrop(t *testing.T) {
 				{ipt, "-D", Chain, "-s", network.String(), "-j", "ACCEPT"},
 				{ipt, "-I", Chain, "-s", "10.0.0.0/8", "-j", "DROP"},
 				{ipt, "-A", "FORWARD", "-j", Chain},
+				{ipt, "-F", Chain},
 				{ip6t, "-F", Chain},
+				{ip6t, "-D", "FORWARD", "-j", Chain},
 			} {
-				t.Run("repaired after "+strings.Join(br, " "), func(t *testing.T) {
+				t.Run("repaired after "+filepath.Base(br[0])+" "+strings.Join(br[1:], " "), func(t *testing.T) {
 					before := f.Repairs()
 					nettest.MustRun(t, l.node, br...)
 					deadline := time.Now().Add(5 * time.Second)
@@ -176,6 +193,35 @@ func TestForwardPolicyDrop(t *testing.T) {
 				t.Errorf("pod reachable after the rules were removed (%v %v)", v4, v6)
 			}
 		})
+	}
+}
+
+// lookPath is the full path of the binary name.
+func lookPath(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		nettest.CannotRun(t, nettest.SkipTools, name+" missing (test/setup.sh installs iptables and nftables)")
+	}
+	return p
+}
+
+// noIptablesOnPath sets PATH, until the test ends, to a directory that
+// holds the other commands the tests run (ip runs every command in a
+// namespace) but no iptables binary.
+func noIptablesOnPath(t *testing.T) {
+	t.Helper()
+	dir := t.TempDir()
+	for _, b := range []string{"ip", "ping", "cat", "nft", "sysctl"} {
+		if err := os.Symlink(lookPath(t, b), filepath.Join(dir, b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", dir)
+	for _, b := range []string{"iptables", "iptables-nft", "ip6tables-nft", "iptables-legacy", "ip6tables-legacy"} {
+		if _, err := exec.LookPath(b); err == nil {
+			t.Fatalf("%s still on PATH", b)
+		}
 	}
 }
 
@@ -253,4 +299,88 @@ func TestFlannelLeftovers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestNFTAsBinaryWrites: the rules weft writes through nftables are the
+// ones the iptables-nft binary writes for the same commands, compared in two
+// namespaces by iptables-nft's own listings and by the kernel's
+// expressions, for prefixes that end on a byte boundary and inside a byte.
+// The forwarder runs with no iptables binary on PATH. Afterwards
+// iptables-nft still changes the table, weft's rules included.
+func TestNFTAsBinaryWrites(t *testing.T) {
+	for _, tc := range []struct{ name, v4, v6 string }{
+		{"byte boundary", "10.244.0.0/16", "fd00:10:244::/56"},
+		{"inside a byte", "10.240.0.0/12", "fd00:10:244::/57"},
+		{"everything", "0.0.0.0/0", "::/0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			needTools(t)
+			ipt, ip6t := lookPath(t, "iptables-nft"), lookPath(t, "ip6tables-nft")
+			save, save6 := lookPath(t, "iptables-nft-save"), lookPath(t, "ip6tables-nft-save")
+			n4, n6 := netip.MustParsePrefix(tc.v4), netip.MustParsePrefix(tc.v6)
+			native, bin := nettest.NewNS(t, "native"), nettest.NewNS(t, "binary")
+			for _, ns := range []*nettest.NS{native, bin} {
+				nettest.MustRun(t, ns, ipt, "-P", "FORWARD", "DROP")
+				nettest.MustRun(t, ns, ip6t, "-P", "FORWARD", "DROP")
+			}
+			for _, c := range []struct {
+				ipt string
+				n   netip.Prefix
+			}{{ipt, n4}, {ip6t, n6}} {
+				for _, l := range append(Rules(c.n), Jump) {
+					nettest.MustRun(t, bin, append([]string{c.ipt}, strings.Fields(l)...)...)
+				}
+			}
+			noIptablesOnPath(t)
+			_, stop := start(t, native, Config{Network: n4, IPv6Network: n6, Accept: true})
+			stop()
+
+			for _, argv := range [][]string{{ipt, "-S"}, {ip6t, "-S"}, {save}, {save6}} {
+				got, want := listing(t, native, argv...), listing(t, bin, argv...)
+				if !slices.Equal(got, want) {
+					t.Errorf("%s lists weft's rules\n%s\nand the binary's\n%s", filepath.Base(argv[0]),
+						strings.Join(got, "\n"), strings.Join(want, "\n"))
+				}
+			}
+			if got, want := netlinkDump(t, native), netlinkDump(t, bin); got != want {
+				t.Errorf("the kernel holds weft's rules as\n%s\nand the binary's as\n%s", got, want)
+			}
+
+			for _, argv := range [][]string{
+				{ipt, "-C", Chain, "-s", tc.v4, "-j", "ACCEPT"},
+				{ip6t, "-C", Chain, "-d", tc.v6, "-j", "ACCEPT"},
+				{ipt, "-I", "FORWARD", "-s", "192.0.2.1", "-j", "DROP"},
+				{ipt, "-D", "FORWARD", "-j", Chain},
+				{ip6t, "-D", "FORWARD", "-j", Chain},
+				{ipt, "-D", Chain, "-d", tc.v4, "-j", "ACCEPT"},
+				{ipt, "-A", Chain, "-d", "192.0.2.2", "-j", "ACCEPT"},
+				{ipt, "-D", "FORWARD", "-s", "192.0.2.1", "-j", "DROP"},
+				{ip6t, "-F", Chain},
+				{ip6t, "-X", Chain},
+			} {
+				if out := nettest.MustRun(t, native, argv...); out != "" {
+					t.Errorf("%s: %s", strings.Join(argv, " "), out)
+				}
+			}
+			want := []string{"-P INPUT ACCEPT", "-P FORWARD DROP", "-P OUTPUT ACCEPT", "-N " + Chain,
+				Rules(n4)[1], "-A " + Chain + " -d 192.0.2.2/32 -j ACCEPT"}
+			if got := listing(t, native, ipt, "-S"); !slices.Equal(got, want) {
+				t.Errorf("after iptables-nft's changes, iptables-nft -S =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		})
+	}
+}
+
+// netlinkDump is nft's listing of the kernel's expressions in n, without
+// rule handles.
+func netlinkDump(t *testing.T, n *nettest.NS) string {
+	t.Helper()
+	var out []string
+	for l := range strings.SplitSeq(nettest.MustRun(t, n, "nft", "--debug=netlink", "list", "ruleset"), "\n") {
+		if strings.HasPrefix(l, "ip filter ") || strings.HasPrefix(l, "ip6 filter ") {
+			l = strings.Join(strings.Fields(l)[:3], " ") // family, table, chain
+		}
+		out = append(out, l)
+	}
+	return strings.Join(out, "\n")
 }

@@ -32,18 +32,26 @@ const (
 	nft    = "nft"
 )
 
-// tool is one iptables binary: a backend and a family.
-type tool struct {
-	name string // the binary, for example iptables-nft
+// legacyTables is iptables-legacy's tables of one family, written by its
+// binary (iptables-legacy or ip6tables-legacy) through go-iptables: the
+// kernel takes them only as the x_tables blob of a whole table, which the
+// binary builds.
+type legacyTables struct {
+	name string // the binary
 	ipt  *iptables.IPTables
 }
 
-// toolbox finds the iptables binaries and the backends in use. It remembers
-// the binaries it found, and which missing ones it has already logged.
+var _ backend = (*legacyTables)(nil)
+
+func (t *legacyTables) String() string { return t.name }
+
+// toolbox finds the iptables backends in use, and the iptables-legacy
+// binaries. It remembers the binaries it found, and which missing ones it
+// has already logged.
 type toolbox struct {
 	log    *slog.Logger
 	mu     sync.Mutex
-	tools  map[string]*tool
+	tools  map[string]*legacyTables
 	warned map[string]bool
 	// procNet is where the kernel lists the iptables-legacy tables of the
 	// calling thread's namespace.
@@ -51,41 +59,42 @@ type toolbox struct {
 }
 
 func newToolbox(log *slog.Logger) *toolbox {
-	return &toolbox{log: log, tools: map[string]*tool{}, warned: map[string]bool{}, procNet: "/proc/thread-self/net"}
+	return &toolbox{log: log, tools: map[string]*legacyTables{}, warned: map[string]bool{}, procNet: "/proc/thread-self/net"}
 }
 
-func binary(backend string, f family) string {
+func binary(kind string, f family) string {
 	if f == 6 {
-		return "ip6tables-" + backend
+		return "ip6tables-" + kind
 	}
-	return "iptables-" + backend
+	return "iptables-" + kind
 }
 
-// inUse returns the iptables binaries of family f whose backend holds
-// table: for legacy, the table is loaded in this namespace; for nft,
-// nftables has the table with its built-in chain (FORWARD for filter,
-// POSTROUTING for nat). A backend in use whose binary is missing is logged
-// once and left out.
-func (b *toolbox) inUse(f family, table string) []*tool {
-	var out []*tool
-	for _, backend := range []string{legacy, nft} {
-		used, err := b.used(backend, f, table)
+// inUse returns the iptables backends of family f that hold table: for
+// legacy, the table is loaded in this namespace; for nft, nftables has the
+// table with its built-in chain (FORWARD for filter, POSTROUTING for nat).
+// iptables-legacy in use without its binary is logged once and left out.
+func (b *toolbox) inUse(f family, table string) []backend {
+	var out []backend
+	for _, kind := range []string{legacy, nft} {
+		used, err := b.used(kind, f, table)
 		if err != nil {
-			b.warnOnce("check:"+binary(backend, f)+table, "cannot tell whether "+binary(backend, f)+" is in use", "err", err)
+			b.warnOnce("check:"+binary(kind, f)+table, "cannot tell whether "+binary(kind, f)+" is in use", "err", err)
 			continue
 		}
 		if !used {
 			continue
 		}
-		if t := b.tool(backend, f); t != nil {
+		if kind == nft {
+			out = append(out, nftTables{f})
+		} else if t := b.legacy(f); t != nil {
 			out = append(out, t)
 		}
 	}
 	return out
 }
 
-func (b *toolbox) used(backend string, f family, table string) (bool, error) {
-	if backend == legacy {
+func (b *toolbox) used(kind string, f family, table string) (bool, error) {
+	if kind == legacy {
 		name := "ip_tables_names"
 		if f == 6 {
 			name = "ip6_tables_names"
@@ -99,7 +108,15 @@ func (b *toolbox) used(backend string, f family, table string) (bool, error) {
 		}
 		return slices.Contains(strings.Fields(string(data)), table), nil
 	}
-	return nftHasChain(f, table, builtin(table))
+	conn, err := nftables.New()
+	if err != nil {
+		return false, fmt.Errorf("nftables connection: %w", err)
+	}
+	chains, err := nftTables{f}.chains(conn, table)
+	if err != nil {
+		return false, err
+	}
+	return chains[builtin(table)] != nil, nil
 }
 
 func builtin(table string) string {
@@ -109,28 +126,10 @@ func builtin(table string) string {
 	return "FORWARD"
 }
 
-// nftHasChain reports whether nftables holds the chain in the table of the
-// family (ip or ip6), as iptables-nft writes them.
-func nftHasChain(f family, table, chain string) (bool, error) {
-	conn, err := nftables.New()
-	if err != nil {
-		return false, fmt.Errorf("nftables connection: %w", err)
-	}
-	fam := nftables.TableFamilyIPv4
-	if f == 6 {
-		fam = nftables.TableFamilyIPv6
-	}
-	chains, err := conn.ListChainsOfTableFamily(fam)
-	if err != nil {
-		return false, fmt.Errorf("list nftables chains: %w", err)
-	}
-	return slices.ContainsFunc(chains, func(c *nftables.Chain) bool { return c.Table.Name == table && c.Name == chain }), nil
-}
-
-// tool returns the binary of the backend and family, or nil (logged once)
-// when it is missing.
-func (b *toolbox) tool(backend string, f family) *tool {
-	name := binary(backend, f)
+// legacy returns iptables-legacy of family f, or nil (logged once) when
+// its binary is missing.
+func (b *toolbox) legacy(f family) *legacyTables {
+	name := binary(legacy, f)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if t := b.tools[name]; t != nil {
@@ -138,7 +137,7 @@ func (b *toolbox) tool(backend string, f family) *tool {
 	}
 	path, err := exec.LookPath(name)
 	if err != nil {
-		b.warnLocked("missing:"+name, "an iptables backend is in use but its binary is not on PATH: weft cannot write its rules there",
+		b.warnLocked("missing:"+name, "iptables-legacy is in use but its binary is not on PATH: weft cannot write its rules there",
 			"binary", name, "err", err)
 		return nil
 	}
@@ -151,7 +150,7 @@ func (b *toolbox) tool(backend string, f family) *tool {
 		b.warnLocked("version:"+name, "cannot run an iptables binary", "binary", path, "err", err)
 		return nil
 	}
-	t := &tool{name: name, ipt: ipt}
+	t := &legacyTables{name: name, ipt: ipt}
 	b.tools[name] = t
 	return t
 }
@@ -178,9 +177,77 @@ func isMissing(err error) bool {
 	return errors.As(err, &e) && e.ExitStatus() == 1
 }
 
+// check returns why the rules are not as wanted ("" when they are).
+func (t *legacyTables) check(n netip.Prefix) (string, error) {
+	have, err := t.ipt.List("filter", Chain)
+	if err != nil {
+		if isMissing(err) {
+			return "chain missing", nil
+		}
+		return "", fmt.Errorf("%s: list %s: %w", t.name, Chain, err)
+	}
+	if !slices.Equal(have, Rules(n)) {
+		return "rules of " + Chain + " changed", nil
+	}
+	fwd, err := t.ipt.List("filter", "FORWARD")
+	if err != nil {
+		return "", fmt.Errorf("%s: list FORWARD: %w", t.name, err)
+	}
+	switch c := count(fwd, Jump); {
+	case c == 0:
+		return "jump from FORWARD missing", nil
+	case c > 1:
+		return "jump from FORWARD duplicated", nil
+	}
+	return "", nil
+}
+
+func count(lines []string, s string) int {
+	c := 0
+	for _, l := range lines {
+		if l == s {
+			c++
+		}
+	}
+	return c
+}
+
+// program writes weft's chain afresh and leaves exactly one jump to it,
+// appended to FORWARD unless one is there already.
+func (t *legacyTables) program(n netip.Prefix) error {
+	if err := t.ipt.ClearChain("filter", Chain); err != nil {
+		return fmt.Errorf("%s: create %s: %w", t.name, Chain, err)
+	}
+	for _, r := range Rules(n)[1:] {
+		if err := t.ipt.Append("filter", Chain, ruleSpec(r)...); err != nil {
+			return fmt.Errorf("%s: append to %s: %w", t.name, Chain, err)
+		}
+	}
+	fwd, err := t.ipt.List("filter", "FORWARD")
+	if err != nil {
+		return fmt.Errorf("%s: list FORWARD: %w", t.name, err)
+	}
+	for range count(fwd, Jump) - 1 {
+		if err := t.ipt.Delete("filter", "FORWARD", "-j", Chain); err != nil {
+			return fmt.Errorf("%s: delete a duplicate jump to %s: %w", t.name, Chain, err)
+		}
+	}
+	if count(fwd, Jump) == 0 {
+		if err := t.ipt.Append("filter", "FORWARD", "-j", Chain); err != nil {
+			return fmt.Errorf("%s: append the jump to %s: %w", t.name, Chain, err)
+		}
+	}
+	return nil
+}
+
+// ruleSpec is the rule specification of a line of Rules, without "-A chain".
+func ruleSpec(line string) []string {
+	return strings.Fields(line)[2:]
+}
+
 // removeChain deletes the rules of parent that jump (or go) to chain, then
 // chain itself. It reports whether chain existed.
-func removeChain(t *tool, table, parent, chain string) (bool, error) {
+func (t *legacyTables) removeChain(table, parent, chain string) (bool, error) {
 	if _, err := t.ipt.List(table, chain); err != nil {
 		if isMissing(err) {
 			return false, nil

@@ -20,7 +20,8 @@ import (
 // weftd is stopped; with --iptables-forward-rules=false they are removed and
 // the pods no longer reach each other. n1 also starts with flanneld's
 // leftovers (FLANNEL-FWD, FLANNEL-POSTRTG in both backends, its nftables
-// tables), which weftd removes.
+// tables), which weftd removes. With iptables-nft, n2's weftd runs with no
+// iptables binary on PATH, as in weft's image.
 func TestForwardPolicyDrop(t *testing.T) {
 	for _, bin := range []string{"iptables-legacy", "iptables-nft", "ip6tables-legacy", "ip6tables-nft", "nft"} {
 		if _, err := exec.LookPath(bin); err != nil {
@@ -46,6 +47,9 @@ func testForwardPolicyDrop(t *testing.T, ipt string) {
 		nettest.MustRun(t, n, ipt, "-P", "FORWARD", "DROP")
 		if n.Label == "n1" {
 			flannelLeftovers(t, n.NS)
+		}
+		if n.Label == "n2" && ipt == "iptables-nft" {
+			n.Env = []string{"PATH=" + t.TempDir()}
 		}
 	}
 	n1, n2 := c.AddNode("n1", "--iptables-resync=1"), c.AddNode("n2", "--iptables-resync=1")
