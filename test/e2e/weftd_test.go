@@ -108,7 +108,7 @@ func TestWeftdRejectsBadFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"bad backend", []string{"--backend", "udp"}, `--backend "udp"`},
+		{"bad backend", []string{"--backend", "udp"}, `--backend: backend "udp": Flannel's udp backend is not supported; use "uvxlan"`},
 		{"renew margin neither minutes nor duration", []string{"--subnet-lease-renew-margin", "soon"}, "not a number of minutes"},
 		{"flanneld's renew margin range", []string{"--flannel-compat", "--subnet-lease-renew-margin", "1440"}, "1 to 1439 minutes"},
 		{"bad log format", []string{"--log-format", "xml"}, "--log-format"},
