@@ -262,7 +262,7 @@ func checkOffload(s *state) {
 	fix := "ethtool -K " + s.k.Device.Name + " tx-checksum-ip-generic off"
 	switch {
 	case on && (major < 5 || major == 5 && minor < 7):
-		s.r.add("offload/checksum", Fail, "run weftd (it turns the offload off on kernels before 5.7 at every sync); meanwhile: "+fix,
+		s.r.add("offload/checksum", Fail, "run weftd (on kernels before 5.7 it turns the offload off when it creates or adopts the device and at every full sync); meanwhile: "+fix,
 			"kernel %d.%d < 5.7 with tx-checksum-ip-generic on: NATed VXLAN traffic (Services, masquerade) leaves with a bad checksum; weftd turns it off on such kernels, so %s is not managed by a running weftd of this release", major, minor, s.k.Device.Name)
 	case on:
 		s.r.ok("offload/checksum", "tx-checksum-ip-generic on; kernel %d.%d ≥ 5.7 carries the fix, so weftd leaves it on (if a peer logs \"UDP: bad checksum\" from this node, run: %s)", major, minor, fix)
