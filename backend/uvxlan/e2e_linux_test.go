@@ -142,6 +142,9 @@ func checkFastCounters(t *testing.T, st backend.Stats, rx bool) {
 	if st.Events[EventFastAttaches] != 1 {
 		t.Errorf("fast path attached %d times, want 1", st.Events[EventFastAttaches])
 	}
+	if _, ok := st.Events[EventFastUnavailable]; ok {
+		t.Errorf("a running fast path reports %s", EventFastUnavailable)
+	}
 	if n := st.Events[EventFastErrors]; n != 0 {
 		t.Errorf("%d fast path errors", n)
 	}

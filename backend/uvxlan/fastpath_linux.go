@@ -367,9 +367,13 @@ func (b *Backend) setFastPeers(t vtep.Table) {
 }
 
 // addFastStats adds the fast path's counters to s: its frames to TxFrames
-// and RxFrames, and each counter to Events.
+// and RxFrames, and each counter to Events; EventFastUnavailable where
+// Config.FastPath is set but the fast path could not be opened.
 func (b *Backend) addFastStats(s backend.Stats) backend.Stats {
 	if b.fast == nil {
+		if b.cfg.FastPath {
+			s.Events[EventFastUnavailable] = 1
+		}
 		return s
 	}
 	c := b.fast.counters()

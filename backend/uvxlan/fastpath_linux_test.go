@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/weft-net/weft/internal/namespace"
 	"github.com/weft-net/weft/internal/testkit/nettest"
+	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
 	"golang.org/x/sys/unix"
 )
@@ -376,5 +377,20 @@ func TestXchgEncoding(t *testing.T) {
 	}
 	if got, want := fmt.Sprintf("%x", b.Bytes()), "c3290000e1000000"; got != want {
 		t.Errorf("xchg encodes as %s, want %s (BPF_STX|BPF_ATOMIC|BPF_W, imm BPF_XCHG|BPF_FETCH)", got, want)
+	}
+}
+
+// TestFastPathUnavailable: a backend asked for the fast path that cannot
+// have it (IPv6) says so in its counters; one not asked says nothing.
+func TestFastPathUnavailable(t *testing.T) {
+	for _, fast := range []bool{true, false} {
+		b, err := New(Config{Local: netip.MustParseAddr("fd77::1"), MAC: subnet.MAC{2, 0, 0, 0, 0, 1}, FastPath: fast}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, ok := b.Stats().Events[EventFastUnavailable]
+		if want := map[bool]uint64{true: 1}[fast]; v != want || ok != fast {
+			t.Errorf("FastPath %v: %s = %d (reported: %v), want %d", fast, EventFastUnavailable, v, ok, want)
+		}
 	}
 }

@@ -174,4 +174,9 @@ const (
 	EventFastMapErrors = "fastpath_map_errors"
 	EventFastDemoted   = "fastpath_demoted_entries"
 	EventFastOffDevice = "fastpath_peers_off_device"
+	// EventFastUnavailable is 1 when Config.FastPath asks for the fast path
+	// but the backend runs without it: its maps could not be created (no
+	// CAP_BPF, a kernel without BPF) or the backend is IPv6. It is the only
+	// fast path counter such a backend reports.
+	EventFastUnavailable = "fastpath_unavailable"
 )

@@ -70,6 +70,12 @@ type Config struct {
 	// (Flannel's "Learning"); weft's own entries are permanent regardless.
 	Learning bool
 
+	// KernelRelease is the running kernel's release, as uname -r gives it;
+	// empty means read it with uname. On kernels before 5.7 the backend
+	// turns its devices' transmit checksum offload off (see
+	// offload_linux.go); tests set it to see what happens on another kernel.
+	KernelRelease string
+
 	// ResyncInterval is the period of the full resync, which re-reads the
 	// whole state and repairs it even when no change notification arrived;
 	// 0 means kernel.DefaultResync.
@@ -106,6 +112,16 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ResyncInterval <= 0 {
 		c.ResyncInterval = kernel.DefaultResync
+	}
+	if c.KernelRelease == "" {
+		r, err := kernelRelease()
+		if err != nil {
+			return c, fmt.Errorf("vxlan config: %w", err)
+		}
+		c.KernelRelease = r
+	}
+	if _, err := checksumBug(c.KernelRelease); err != nil {
+		return c, fmt.Errorf("vxlan config: %w", err)
 	}
 	v4, v6 := c.Local.IsValid() || c.Subnet.IsValid(), c.LocalIPv6.IsValid() || c.IPv6Subnet.IsValid()
 	if !v4 && !v6 {

@@ -24,6 +24,9 @@ type Backend struct {
 
 	running atomic.Bool
 	repairs repairCounters
+	// noTxChecksum: the kernel is older than 5.7, so the devices' transmit
+	// checksum offload is turned off (Config.KernelRelease).
+	noTxChecksum bool
 
 	// Owned by Run.
 	devs    []*devState
@@ -44,10 +47,12 @@ func New(cfg Config, log *slog.Logger) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	bug, _ := checksumBug(cfg.KernelRelease) // withDefaults checked it
 	b := &Backend{
-		cfg:     cfg,
-		log:     log.With("component", "vxlan"),
-		Desired: kernel.NewDesired(),
+		cfg:          cfg,
+		log:          log.With("component", "vxlan"),
+		Desired:      kernel.NewDesired(),
+		noTxChecksum: bug,
 	}
 	for _, s := range cfg.specs() {
 		b.devs = append(b.devs, &devState{spec: s})
@@ -117,6 +122,16 @@ func (b *Backend) reconcileDevice(d *devState, tp *vtep.Table, full bool) error 
 	if created && d.index != 0 {
 		b.repairs.device.Add(1)
 		b.log.Warn("repaired device", "device", d.spec.name, "old_index", d.index, "index", idx)
+	}
+	if b.noTxChecksum && (idx != d.index || full) {
+		changed, err := disableTxChecksum(b.cfg.NetNS, d.spec.name)
+		if err != nil {
+			return err
+		}
+		if changed {
+			b.log.Info("turned transmit checksum offload off: kernels before 5.7 send NATed traffic through VXLAN with bad checksums",
+				"device", d.spec.name, "kernel", b.cfg.KernelRelease)
+		}
 	}
 	if idx != d.index || d.overlay == nil {
 		d.index = idx

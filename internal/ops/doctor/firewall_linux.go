@@ -231,8 +231,10 @@ func checkVXLANPort(s *state) {
 
 // checkOffload reports the transmit checksum offload of a kernel VXLAN
 // device: before Linux 5.7, with masquerade --random-fully (which weft
-// uses), the kernel sends VXLAN datagrams with a bad outer UDP checksum
-// ("UDP: bad checksum" on the receiver) while it is on.
+// uses) or kube-proxy's NAT, the kernel sends VXLAN datagrams with a bad
+// UDP checksum ("UDP: bad checksum" on the receiver) while it is on.
+// weftd's vxlan backend turns it off itself on those kernels, so finding it
+// on there means the device is not (or not yet) weftd's.
 func checkOffload(s *state) {
 	if s.k == nil {
 		return
@@ -260,10 +262,10 @@ func checkOffload(s *state) {
 	fix := "ethtool -K " + s.k.Device.Name + " tx-checksum-ip-generic off"
 	switch {
 	case on && (major < 5 || major == 5 && minor < 7):
-		s.r.add("offload/checksum", Fail, fix+" (and in a udev rule, to survive reboots)",
-			"kernel %d.%d < 5.7 with tx-checksum-ip-generic on: masqueraded VXLAN traffic leaves with a bad UDP checksum", major, minor)
+		s.r.add("offload/checksum", Fail, "run weftd (on kernels before 5.7 it turns the offload off when it creates or adopts the device and at every full sync); meanwhile: "+fix,
+			"kernel %d.%d < 5.7 with tx-checksum-ip-generic on: NATed VXLAN traffic (Services, masquerade) leaves with a bad checksum; weftd turns it off on such kernels, so %s is not managed by a running weftd of this release", major, minor, s.k.Device.Name)
 	case on:
-		s.r.ok("offload/checksum", "tx-checksum-ip-generic on; kernel %d.%d ≥ 5.7 carries the fix (if a peer logs \"UDP: bad checksum\" from this node, run: %s)", major, minor, fix)
+		s.r.ok("offload/checksum", "tx-checksum-ip-generic on; kernel %d.%d ≥ 5.7 carries the fix, so weftd leaves it on (if a peer logs \"UDP: bad checksum\" from this node, run: %s)", major, minor, fix)
 	default:
 		s.r.ok("offload/checksum", "tx-checksum-ip-generic off on %s", s.k.Device.Name)
 	}
