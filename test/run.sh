@@ -29,14 +29,16 @@ go vet ./...
 go test -count=1 -timeout 45m "$@" ./...
 
 # Every package again under the race detector, but those whose tests drive
-# only programs of other builds: test/image (a docker build of the image) and
-# test/runtimes (dockerd, podman, containerd around weft's binaries, which
-# the other packages' race runs cover). The packet loops, the reconciler and
+# only programs of other builds: test/image (a docker build of the image),
+# test/runtimes (dockerd, podman, containerd around weft's binaries),
+# test/e2e (weftd, weftctl and the plugin built as the image builds them,
+# without the race detector, beside flanneld) and test/helm (the helm CLI);
+# the code those binaries run is raced in its own packages' tests. The packet loops, the reconciler and
 # Set run concurrently while traffic flows (uvxlan's TestPeerChurn, the
 # repair tests), the registries and the daemon while leases change.
 race=()
 for p in $(go list ./...); do
-	case "$p" in */test/image | */test/runtimes) continue ;; esac
+	case "$p" in */test/image | */test/runtimes | */test/e2e | */test/helm) continue ;; esac
 	race+=("$p")
 done
 go test -race -count=1 -timeout 45m "$@" "${race[@]}"
