@@ -196,7 +196,7 @@ func dropMasqIfUnused(s *disk.Store, conf *Config) error {
 }
 
 func cmdGC(args *skel.CmdArgs) error {
-	conf, err := ParseConfig(args.StdinData)
+	conf, err := ParseConfigForDel(args.StdinData) // GC reads what DEL reads
 	if err != nil {
 		return err
 	}

@@ -227,7 +227,8 @@ func (c *Config) dns() types.DNS {
 // are *types.Error with code 6 (not JSON), 2 (unsupported field) or 7.
 func ParseConfig(data []byte) (*Config, error) { return parseConfig(data, false) }
 
-// ParseConfigForDel is ParseConfig for DEL: keys weft refuses are let pass.
+// ParseConfigForDel is ParseConfig for DEL and GC: keys weft refuses are
+// let pass.
 // A refused key that was added to the network config while pods ran must
 // not keep those pods' addresses and interfaces from being released, and
 // DEL reads none of them (only the network name, the stores' directories

@@ -84,7 +84,7 @@ func TestDel(t *testing.T) {
 
 // TestDelWithRefusedKey: a key weft refuses (ipam.rangeStart here) added
 // to the network config while a pod runs fails ADD, naming the key, but not
-// the pod's DEL: its veth goes and its address is freed.
+// the pod's DEL (its veth goes and its address is freed) nor GC.
 func TestDelWithRefusedKey(t *testing.T) {
 	f := v4File(true)
 	e := newEnv(t, &f)
@@ -103,6 +103,9 @@ func TestDelWithRefusedKey(t *testing.T) {
 	}
 	if left := plugintest.StoreFiles(t, e.dataDir, "weft"); len(left) != 0 {
 		t.Errorf("allocations left after DEL: %v", left)
+	}
+	if err := edited.CNI.GCNetworkList(context.Background(), edited.List, &libcni.GCArgs{}); err != nil {
+		t.Errorf("GC with ipam.rangeStart in the config: %v", err)
 	}
 }
 

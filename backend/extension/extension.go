@@ -13,6 +13,8 @@ import (
 	"os/exec"
 	"strings"
 	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/backend/kernel"
@@ -222,15 +224,29 @@ func (b *Backend) withoutSelf(t vtep.Table) vtep.Table {
 	return out
 }
 
+// outputWait is how long run waits, once the shell has exited, for the
+// processes it started in the background to close its output.
+const outputWait = 5 * time.Second
+
 // run runs cmd with shell, env and stdin plus a newline (as Flannel writes
-// it), and returns its output (stdout and stderr), trimmed.
+// it), and returns its output (stdout and stderr), trimmed. The shell runs
+// in a process group of its own: when ctx is done the whole group is
+// killed, and a process the command left in the background that keeps the
+// output open holds run up for at most outputWait (its output after that is
+// lost), so that no command can hang the daemon.
 func run(ctx context.Context, shell, cmd string, env []string, stdin string) (string, error) {
 	c := exec.CommandContext(ctx, shell, "-c", cmd)
 	c.Env = env
 	c.Stdin = strings.NewReader(stdin + "\n")
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.Cancel = func() error { return syscall.Kill(-c.Process.Pid, syscall.SIGKILL) }
+	c.WaitDelay = outputWait
 	var out bytes.Buffer
 	c.Stdout, c.Stderr = &out, &out
 	err := c.Run()
+	if errors.Is(err, exec.ErrWaitDelay) {
+		err = nil // the shell succeeded; a background process kept its output
+	}
 	return strings.TrimSpace(out.String()), err
 }
 

@@ -21,14 +21,19 @@ var flannelTables = []*nftables.Table{
 }
 
 // removeFlannel removes what flanneld left in the calling thread's network
-// namespace: its FLANNEL-FWD and FLANNEL-POSTRTG chains, with the rules
-// that jump to them, in every iptables backend and family in use, and its
-// nftables tables. Each removal is logged; nothing left is not an error.
-func (f *Forwarder) removeFlannel() error {
+// namespace in table (filter: FLANNEL-FWD; nat: FLANNEL-POSTRTG), the
+// chain with the rules that jump to it, in every iptables backend and
+// family in use; with nat also its nftables tables, which hold both its
+// forward and its masquerade rules. Each removal is logged; nothing left is
+// not an error.
+func (f *Forwarder) removeFlannel(table string) error {
 	b, log := f.tools, f.log
 	var errs []error
 	for _, fam := range []family{4, 6} {
 		for _, c := range flannelChains {
+			if c.table != table {
+				continue
+			}
 			for _, t := range b.inUse(fam, c.table) {
 				removed, err := t.removeChain(c.table, c.parent, c.chain)
 				if err != nil {
@@ -39,6 +44,9 @@ func (f *Forwarder) removeFlannel() error {
 				}
 			}
 		}
+	}
+	if table != "nat" {
+		return errors.Join(errs...)
 	}
 	conn, err := nftables.New()
 	if err != nil {

@@ -28,6 +28,11 @@ type Config struct {
 	Accept bool
 	// CheckInterval overrides the period of the check (0: CheckInterval).
 	CheckInterval time.Duration
+	// NATReady, if not nil, is closed once weft's masquerade rules are in
+	// place (or at once when weft does not masquerade): flanneld's nat
+	// chains and nftables tables are removed only then, so that pod traffic
+	// leaving the cluster is never left without masquerade. nil: at once.
+	NATReady <-chan struct{}
 }
 
 // backend is one iptables backend (legacy or nft) of one family, holding the
@@ -90,40 +95,63 @@ func (f *Forwarder) Repairs() uint64 { return f.repairs.Load() }
 // Run programs (or, with Accept off, removes) the rules, removes Flannel's
 // leftovers, and with Accept on checks and repairs the rules every
 // CheckInterval until ctx is done. It leaves the rules in place on return.
+//
+// flanneld's forward chain goes once weft's accepts are in (with Accept
+// off, at once), so that no packet meets neither; its nat chain and
+// nftables tables once NATReady is closed as well.
 func (f *Forwarder) Run(ctx context.Context) error {
-	if !f.cfg.Accept {
-		err := f.removeOwn()
-		if err != nil {
-			f.log.Warn("cannot remove weft's forward rules", "err", err)
-		}
-		if err := f.removeFlannel(); err != nil {
-			f.log.Warn("cannot remove flanneld's leftover rules", "err", err)
-		}
-		f.once.Do(func() { close(f.ready) })
-		return nil
+	var tick <-chan time.Time
+	if f.cfg.Accept {
+		t := time.NewTicker(f.cfg.CheckInterval)
+		defer t.Stop()
+		tick = t.C
+	} else if err := f.removeOwn(); err != nil {
+		f.log.Warn("cannot remove weft's forward rules", "err", err)
 	}
-	tick := time.NewTicker(f.cfg.CheckInterval)
-	defer tick.Stop()
-	programmed, flannelDone := false, false
+	nat := f.cfg.NATReady
+	if nat == nil {
+		closed := make(chan struct{})
+		close(closed)
+		nat = closed
+	}
+	filterDone, natDone := false, false
 	for {
-		if err := f.ensure(); err != nil {
-			f.log.Warn("forward accept rules not in place; retrying", "err", err)
-		} else {
-			programmed = true
-		}
-		if !flannelDone { // after weft's accepts are in, so that no packet meets neither
-			if err := f.removeFlannel(); err != nil {
-				f.log.Warn("cannot remove flanneld's leftover rules", "err", err)
+		ok := true
+		if f.cfg.Accept {
+			if err := f.ensure(); err != nil {
+				f.log.Warn("forward accept rules not in place; retrying", "err", err)
+				ok = false
 			}
-			flannelDone = true
 		}
-		if programmed {
+		var natWait <-chan struct{}
+		if ok {
 			f.once.Do(func() { close(f.ready) })
+			if !filterDone {
+				if err := f.removeFlannel("filter"); err != nil {
+					f.log.Warn("cannot remove flanneld's leftover forward rules", "err", err)
+				}
+				filterDone = true
+			}
+			if !natDone {
+				select {
+				case <-nat:
+					if err := f.removeFlannel("nat"); err != nil {
+						f.log.Warn("cannot remove flanneld's leftover masquerade rules", "err", err)
+					}
+					natDone = true
+				default:
+					natWait = nat
+				}
+			}
+		}
+		if !f.cfg.Accept && natDone {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C:
+		case <-tick:
+		case <-natWait:
 		}
 	}
 }
@@ -141,7 +169,8 @@ func (f *Forwarder) families() []netip.Prefix {
 
 // ensure checks weft's chain and jump in every backend in use and rewrites
 // what differs. A rewrite counts as a repair when this Run had programmed
-// that binary's rules before (not for a backend that just came into use).
+// that binary's rules before or found them in place (not for a backend that
+// just came into use).
 func (f *Forwarder) ensure() error {
 	var errs []error
 	for _, n := range f.families() {
@@ -152,6 +181,9 @@ func (f *Forwarder) ensure() error {
 				continue
 			}
 			if why == "" {
+				// In place (also as an earlier weftd left them): a
+				// later rewrite is a repair.
+				f.programmed[t.String()] = true
 				continue
 			}
 			if err := t.program(n); err != nil {

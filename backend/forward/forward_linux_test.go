@@ -182,6 +182,21 @@ func TestForwardPolicyDrop(t *testing.T) {
 			}
 			stop()
 			t.Run("kept after Run returns", check)
+			t.Run("repaired after a restart", func(t *testing.T) {
+				// The rules an earlier Run left are weft's: rewriting them
+				// later is a repair, counted and logged as one.
+				f, stop := start(t, l.node, Config{Network: network, IPv6Network: network6, Accept: true})
+				defer stop()
+				nettest.MustRun(t, l.node, ipt, "-D", "FORWARD", "-j", Chain)
+				deadline := time.Now().Add(5 * time.Second)
+				for f.Repairs() == 0 && time.Now().Before(deadline) {
+					time.Sleep(20 * time.Millisecond)
+				}
+				if f.Repairs() == 0 {
+					t.Fatalf("a rewrite after a restart was not counted as a repair:\n%s", nettest.MustRun(t, l.node, ipt, "-S"))
+				}
+				check(t)
+			})
 
 			start(t, l.node, Config{Network: network, IPv6Network: network6, Accept: false})
 			for _, b := range []string{ipt, ip6t} {
@@ -284,18 +299,46 @@ func TestFlannelLeftovers(t *testing.T) {
 			for _, tb := range []string{"ip flannel-ipv4", "ip6 flannel-ipv6"} {
 				nettest.MustRun(t, n, append([]string{"nft", "add", "table"}, strings.Fields(tb)...)...)
 			}
-			start(t, n, Config{Network: network, IPv6Network: network6, Accept: accept})
+			// weft's masquerade is not in place yet: flanneld's forward
+			// chain goes, its masquerade stays.
+			nat := make(chan struct{})
+			start(t, n, Config{Network: network, IPv6Network: network6, Accept: accept, NATReady: nat})
+			time.Sleep(300 * time.Millisecond)
 			for _, b := range bins {
-				out := nettest.MustRun(t, n, b, "-S") + nettest.MustRun(t, n, b, "-t", "nat", "-S")
-				if strings.Contains(out, "FLANNEL") {
-					t.Errorf("%s still has flanneld's chains:\n%s", b, out)
+				if out := nettest.MustRun(t, n, b, "-S"); strings.Contains(out, "FLANNEL") {
+					t.Errorf("%s still has flanneld's forward chain:\n%s", b, out)
 				}
-				if !strings.Contains(out, "-A FORWARD -j USER-FWD") {
-					t.Errorf("%s lost a rule that is not flanneld's:\n%s", b, out)
+				if out := nettest.MustRun(t, n, b, "-t", "nat", "-S"); !strings.Contains(out, "-A POSTROUTING -m comment --comment \"flanneld masq\" -j FLANNEL-POSTRTG") {
+					t.Errorf("%s: flanneld's masquerade removed before weft's was in place:\n%s", b, out)
 				}
 			}
-			if out := nettest.MustRun(t, n, "nft", "list", "tables"); strings.Contains(out, "flannel") {
-				t.Errorf("flanneld's nftables tables left: %s", out)
+			if out := nettest.MustRun(t, n, "nft", "list", "tables"); !strings.Contains(out, "flannel-ipv4") {
+				t.Errorf("flanneld's nftables tables removed before weft's masquerade was in place: %s", out)
+			}
+			close(nat)
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				left := ""
+				for _, b := range bins {
+					if out := nettest.MustRun(t, n, b, "-S") + nettest.MustRun(t, n, b, "-t", "nat", "-S"); strings.Contains(out, "FLANNEL") {
+						left += b + ":\n" + out
+					}
+				}
+				if out := nettest.MustRun(t, n, "nft", "list", "tables"); strings.Contains(out, "flannel") {
+					left += "nftables: " + out
+				}
+				if left == "" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("flanneld's rules left after weft's masquerade was in place:\n%s", left)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			for _, b := range bins {
+				if out := nettest.MustRun(t, n, b, "-S"); !strings.Contains(out, "-A FORWARD -j USER-FWD") {
+					t.Errorf("%s lost a rule that is not flanneld's:\n%s", b, out)
+				}
 			}
 		})
 	}

@@ -65,7 +65,7 @@ type Factories struct {
 	Forward func(cfg *subnet.Config) (Runner, error)
 	// LeaseData, if set, adds the backend data that only the dataplane
 	// knows to the lease value (the wireguard public key).
-	LeaseData func(typ string, cfg *subnet.Config, a *subnet.LeaseAttrs) error
+	LeaseData func(ctx context.Context, typ string, cfg *subnet.Config, a *subnet.LeaseAttrs) error
 }
 
 // Config is the daemon's configuration.

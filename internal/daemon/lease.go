@@ -28,7 +28,7 @@ type networkAvailabler interface {
 func (d *Daemon) leaseLoop(ctx context.Context, cfg *subnet.Config, typ string) error {
 	attrs := d.attrs(cfg, typ)
 	if d.cfg.Factories.LeaseData != nil {
-		if err := d.cfg.Factories.LeaseData(typ, cfg, &attrs); err != nil {
+		if err := d.cfg.Factories.LeaseData(ctx, typ, cfg, &attrs); err != nil {
 			return fmt.Errorf("daemon: lease data: %w", err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -75,7 +76,9 @@ func findUnderlay(c *config, pub4, pub6 netip.Addr, log *slog.Logger) (underlayI
 // across restarts when a service manager offers its store.
 func factories(c *config, u underlayInfo, live *liveBackend, files *fdstore.Store, log *slog.Logger) Factories {
 	f := Factories{
-		LeaseData: func(typ string, cfg *subnet.Config, a *subnet.LeaseAttrs) error { return leaseData(typ, cfg, a, log) },
+		LeaseData: func(ctx context.Context, typ string, cfg *subnet.Config, a *subnet.LeaseAttrs) error {
+			return leaseData(ctx, typ, cfg, a, log)
+		},
 		Dataplane: func(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int) (Dataplane, error) {
 			if lease.IPv6Subnet.IsValid() {
 				if err := enableForwarding(forwardIPv6, log); err != nil {
@@ -101,6 +104,10 @@ func factories(c *config, u underlayInfo, live *liveBackend, files *fdstore.Stor
 		},
 	}
 	resync := time.Duration(c.flannel.resyncSeconds) * time.Second
+	// Closed once weft's masquerade rules are in place (at once without
+	// --ip-masq): flanneld's nat rules are removed only then.
+	natReady, natOnce := make(chan struct{}), &sync.Once{}
+	natDone := func() { natOnce.Do(func() { close(natReady) }) }
 	f.Forward = func(cfg *subnet.Config) (Runner, error) {
 		accept := c.flannel.forwardRules
 		if accept && cfg.EnableNFTables {
@@ -108,17 +115,43 @@ func factories(c *config, u underlayInfo, live *liveBackend, files *fdstore.Stor
 			log.Warn("EnableNFTables is set in the network config: weft writes no iptables rules, so an iptables FORWARD policy DROP " +
 				"is not overridden for the cluster network (Flannel in nftables mode does the same)")
 		}
-		return forward.New(forward.Config{Network: cfg.Network, IPv6Network: cfg.IPv6Network, Accept: accept, CheckInterval: resync}, log)
+		return forward.New(forward.Config{Network: cfg.Network, IPv6Network: cfg.IPv6Network, Accept: accept,
+			CheckInterval: resync, NATReady: natReady}, log)
 	}
 	if c.ipMasq {
 		f.Masquerade = func(cfg *subnet.Config, lease subnet.Lease) (Runner, error) {
-			return masq.New(masq.Config{Network: cfg.Network, IPv6Network: cfg.IPv6Network,
+			m, err := masq.New(masq.Config{Network: cfg.Network, IPv6Network: cfg.IPv6Network,
 				Subnet: lease.Subnet, IPv6Subnet: lease.IPv6Subnet, CheckInterval: resync}, log)
+			if err != nil {
+				return nil, err
+			}
+			return masqRunner{m, natDone}, nil
 		}
-	} else if err := masq.Remove(""); err != nil {
-		log.Warn("cannot remove masquerade rules left from an earlier run", "err", err)
+	} else {
+		natDone()
+		if err := masq.Remove(""); err != nil {
+			log.Warn("cannot remove masquerade rules left from an earlier run", "err", err)
+		}
 	}
 	return f
+}
+
+// masqRunner runs the masquerade rules and calls ready once they are first
+// in place.
+type masqRunner struct {
+	m     *masq.Masq
+	ready func()
+}
+
+func (r masqRunner) Run(ctx context.Context) error {
+	go func() {
+		select {
+		case <-r.m.Ready():
+			r.ready()
+		case <-ctx.Done():
+		}
+	}()
+	return r.m.Run(ctx)
 }
 
 // uvxlanV6Name names the TAP of a dual-stack node's IPv6 uvxlan half.
@@ -282,11 +315,11 @@ func newExtension(h *netlink.Handle, cfg *subnet.Config, lease subnet.Lease, log
 // leaseData adds the backend data only the dataplane knows to the lease
 // value: the wireguard public key, or what the extension backend's
 // PreStartupCommand printed.
-func leaseData(typ string, cfg *subnet.Config, a *subnet.LeaseAttrs, log *slog.Logger) error {
+func leaseData(ctx context.Context, typ string, cfg *subnet.Config, a *subnet.LeaseAttrs, log *slog.Logger) error {
 	if typ != subnet.BackendTypeExtension {
 		return wireGuardLeaseData(typ, cfg, a)
 	}
-	data, err := extension.PreStartup(context.Background(), "", cfg.Backend.PreStartupCommand, log)
+	data, err := extension.PreStartup(ctx, "", cfg.Backend.PreStartupCommand, log)
 	if err != nil {
 		return err
 	}

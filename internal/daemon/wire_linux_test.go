@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"testing"
@@ -18,14 +19,14 @@ func TestExtensionLeaseData(t *testing.T) {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	a := subnet.LeaseAttrs{BackendType: subnet.BackendTypeExtension}
-	if err := leaseData(subnet.BackendTypeExtension, cfg, &a, log); err != nil {
+	if err := leaseData(context.Background(), subnet.BackendTypeExtension, cfg, &a, log); err != nil {
 		t.Fatal(err)
 	}
 	if a.ExtensionData != `"4e:fb:7d:bf:6b:2d"` {
 		t.Errorf("lease data %s", a.ExtensionData)
 	}
 	cfg.Backend.PreStartupCommand = "exit 2"
-	if err := leaseData(subnet.BackendTypeExtension, cfg, &a, log); err == nil {
+	if err := leaseData(context.Background(), subnet.BackendTypeExtension, cfg, &a, log); err == nil {
 		t.Error("a failing PreStartupCommand gave no error")
 	}
 }

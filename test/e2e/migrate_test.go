@@ -262,9 +262,11 @@ func (m *migration) toWeft() {
 // removeWeftRules is step 3 of the README's way back to Flannel: weft's
 // masquerade tables and forward chain, which flanneld leaves alone.
 const removeWeftRules = `nft delete table ip weft-ipv4; nft delete table ip6 weft-ipv6
-for t in iptables-nft ip6tables-nft iptables-legacy ip6tables-legacy; do
-  $t -D FORWARD -j WEFT-FWD && $t -F WEFT-FWD && $t -X WEFT-FWD
-done
+unweft() { $1 -D FORWARD -j WEFT-FWD; $1 -F WEFT-FWD; $1 -X WEFT-FWD; }
+nft list table ip filter >/dev/null 2>&1 && unweft iptables-nft
+nft list table ip6 filter >/dev/null 2>&1 && unweft ip6tables-nft
+grep -qx filter /proc/net/ip_tables_names && unweft iptables-legacy
+grep -qx filter /proc/net/ip6_tables_names && unweft ip6tables-legacy
 true`
 
 // toFlannel switches a back: weftd stopped, weft.1 deleted, flanneld
@@ -284,8 +286,12 @@ func (m *migration) toFlannel() {
 	rep.notes = append(rep.notes, m.leftovers("WEFT")...)
 	start := time.Now()
 	nettest.MustRun(t, m.a, "ip", "link", "delete", "weft.1")
+	legacyBefore, _ := m.a.Run("cat", "/proc/net/ip_tables_names", "/proc/net/ip6_tables_names")
 	if out, err := m.a.Run("sh", "-c", removeWeftRules); err != nil {
 		t.Fatalf("removing weft's rules: %v\n%s", err, out)
+	}
+	if after, _ := m.a.Run("cat", "/proc/net/ip_tables_names", "/proc/net/ip6_tables_names"); after != legacyBefore {
+		t.Errorf("the README's step 3 created iptables-legacy tables: %q, before %q", after, legacyBefore)
 	}
 	for _, n := range m.leftovers("WEFT") {
 		// The plugin's own masquerade table stays while weft's pods run.

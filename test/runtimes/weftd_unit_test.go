@@ -19,7 +19,8 @@ import (
 // does: root, with only the unit's CapabilityBoundingSet and no new
 // privileges (setpriv stands in for systemd, which does not run here). With
 // either dataplane it must get its lease, write the subnet file, turn
-// forwarding on and become ready.
+// forwarding on and become ready; on a host whose firewall is
+// iptables-legacy, write its forward accepts there.
 func TestWeftdWithUnitCapabilities(t *testing.T) {
 	unit := filepath.Join(nettest.ModuleRoot(t), "dist", "weftd.service")
 	caps := unitValues(t, unit, "CapabilityBoundingSet")
@@ -37,10 +38,17 @@ func TestWeftdWithUnitCapabilities(t *testing.T) {
 		mask |= 1 << b
 	}
 	c := e2e.NewCluster(t, e2e.Options{})
-	for _, backend := range []string{"vxlan", "uvxlan"} {
-		t.Run(backend, func(t *testing.T) {
-			h := c.Underlay.AddHost(t, "cap"+backend[:1], "eth0")
+	for _, tc := range []struct {
+		name, backend string
+		legacy        bool // the host's firewall is iptables-legacy, its FORWARD policy DROP
+	}{{"vxlan", "vxlan", false}, {"uvxlan", "uvxlan", false}, {"iptables-legacy", "vxlan", true}} {
+		backend := tc.backend
+		t.Run(tc.name, func(t *testing.T) {
+			h := c.Underlay.AddHost(t, "cap"+tc.name[:1], "eth0")
 			nettest.MustRun(t, h, "sysctl", "-qw", "net.ipv4.ip_forward=0")
+			if tc.legacy {
+				nettest.MustRun(t, h, "iptables-legacy", "-P", "FORWARD", "DROP")
+			}
 			file := filepath.Join(t.TempDir(), "subnet.env")
 			log := filepath.Join(t.TempDir(), "weftd.log")
 			cmd, done := startCapped(t, h, bounding, log, "--etcd-endpoints", c.Etcd.Endpoint,
@@ -70,6 +78,14 @@ func TestWeftdWithUnitCapabilities(t *testing.T) {
 			}
 			if fwd := strings.TrimSpace(nettest.MustRun(t, h, "cat", "/proc/sys/net/ipv4/ip_forward")); fwd != "1" {
 				t.Errorf("ip_forward is %s after weftd started, want 1", fwd)
+			}
+			if tc.legacy {
+				e2e.Eventually(t, 10*time.Second, "WEFT-FWD in iptables-legacy's FORWARD", func() error {
+					if out := nettest.MustRun(t, h, "iptables-legacy", "-S", "FORWARD"); !strings.Contains(out, "-A FORWARD -j WEFT-FWD") {
+						return fmt.Errorf("iptables-legacy -S FORWARD:\n%s\nweftd:\n%s", out, tailFile(log, 10))
+					}
+					return nil
+				})
 			}
 		})
 	}
