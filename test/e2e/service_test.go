@@ -1,0 +1,628 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/weft-net/weft/internal/testkit/kubetest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
+	"github.com/weft-net/weft/internal/testkit/plugintest"
+)
+
+// svcDataplanes are the dataplanes TestServicesKubeProxy sends Service
+// traffic over: the network config of node A (the client's) and of node B
+// (the backends'). Adding a dataplane is one line.
+var svcDataplanes = []struct {
+	name         string
+	confA, confB string
+}{
+	{"vxlan", svcConf(`"Type":"vxlan"`), svcConf(`"Type":"vxlan"`)},
+	{"uvxlan", svcConf(`"Type":"uvxlan"`), svcConf(`"Type":"uvxlan"`)},
+	{"uvxlan-fastpath", svcConf(`"Type":"uvxlan","FastPath":true`), svcConf(`"Type":"uvxlan","FastPath":true`)},
+	{"host-gw", svcConf(`"Type":"host-gw"`), svcConf(`"Type":"host-gw"`)},
+	{"wireguard", svcConf(`"Type":"wireguard"`), svcConf(`"Type":"wireguard"`)},
+	{"vxlan-uvxlan", svcConf(`"Type":"vxlan"`), svcConf(`"Type":"uvxlan"`)},
+}
+
+func svcConf(backend string) string {
+	return `{"Network":"` + kubetest.ClusterCIDR + `","Backend":{` + backend + `}}`
+}
+
+// svcProxies are the kube-proxy configurations every dataplane runs under.
+var svcProxies = []struct {
+	name    string
+	masqAll bool
+	args    []string
+}{
+	{"iptables", false, []string{"--proxy-mode=iptables"}},
+	{"iptables-masquerade-all", true, []string{"--proxy-mode=iptables", "--masquerade-all"}},
+	{"nftables", false, []string{"--proxy-mode=nftables"}},
+	{"nftables-masquerade-all", true, []string{"--proxy-mode=nftables", "--masquerade-all"}},
+}
+
+// Service traffic per case.
+const (
+	svcConns    = 200      // short connections per path, a new one each
+	svcTransfer = 50 << 20 // bytes through the Service, sha256 compared
+	svcPort     = 8080     // the backends' port
+)
+
+// TestServicesKubeProxy sends Service traffic over weft's dataplanes with
+// the real kube-proxy (test/kube/build.sh builds it from the apiserver's
+// sources) running in each node's namespace against the real API server,
+// with the real EndpointSlice controller. The test plays the kubelet: it
+// wires pods with the weft plugin and reports them Running and Ready.
+// Per dataplane and kube-proxy configuration (iptables and nftables, with
+// defaults and --masquerade-all): a ClusterIP Service from a pod on node A
+// to backends on node B only, a NodePort on node A's address from a host
+// on the underlay with the backends on node B, and a pod reaching itself
+// through its own Service (hairpin); each gets svcConns new connections
+// (0 failures) and the first two a transfer of svcTransfer bytes. The
+// backends report the source they see, which shows the masquerading each
+// configuration must do. kube-proxy runs so that it writes nothing outside
+// its namespace; the root namespace's sysctls it could touch are compared
+// before and after.
+func TestServicesKubeProxy(t *testing.T) {
+	nettest.RequireRoot(t)
+	proxyBin, err := kubetest.KubeProxyBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := rootSysctls(t)
+	t.Cleanup(func() {
+		after := rootSysctls(t)
+		if d := diffSysctls(before, after); d != "" {
+			t.Errorf("kube-proxy changed the root namespace: %s", d)
+		}
+	})
+	start := time.Now()
+	k := kubetest.Start(t)
+	k.StartControllers(t, "nodeipam", "endpointslice")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	applyManifests(ctx, t, k)
+	weftKubeconfig := saKubeconfig(ctx, t, k, "kube-weft", "weft")
+	env := &svcEnv{t: t, ctx: ctx, k: k, proxyBin: proxyBin, weftKubeconfig: weftKubeconfig, stops: map[*Node]func(){}}
+	var table []string
+	for _, dp := range svcDataplanes {
+		t.Run(dp.name, func(t *testing.T) {
+			table = append(table, env.dataplane(t, dp.name, dp.confA, dp.confB)...)
+		})
+	}
+	t.Logf("Service connection setup through kube-proxy (%d connections per path; %s in all):\n%-16s %-24s %-9s %9s %9s %10s\n%s",
+		svcConns, time.Since(start).Round(time.Second), "dataplane", "kube-proxy", "path", "p50", "p99", "50 MiB",
+		strings.Join(table, "\n"))
+}
+
+type svcEnv struct {
+	t              *testing.T
+	ctx            context.Context
+	k              *kubetest.Cluster
+	proxyBin       string
+	weftKubeconfig string
+	stops          map[*Node]func() // each node's running kube-proxy
+}
+
+// svcSetup is one dataplane's nodes, pods and Services.
+type svcSetup struct {
+	a, b       *Node
+	client     *nettest.Host
+	pod        *plugintest.Pod // on a; it also backs the hairpin Service
+	backends   []*plugintest.Pod
+	clusterIP  netip.Addr
+	hairpinIP  netip.Addr
+	nodePort   int
+	kubeconfig string
+}
+
+// dataplane builds two weftd nodes (A with confA, B with confB) and a
+// client host, and runs every kube-proxy configuration over them. It
+// returns the rows of the timing table.
+func (e *svcEnv) dataplane(t *testing.T, name, confA, confB string) []string {
+	ctx, k := e.ctx, e.k
+	c := NewCluster(t, Options{Nodes: 0})
+	apiserver := strings.TrimPrefix(k.Admin.Host, "https://")
+	c.OnNode = func(n *Node) { nettest.ForwardLoopback(t, n, apiserver) }
+	s := &svcSetup{kubeconfig: k.Kubeconfig()}
+	dir := t.TempDir()
+	for i, conf := range []string{confA, confB} {
+		label := string(rune('a' + i))
+		nodeName := name + "-" + label
+		path := filepath.Join(dir, label+".json")
+		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// The kubelet registers its Node with its address.
+		addr := c.Underlay.Prefix.Addr()
+		for range len(c.Nodes) + 1 {
+			addr = addr.Next()
+		}
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{"kubernetes.io/hostname": nodeName}},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: addr.String()}}}}
+		created, err := k.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		created.Status = node.Status
+		if _, err := k.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		n := c.AddNode(nodeName, "--kube-subnet-mgr", "--kubeconfig", e.weftKubeconfig, "--node-name", nodeName, "--net-config-path", path)
+		if n.Addr != addr {
+			t.Fatalf("%s has %s, registered %s", nodeName, n.Addr, addr)
+		}
+		t.Cleanup(func() { k.Client.CoreV1().Nodes().Delete(context.Background(), nodeName, metav1.DeleteOptions{}) })
+	}
+	s.a, s.b = c.Nodes[0], c.Nodes[1]
+	s.a.WaitReady()
+	s.b.WaitReady()
+	s.client = c.Underlay.AddHost(t, "uclient", "eth0")
+
+	ns := "svc-" + name
+	e.kubeObjects(t, ns, s)
+
+	var rows []string
+	for _, px := range svcProxies {
+		t.Run(px.name, func(t *testing.T) {
+			rows = append(rows, e.proxyCase(t, s, name, px.name, px.masqAll, px.args)...)
+		})
+	}
+	return rows
+}
+
+// kubeObjects creates the namespace, the pods (playing the kubelet: wired
+// by the weft plugin, serving in the test process, reported Ready) and the
+// Services, and waits for their EndpointSlices.
+func (e *svcEnv) kubeObjects(t *testing.T, ns string, s *svcSetup) {
+	ctx, k := e.ctx, e.k
+	if _, err := k.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The ServiceAccount controller would create it; pods need it.
+	if _, err := k.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.pod = s.a.CNI.AddPod(t, "sa")
+	e.runPod(t, ns, "client", "hairpin", s.a, s.pod)
+	for i := range 2 {
+		p := s.b.CNI.AddPod(t, fmt.Sprintf("sb%d", i))
+		e.runPod(t, ns, fmt.Sprintf("backend-%d", i), "backend", s.b, p)
+		s.backends = append(s.backends, p)
+	}
+	svc := func(name, app string, typ corev1.ServiceType) *corev1.Service {
+		out, err := k.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.ServiceSpec{Type: typ, Selector: map[string]string{"app": app},
+				Ports: []corev1.ServicePort{{Name: "tcp", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(svcPort)}}}},
+			metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	backend, hairpin := svc("backend", "backend", corev1.ServiceTypeNodePort), svc("hairpin", "hairpin", corev1.ServiceTypeClusterIP)
+	s.clusterIP = netip.MustParseAddr(backend.Spec.ClusterIP)
+	s.hairpinIP = netip.MustParseAddr(hairpin.Spec.ClusterIP)
+	s.nodePort = int(backend.Spec.Ports[0].NodePort)
+	want := map[string]int{"backend": 2, "hairpin": 1}
+	Eventually(t, 30*time.Second, "EndpointSlices with the ready pods", func() error {
+		for svcName, n := range want {
+			l, err := k.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + svcName})
+			if err != nil {
+				return err
+			}
+			ready := 0
+			for _, sl := range l.Items {
+				for _, ep := range sl.Endpoints {
+					if ep.Conditions.Ready != nil && *ep.Conditions.Ready {
+						ready++
+					}
+				}
+			}
+			if ready != n {
+				return fmt.Errorf("%s: %d ready endpoints, want %d", svcName, ready, n)
+			}
+		}
+		return nil
+	})
+}
+
+// runPod creates the pod on node n, serves svcPort in its namespace from
+// the test process, and reports it Running and Ready with its IP.
+func (e *svcEnv) runPod(t *testing.T, ns, name, app string, n *Node, p *plugintest.Pod) {
+	ctx, k := e.ctx, e.k
+	no := false
+	pod, err := k.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": app}},
+		Spec: corev1.PodSpec{NodeName: n.Label, AutomountServiceAccountToken: &no,
+			Containers: []corev1.Container{{Name: "c", Image: "weft:e2e", Ports: []corev1.ContainerPort{{ContainerPort: svcPort}}}}}},
+		metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := p.NS.Listen("tcp", ":"+strconv.Itoa(svcPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go serveSvc(ln, name)
+	now := metav1.Now()
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, HostIP: n.Addr.String(), HostIPs: []corev1.HostIP{{IP: n.Addr.String()}},
+		PodIP: p.IP.String(), PodIPs: []corev1.PodIP{{IP: p.IP.String()}}, StartTime: &now}
+	for _, c := range []corev1.PodConditionType{corev1.PodScheduled, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady} {
+		pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: c, Status: corev1.ConditionTrue, LastTransitionTime: now})
+	}
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", Image: "weft:e2e", ImageID: "e2e://weft", ContainerID: "e2e://" + name,
+		Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}}
+	if _, err := k.Client.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serveSvc answers each connection on ln: a request "who" gets
+// "<name> <source address seen>"; "sum" followed by data up to the
+// client's half-close gets the data's sha256 in hex.
+func serveSvc(ln net.Listener, name string) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(2 * time.Minute))
+			r := bufio.NewReader(c)
+			req, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			switch req {
+			case "who\n":
+				src, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+				fmt.Fprintf(c, "%s %s\n", name, src)
+			case "sum\n":
+				h := sha256.New()
+				if _, err := io.Copy(h, r); err == nil {
+					fmt.Fprintf(c, "%x\n", h.Sum(nil))
+				}
+			}
+		}()
+	}
+}
+
+// svcPath is one way to a Service: from where, to which address.
+type svcPath struct {
+	name string
+	from *nettest.NS
+	to   string // host:port
+	// srcOK checks the source address the backend saw.
+	srcOK func(netip.Addr) error
+	// backends are the pod names that may answer.
+	backends []string
+	transfer bool
+}
+
+// proxyCase runs kube-proxy with args on both nodes and sends the traffic.
+func (e *svcEnv) proxyCase(t *testing.T, s *svcSetup, dpName, pxName string, masqAll bool, args []string) []string {
+	for _, n := range []*Node{s.a, s.b} {
+		e.startKubeProxy(t, n, args)
+	}
+	podIP, clientIP := s.pod.IP, s.client.Addr
+	notFrom := func(what string, a netip.Addr) func(netip.Addr) error {
+		return func(src netip.Addr) error {
+			if src == a {
+				return fmt.Errorf("backend saw the %s's own address %s: not masqueraded", what, src)
+			}
+			return nil
+		}
+	}
+	from := func(what string, a netip.Addr) func(netip.Addr) error {
+		return func(src netip.Addr) error {
+			if src != a {
+				return fmt.Errorf("backend saw %s, want the %s's address %s", src, what, a)
+			}
+			return nil
+		}
+	}
+	clusterSrc := from("client pod", podIP)
+	if masqAll {
+		clusterSrc = notFrom("client pod", podIP)
+	}
+	port80 := func(a netip.Addr) string { return net.JoinHostPort(a.String(), "80") }
+	paths := []svcPath{
+		{name: "ClusterIP", from: s.pod.NS, to: port80(s.clusterIP), srcOK: clusterSrc, backends: []string{"backend-0", "backend-1"}, transfer: true},
+		{name: "NodePort", from: s.client.NS, to: net.JoinHostPort(s.a.Addr.String(), strconv.Itoa(s.nodePort)),
+			srcOK: notFrom("underlay host", clientIP), backends: []string{"backend-0", "backend-1"}, transfer: true},
+		// kube-proxy masquerades a pod's connection to itself in every mode.
+		{name: "hairpin", from: s.pod.NS, to: port80(s.hairpinIP), srcOK: notFrom("pod", podIP), backends: []string{"client"}},
+	}
+	var rows []string
+	for _, p := range paths {
+		Eventually(t, 30*time.Second, p.name+" through kube-proxy", func() error {
+			_, _, _, err := svcWho(p.from, p.to)
+			return err
+		})
+		var setup []time.Duration
+		var failures []string
+		seen := map[string]int{}
+		for range svcConns {
+			took, who, src, err := svcWho(p.from, p.to)
+			if err == nil && !slices.Contains(p.backends, who) {
+				err = fmt.Errorf("answered by %s, want one of %v", who, p.backends)
+			}
+			if err == nil {
+				err = p.srcOK(src)
+			}
+			if err != nil {
+				failures = append(failures, err.Error())
+				continue
+			}
+			seen[who]++
+			setup = append(setup, took)
+		}
+		if len(failures) > 0 {
+			t.Errorf("%s: %d of %d connections failed; first: %s", p.name, len(failures), svcConns, failures[0])
+		}
+		if len(p.backends) > 1 && len(seen) < len(p.backends) {
+			t.Errorf("%s: answered only by %v, want every backend of %v", p.name, seen, p.backends)
+		}
+		rate := "-"
+		if p.transfer {
+			r, err := svcSum(p.from, p.to, svcTransfer)
+			if err != nil {
+				t.Errorf("%s: %d MiB through the Service: %v", p.name, svcTransfer>>20, err)
+			} else {
+				rate = fmt.Sprintf("%.2f Gb/s", r*8/1e9)
+			}
+		}
+		p50, p99 := percentile(setup, 50), percentile(setup, 99)
+		rows = append(rows, fmt.Sprintf("%-16s %-24s %-9s %9s %9s %10s", dpName, pxName, p.name, p50, p99, rate))
+	}
+	for _, n := range []*Node{s.a, s.b} {
+		e.stopKubeProxy(t, n)
+	}
+	// With kube-proxy's rules gone, the Service is unreachable: what the
+	// next case sees, its own kube-proxy programmed.
+	if _, _, _, err := svcWho(s.pod.NS, port80(s.clusterIP)); err == nil {
+		t.Errorf("ClusterIP %s still answers after kube-proxy --cleanup", s.clusterIP)
+	}
+	return rows
+}
+
+// svcWho opens one connection to addr from ns and asks who answers. It
+// returns the connection setup time, the pod's name and the source address
+// the pod saw.
+func svcWho(ns *nettest.NS, addr string) (time.Duration, string, netip.Addr, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	c, err := ns.DialContext(ctx, "tcp", addr)
+	took := time.Since(start)
+	if err != nil {
+		return took, "", netip.Addr{}, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.WriteString(c, "who\n"); err != nil {
+		return took, "", netip.Addr{}, err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return took, "", netip.Addr{}, fmt.Errorf("read the answer: %w", err)
+	}
+	who, src, _ := strings.Cut(strings.TrimSpace(line), " ")
+	a, err := netip.ParseAddr(src)
+	if err != nil {
+		return took, who, a, fmt.Errorf("answer %q: %w", line, err)
+	}
+	return took, who, a, nil
+}
+
+// svcSum sends size pseudo-random bytes to addr from ns and compares the
+// sha256 the pod computed with the sent data's. It returns bytes per
+// second.
+func svcSum(ns *nettest.NS, addr string, size int64) (float64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := ns.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Minute))
+	h := sha256.New()
+	start := time.Now()
+	if _, err := io.WriteString(c, "sum\n"); err != nil {
+		return 0, err
+	}
+	r := io.TeeReader(io.LimitReader(&randReader{rand.NewChaCha8([32]byte{2})}, size), h)
+	if _, err := io.Copy(c, r); err != nil {
+		return 0, fmt.Errorf("send: %w", err)
+	}
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		return 0, err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return 0, fmt.Errorf("read the sum: %w", err)
+	}
+	elapsed := time.Since(start)
+	if want := hex.EncodeToString(h.Sum(nil)); strings.TrimSpace(line) != want {
+		return 0, fmt.Errorf("sha256 %s at the pod, %s sent", strings.TrimSpace(line), want)
+	}
+	return float64(size) / elapsed.Seconds(), nil
+}
+
+func percentile(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	return s[max(i-1, 0)].Round(10 * time.Microsecond)
+}
+
+// svcProxyArgs keep kube-proxy from writing anything outside its network
+// namespace: the conntrack table size and TCP timeouts are left as they
+// are (nf_conntrack_max is global); everything else it sets is per
+// namespace.
+var svcProxyArgs = []string{
+	"--conntrack-max-per-core=0",
+	"--conntrack-tcp-timeout-established=0",
+	"--conntrack-tcp-timeout-close-wait=0",
+}
+
+// startKubeProxy runs kube-proxy in n's namespace, as the node n.Label at
+// its underlay address, until stopKubeProxy or the test's end.
+func (e *svcEnv) startKubeProxy(t *testing.T, n *Node, args []string) {
+	argv := append([]string{e.proxyBin,
+		"--kubeconfig=" + e.k.Kubeconfig(),
+		"--hostname-override=" + n.Label,
+		"--bind-address=" + n.Addr.String(),
+		"--nodeport-addresses=" + n.Addr.String() + "/32",
+		"--cluster-cidr=" + kubetest.ClusterCIDR,
+		"--healthz-bind-address=127.0.0.1:10256",
+		"--metrics-bind-address=127.0.0.1:10249",
+		"--v=2",
+	}, append(slices.Clone(svcProxyArgs), args...)...)
+	logPath := filepath.Join(t.TempDir(), "kube-proxy-"+n.Label+".log")
+	log, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := n.Command(context.Background(), argv...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait(); log.Close() }()
+	stop := func() {
+		if cmd.Process == nil {
+			return
+		}
+		// ip netns exec execs kube-proxy in place: the PID is kube-proxy's.
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+		cmd.Process = nil
+	}
+	e.stops[n] = stop
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("kube-proxy log of %s:\n%s", n.Label, tail(string(b), 40))
+		}
+	})
+}
+
+// stopKubeProxy stops n's kube-proxy and removes its rules with
+// kube-proxy --cleanup, as an operator switching modes does.
+func (e *svcEnv) stopKubeProxy(t *testing.T, n *Node) {
+	e.stops[n]()
+	if out, err := n.Run(e.proxyBin, "--cleanup", "--v=0"); err != nil {
+		t.Errorf("kube-proxy --cleanup on %s: %v\n%s", n.Label, err, out)
+	}
+}
+
+// svcSysctls are the root namespace's settings kube-proxy could change
+// (conntrack table size and hash size, conntrack timeouts and liberal
+// mode, forwarding, localhost routing, bridge netfilter).
+var svcSysctls = []string{
+	"/proc/sys/net/netfilter/nf_conntrack_max",
+	"/proc/sys/net/netfilter/nf_conntrack_buckets",
+	"/sys/module/nf_conntrack/parameters/hashsize",
+	"/proc/sys/net/netfilter/nf_conntrack_tcp_timeout_established",
+	"/proc/sys/net/netfilter/nf_conntrack_tcp_timeout_close_wait",
+	"/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal",
+	"/proc/sys/net/netfilter/nf_conntrack_udp_timeout",
+	"/proc/sys/net/netfilter/nf_conntrack_udp_timeout_stream",
+	"/proc/sys/net/ipv4/ip_forward",
+	"/proc/sys/net/ipv4/conf/all/forwarding",
+	"/proc/sys/net/ipv4/conf/all/route_localnet",
+	"/proc/sys/net/ipv6/conf/all/forwarding",
+	"/proc/sys/net/bridge/bridge-nf-call-iptables",
+	"/proc/sys/net/ipv4/vs/conntrack",
+}
+
+// rootSysctls reads svcSysctls in the network namespace the test process
+// was started in (the root one), on a thread checked to be in it; a file
+// that does not exist reads as "absent".
+func rootSysctls(t *testing.T) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		self, err := os.Readlink("/proc/thread-self/ns/net")
+		if err != nil {
+			done <- err
+			return
+		}
+		proc, err := os.Readlink("/proc/self/ns/net")
+		if err != nil {
+			done <- err
+			return
+		}
+		if self != proc {
+			done <- fmt.Errorf("this thread is in %s, not the process's network namespace %s", self, proc)
+			return
+		}
+		m["netns"] = self
+		for _, p := range svcSysctls {
+			b, err := os.ReadFile(p)
+			switch {
+			case errors.Is(err, os.ErrNotExist):
+				m[p] = "absent"
+			case err != nil:
+				done <- err
+				return
+			default:
+				m[p] = strings.TrimSpace(string(b))
+			}
+		}
+		done <- nil
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// diffSysctls names every setting that differs.
+func diffSysctls(before, after map[string]string) string {
+	var d []string
+	for _, p := range append([]string{"netns"}, svcSysctls...) {
+		if before[p] != after[p] {
+			d = append(d, fmt.Sprintf("%s %s → %s", p, before[p], after[p]))
+		}
+	}
+	return strings.Join(d, "; ")
+}
