@@ -24,6 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/weft-net/weft/internal/testkit/kubetest"
 	"github.com/weft-net/weft/internal/testkit/nettest"
@@ -143,7 +144,11 @@ func (e *svcEnv) dataplane(t *testing.T, name, confA, confB string) []string {
 	ctx, k := e.ctx, e.k
 	c := NewCluster(t, Options{Nodes: 0})
 	apiserver := strings.TrimPrefix(k.Admin.Host, "https://")
-	c.OnNode = func(n *Node) { nettest.ForwardLoopback(t, n, apiserver) }
+	c.OnNode = func(n *Node) {
+		nettest.ForwardLoopback(t, n, apiserver)
+		// Each node its own WireGuard key, in the test's directory.
+		n.Env = []string{"WIREGUARD_KEY_FILE=" + filepath.Join(c.Dir, n.Label, "wgkey")}
+	}
 	s := &svcSetup{kubeconfig: k.Kubeconfig()}
 	dir := t.TempDir()
 	for i, conf := range []string{confA, confB} {
@@ -160,12 +165,19 @@ func (e *svcEnv) dataplane(t *testing.T, name, confA, confB string) []string {
 		}
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{"kubernetes.io/hostname": nodeName}},
 			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: addr.String()}}}}
-		created, err := k.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-		if err != nil {
+		if _, err := k.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		created.Status = node.Status
-		if _, err := k.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		// The node IPAM controller writes the Node too.
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur, err := k.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cur.Status.Addresses = node.Status.Addresses
+			_, err = k.Client.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
 			t.Fatal(err)
 		}
 		n := c.AddNode(nodeName, "--kube-subnet-mgr", "--kubeconfig", e.weftKubeconfig, "--node-name", nodeName, "--net-config-path", path)
