@@ -1,23 +1,15 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
-	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -76,7 +68,8 @@ const (
 // TestServicesKubeProxy sends Service traffic over weft's dataplanes with
 // the real kube-proxy (test/kube/build.sh builds it from the apiserver's
 // sources) running in each node's namespace against the real API server,
-// with the real EndpointSlice controller. The test plays the kubelet: it
+// as its ServiceAccount bound to system:node-proxier (as kubeadm sets it
+// up), with the real EndpointSlice controller. The test plays the kubelet: it
 // wires pods with the weft plugin and reports them Running and Ready.
 // Per dataplane and kube-proxy configuration (iptables and nftables, with
 // defaults and --masquerade-all): a ClusterIP Service from a pod on node A
@@ -107,8 +100,8 @@ func TestServicesKubeProxy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	applyManifests(ctx, t, k)
-	weftKubeconfig := saKubeconfig(ctx, t, k, "kube-weft", "weft")
-	env := &svcEnv{t: t, ctx: ctx, k: k, proxyBin: proxyBin, weftKubeconfig: weftKubeconfig, stops: map[*Node]func(){}}
+	env := &svcEnv{t: t, ctx: ctx, k: k, proxyBin: proxyBin, stops: map[*Node]func(){},
+		weftKubeconfig: saKubeconfig(ctx, t, k, "kube-weft", "weft"), proxyKubeconfig: proxyKubeconfig(ctx, t, k)}
 	var table []string
 	dataplanes := svcDataplanes
 	if raceEnabled {
@@ -125,31 +118,31 @@ func TestServicesKubeProxy(t *testing.T) {
 }
 
 type svcEnv struct {
-	t              *testing.T
-	ctx            context.Context
-	k              *kubetest.Cluster
-	proxyBin       string
-	weftKubeconfig string
-	stops          map[*Node]func() // each node's running kube-proxy
+	t               *testing.T
+	ctx             context.Context
+	k               *kubetest.Cluster
+	proxyBin        string
+	weftKubeconfig  string
+	proxyKubeconfig string
+	stops           map[*Node]func() // each node's running kube-proxy
 }
 
 // svcSetup is one dataplane's nodes, pods and Services.
 type svcSetup struct {
-	a, b       *Node
-	client     *nettest.Host
-	pod        *plugintest.Pod // on a; it also backs the hairpin Service
-	backends   []*plugintest.Pod
-	clusterIP  netip.Addr
-	hairpinIP  netip.Addr
-	nodePort   int
-	kubeconfig string
+	a, b      *Node
+	client    *nettest.Host
+	pod       *plugintest.Pod // on a; it also backs the hairpin Service
+	backends  []*plugintest.Pod
+	clusterIP netip.Addr
+	hairpinIP netip.Addr
+	nodePort  int
 }
 
 // dataplane builds two weftd nodes (A with confA, B with confB) and a
 // client host, and runs every kube-proxy configuration over them. It
 // returns the rows of the timing table.
 func (e *svcEnv) dataplane(t *testing.T, name, confA, confB string) []string {
-	ctx, k := e.ctx, e.k
+	k := e.k
 	c := NewCluster(t, Options{Nodes: 0})
 	apiserver := strings.TrimPrefix(k.Admin.Host, "https://")
 	c.OnNode = func(n *Node) {
@@ -157,7 +150,7 @@ func (e *svcEnv) dataplane(t *testing.T, name, confA, confB string) []string {
 		// Each node its own WireGuard key, in the test's directory.
 		n.Env = []string{"WIREGUARD_KEY_FILE=" + filepath.Join(c.Dir, n.Label, "wgkey")}
 	}
-	s := &svcSetup{kubeconfig: k.Kubeconfig()}
+	s := &svcSetup{}
 	dir := t.TempDir()
 	for i, conf := range []string{confA, confB} {
 		label := string(rune('a' + i))
@@ -171,28 +164,11 @@ func (e *svcEnv) dataplane(t *testing.T, name, confA, confB string) []string {
 		for range len(c.Nodes) + 1 {
 			addr = addr.Next()
 		}
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{"kubernetes.io/hostname": nodeName}},
-			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: addr.String()}}}}
-		if _, err := k.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		// The node IPAM controller writes the Node too.
-		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			cur, err := k.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			cur.Status.Addresses = node.Status.Addresses
-			_, err = k.Client.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
+		e.registerNode(t, nodeName, addr)
 		n := c.AddNode(nodeName, "--kube-subnet-mgr", "--kubeconfig", e.weftKubeconfig, "--node-name", nodeName, "--net-config-path", path)
 		if n.Addr != addr {
 			t.Fatalf("%s has %s, registered %s", nodeName, n.Addr, addr)
 		}
-		t.Cleanup(func() { k.Client.CoreV1().Nodes().Delete(context.Background(), nodeName, metav1.DeleteOptions{}) })
 	}
 	s.a, s.b = c.Nodes[0], c.Nodes[1]
 	s.a.WaitReady()
@@ -209,6 +185,29 @@ func (e *svcEnv) dataplane(t *testing.T, name, confA, confB string) []string {
 		})
 	}
 	return rows
+}
+
+// registerNode creates the Node name with its address addr, as its kubelet
+// would.
+func (e *svcEnv) registerNode(t *testing.T, name string, addr netip.Addr) {
+	ctx, k := e.ctx, e.k
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}}}
+	if _, err := k.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The node IPAM controller writes the Node too.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := k.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: addr.String()}}
+		_, err = k.Client.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
 }
 
 // kubeObjects creates the namespace, the pods (playing the kubelet: wired
@@ -298,37 +297,6 @@ func (e *svcEnv) runPod(t *testing.T, ns, name, app string, n *Node, p *pluginte
 	}
 }
 
-// serveSvc answers each connection on ln: a request "who" gets
-// "<name> <source address seen>"; "sum" followed by data up to the
-// client's half-close gets the data's sha256 in hex.
-func serveSvc(ln net.Listener, name string) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(2 * time.Minute))
-			r := bufio.NewReader(c)
-			req, err := r.ReadString('\n')
-			if err != nil {
-				return
-			}
-			switch req {
-			case "who\n":
-				src, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-				fmt.Fprintf(c, "%s %s\n", name, src)
-			case "sum\n":
-				h := sha256.New()
-				if _, err := io.Copy(h, r); err == nil {
-					fmt.Fprintf(c, "%x\n", h.Sum(nil))
-				}
-			}
-		}()
-	}
-}
-
 // svcPath is one way to a Service: from where, to which address.
 type svcPath struct {
 	name string
@@ -377,49 +345,7 @@ func (e *svcEnv) proxyCase(t *testing.T, s *svcSetup, dpName, pxName string, mas
 	}
 	var rows []string
 	for _, p := range paths {
-		Eventually(t, 30*time.Second, p.name+" through kube-proxy", func() error {
-			_, _, _, err := svcWho(p.from, p.to, svcDialTimeout)
-			return err
-		})
-		var setup []time.Duration
-		var failures []string
-		slow := 0
-		seen := map[string]int{}
-		for range svcConns {
-			took, who, src, err := svcWho(p.from, p.to, svcDialTimeout)
-			if err == nil && !slices.Contains(p.backends, who) {
-				err = fmt.Errorf("answered by %s, want one of %v", who, p.backends)
-			}
-			if err == nil {
-				err = p.srcOK(src)
-			}
-			if err != nil {
-				failures = append(failures, err.Error())
-				continue
-			}
-			seen[who]++
-			setup = append(setup, took)
-			if took >= time.Second { // a SYN retransmitted: the stall of a dropped packet
-				slow++
-			}
-		}
-		if len(failures) > 0 {
-			t.Errorf("%s: %d of %d connections failed; first: %s", p.name, len(failures), svcConns, failures[0])
-		}
-		if len(p.backends) > 1 && len(seen) < len(p.backends) {
-			t.Errorf("%s: answered only by %v, want every backend of %v", p.name, seen, p.backends)
-		}
-		rate := "-"
-		if p.transfer {
-			r, err := svcSum(p.from, p.to, svcTransfer)
-			if err != nil {
-				t.Errorf("%s: %d MiB through the Service: %v", p.name, svcTransfer>>20, err)
-			} else {
-				rate = fmt.Sprintf("%.2f Gb/s", r*8/1e9)
-			}
-		}
-		p50, p99, pmax := percentile(setup, 50), percentile(setup, 99), percentile(setup, 100)
-		rows = append(rows, fmt.Sprintf("%-16s %-24s %-9s %9s %9s %9s %5d %6d %10s", dpName, pxName, p.name, p50, p99, pmax, slow, len(failures), rate))
+		rows = append(rows, fmt.Sprintf("%-16s %-24s %-9s %s", dpName, pxName, p.name, runPath(t, p)))
 	}
 	for _, n := range []*Node{s.a, s.b} {
 		e.stopKubeProxy(t, n)
@@ -432,225 +358,51 @@ func (e *svcEnv) proxyCase(t *testing.T, s *svcSetup, dpName, pxName string, mas
 	return rows
 }
 
-// svcWho opens one connection to addr from ns and asks who answers, within
-// timeout. It
-// returns the connection setup time, the pod's name and the source address
-// the pod saw.
-func svcWho(ns *nettest.NS, addr string, timeout time.Duration) (time.Duration, string, netip.Addr, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	start := time.Now()
-	c, err := ns.DialContext(ctx, "tcp", addr)
-	took := time.Since(start)
-	if err != nil {
-		return took, "", netip.Addr{}, err
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(timeout))
-	if _, err := io.WriteString(c, "who\n"); err != nil {
-		return took, "", netip.Addr{}, err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return took, "", netip.Addr{}, fmt.Errorf("read the answer: %w", err)
-	}
-	who, src, _ := strings.Cut(strings.TrimSpace(line), " ")
-	a, err := netip.ParseAddr(src)
-	if err != nil {
-		return took, who, a, fmt.Errorf("answer %q: %w", line, err)
-	}
-	return took, who, a, nil
-}
-
-// svcSum sends size pseudo-random bytes to addr from ns and compares the
-// sha256 the pod computed with the sent data's. It returns bytes per
-// second.
-func svcSum(ns *nettest.NS, addr string, size int64) (float64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	c, err := ns.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(2 * time.Minute))
-	h := sha256.New()
-	start := time.Now()
-	if _, err := io.WriteString(c, "sum\n"); err != nil {
-		return 0, err
-	}
-	r := io.TeeReader(io.LimitReader(&randReader{rand.NewChaCha8([32]byte{2})}, size), h)
-	if _, err := io.Copy(c, r); err != nil {
-		return 0, fmt.Errorf("send: %w", err)
-	}
-	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
-		return 0, err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return 0, fmt.Errorf("read the sum: %w", err)
-	}
-	elapsed := time.Since(start)
-	if want := hex.EncodeToString(h.Sum(nil)); strings.TrimSpace(line) != want {
-		return 0, fmt.Errorf("sha256 %s at the pod, %s sent", strings.TrimSpace(line), want)
-	}
-	return float64(size) / elapsed.Seconds(), nil
-}
-
-func percentile(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := (len(s)*p + 99) / 100
-	return s[max(i-1, 0)].Round(10 * time.Microsecond)
-}
-
-// svcProxyArgs keep kube-proxy from writing anything outside its network
-// namespace: the conntrack table size and TCP timeouts are left as they
-// are (nf_conntrack_max is global); everything else it sets is per
-// namespace.
-var svcProxyArgs = []string{
-	"--conntrack-max-per-core=0",
-	"--conntrack-tcp-timeout-established=0",
-	"--conntrack-tcp-timeout-close-wait=0",
-}
-
-// startKubeProxy runs kube-proxy in n's namespace, as the node n.Label at
-// its underlay address, until stopKubeProxy or the test's end.
-func (e *svcEnv) startKubeProxy(t *testing.T, n *Node, args []string) {
-	argv := append([]string{e.proxyBin,
-		"--kubeconfig=" + e.k.Kubeconfig(),
-		"--hostname-override=" + n.Label,
-		"--bind-address=" + n.Addr.String(),
-		"--nodeport-addresses=" + n.Addr.String() + "/32",
-		"--cluster-cidr=" + kubetest.ClusterCIDR,
-		"--healthz-bind-address=127.0.0.1:10256",
-		"--metrics-bind-address=127.0.0.1:10249",
-		"--v=2",
-	}, append(slices.Clone(svcProxyArgs), args...)...)
-	logPath := filepath.Join(t.TempDir(), "kube-proxy-"+n.Label+".log")
-	log, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := n.Command(context.Background(), argv...)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait(); log.Close() }()
-	stop := func() {
-		if cmd.Process == nil {
-			return
-		}
-		// ip netns exec execs kube-proxy in place: the PID is kube-proxy's.
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-		cmd.Process = nil
-	}
-	e.stops[n] = stop
-	t.Cleanup(func() {
-		stop()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("kube-proxy log of %s:\n%s", n.Label, tail(string(b), 40))
-		}
+// runPath waits until the path works, then opens svcConns connections
+// through it, each answered by one of its backends seeing an allowed
+// source, and sends the transfer. It returns the columns of its table row.
+func runPath(t *testing.T, p svcPath) string {
+	Eventually(t, 30*time.Second, p.name+" through kube-proxy", func() error {
+		_, _, _, err := svcWho(p.from, p.to, svcDialTimeout)
+		return err
 	})
-}
-
-// stopKubeProxy stops n's kube-proxy and removes its rules with
-// kube-proxy --cleanup, as an operator switching modes does.
-func (e *svcEnv) stopKubeProxy(t *testing.T, n *Node) {
-	e.stops[n]()
-	if out, err := n.Run(e.proxyBin, "--cleanup", "--v=0"); err != nil {
-		t.Errorf("kube-proxy --cleanup on %s: %v\n%s", n.Label, err, out)
-	}
-}
-
-// svcSysctls are the root namespace's settings kube-proxy could change
-// (conntrack table size and hash size, conntrack timeouts and liberal
-// mode, forwarding, localhost routing, bridge netfilter).
-var svcSysctls = []string{
-	"/proc/sys/net/netfilter/nf_conntrack_max",
-	"/proc/sys/net/netfilter/nf_conntrack_buckets",
-	"/sys/module/nf_conntrack/parameters/hashsize",
-	"/proc/sys/net/netfilter/nf_conntrack_tcp_timeout_established",
-	"/proc/sys/net/netfilter/nf_conntrack_tcp_timeout_close_wait",
-	"/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal",
-	"/proc/sys/net/netfilter/nf_conntrack_udp_timeout",
-	"/proc/sys/net/netfilter/nf_conntrack_udp_timeout_stream",
-	"/proc/sys/net/ipv4/ip_forward",
-	"/proc/sys/net/ipv4/conf/all/forwarding",
-	"/proc/sys/net/ipv4/conf/all/route_localnet",
-	"/proc/sys/net/ipv6/conf/all/forwarding",
-	"/proc/sys/net/bridge/bridge-nf-call-iptables",
-	"/proc/sys/net/ipv4/vs/conntrack",
-}
-
-// rootSysctls reads svcSysctls in the root network namespace on a thread
-// checked to be in it: the process's namespace when netns is "" (the
-// test's start), else the namespace netns names (what the start found).
-// A file that does not exist reads as "absent".
-func rootSysctls(t *testing.T, netns string) map[string]string {
-	t.Helper()
-	m := map[string]string{}
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		self, err := os.Readlink("/proc/thread-self/ns/net")
+	var setup []time.Duration
+	var failures []string
+	slow := 0
+	seen := map[string]int{}
+	for range svcConns {
+		took, who, src, err := svcWho(p.from, p.to, svcDialTimeout)
+		if err == nil && !slices.Contains(p.backends, who) {
+			err = fmt.Errorf("answered by %s, want one of %v", who, p.backends)
+		}
+		if err == nil {
+			err = p.srcOK(src)
+		}
 		if err != nil {
-			done <- err
-			return
+			failures = append(failures, err.Error())
+			continue
 		}
-		want := netns
-		if want == "" {
-			if want, err = os.Readlink("/proc/self/ns/net"); err != nil {
-				done <- err
-				return
-			}
-		}
-		if self != want {
-			done <- fmt.Errorf("this thread is in %s, not the root network namespace %s", self, want)
-			return
-		}
-		m["netns"] = self
-		for _, p := range svcSysctls {
-			b, err := os.ReadFile(p)
-			switch {
-			case errors.Is(err, os.ErrNotExist):
-				m[p] = "absent"
-			case err != nil:
-				done <- err
-				return
-			default:
-				m[p] = strings.TrimSpace(string(b))
-			}
-		}
-		done <- nil
-	}()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
-// diffSysctls names every setting that differs.
-func diffSysctls(before, after map[string]string) string {
-	var d []string
-	for _, p := range append([]string{"netns"}, svcSysctls...) {
-		if before[p] != after[p] {
-			d = append(d, fmt.Sprintf("%s %s → %s", p, before[p], after[p]))
+		seen[who]++
+		setup = append(setup, took)
+		if took >= time.Second { // a SYN retransmitted: the stall of a dropped packet
+			slow++
 		}
 	}
-	return strings.Join(d, "; ")
+	if len(failures) > 0 {
+		t.Errorf("%s: %d of %d connections failed; first: %s", p.name, len(failures), svcConns, failures[0])
+	}
+	if len(p.backends) > 1 && len(seen) < len(p.backends) {
+		t.Errorf("%s: answered only by %v, want every backend of %v", p.name, seen, p.backends)
+	}
+	rate := "-"
+	if p.transfer {
+		r, err := svcSum(p.from, p.to, svcTransfer)
+		if err != nil {
+			t.Errorf("%s: %d MiB through the Service: %v", p.name, svcTransfer>>20, err)
+		} else {
+			rate = fmt.Sprintf("%.2f Gb/s", r*8/1e9)
+		}
+	}
+	p50, p99, pmax := percentile(setup, 50), percentile(setup, 99), percentile(setup, 100)
+	return fmt.Sprintf("%9s %9s %9s %5d %6d %10s", p50, p99, pmax, slow, len(failures), rate)
 }
