@@ -307,6 +307,7 @@ type svcPath struct {
 	// backends are the pod names that may answer.
 	backends []string
 	transfer bool
+	diag     func() string // what the namespaces on the way hold, for a failure
 }
 
 // proxyCase runs kube-proxy with args on both nodes and sends the traffic.
@@ -345,6 +346,7 @@ func (e *svcEnv) proxyCase(t *testing.T, s *svcSetup, dpName, pxName string, mas
 	}
 	var rows []string
 	for _, p := range paths {
+		p.diag = func() string { return svcDiag(p.from, s.a.NS, s.b.NS) }
 		rows = append(rows, fmt.Sprintf("%-16s %-24s %-9s %s", dpName, pxName, p.name, runPath(t, p)))
 	}
 	for _, n := range []*Node{s.a, s.b} {
@@ -354,6 +356,15 @@ func (e *svcEnv) proxyCase(t *testing.T, s *svcSetup, dpName, pxName string, mas
 	// next case sees, its own kube-proxy programmed.
 	if _, _, _, err := svcWho(s.pod.NS, port80(s.clusterIP), time.Second); err == nil {
 		t.Errorf("ClusterIP %s still answers after kube-proxy --cleanup", s.clusterIP)
+	}
+	// That attempt left a conntrack entry without NAT (the SYN went to the
+	// default route). A connection of the next case that happened to reuse
+	// its source port would follow it instead of the new rules and fail
+	// ("no route to host"): clear the nodes' tables (their own namespaces).
+	for _, n := range []*Node{s.a, s.b} {
+		if out, err := n.Run("conntrack", "-F"); err != nil {
+			t.Errorf("conntrack -F on %s: %v\n%s", n.Label, err, out)
+		}
 	}
 	return rows
 }
@@ -380,6 +391,9 @@ func runPath(t *testing.T, p svcPath) string {
 		}
 		if err != nil {
 			failures = append(failures, err.Error())
+			if len(failures) == 1 {
+				t.Logf("%s: first failure at %s: %v; state now:\n%s", p.name, time.Now().Format("15:04:05.000"), err, p.diag())
+			}
 			continue
 		}
 		seen[who]++

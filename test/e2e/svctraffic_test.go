@@ -122,3 +122,14 @@ func percentile(d []time.Duration, p int) time.Duration {
 	i := (len(s)*p + 99) / 100
 	return s[max(i-1, 0)].Round(10 * time.Microsecond)
 }
+
+// svcDiag returns the neighbours, the conntrack and error counters of
+// each namespace, to tell a dropped packet from a refused one.
+func svcDiag(nss ...*nettest.NS) string {
+	var b strings.Builder
+	for _, ns := range nss {
+		out, err := ns.Run("sh", "-c", "ip neigh; conntrack -S | grep -v ' drop=0 ' ; nstat -az | grep -E 'Unreach|Retrans|Drop|Fail|Overflow' | grep -v ' 0 '")
+		fmt.Fprintf(&b, "--- %s (%v)\n%s", ns.Name, err, out)
+	}
+	return b.String()
+}
