@@ -103,11 +103,7 @@ func TestServicesKubeProxy(t *testing.T) {
 	env := &svcEnv{t: t, ctx: ctx, k: k, proxyBin: proxyBin, stops: map[*Node]func(){},
 		weftKubeconfig: saKubeconfig(ctx, t, k, "kube-weft", "weft"), proxyKubeconfig: proxyKubeconfig(ctx, t, k)}
 	var table []string
-	dataplanes := svcDataplanes
-	if raceEnabled {
-		dataplanes = dataplanes[:1] // the same code, once
-	}
-	for _, dp := range dataplanes {
+	for _, dp := range svcDataplanes {
 		t.Run(dp.name, func(t *testing.T) {
 			table = append(table, env.dataplane(t, dp.name, dp.confA, dp.confB)...)
 		})
