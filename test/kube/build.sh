@@ -1,25 +1,32 @@
 #!/usr/bin/env bash
-# Builds the real Kubernetes control plane that weft's Kubernetes-mode tests
-# run: kube-apiserver and kube-controller-manager from k8s.io/kubernetes, and
-# etcd at the version Kubernetes is released with. The binaries go into
-# $WEFT_CACHE/kube-$KUBE_VERSION/ and are built only when absent there, so a
-# warm machine never rebuilds them. A cold build takes 10-20 min on 2 cores.
+# Builds the real Kubernetes binaries that weft's Kubernetes-mode tests run:
+# kube-apiserver, kube-controller-manager and kube-proxy from k8s.io/kubernetes,
+# and etcd at the version Kubernetes is released with. The binaries go into
+# $WEFT_CACHE/kube-$KUBE_VERSION/ and only those absent there are built, so a
+# warm machine never rebuilds them. A cold build takes 10-20 min on 2 cores
+# (kube-proxy alone a few minutes).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 WEFT_CACHE="${WEFT_CACHE:-${HOME:-/root}/.cache/weft}"
 KUBE_VERSION=v1.37.2 # keep in step with tools/go.mod and internal/testkit/kubetest
 out="$WEFT_CACHE/kube-$KUBE_VERSION"
-bins=(kube-apiserver kube-controller-manager etcd)
+# binary name -> package in the tools module
+declare -A pkgs=(
+	[kube-apiserver]=k8s.io/kubernetes/cmd/kube-apiserver
+	[kube-controller-manager]=k8s.io/kubernetes/cmd/kube-controller-manager
+	[kube-proxy]=k8s.io/kubernetes/cmd/kube-proxy
+	[etcd]=./etcd
+)
 
-missing=0
-for b in "${bins[@]}"; do
-	[ -x "$out/$b" ] || missing=1
+missing=()
+for b in "${!pkgs[@]}"; do
+	[ -x "$out/$b" ] || missing+=("$b")
 done
-if [ "$missing" = 0 ]; then
+if [ "${#missing[@]}" = 0 ]; then
 	exit 0
 fi
 
-echo "kube/build.sh: building ${bins[*]} $KUBE_VERSION into $out (cold build: 10-20 min)"
+echo "kube/build.sh: building ${missing[*]} $KUBE_VERSION into $out (cold build of all: 10-20 min)"
 minor="${KUBE_VERSION#v1.}"
 minor="${minor%%.*}"
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION"
@@ -28,12 +35,13 @@ tmp="$(mktemp -d "$WEFT_CACHE/.kube-build.XXXXXX" 2>/dev/null || { mkdir -p "$WE
 trap 'rm -rf "$tmp"' EXIT
 cd "$here/tools"
 start=$(date +%s)
-CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice -n 19 go build -ldflags "$ldflags" -o "$tmp/" \
-	k8s.io/kubernetes/cmd/kube-apiserver \
-	k8s.io/kubernetes/cmd/kube-controller-manager \
-	./etcd
+targets=()
+for b in "${missing[@]}"; do
+	targets+=("${pkgs[$b]}")
+done
+CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice -n 19 go build -ldflags "$ldflags" -o "$tmp/" "${targets[@]}"
 mkdir -p "$out"
-for b in "${bins[@]}"; do
+for b in "${missing[@]}"; do
 	mv "$tmp/$b" "$out/$b"
 done
 echo "kube/build.sh: built in $(($(date +%s) - start)) s"

@@ -1,6 +1,8 @@
 // Package kubetest runs a real Kubernetes control plane for tests: etcd,
-// kube-apiserver and, on demand, kube-controller-manager with only the node
-// IPAM controller, so that podCIDRs are assigned by Kubernetes itself. The
+// kube-apiserver and, on demand, kube-controller-manager with the
+// controllers a test names (node IPAM by default, so that podCIDRs are
+// assigned by Kubernetes itself), and finds the kube-proxy built with them
+// for tests that run it on their node namespaces. The
 // binaries are the ones test/kube/build.sh builds into
 // $WEFT_CACHE/kube-<version>/; they run as plain child processes listening on
 // 127.0.0.1 only, with their state in a temporary directory, and are stopped
@@ -62,6 +64,22 @@ func BinDir() (string, error) {
 		}
 	}
 	return dir, nil
+}
+
+// KubeProxyBinary returns the path of the kube-proxy that test/kube/build.sh
+// builds beside the control plane (same sources, same version), for tests
+// that run one per node in the node's network namespace. It fails, naming
+// the build script, when it is missing.
+func KubeProxyBinary() (string, error) {
+	dir, err := BinDir()
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, "kube-proxy")
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("kubetest: kube-proxy %s is missing from %s: run test/kube/build.sh (test/setup.sh does): %w", Version, dir, err)
+	}
+	return p, nil
 }
 
 // Cluster is a running control plane.
