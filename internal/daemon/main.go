@@ -99,6 +99,7 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return d.Run(gctx) })
+	g.Go(func() error { return newAddrWatch(underlay, node, log).Run(gctx) })
 	if c.healthAddr != "" {
 		hs := NewHealthServer(c.healthAddr, d.Ready, log)
 		mountMetrics(hs, metricsReg)
@@ -106,6 +107,13 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 	}
 	g.Go(func() error { notifyStopping(gctx, files, log); return nil })
 	err = g.Wait()
+	if moved, ok := errors.AsType[*addrChanged](err); ok {
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		if merr := d.MoveLease(mctx, moved.now); merr != nil {
+			log.Error("cannot move the lease to the new address; the next start takes another subnet", "err", merr)
+		}
+		cancel()
+	}
 	log.Info("weftd stopped; lease and dataplane left in place")
 	return err
 }

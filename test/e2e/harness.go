@@ -283,6 +283,21 @@ func (n *Node) Stop() {
 	n.cmd = nil
 }
 
+// Exited waits up to timeout for weftd to exit by itself and returns its
+// exit error; ok is false if it is still running.
+func (n *Node) Exited(timeout time.Duration) (err error, ok bool) {
+	if n.cmd == nil {
+		return nil, false
+	}
+	select {
+	case err = <-n.done:
+		n.cmd = nil
+		return err, true
+	case <-time.After(timeout):
+		return nil, false
+	}
+}
+
 // Restart stops and starts weftd.
 func (n *Node) Restart() {
 	n.Stop()

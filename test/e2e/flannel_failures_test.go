@@ -1,0 +1,116 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weft-net/weft/internal/testkit/nettest"
+)
+
+// The tests in this file are named after Flannel issues whose users lose pod
+// traffic (docs/flannel-failures.md): each brings the fault about on real
+// kernels and a real etcd and checks that weft recovers.
+
+// TestFlannel1070UnderlayRestart answers flannel-io/flannel#1070 and #1759
+// (routes lost after a network restart; flanneld does not watch the host
+// network): on n1 the underlay link goes down and up, and its address is
+// flushed and added again (with the default route, as a network manager
+// would). Every route, neighbour and FDB entry weft programmed must come
+// back, for vxlan and for host-gw (whose routes go via the underlay and
+// which the kernel flushes silently). The repair time and pings lost are
+// logged.
+func TestFlannel1070UnderlayRestart(t *testing.T) {
+	for _, backend := range []string{"vxlan", "host-gw"} {
+		t.Run(backend, func(t *testing.T) {
+			c := NewCluster(t, Options{Nodes: 2, Config: `{"Network":"10.244.0.0/16","Backend":{"Type":"` + backend + `"}}`})
+			n1, n2 := c.Nodes[0], c.Nodes[1]
+			a, b := n1.CNI.AddPod(t, "a"), n2.CNI.AddPod(t, "b")
+			if err := Ping(a.NS, b.IP); err != nil {
+				t.Fatal(err)
+			}
+			want := peerState(t, n1, backend)
+			if !strings.Contains(want, n2.Subnet().String()) {
+				t.Fatalf("n1 has no state for n2's subnet %s:\n%s", n2.Subnet(), want)
+			}
+			addr := fmt.Sprintf("%s/24", n1.Addr)
+			gw := "192.168.77.254"
+			for _, f := range []struct {
+				name  string
+				fault [][]string
+				back  [][]string
+				moved string // the new address, when it changes
+			}{
+				{"link down and up",
+					[][]string{{"ip", "link", "set", "eth0", "down"}},
+					[][]string{{"ip", "link", "set", "eth0", "up"}, {"ip", "route", "replace", "default", "via", gw, "dev", "eth0", "onlink"}}, ""},
+				{"address flushed and added again",
+					[][]string{{"ip", "addr", "flush", "dev", "eth0"}},
+					[][]string{{"ip", "addr", "add", addr, "dev", "eth0"}, {"ip", "route", "replace", "default", "via", gw, "dev", "eth0", "onlink"}}, ""},
+				{"address replaced with a new one",
+					[][]string{{"ip", "addr", "flush", "dev", "eth0"}},
+					[][]string{{"ip", "addr", "add", "192.168.77.102/24", "dev", "eth0"}, {"ip", "route", "replace", "default", "via", gw, "dev", "eth0", "onlink"}},
+					"192.168.77.102"},
+			} {
+				t.Run(f.name, func(t *testing.T) {
+					ps := StartPing(t, f.name, a.NS, b.IP)
+					time.Sleep(300 * time.Millisecond)
+					for _, cmd := range f.fault {
+						nettest.MustRun(t, n1, cmd...)
+					}
+					time.Sleep(300 * time.Millisecond)
+					for _, cmd := range f.back {
+						nettest.MustRun(t, n1, cmd...)
+					}
+					start := time.Now()
+					if f.moved != "" {
+						// weftd exits to advertise the new address; the
+						// service manager (here the test) starts it again.
+						err, ok := n1.Exited(5 * time.Second)
+						if !ok {
+							t.Fatal("weftd on n1 still runs 5s after its address was replaced")
+						}
+						if log, _ := os.ReadFile(n1.LogFile); !strings.Contains(string(log), "is now "+f.moved) {
+							t.Errorf("weftd on n1 exited (%v) without saying the address is now %s", err, f.moved)
+						}
+						n1.Start()
+						n1.WaitReady()
+					}
+					Eventually(t, 10*time.Second, "n1's peer state back", func() error {
+						if got := peerState(t, n1, backend); got != want {
+							return fmt.Errorf("got\n%s\nwant\n%s", got, want)
+						}
+						if f.moved != "" && !strings.Contains(peerState(t, n2, backend), f.moved) {
+							return fmt.Errorf("n2 does not reach n1 at %s yet:\n%s", f.moved, peerState(t, n2, backend))
+						}
+						if err := Ping(b.NS, a.IP, "-W", "1"); err != nil {
+							return err
+						}
+						return Ping(a.NS, b.IP, "-W", "1")
+					})
+					took := time.Since(start)
+					time.Sleep(200 * time.Millisecond)
+					r, err := ps.Stop()
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Logf("%s: repaired %s after the underlay came back; %s", backend, took.Round(time.Millisecond), r)
+				})
+			}
+		})
+	}
+}
+
+// peerState is what weft programmed on n for its peers: the routes (and for
+// vxlan the neighbours and FDB entries of the overlay device), as text.
+func peerState(t *testing.T, n *Node, backend string) string {
+	t.Helper()
+	if backend == "host-gw" {
+		return Output(t, n.NS, "ip", "route", "show", "proto", "87")
+	}
+	return Output(t, n.NS, "ip", "route", "show", "dev", device) +
+		Output(t, n.NS, "ip", "neigh", "show", "dev", device, "nud", "permanent") +
+		Output(t, n.NS, "bridge", "fdb", "show", "dev", device, "state", "permanent")
+}
