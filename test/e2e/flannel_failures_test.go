@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/weft-net/weft/internal/testkit/nettest"
 )
 
@@ -113,4 +115,73 @@ func peerState(t *testing.T, n *Node, backend string) string {
 	return Output(t, n.NS, "ip", "route", "show", "dev", device) +
 		Output(t, n.NS, "ip", "neigh", "show", "dev", device, "nud", "permanent") +
 		Output(t, n.NS, "bridge", "fdb", "show", "dev", device, "state", "permanent")
+}
+
+// TestFlannel2554StaleRoutes answers flannel-io/flannel#2554 (routes to
+// removed nodes never cleaned up): while weftd is down on n1, n3's lease is
+// deleted and n4's expires (its etcd lease revoked, as at the end of its
+// TTL); when weftd starts on n1 their routes, neighbours and FDB entries go
+// and n2's stay. At run time n2's lease expires and its state goes too.
+func TestFlannel2554StaleRoutes(t *testing.T) {
+	c := NewCluster(t, Options{Nodes: 4})
+	n1, n2, n3, n4 := c.Nodes[0], c.Nodes[1], c.Nodes[2], c.Nodes[3]
+	for _, n := range []*Node{n2, n3, n4} {
+		Eventually(t, 5*time.Second, "n1 has n2, n3 and n4", func() error { return hasPeer(t, n1, n, true) })
+	}
+	n1.Stop()
+	n3.Stop()
+	n4.Stop()
+	c.Delete(leaseKey(n3))
+	c.Expire(leaseKey(n4))
+	start := time.Now()
+	n1.Start()
+	n1.WaitReady()
+	for _, n := range []*Node{n3, n4} {
+		Eventually(t, 2*time.Second, "stale state of "+n.Label+" gone from n1 after its start", func() error { return hasPeer(t, n1, n, false) })
+	}
+	t.Logf("stale peers gone %s after weftd was started on n1", time.Since(start).Round(time.Millisecond))
+	if err := hasPeer(t, n1, n2, true); err != nil {
+		t.Fatalf("n2's state lost: %v", err)
+	}
+	n2.Stop()
+	c.Expire(leaseKey(n2))
+	took := Eventually(t, 2*time.Second, "n2's state gone from n1 after its lease expired", func() error { return hasPeer(t, n1, n2, false) })
+	t.Logf("expired lease → peer state gone from running n1 in %s", took.Round(time.Millisecond))
+}
+
+// hasPeer checks that n's route, neighbour and FDB entry on on are all
+// there (want) or all gone.
+func hasPeer(t *testing.T, on, n *Node, want bool) error {
+	state := peerState(t, on, "vxlan")
+	for _, s := range []string{n.Subnet().String() + " via", n.Subnet().Addr().String() + " lladdr", "dst " + n.Addr.String() + " "} {
+		if strings.Contains(state, s) != want {
+			return fmt.Errorf("%q present: %v, want %v:\n%s", s, !want, want, state)
+		}
+	}
+	return nil
+}
+
+// leaseKey is the etcd key of n's lease.
+func leaseKey(n *Node) string {
+	return Prefix + "/subnets/" + strings.ReplaceAll(n.Subnet().String(), "/", "-")
+}
+
+// Delete deletes a key from etcd.
+func (c *Cluster) Delete(key string) {
+	c.T.Helper()
+	if _, err := c.Client.Delete(c.T.Context(), key); err != nil {
+		c.T.Fatalf("etcd delete %s: %v", key, err)
+	}
+}
+
+// Expire revokes the etcd lease of key, as its TTL running out would.
+func (c *Cluster) Expire(key string) {
+	c.T.Helper()
+	resp, err := c.Client.Get(c.T.Context(), key)
+	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
+		c.T.Fatalf("etcd get %s: %v (%d keys), want one with an etcd lease", key, err, len(resp.Kvs))
+	}
+	if _, err := c.Client.Revoke(c.T.Context(), clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		c.T.Fatalf("revoke the etcd lease of %s: %v", key, err)
+	}
 }
