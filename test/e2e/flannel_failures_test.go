@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -183,5 +184,68 @@ func (c *Cluster) Expire(key string) {
 	}
 	if _, err := c.Client.Revoke(c.T.Context(), clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
 		c.T.Fatalf("revoke the etcd lease of %s: %v", key, err)
+	}
+}
+
+// TestFlannel2237RulesFlushed answers flannel-io/flannel#2237 (another
+// program flushes FLANNEL-POSTRTG and pod egress stops): a pod on n1 pings
+// a host outside the cluster network, which can answer only the node's
+// address (masquerade) and only through n1's FORWARD chain, whose policy is
+// DROP (weft's WEFT-FWD accepts pod traffic). Another program then flushes
+// weft's masquerade table, deletes it, deletes its chain, flushes WEFT-FWD,
+// and flushes the whole ruleset (an nftables.service reload). weft must put
+// everything back within its check interval (--iptables-resync, 1 s here;
+// 5 s by default) plus a second of slack; the pings lost are logged.
+func TestFlannel2237RulesFlushed(t *testing.T) {
+	if _, err := exec.LookPath("nft"); err != nil {
+		nettest.CannotRun(t, nettest.SkipTools, "nft missing (test/setup.sh installs nftables)")
+	}
+	c := NewCluster(t, Options{})
+	c.OnNode = func(n *Node) { nettest.MustRun(t, n, "iptables-nft", "-P", "FORWARD", "DROP") }
+	n1 := c.AddNode("n1", "--iptables-resync=1")
+	n1.WaitReady()
+	ext := c.Underlay.AddHost(t, "ext", "eth0")
+	a := n1.CNI.AddPod(t, "a")
+	rulesBack := func() error {
+		if out, err := n1.Run("nft", "list", "chain", "ip", "weft-ipv4", "postrouting"); err != nil || !strings.Contains(out, "masquerade") {
+			return fmt.Errorf("masquerade chain: %v\n%s", err, out)
+		}
+		if out, err := n1.Run("iptables-nft", "-S", "FORWARD"); err != nil || !strings.Contains(out, "-j WEFT-FWD") {
+			return fmt.Errorf("FORWARD: %v\n%s", err, out)
+		}
+		if out, err := n1.Run("iptables-nft", "-S", "WEFT-FWD"); err != nil || !strings.Contains(out, "-j ACCEPT") {
+			return fmt.Errorf("WEFT-FWD: %v\n%s", err, out)
+		}
+		return Ping(a.NS, ext.Addr, "-W", "1")
+	}
+	Eventually(t, 5*time.Second, "pod reaches the outside host", rulesBack)
+	for _, f := range []struct {
+		name string
+		cmd  []string
+	}{
+		{"masquerade table flushed", []string{"nft", "flush", "table", "ip", "weft-ipv4"}},
+		{"masquerade table deleted", []string{"nft", "delete", "table", "ip", "weft-ipv4"}},
+		{"masquerade chain deleted", []string{"sh", "-c", "nft flush chain ip weft-ipv4 postrouting && nft delete chain ip weft-ipv4 postrouting"}},
+		{"WEFT-FWD flushed", []string{"iptables-nft", "-F", "WEFT-FWD"}},
+		{"whole ruleset flushed", []string{"nft", "flush", "ruleset"}},
+	} {
+		t.Run(f.name, func(t *testing.T) {
+			ps := StartPing(t, f.name, a.NS, ext.Addr)
+			time.Sleep(200 * time.Millisecond)
+			nettest.MustRun(t, n1, f.cmd...)
+			if f.name == "whole ruleset flushed" { // the reload puts the host's own policy back
+				nettest.MustRun(t, n1, "iptables-nft", "-P", "FORWARD", "DROP")
+			}
+			if rulesBack() == nil {
+				t.Fatalf("egress still works right after %v: the fault did nothing", f.cmd)
+			}
+			took := Eventually(t, 2*time.Second, "weft's rules back and egress working", rulesBack)
+			time.Sleep(100 * time.Millisecond)
+			r, err := ps.Stop()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("repaired in %s; %s", took.Round(time.Millisecond), r)
+		})
 	}
 }
