@@ -249,3 +249,60 @@ func TestFlannel2237RulesFlushed(t *testing.T) {
 		})
 	}
 }
+
+// TestFlannel1060LeftoverDevice answers flannel-io/flannel#1060 ("link has
+// incompatible addresses" after a restart: flanneld crash-loops): before
+// weftd starts on n2, a leftover overlay device is there, with a foreign
+// address, a wrong MAC, a wrong VNI, a wrong port, down, or flanneld's
+// flannel.1 holding weft's VNI and port. weftd must get ready on its first
+// start with weft.1 as it programs it (VNI 1, port 8472, its stable MAC, up,
+// only its own address), and pods on n1 and n2 must reach each other.
+func TestFlannel1060LeftoverDevice(t *testing.T) {
+	c := NewCluster(t, Options{Nodes: 2})
+	n1, n2 := c.Nodes[0], c.Nodes[1]
+	a, b := n1.CNI.AddPod(t, "a"), n2.CNI.AddPod(t, "b")
+	mac := linkMAC(t, n2)
+	own := n2.Subnet().Addr().String() + "/32"
+	local := "local " + n2.Addr.String() + " dev eth0"
+	for _, tt := range []struct{ name, setup string }{
+		{"foreign address", "ip link add weft.1 type vxlan id 1 dstport 8472 nolearning " + local +
+			" && ip addr add 10.99.0.1/24 dev weft.1 && ip link set weft.1 up"},
+		{"wrong MAC", "ip link add weft.1 address 02:00:00:00:00:01 type vxlan id 1 dstport 8472 nolearning " + local +
+			" && ip link set weft.1 up"},
+		{"wrong VNI", "ip link add weft.1 type vxlan id 7 dstport 8472 nolearning " + local + " && ip link set weft.1 up"},
+		{"wrong port", "ip link add weft.1 type vxlan id 1 dstport 4789 nolearning " + local + " && ip link set weft.1 up"},
+		{"down", "ip link add weft.1 type vxlan id 1 dstport 8472 nolearning " + local},
+		{"flannel.1 on weft's VNI and port", "ip link add flannel.1 type vxlan id 1 dstport 8472 nolearning " + local +
+			" && ip addr add " + own + " dev flannel.1 && ip link set flannel.1 up"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n2.Stop()
+			nettest.MustRun(t, n2, "ip", "link", "del", device)
+			nettest.MustRun(t, n2, "sh", "-c", tt.setup)
+			n2.Start()
+			n2.WaitReady() // fails if weftd exits
+			Eventually(t, 5*time.Second, "pods reach each other", func() error {
+				if err := Ping(a.NS, b.IP, "-W", "1"); err != nil {
+					return err
+				}
+				return Ping(b.NS, a.IP, "-W", "1")
+			})
+			link := Output(t, n2.NS, "ip", "-d", "link", "show", device)
+			for _, want := range []string{"vxlan id 1 ", "dstport 8472 ", "link/ether " + mac + " ", ",UP,"} {
+				if !strings.Contains(link, want) {
+					t.Errorf("weft.1 lacks %q:\n%s", want, link)
+				}
+			}
+			addrs := Output(t, n2.NS, "ip", "-4", "-o", "addr", "show", "dev", device)
+			if strings.Count(addrs, " inet ") != 1 || !strings.Contains(addrs, " inet "+own+" ") {
+				t.Errorf("weft.1 addresses, want only %s:\n%s", own, addrs)
+			}
+			if out := Output(t, n2.NS, "ip", "-o", "link", "show", "type", "vxlan"); strings.Contains(out, "flannel.1") {
+				t.Errorf("flannel.1 on weft's VNI and port left in place:\n%s", out)
+			}
+			if err, exited := n2.Exited(100 * time.Millisecond); exited {
+				t.Fatalf("weftd on n2 exited by itself: %v", err)
+			}
+		})
+	}
+}
