@@ -306,3 +306,40 @@ func TestFlannel1060LeftoverDevice(t *testing.T) {
 		})
 	}
 }
+
+// TestFlannel841MTU answers flannel-io/flannel#841 (a wrong MTU on
+// jumbo-frame networks black-holes large packets): on underlays of MTU 9001
+// and 1400 the overlay MTU (subnet file, weft.1, the pod's eth0) is the
+// underlay's minus VXLAN's 50 bytes; a DF ping of exactly that size crosses,
+// and one byte more fails in the sending pod with "message too long"
+// instead of vanishing on the way.
+func TestFlannel841MTU(t *testing.T) {
+	for _, underlay := range []int{9001, 1400} {
+		t.Run(fmt.Sprint(underlay), func(t *testing.T) {
+			c := NewCluster(t, Options{Nodes: 2, UnderlayMTU: underlay})
+			n1, n2 := c.Nodes[0], c.Nodes[1]
+			a, b := n1.CNI.AddPod(t, "a"), n2.CNI.AddPod(t, "b")
+			want := underlay - 50
+			if got := fileMTU(t, n1); got != want {
+				t.Errorf("FLANNEL_MTU %d, want %d", got, want)
+			}
+			for what, out := range map[string]string{
+				"weft.1":     Output(t, n1.NS, "ip", "link", "show", device),
+				"pod's eth0": Output(t, a.NS, "ip", "link", "show", "eth0"),
+			} {
+				if !strings.Contains(out, fmt.Sprintf(" mtu %d ", want)) {
+					t.Errorf("%s MTU, want %d:\n%s", what, want, out)
+				}
+			}
+			payload := want - 28 // IPv4 and ICMP headers
+			if err := Ping(a.NS, b.IP, "-M", "do", "-s", fmt.Sprint(payload)); err != nil {
+				t.Errorf("DF ping of %d bytes (the overlay MTU) must cross: %v", want, err)
+			}
+			out, err := a.NS.Run("ping", "-c", "1", "-W", "1", "-M", "do", "-s", fmt.Sprint(payload+1), b.IP.String())
+			if err == nil || !strings.Contains(strings.ToLower(out), "message too long") {
+				t.Errorf("DF ping of %d bytes must fail in the pod with \"message too long\" (err %v):\n%s", want+1, err, out)
+			}
+			t.Logf("underlay MTU %d: overlay MTU %d; DF %d bytes crosses, %d fails locally", underlay, want, want, want+1)
+		})
+	}
+}

@@ -53,6 +53,8 @@ type Options struct {
 	Nodes      int
 	Config     string       // network config JSON; default 10.244.0.0/16 vxlan
 	UnderlayV6 netip.Prefix // also give every host an IPv6 underlay address from here
+	// UnderlayMTU is the MTU of every host's underlay link (0: 1500).
+	UnderlayMTU int
 	Args       []string     // extra weftd arguments for every node
 	// EtcdMembers > 1 runs an etcd cluster of that many members instead of
 	// a single one; weftd and the test client get every member's endpoint.
@@ -112,7 +114,7 @@ func NewCluster(tb testing.TB, opts Options) *Cluster {
 	if !opts.NoConfig {
 		c.Put(Prefix+"/config", opts.Config)
 	}
-	c.Underlay = nettest.NewUnderlay(tb, netip.MustParsePrefix("192.168.77.0/24"), 1500)
+	c.Underlay = nettest.NewUnderlay(tb, netip.MustParsePrefix("192.168.77.0/24"), opts.UnderlayMTU)
 	if opts.EtcdOnUnderlay {
 		if c.Etcd == nil {
 			tb.Fatal("EtcdOnUnderlay needs a single etcd member")
