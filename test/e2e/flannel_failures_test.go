@@ -31,9 +31,8 @@ func TestFlannel1070UnderlayRestart(t *testing.T) {
 			c := NewCluster(t, Options{Nodes: 2, Config: `{"Network":"10.244.0.0/16","Backend":{"Type":"` + backend + `"}}`})
 			n1, n2 := c.Nodes[0], c.Nodes[1]
 			a, b := n1.CNI.AddPod(t, "a"), n2.CNI.AddPod(t, "b")
-			if err := Ping(a.NS, b.IP); err != nil {
-				t.Fatal(err)
-			}
+			// n1 learns n2's lease through its watch, maybe after both are ready.
+			Eventually(t, 5*time.Second, "a reaches b", func() error { return Ping(a.NS, b.IP, "-W", "1") })
 			want := peerState(t, n1, backend)
 			if !strings.Contains(want, n2.Subnet().String()) {
 				t.Fatalf("n1 has no state for n2's subnet %s:\n%s", n2.Subnet(), want)
@@ -331,6 +330,7 @@ func TestFlannel841MTU(t *testing.T) {
 					t.Errorf("%s MTU, want %d:\n%s", what, want, out)
 				}
 			}
+			Eventually(t, 5*time.Second, "a reaches b", func() error { return Ping(a.NS, b.IP, "-W", "1") })
 			payload := want - 28 // IPv4 and ICMP headers
 			if err := Ping(a.NS, b.IP, "-M", "do", "-s", fmt.Sprint(payload)); err != nil {
 				t.Errorf("DF ping of %d bytes (the overlay MTU) must cross: %v", want, err)
