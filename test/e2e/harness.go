@@ -55,7 +55,7 @@ type Options struct {
 	UnderlayV6 netip.Prefix // also give every host an IPv6 underlay address from here
 	// UnderlayMTU is the MTU of every host's underlay link (0: 1500).
 	UnderlayMTU int
-	Args       []string     // extra weftd arguments for every node
+	Args        []string // extra weftd arguments for every node
 	// EtcdMembers > 1 runs an etcd cluster of that many members instead of
 	// a single one; weftd and the test client get every member's endpoint.
 	EtcdMembers int
