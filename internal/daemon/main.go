@@ -102,6 +102,7 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 	g.Go(func() error { return newAddrWatch(underlay, node, log).Run(gctx) })
 	if c.healthAddr != "" {
 		hs := NewHealthServer(c.healthAddr, d.Ready, log)
+		hs.Why = d.Waiting
 		mountMetrics(hs, metricsReg)
 		g.Go(func() error { return hs.Run(gctx) })
 	}
@@ -225,11 +226,18 @@ func newRegistry(ctx context.Context, c *config, rej *subnet.Rejections, log *sl
 		}
 		return reg, func() {}, nil
 	}
+	node := c.nodeName
+	if node == "" {
+		var err error
+		if node, err = os.Hostname(); err != nil {
+			return nil, nil, fmt.Errorf("this node's name for its lease: %w (set --node-name)", err)
+		}
+	}
 	client, err := etcd.NewClient(c.etcd.ClientConfig())
 	if err != nil {
 		return nil, nil, err
 	}
-	reg := etcd.New(client, etcd.Options{Prefix: c.etcd.Prefix, TTL: c.leaseTTL, Rejections: rej}, log)
+	reg := etcd.New(client, etcd.Options{Prefix: c.etcd.Prefix, TTL: c.leaseTTL, Rejections: rej, Node: node}, log)
 	return reg, func() { client.Close() }, nil
 }
 
