@@ -19,8 +19,8 @@ type HealthServer struct {
 	// Why, if set, says what readiness waits for; /readyz adds it to its
 	// answer when not ready.
 	Why func() string
-	Mux   *http.ServeMux
-	Log   *slog.Logger
+	Mux *http.ServeMux
+	Log *slog.Logger
 }
 
 // NewHealthServer returns a server for addr whose readiness is ready().

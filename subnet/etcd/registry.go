@@ -68,7 +68,7 @@ type Registry struct {
 	timeout time.Duration
 	log     *slog.Logger
 	rej     *subnet.Rejections
-	node    string // Options.Node
+	node    string  // Options.Node
 	err     error   // bad options, returned by every method
 	kept    listing // Acquire's last listing, for the next Watch
 }
