@@ -23,8 +23,10 @@ import (
 // flushed and added again (with the default route, as a network manager
 // would). Every route, neighbour and FDB entry weft programmed must come
 // back, for vxlan and for host-gw (whose routes go via the underlay and
-// which the kernel flushes silently). The repair time and pings lost are
-// logged.
+// which the kernel flushes silently). Last the address is replaced by a
+// new one: weftd must move its lease there and exit, and once the test (as
+// a service manager) starts it again, n2 must reach n1 at the new address
+// with n1's pods keeping theirs. The repair time and pings lost are logged.
 func TestFlannel1070UnderlayRestart(t *testing.T) {
 	for _, backend := range []string{"vxlan", "host-gw"} {
 		t.Run(backend, func(t *testing.T) {
