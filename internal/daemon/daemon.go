@@ -8,6 +8,11 @@
 // that is programmed it tells the service manager (READY=1). The
 // loop itself knows no datastore and no kernel: it sees the Registry and
 // Dataplane interfaces, which its tests fake. cmd/weftd is a one-line main.
+//
+// Run also watches the underlay address weftd took from the device: when
+// another address replaces it (a network manager handing out a new one),
+// weftd moves its lease to the new address (etcd) and exits, so that the
+// service manager starts it again on the new address with the same subnet.
 package daemon
 
 import (
@@ -101,6 +106,7 @@ type Daemon struct {
 	ready    atomic.Bool
 	notified atomic.Bool // READY=1 sent
 	lease    atomic.Pointer[subnet.Lease]
+	waiting  atomic.Pointer[string] // see Waiting
 }
 
 // New returns a daemon; Run starts it.

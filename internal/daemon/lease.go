@@ -99,6 +99,7 @@ func (d *Daemon) previousSubnets() []netip.Prefix {
 func (d *Daemon) acquire(ctx context.Context, attrs subnet.LeaseAttrs, hints []netip.Prefix) (subnet.Lease, error) {
 	for {
 		lease, err := d.cfg.Registry.Acquire(ctx, attrs, hints...)
+		d.setWaiting(err)
 		if err == nil {
 			d.cfg.Metrics.acquired()
 			d.log.Info("acquired lease", "subnet", lease.Subnet, "ipv6Subnet", lease.IPv6Subnet,
@@ -335,3 +336,63 @@ func lostOwnLease(ev subnet.Event, self subnet.Lease) bool {
 
 // wireGuardOverhead is what Flannel's wireguard backend takes off the MTU.
 const wireGuardOverhead = 80
+
+// leaseMover is a registry that can rewrite the addresses of a lease it
+// handed out (subnet/etcd). A Kubernetes node's subnet is its podCIDR and
+// follows the node whatever its address, so that registry needs none.
+type leaseMover interface {
+	// Move rewrites l's value to attrs if it still holds l.Attrs, keeping
+	// its subnets and expiry; ErrLeaseLost if it does not.
+	Move(ctx context.Context, l subnet.Lease, attrs subnet.LeaseAttrs) (subnet.Lease, error)
+}
+
+// MoveLease rewrites this node's lease to advertise addr, the underlay's new
+// address, in place of the old one of its family (and the VXLAN MAC derived
+// from it): peers then send to the new address, and the next start, which
+// finds its lease by its public address, keeps the subnet and its pods'
+// addresses. Without a lease, or with a registry that cannot move one, it
+// does nothing.
+func (d *Daemon) MoveLease(ctx context.Context, addr netip.Addr) error {
+	l := d.Lease()
+	mv, ok := d.cfg.Registry.(leaseMover)
+	if l == nil || !ok {
+		return nil
+	}
+	attrs := l.Attrs
+	if addr.Is4() {
+		attrs.PublicIP = addr
+		if attrs.BackendData != nil {
+			attrs.BackendData = &subnet.VXLANData{VNI: attrs.BackendData.VNI, VtepMAC: vtep.DeviceMAC(addr, attrs.BackendData.VNI)}
+		}
+	} else {
+		attrs.PublicIPv6 = addr
+		if attrs.BackendV6Data != nil {
+			attrs.BackendV6Data = &subnet.VXLANData{VNI: attrs.BackendV6Data.VNI, VtepMAC: vtep.DeviceMAC(addr, attrs.BackendV6Data.VNI)}
+		}
+	}
+	moved, err := mv.Move(ctx, *l, attrs)
+	if err != nil {
+		return fmt.Errorf("move lease %s to %s: %w", l.Subnet, addr, err)
+	}
+	d.log.Info("moved our lease to the new underlay address", "subnet", moved.Subnet, "ipv6Subnet", moved.IPv6Subnet,
+		"publicIP", moved.Attrs.PublicIP, "publicIPv6", moved.Attrs.PublicIPv6)
+	return nil
+}
+
+// Waiting is the error of the last attempt to acquire the lease, "" once
+// one succeeded: what /readyz says readiness waits for.
+func (d *Daemon) Waiting() string {
+	if p := d.waiting.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+func (d *Daemon) setWaiting(err error) {
+	if err == nil {
+		d.waiting.Store(nil)
+		return
+	}
+	msg := err.Error()
+	d.waiting.Store(&msg)
+}

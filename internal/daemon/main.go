@@ -99,13 +99,22 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return d.Run(gctx) })
+	g.Go(func() error { return newAddrWatch(underlay, node, log).Run(gctx) })
 	if c.healthAddr != "" {
 		hs := NewHealthServer(c.healthAddr, d.Ready, log)
+		hs.Why = d.Waiting
 		mountMetrics(hs, metricsReg)
 		g.Go(func() error { return hs.Run(gctx) })
 	}
 	g.Go(func() error { notifyStopping(gctx, files, log); return nil })
 	err = g.Wait()
+	if moved, ok := errors.AsType[*addrChanged](err); ok {
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		if merr := d.MoveLease(mctx, moved.now); merr != nil {
+			log.Error("cannot move the lease to the new address; the next start takes another subnet", "err", merr)
+		}
+		cancel()
+	}
 	log.Info("weftd stopped; lease and dataplane left in place")
 	return err
 }
@@ -217,11 +226,18 @@ func newRegistry(ctx context.Context, c *config, rej *subnet.Rejections, log *sl
 		}
 		return reg, func() {}, nil
 	}
+	node := c.nodeName
+	if node == "" {
+		var err error
+		if node, err = os.Hostname(); err != nil {
+			return nil, nil, fmt.Errorf("this node's name for its lease: %w (set --node-name)", err)
+		}
+	}
 	client, err := etcd.NewClient(c.etcd.ClientConfig())
 	if err != nil {
 		return nil, nil, err
 	}
-	reg := etcd.New(client, etcd.Options{Prefix: c.etcd.Prefix, TTL: c.leaseTTL, Rejections: rej}, log)
+	reg := etcd.New(client, etcd.Options{Prefix: c.etcd.Prefix, TTL: c.leaseTTL, Rejections: rej, Node: node}, log)
 	return reg, func() { client.Close() }, nil
 }
 

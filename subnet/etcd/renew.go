@@ -89,3 +89,35 @@ func (r *Registry) revokeIfUnused(ctx context.Context, id clientv3.LeaseID) {
 	}
 	r.revoke(ctx, id)
 }
+
+// Move rewrites the value of l's key to attrs, keeping its etcd lease (and
+// so its expiry), if the key still holds l.Attrs; else ErrLeaseLost. A node
+// whose underlay address was replaced moves its lease, so that it keeps its
+// subnet: Acquire finds a node's lease by its public address.
+func (r *Registry) Move(ctx context.Context, l subnet.Lease, attrs subnet.LeaseAttrs) (subnet.Lease, error) {
+	if r.err != nil {
+		return l, r.err
+	}
+	key := r.subnetsDir() + l.Key()
+	old, err := json.Marshal(l.Attrs)
+	if err != nil {
+		return l, fmt.Errorf("move lease %s: %w", key, err)
+	}
+	value, err := json.Marshal(attrs)
+	if err != nil {
+		return l, fmt.Errorf("move lease %s: %w", key, err)
+	}
+	rctx, cancel := r.request(ctx)
+	defer cancel()
+	resp, err := r.client.Txn(rctx).
+		If(clientv3.Compare(clientv3.Value(key), "=", string(old))).
+		Then(clientv3.OpPut(key, string(value), clientv3.WithIgnoreLease())).Commit()
+	if err != nil {
+		return l, fmt.Errorf("move lease %s in etcd %s: %w", key, r.endpoints(), err)
+	}
+	if !resp.Succeeded {
+		return l, fmt.Errorf("move lease %s: the key no longer holds our value: %w", key, subnet.ErrLeaseLost)
+	}
+	l.Attrs, l.Revision = attrs, resp.Header.Revision
+	return l, nil
+}

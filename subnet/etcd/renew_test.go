@@ -111,3 +111,40 @@ func TestRenewUnavailable(t *testing.T) {
 		t.Errorf("Renew of a reservation (zero lease) = %v, want no error", err)
 	}
 }
+
+// TestMove: a moved lease keeps its key and etcd lease, and the next
+// Acquire with the new address reuses it; a lease someone else rewrote is
+// not moved.
+func TestMove(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t, netConf)
+	ctx := testCtx(t)
+	l, err := env.reg.Acquire(ctx, attrs(t, "10.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := subnetsKey(l)
+	_, etcdLease, _ := env.get(t, key)
+	moved, err := env.reg.Move(ctx, l, attrs(t, "10.0.0.2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, id, _ := env.get(t, key); id != etcdLease || !strings.Contains(v, `"10.0.0.2"`) {
+		t.Fatalf("after Move: %s with etcd lease %x, want 10.0.0.2 with %x", v, id, etcdLease)
+	}
+	again, err := env.reg.Acquire(ctx, attrs(t, "10.0.0.2"))
+	if err != nil || again.Subnet != l.Subnet {
+		t.Fatalf("Acquire at the new address: %v, %v; want the moved subnet %s", again.Subnet, err, l.Subnet)
+	}
+	env.put(t, key, string(must(json.Marshal(attrs(t, "10.0.0.9")))))
+	if _, err := env.reg.Move(ctx, moved, attrs(t, "10.0.0.3")); !errors.Is(err, subnet.ErrLeaseLost) {
+		t.Fatalf("Move of a lease another node rewrote: %v, want ErrLeaseLost", err)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

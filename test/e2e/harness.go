@@ -53,7 +53,9 @@ type Options struct {
 	Nodes      int
 	Config     string       // network config JSON; default 10.244.0.0/16 vxlan
 	UnderlayV6 netip.Prefix // also give every host an IPv6 underlay address from here
-	Args       []string     // extra weftd arguments for every node
+	// UnderlayMTU is the MTU of every host's underlay link (0: 1500).
+	UnderlayMTU int
+	Args        []string // extra weftd arguments for every node
 	// EtcdMembers > 1 runs an etcd cluster of that many members instead of
 	// a single one; weftd and the test client get every member's endpoint.
 	EtcdMembers int
@@ -112,7 +114,7 @@ func NewCluster(tb testing.TB, opts Options) *Cluster {
 	if !opts.NoConfig {
 		c.Put(Prefix+"/config", opts.Config)
 	}
-	c.Underlay = nettest.NewUnderlay(tb, netip.MustParsePrefix("192.168.77.0/24"), 1500)
+	c.Underlay = nettest.NewUnderlay(tb, netip.MustParsePrefix("192.168.77.0/24"), opts.UnderlayMTU)
 	if opts.EtcdOnUnderlay {
 		if c.Etcd == nil {
 			tb.Fatal("EtcdOnUnderlay needs a single etcd member")
@@ -281,6 +283,21 @@ func (n *Node) Stop() {
 		n.c.T.Errorf("weftd on %s did not stop within 10s of SIGTERM", n.Label)
 	}
 	n.cmd = nil
+}
+
+// Exited waits up to timeout for weftd to exit by itself and returns its
+// exit error; ok is false if it is still running.
+func (n *Node) Exited(timeout time.Duration) (err error, ok bool) {
+	if n.cmd == nil {
+		return nil, false
+	}
+	select {
+	case err = <-n.done:
+		n.cmd = nil
+		return err, true
+	case <-time.After(timeout):
+		return nil, false
+	}
 }
 
 // Restart stops and starts weftd.
