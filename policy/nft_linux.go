@@ -11,6 +11,7 @@ import (
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/userdata"
+	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -251,11 +252,36 @@ func jump(chain string) []expr.Any {
 	return []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: chain}}
 }
 
+// sendBuffer is the socket buffer size (send and receive) of the nftables
+// connection: one transaction goes in one sendmsg, which the default
+// buffer (wmem_default, about 200 KiB) limits to some thousand pods, and
+// the kernel's answers to it come back at once; nft(8) raises both too.
+const sendBuffer = 64 << 20
+
+func bigBuffer(c *netlink.Conn) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("nftables socket: %w", err)
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = errors.Join(unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, sendBuffer),
+			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, sendBuffer))
+	}); err != nil {
+		return fmt.Errorf("nftables socket: %w", err)
+	}
+	if serr != nil {
+		return fmt.Errorf("nftables socket send buffer: %w", serr)
+	}
+	return nil
+}
+
 // dial returns an nftables connection to the namespace at path ("" for the
 // current one) and the function that releases it.
 func dial(path string) (*nftables.Conn, func(), error) {
+	buf := nftables.WithSockOptions(bigBuffer)
 	if path == "" {
-		c, err := nftables.New()
+		c, err := nftables.New(buf)
 		if err != nil {
 			return nil, nil, fmt.Errorf("nftables connection: %w", err)
 		}
@@ -265,7 +291,7 @@ func dial(path string) (*nftables.Conn, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("open namespace %s: %w", path, err)
 	}
-	c, err := nftables.New(nftables.WithNetNSFd(fd))
+	c, err := nftables.New(nftables.WithNetNSFd(fd), buf)
 	if err != nil {
 		unix.Close(fd)
 		return nil, nil, fmt.Errorf("nftables connection in %s: %w", path, err)
