@@ -301,7 +301,10 @@ const probeTimeout = 600 * time.Millisecond
 
 // try reports whether the probe got through: a TCP connection that echoes,
 // or a UDP datagram answered.
-func try(pr probe) bool {
+func try(pr probe) bool { return tryWithin(pr, probeTimeout) }
+
+// tryWithin is try with a timeout of its own.
+func tryWithin(pr probe, probeTimeout time.Duration) bool {
 	network := "tcp4"
 	if pr.proto == corev1.ProtocolUDP {
 		network = "udp4"
