@@ -53,7 +53,7 @@ func TestMerge(t *testing.T) {
 
 func testPod(ns, name, addr string, web int32) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"pod": name}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Ports: []corev1.ContainerPort{{Name: "web", ContainerPort: web}}}}},
+		Spec:   corev1.PodSpec{Containers: []corev1.Container{{Ports: []corev1.ContainerPort{{Name: "web", ContainerPort: web}}}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: addr}}
 }
 
