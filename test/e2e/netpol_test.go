@@ -53,8 +53,15 @@ var npPorts = []int{80, 81}
 // namespaces on both nodes, and for a set of NetworkPolicies checks TCP and
 // UDP from every pod to every other pod against the matrix an evaluator
 // written from the API's documentation computes.
-func TestNetworkPolicyTruthTable(t *testing.T) {
-	e := newNPEnv(t)
+func TestNetworkPolicyTruthTable(t *testing.T) { truthTable(t) }
+
+// TestNetworkPolicyTruthTableUVXLAN is the truth table on weft's userspace
+// VXLAN dataplane, whose TAP device the forward hook sees as it sees the
+// kernel's VXLAN device.
+func TestNetworkPolicyTruthTableUVXLAN(t *testing.T) { truthTable(t, "--backend", "uvxlan") }
+
+func truthTable(t *testing.T, args ...string) {
+	e := newNPEnv(t, args...)
 	x, y := "np-x", "np-y"
 	n1Subnet := e.c.Nodes[0].Subnet().Masked().String()
 	cases := []struct {
@@ -160,7 +167,7 @@ type npEnv struct {
 	pods []*npPod
 }
 
-func newNPEnv(t *testing.T) *npEnv {
+func newNPEnv(t *testing.T, args ...string) *npEnv {
 	k := kubetest.Start(t)
 	k.StartControllers(t, "nodeipam")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -172,7 +179,7 @@ func newNPEnv(t *testing.T) *npEnv {
 	e.c.OnNode = func(n *Node) { nettest.ForwardLoopback(t, n, apiserver) }
 	for _, name := range []string{"n1", "n2"} {
 		createNode(ctx, t, k, name)
-		e.c.AddNode(name, "--kube-subnet-mgr", "--kubeconfig", kubeconfig, "--node-name", name, "--net-config-path", netConf)
+		e.c.AddNode(name, append([]string{"--kube-subnet-mgr", "--kubeconfig", kubeconfig, "--node-name", name, "--net-config-path", netConf}, args...)...)
 	}
 	for _, n := range e.c.Nodes {
 		n.WaitReady()
