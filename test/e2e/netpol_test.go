@@ -475,4 +475,3 @@ func numPort(proto corev1.Protocol, port, end int32) networkingv1.NetworkPolicyP
 func namedPort(proto corev1.Protocol, name string) networkingv1.NetworkPolicyPort {
 	return networkingv1.NetworkPolicyPort{Protocol: &proto, Port: &intstr.IntOrString{Type: intstr.String, StrVal: name}}
 }
-
