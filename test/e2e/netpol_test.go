@@ -81,7 +81,7 @@ func truthTable(t *testing.T, args ...string) {
 		{"named port", []*networkingv1.NetworkPolicy{npPolicy(x, "web", &metav1.LabelSelector{}, ingressOnly,
 			ingress([]networkingv1.NetworkPolicyPort{namedPort(corev1.ProtocolTCP, "web")}))}},
 		{"port range and protocol", []*networkingv1.NetworkPolicy{npPolicy(y, "range", &metav1.LabelSelector{}, ingressOnly,
-			ingress([]networkingv1.NetworkPolicyPort{numPort(corev1.ProtocolTCP, 80, 0), numPort(corev1.ProtocolUDP, 81, 82)}))}},
+			ingress([]networkingv1.NetworkPolicyPort{numPort(corev1.ProtocolTCP, 81, 0), numPort(corev1.ProtocolUDP, 80, 81)}))}},
 		{"egress deny but DNS-like UDP", []*networkingv1.NetworkPolicy{npPolicy(x, "egress", &metav1.LabelSelector{}, egressOnly,
 			egress([]networkingv1.NetworkPolicyPort{numPort(corev1.ProtocolUDP, 81, 0)}))}},
 		{"egress named port", []*networkingv1.NetworkPolicy{npPolicy(x, "egress-web", sel("pod", "a"), egressOnly,
@@ -120,8 +120,8 @@ func truthTable(t *testing.T, args ...string) {
 }
 
 // TestNetworkPolicyEstablished: a connection open when a policy starts to
-// deny its pods keeps working, new ones are refused; when the policy goes,
-// new connections work again.
+// deny its pods keeps working, new ones are refused, except from the pod's
+// own node; when the policy goes, new connections work again.
 func TestNetworkPolicyEstablished(t *testing.T) {
 	e := newNPEnv(t)
 	from, to := e.pod("np-y", "a"), e.pod("np-x", "b") // n1 → n2
@@ -136,6 +136,14 @@ func TestNetworkPolicyEstablished(t *testing.T) {
 		return nil
 	})
 	echo(t, conn, "during") // established: kept
+	// The node itself still reaches its pods (kubelet probes); another
+	// node's host does not.
+	for _, n := range e.c.Nodes {
+		host := &npPod{ns: "host", name: n.Label, net: n.NS}
+		if got, want := try(probe{host, to, corev1.ProtocolTCP, 80}), n.Label == to.node; got != want {
+			t.Errorf("from %s's host to %s (on %s): allowed %v, want %v", n.Label, to.id(), to.node, got, want)
+		}
+	}
 	e.apply(t, nil)
 	Eventually(t, 10*time.Second, "new connection allowed", func() error {
 		if !try(probe{from, to, corev1.ProtocolTCP, 80}) {
