@@ -196,13 +196,13 @@ func newNPEnv(t *testing.T, args ...string) *npEnv {
 		e.createNamespace("np-"+ns, map[string]string{"ns": ns})
 	}
 	// a and c on n1, b on n2, in both namespaces; the named port "web" is
-	// TCP 80 on a and c, TCP 81 on b.
+	// TCP 80 on a, TCP 81 on b and c (two numbers on one node).
 	for _, ns := range []string{"np-x", "np-y"} {
 		for _, p := range []struct {
 			name string
 			node int
 			web  int32
-		}{{"a", 0, 80}, {"b", 1, 81}, {"c", 0, 80}} {
+		}{{"a", 0, 80}, {"b", 1, 81}, {"c", 0, 81}} {
 			e.addPod(ns, p.name, e.c.Nodes[p.node], p.web)
 		}
 	}
