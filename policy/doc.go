@@ -29,7 +29,8 @@
 // through br_netfilter (net.bridge.bridge-nf-call-iptables=1), as for
 // kube-proxy; CheckBridgeNetfilter says when that is missing. Traffic from
 // the node itself to its pods (kubelet probes) and from its pods to the node
-// goes through the input and output hooks and is never filtered, as in
-// kube-network-policies. Only IPv4 is enforced: the IPv6 traffic of a
-// dual-stack pod is not filtered.
+// goes through the input and output hooks and is never filtered, as the API
+// requires. So is Service traffic that kube-proxy's IPVS mode forwards (it
+// leaves from the node itself): not enforced yet. Only IPv4 is enforced:
+// the IPv6 traffic of a dual-stack pod is not filtered.
 package policy
