@@ -76,12 +76,6 @@ func policyFactory(c *config, log *slog.Logger) (func(*subnet.Config, subnet.Lea
 		if !lease.Subnet.IsValid() {
 			return nil, fmt.Errorf("this node has no IPv4 subnet; NetworkPolicy is enforced for IPv4 pods only (run with --network-policy=false)")
 		}
-		if lease.IPv6Subnet.IsValid() {
-			// Refused rather than half enforced: the pods' IPv6 traffic
-			// would pass every policy unfiltered.
-			return nil, fmt.Errorf("this node is dual-stack; NetworkPolicy is enforced for IPv4 only, so its pods' IPv6 traffic would pass " +
-				"every policy (run with --network-policy=false, and a policy controller that covers IPv6)")
-		}
 		return policy.New(policy.Config{Client: rc, Subnet: lease.Subnet}, log)
 	}, nil
 }
