@@ -82,16 +82,12 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 		return err
 	}
 
-	f := factories(c, underlay, live, files, log)
-	if f.Policy, err = policyFactory(c, log); err != nil {
-		return err
-	}
 	d, err := New(Config{
 		Registry:    reg,
 		Node:        node,
 		Metrics:     metrics,
 		Rejections:  rej,
-		Factories:   f,
+		Factories:   factories(c, underlay, live, files, log),
 		SubnetFile:  c.subnetFile,
 		IPMasq:      c.ipMasq,
 		BackendType: c.backend,
