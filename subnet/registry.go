@@ -33,11 +33,6 @@ type Event struct {
 // was deleted or now carries another node's value); the caller acquires again.
 var ErrLeaseLost = errors.New("lease lost")
 
-// ErrPublicIPTaken is wrapped by Acquire when the lease that carries this
-// node's public IP was taken by another node (two nodes advertise the same
-// address); the node must get an address of its own.
-var ErrPublicIPTaken = errors.New("public IP taken by another node")
-
 // ErrExhausted is wrapped by Acquire when no subnet is free.
 var ErrExhausted = errors.New("no free subnet")
 

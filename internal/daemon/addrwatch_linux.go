@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // ErrUnderlayAddrChanged ends weftd when the address it advertises was
@@ -35,8 +36,9 @@ const (
 	addrCheckEvery = time.Second
 	// addrGrace is how long the advertised address may be missing while
 	// another is present before weftd gives up on it: a network manager that
-	// flushes and adds the same address again takes less.
-	addrGrace = 2 * time.Second
+	// flushes and adds the same address again, or a DHCP client that drops
+	// and takes back its lease, takes less.
+	addrGrace = 5 * time.Second
 )
 
 // addrWatch checks the underlay device's addresses every addrCheckEvery.
@@ -48,13 +50,14 @@ type addrWatch struct {
 }
 
 // newAddrWatch watches the addresses of node that came from the underlay u
-// (not those set by flag or annotation).
+// (not those set by flag or annotation, even when the device holds them:
+// the operator chose them, and a restart would advertise them again).
 func newAddrWatch(u underlayInfo, node Node, log *slog.Logger) addrWatch {
 	w := addrWatch{index: u.index, name: u.name, log: log.With("component", "underlay")}
-	if node.PublicIP.IsValid() && node.PublicIP == u.ipv4 {
+	if u.picked4 && node.PublicIP.IsValid() && node.PublicIP == u.ipv4 {
 		w.want4 = node.PublicIP
 	}
-	if node.PublicIPv6.IsValid() && node.PublicIPv6 == u.ipv6 {
+	if u.picked6 && node.PublicIPv6.IsValid() && node.PublicIPv6 == u.ipv6 {
 		w.want6 = node.PublicIPv6
 	}
 	return w
@@ -75,6 +78,7 @@ func (w addrWatch) Run(ctx context.Context) error {
 	tick := time.NewTicker(addrCheckEvery)
 	defer tick.Stop()
 	var since time.Time
+	failing := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -84,10 +88,16 @@ func (w addrWatch) Run(ctx context.Context) error {
 		old, now, err := w.replaced(h)
 		switch {
 		case err != nil:
-			w.log.Debug("cannot read the underlay addresses", "device", w.name, "err", err)
+			// The device itself gone (recreated with another index, or
+			// removed) is the dataplane's to repair and the operator's to
+			// see; the address cannot be compared meanwhile.
+			if !failing {
+				w.log.Warn("cannot read the underlay addresses", "device", w.name, "err", err)
+			}
+			failing = true
 			continue
 		case !old.IsValid():
-			since = time.Time{}
+			failing, since = false, time.Time{}
 			continue
 		case since.IsZero():
 			since = time.Now()
@@ -101,7 +111,11 @@ func (w addrWatch) Run(ctx context.Context) error {
 }
 
 // replaced returns an advertised address missing from the device and the
-// device's global address of the same family, when there is one.
+// device's global address of the same family that took its place, when
+// there is one. Addresses that are not settled in their place are not
+// taken for it: a secondary address (a VIP beside the primary), a
+// tentative IPv6 address (duplicate detection still running) and a
+// deprecated one.
 func (w addrWatch) replaced(h *netlink.Handle) (old, now netip.Addr, err error) {
 	l, err := h.LinkByIndex(w.index)
 	if err != nil {
@@ -125,7 +139,8 @@ func (w addrWatch) replaced(h *netlink.Handle) (old, now netip.Addr, err error) 
 			switch {
 			case ip == want:
 				found = ip
-			case ip.Is4() == want.Is4() && ip.IsGlobalUnicast() && !other.IsValid():
+			case ip.Is4() == want.Is4() && ip.IsGlobalUnicast() && !other.IsValid() &&
+				a.Flags&(unix.IFA_F_SECONDARY|unix.IFA_F_TENTATIVE|unix.IFA_F_DEPRECATED) == 0:
 				other = ip
 			}
 		}

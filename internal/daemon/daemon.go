@@ -106,7 +106,6 @@ type Daemon struct {
 	ready    atomic.Bool
 	notified atomic.Bool // READY=1 sent
 	lease    atomic.Pointer[subnet.Lease]
-	waiting  atomic.Pointer[string] // see Waiting
 }
 
 // New returns a daemon; Run starts it.

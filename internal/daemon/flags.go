@@ -85,7 +85,7 @@ func parseFlags(prog string, args []string, stderr io.Writer) (*config, error) {
 	s.String(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (Kubernetes mode; in-cluster config when empty)")
 	s.String(&c.kubeAnnotPrefix, "kube-annotation-prefix", "flannel.alpha.coreos.com", "prefix of the node annotations")
 	s.String(&c.netConfPath, "net-config-path", "/etc/kube-flannel/net-conf.json", "network config file (Kubernetes mode)")
-	s.String(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME; with etcd, the host name when unset: a lease of this node's public IP recorded for another name is refused)")
+	s.String(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (Kubernetes mode; default $NODE_NAME)")
 	s.Strings(&c.ifaces, "iface", "underlay device, by name or address; repeat to try several in order (default: the default route's device)")
 	s.Strings(&c.ifaceRegexes, "iface-regex", "regular expression selecting the underlay device by name or address; repeatable, tried after --iface")
 	s.String(&c.ifaceCanReach, "iface-can-reach", "", "pick the underlay device and address the kernel would use to reach this IP")

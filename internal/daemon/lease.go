@@ -99,7 +99,6 @@ func (d *Daemon) previousSubnets() []netip.Prefix {
 func (d *Daemon) acquire(ctx context.Context, attrs subnet.LeaseAttrs, hints []netip.Prefix) (subnet.Lease, error) {
 	for {
 		lease, err := d.cfg.Registry.Acquire(ctx, attrs, hints...)
-		d.setWaiting(err)
 		if err == nil {
 			d.cfg.Metrics.acquired()
 			d.log.Info("acquired lease", "subnet", lease.Subnet, "ipv6Subnet", lease.IPv6Subnet,
@@ -377,22 +376,4 @@ func (d *Daemon) MoveLease(ctx context.Context, addr netip.Addr) error {
 	d.log.Info("moved our lease to the new underlay address", "subnet", moved.Subnet, "ipv6Subnet", moved.IPv6Subnet,
 		"publicIP", moved.Attrs.PublicIP, "publicIPv6", moved.Attrs.PublicIPv6)
 	return nil
-}
-
-// Waiting is the error of the last attempt to acquire the lease, "" once
-// one succeeded: what /readyz says readiness waits for.
-func (d *Daemon) Waiting() string {
-	if p := d.waiting.Load(); p != nil {
-		return *p
-	}
-	return ""
-}
-
-func (d *Daemon) setWaiting(err error) {
-	if err == nil {
-		d.waiting.Store(nil)
-		return
-	}
-	msg := err.Error()
-	d.waiting.Store(&msg)
 }

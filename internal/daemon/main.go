@@ -102,7 +102,6 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 	g.Go(func() error { return newAddrWatch(underlay, node, log).Run(gctx) })
 	if c.healthAddr != "" {
 		hs := NewHealthServer(c.healthAddr, d.Ready, log)
-		hs.Why = d.Waiting
 		mountMetrics(hs, metricsReg)
 		g.Go(func() error { return hs.Run(gctx) })
 	}
@@ -190,6 +189,8 @@ func findNode(ctx context.Context, c *config, reg subnet.Registry, log *slog.Log
 		return Node{}, u, err
 	}
 	n := Node{PublicIP: u.ipv4, PublicIPv6: u.ipv6, UnderlayMTU: u.mtu}
+	u.picked4 = c.publicIP == "" && !pub4.IsValid()
+	u.picked6 = c.publicIPv6 == "" && !pub6.IsValid()
 	if c.publicIP != "" {
 		if n.PublicIP, err = parseAddr("--public-ip", c.publicIP, false); err != nil {
 			return n, u, err
@@ -226,18 +227,11 @@ func newRegistry(ctx context.Context, c *config, rej *subnet.Rejections, log *sl
 		}
 		return reg, func() {}, nil
 	}
-	node := c.nodeName
-	if node == "" {
-		var err error
-		if node, err = os.Hostname(); err != nil {
-			return nil, nil, fmt.Errorf("this node's name for its lease: %w (set --node-name)", err)
-		}
-	}
 	client, err := etcd.NewClient(c.etcd.ClientConfig())
 	if err != nil {
 		return nil, nil, err
 	}
-	reg := etcd.New(client, etcd.Options{Prefix: c.etcd.Prefix, TTL: c.leaseTTL, Rejections: rej, Node: node}, log)
+	reg := etcd.New(client, etcd.Options{Prefix: c.etcd.Prefix, TTL: c.leaseTTL, Rejections: rej}, log)
 	return reg, func() { client.Close() }, nil
 }
 

@@ -35,6 +35,9 @@ type underlayInfo struct {
 	name       string
 	mtu        int
 	ipv4, ipv6 netip.Addr
+	// picked4 and picked6: the node advertises the device's address of
+	// that family, taken from the device (no flag or annotation chose it).
+	picked4, picked6 bool
 }
 
 // findUnderlay picks the underlay device: by --iface, --iface-regex or

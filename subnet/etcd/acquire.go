@@ -80,9 +80,6 @@ func (r *Registry) tryAcquire(ctx context.Context, cfg *subnet.Config, attrs sub
 		return subnet.Lease{}, errRace // list again without them
 	}
 	if own != nil {
-		if err := r.checkOwner(ctx, *own); err != nil {
-			return subnet.Lease{}, err
-		}
 		return r.reuse(ctx, *own, attrs, value)
 	}
 	v4, v6, err := pick(cfg, entries, hints...)
@@ -170,11 +167,6 @@ func (r *Registry) reuse(ctx context.Context, e entry, attrs subnet.LeaseAttrs, 
 		r.kept.wrote(entry{name: e.name, lease: subnet.Lease{Subnet: l.Subnet, IPv6Subnet: l.IPv6Subnet, Attrs: attrs,
 			Revision: l.Revision}, value: value, leaseID: e.leaseID}, l.Revision)
 	}
-	if ops := r.ownerOps(e.name); len(ops) > 0 {
-		if _, err := r.client.Do(rctx, ops[0]); err != nil {
-			return subnet.Lease{}, fmt.Errorf("acquire lease: record this node as the owner of %s: %w", key, err)
-		}
-	}
 	if e.leaseID == 0 {
 		r.log.Info("reusing the subnet reserved for us", "key", key)
 		return l, nil
@@ -212,7 +204,7 @@ func (r *Registry) create(ctx context.Context, l subnet.Lease, value []byte, rev
 	}
 	resp, err := r.client.Txn(rctx).
 		If(cmps...).
-		Then(append([]clientv3.Op{clientv3.OpPut(key, string(value), clientv3.WithLease(grant.ID))}, r.ownerOps(l.Key())...)...).Commit()
+		Then(clientv3.OpPut(key, string(value), clientv3.WithLease(grant.ID))).Commit()
 	if err != nil {
 		// The put may have happened: keep the grant (it expires by itself)
 		// rather than risk deleting a key that is ours.
@@ -228,45 +220,4 @@ func (r *Registry) create(ctx context.Context, l subnet.Lease, value []byte, rev
 		Revision: l.Revision}, value: value, leaseID: grant.ID}, l.Revision)
 	r.log.Info("created a lease", "key", key, "expires", l.Expiration)
 	return l, nil
-}
-
-// ownerKey is where the name of the node that holds lease key name is
-// recorded.
-func (r *Registry) ownerKey(name string) string { return r.prefix + "/weft-owners/" + name }
-
-// ownerOps records this node as the owner of lease key name; none without
-// Options.Node. The record has no etcd lease: one that outlives its lease
-// is overwritten by the next node to take the subnet.
-func (r *Registry) ownerOps(name string) []clientv3.Op {
-	if r.node == "" {
-		return nil
-	}
-	return []clientv3.Op{clientv3.OpPut(r.ownerKey(name), r.node)}
-}
-
-// checkOwner refuses a lease of our public IP that another node recorded as
-// its own: two nodes advertise the same address, and taking the lease would
-// give both the same subnet. A lease without a record (written by flanneld
-// or an older weft) is ours to reuse.
-func (r *Registry) checkOwner(ctx context.Context, e entry) error {
-	if r.node == "" {
-		return nil
-	}
-	rctx, cancel := r.request(ctx)
-	defer cancel()
-	resp, err := r.client.Get(rctx, r.ownerKey(e.name))
-	if err != nil {
-		return fmt.Errorf("acquire lease: read the owner of %s: %w", e.name, err)
-	}
-	if len(resp.Kvs) == 0 || string(resp.Kvs[0].Value) == r.node {
-		return nil
-	}
-	a := e.lease.Attrs.PublicIP
-	if !a.IsValid() {
-		a = e.lease.Attrs.PublicIPv6
-	}
-	return fmt.Errorf("acquire lease: %w: lease %s carries this node's public IP %s but belongs to node %q, and this node is %q: "+
-		"two nodes advertise the same address (an address every VM has, such as Vagrant's NAT 10.0.2.15?); "+
-		"give this node its own with --public-ip or --iface",
-		subnet.ErrPublicIPTaken, e.name, a, resp.Kvs[0].Value, r.node)
 }

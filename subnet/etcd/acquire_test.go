@@ -390,35 +390,3 @@ func TestAcquireConcurrentDualStack(t *testing.T) {
 	}
 	t.Logf("lost races: %d", countLines(env.logs.String(), "lost a race"))
 }
-
-// TestAcquireRefusesAnotherNodesLease: with Options.Node set, a lease of our
-// public IP recorded for another node is refused with ErrPublicIPTaken and
-// left alone; one recorded for us, or with no record (flanneld's), is reused.
-func TestAcquireRefusesAnotherNodesLease(t *testing.T) {
-	t.Parallel()
-	env := newEnv(t, netConf)
-	ctx := testCtx(t)
-	n1 := env.registry(Options{Node: "n1"})
-	l, err := n1.Acquire(ctx, attrs(t, "10.0.2.15"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := subnetsKey(l)
-	before, _, _ := env.get(t, key)
-	n2 := env.registry(Options{Node: "n2"})
-	if _, err := n2.Acquire(ctx, attrs(t, "10.0.2.15")); !errors.Is(err, subnet.ErrPublicIPTaken) || !strings.Contains(err.Error(), `node "n1"`) {
-		t.Fatalf("n2 Acquire: %v, want ErrPublicIPTaken naming n1", err)
-	}
-	if after, _, _ := env.get(t, key); after != before {
-		t.Fatalf("n1's lease changed: %s → %s", before, after)
-	}
-	if again, err := n1.Acquire(ctx, attrs(t, "10.0.2.15")); err != nil || again.Subnet != l.Subnet {
-		t.Fatalf("n1 Acquire again: %v %v, want %s", again.Subnet, err, l.Subnet)
-	}
-	if _, err := env.client.Delete(ctx, DefaultPrefix+"/weft-owners/"+l.Key()); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := n2.Acquire(ctx, attrs(t, "10.0.2.15")); err != nil || got.Subnet != l.Subnet {
-		t.Fatalf("a lease without an owner record: %v %v, want it reused", got.Subnet, err)
-	}
-}

@@ -52,11 +52,6 @@ type Options struct {
 	// not parse (logged once per key, counted); nil: logged once per key to
 	// the registry's logger.
 	Rejections *subnet.Rejections
-	// Node names this node. Acquire records it beside every lease it
-	// creates or reuses (under <prefix>/weft-owners/, where Flannel never
-	// looks) and refuses, with subnet.ErrPublicIPTaken, a lease of its
-	// public IP recorded for another name. "": no record, no check.
-	Node string
 }
 
 // Registry is the etcd subnet registry. It is safe for concurrent use.
@@ -68,7 +63,6 @@ type Registry struct {
 	timeout time.Duration
 	log     *slog.Logger
 	rej     *subnet.Rejections
-	node    string  // Options.Node
 	err     error   // bad options, returned by every method
 	kept    listing // Acquire's last listing, for the next Watch
 }
@@ -88,7 +82,6 @@ func New(client *clientv3.Client, opts Options, log *slog.Logger) *Registry {
 		timeout: opts.RequestTimeout,
 		log:     log.With("component", "etcd"),
 		rej:     opts.Rejections,
-		node:    opts.Node,
 	}
 	if r.rej == nil {
 		r.rej = subnet.NewRejections(r.log, nil)

@@ -72,9 +72,9 @@ func TestFlannel1070UnderlayRestart(t *testing.T) {
 					if f.moved != "" {
 						// weftd exits to advertise the new address; the
 						// service manager (here the test) starts it again.
-						err, ok := n1.Exited(5 * time.Second)
+						err, ok := n1.Exited(10 * time.Second)
 						if !ok {
-							t.Fatal("weftd on n1 still runs 5s after its address was replaced")
+							t.Fatal("weftd on n1 still runs 10s after its address was replaced (5 s grace)")
 						}
 						if log, _ := os.ReadFile(n1.LogFile); !strings.Contains(string(log), "is now "+f.moved) {
 							t.Errorf("weftd on n1 exited (%v) without saying the address is now %s", err, f.moved)
@@ -354,58 +354,4 @@ func TestFlannel841MTU(t *testing.T) {
 			t.Logf("underlay MTU %d: overlay MTU %d; DF %d bytes crosses, %d fails locally", underlay, want, want, want+1)
 		})
 	}
-}
-
-// TestFlannel98SamePublicIP answers flannel-io/flannel#98 (every Vagrant VM
-// reports 10.0.2.15, the nodes share one subnet): weftd on n1 and on n2
-// advertises 10.0.2.15 (--public-ip, as a VM's NAT address would be). n2
-// must refuse n1's lease, leave it untouched, stay not ready and say why,
-// in its log and its /readyz answer, and `weftctl doctor` on n2 must fail
-// naming the cause.
-func TestFlannel98SamePublicIP(t *testing.T) {
-	c := NewCluster(t, Options{})
-	n1 := c.AddNode("n1", "--public-ip=10.0.2.15", "--node-name=n1")
-	n1.WaitReady()
-	key := leaseKey(n1)
-	before := c.get(key)
-	n2 := c.AddNode("n2", "--public-ip=10.0.2.15", "--node-name=n2")
-	const why = `carries this node's public IP 10.0.2.15 but belongs to node "n1", and this node is "n2"`
-	Eventually(t, 10*time.Second, "n2 refuses n1's lease and says so", func() error {
-		code, body, err := n2.HTTPGet("http://127.0.0.1:9470/readyz")
-		if err != nil || code != 503 || !strings.Contains(body, why) {
-			return fmt.Errorf("readyz: %d %q %v", code, body, err)
-		}
-		if log, _ := os.ReadFile(n2.LogFile); !strings.Contains(string(log), strings.ReplaceAll(why, `"`, `\"`)) {
-			return fmt.Errorf("n2's log does not say why")
-		}
-		return nil
-	})
-	if err, exited := n2.Exited(0); exited {
-		t.Fatalf("weftd on n2 exited: %v", err)
-	}
-	if after := c.get(key); after != before {
-		t.Errorf("n1's lease changed from %s to %s", before, after)
-	}
-	if resp, err := c.Client.Get(t.Context(), Prefix+"/subnets/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count != 1 {
-		t.Errorf("want only n1's lease: %v leases (%v)", resp.Count, err)
-	}
-	out, err := n2.Run(nettest.Binary(t, "weftctl"), "doctor", "--etcd-endpoints", c.endpoints, "--subnet-file", n2.SubnetFile,
-		"--cni-conf-dir", "", "--no-probe")
-	if err == nil || !strings.Contains(out, "weftd/ready") || !strings.Contains(out, "another node advertises this node's public IP") {
-		t.Errorf("weftctl doctor on n2 must fail weftd/ready naming the duplicate address (err %v):\n%s", err, out)
-	}
-	t.Logf("weftctl doctor on n2: %s", findLine(out, "weftd/ready"))
-}
-
-// get returns the value of an etcd key ("" if none).
-func (c *Cluster) get(key string) string {
-	c.T.Helper()
-	resp, err := c.Client.Get(c.T.Context(), key)
-	if err != nil {
-		c.T.Fatalf("etcd get %s: %v", key, err)
-	}
-	if len(resp.Kvs) == 0 {
-		return ""
-	}
-	return string(resp.Kvs[0].Value)
 }

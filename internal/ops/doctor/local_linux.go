@@ -32,11 +32,7 @@ func checkWeftd(ctx context.Context, s *state) {
 	case err != nil:
 		s.r.add("weftd/ready", Fail, fixStartWeftd, "%s/readyz: %v", base, err)
 	case code != 200:
-		fix := "see weftd's log: it is waiting for its lease, the subnet file or the dataplane"
-		if strings.Contains(body, subnet.ErrPublicIPTaken.Error()) {
-			fix = "another node advertises this node's public IP: give this node an address of its own with weftd's --public-ip or --iface"
-		}
-		s.r.add("weftd/ready", Fail, fix, "%s/readyz: %d %s", base, code, body)
+		s.r.add("weftd/ready", Fail, "see weftd's log: it is waiting for its lease, the subnet file or the dataplane", "%s/readyz: %d %s", base, code, body)
 	default:
 		s.r.ok("weftd/ready", "%s/readyz: %d %s", base, code, body)
 	}
