@@ -51,7 +51,7 @@ func TestDistUnits(t *testing.T) {
 	put("etc/systemd/system/docker.service.d/10-weft.conf", filepath.Join(dist, "docker.service.d", "10-weft.conf"), 0o644)
 	put("usr/local/bin/weftd", nettest.Binary(t, "weftd"), 0o755)
 	put("usr/local/bin/weftctl", nettest.Binary(t, "weftctl"), 0o755)
-	for _, p := range []string{"/usr/sbin/dockerd", "/bin/sh", "/bin/kill"} {
+	for _, p := range []string{"/usr/sbin/dockerd", "/bin/sh", "/bin/kill", "/bin/touch"} {
 		put(p[1:], p, 0o755)
 	}
 	out, err := exec.Command("systemd-analyze", "verify", "--root="+root, "weftd.service", "docker.service").CombinedOutput()
