@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -86,16 +85,10 @@ func (i *IPAM) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &p); err != nil {
 		return err
 	}
-	var keys map[string]json.RawMessage
-	if err := json.Unmarshal(b, &keys); err != nil {
+	var err error
+	if p.refused, err = otherKeys(b, "type", "dataDir", "routes", "resolvConf"); err != nil {
 		return err
 	}
-	for k := range keys {
-		if !containsFold([]string{"type", "dataDir", "routes", "resolvConf"}, k) {
-			p.refused = append(p.refused, k)
-		}
-	}
-	slices.Sort(p.refused)
 	*i = IPAM(p)
 	return nil
 }

@@ -111,16 +111,10 @@ func (r *RuntimeConfig) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &p); err != nil {
 		return err
 	}
-	var keys map[string]json.RawMessage
-	if err := json.Unmarshal(b, &keys); err != nil {
+	var err error
+	if p.unknown, err = otherKeys(b, "ips", "mac"); err != nil {
 		return err
 	}
-	for k := range keys {
-		if !containsFold([]string{"ips", "mac"}, k) {
-			p.unknown = append(p.unknown, k)
-		}
-	}
-	slices.Sort(p.unknown)
 	*r = RuntimeConfig(p)
 	return nil
 }
@@ -211,6 +205,23 @@ func (c *Config) delegateArgs() *Args {
 		return c.Delegate.Args
 	}
 	return nil
+}
+
+// otherKeys returns, sorted, the keys of the JSON object b that are not
+// among known (matched case-insensitively, as encoding/json matches them).
+func otherKeys(b []byte, known ...string) ([]string, error) {
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(b, &keys); err != nil {
+		return nil, err
+	}
+	var out []string
+	for k := range keys {
+		if !containsFold(known, k) {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 func containsFold(keys []string, k string) bool {
