@@ -29,9 +29,10 @@ func TestEtcdCutOff(t *testing.T) {
 		Args: []string{"--subnet-lease-renew-margin", "23h59m55s"}})
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	a, b := n1.CNI.AddPod(t, "a"), n2.CNI.AddPod(t, "b")
-	if err := e2e.Ping(a.NS, b.IP); err != nil {
-		t.Fatal(err)
-	}
+	// Ready means a node's own lease and dataplane, not that it has
+	// programmed the other node yet: wait for the pods to reach each other
+	// before the fault.
+	e2e.Eventually(t, 10*time.Second, "a reaches b", func() error { return e2e.Ping(a.NS, b.IP) })
 	key := e2e.Prefix + "/subnets/" + subnet.Lease{Subnet: n1.Subnet()}.Key()
 	before1, before2 := dataplane(t, n1), dataplane(t, n2)
 	waitPings := startPingLoss(a.NS, b.IP, cut+10*time.Second)

@@ -53,9 +53,10 @@ func TestHostileDatastore(t *testing.T) {
 	c := e2e.NewCluster(t, e2e.Options{Nodes: 2})
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	a, b := n1.CNI.AddPod(t, "a"), n2.CNI.AddPod(t, "b")
-	if err := e2e.Ping(a.NS, b.IP); err != nil {
-		t.Fatal(err)
-	}
+	// Ready means a node's own lease and dataplane, not that it has
+	// programmed the other node yet: wait for the pods to reach each other
+	// before the fault.
+	e2e.Eventually(t, 10*time.Second, "a reaches b", func() error { return e2e.Ping(a.NS, b.IP) })
 	for k, v := range hostileLeases(t) {
 		c.Put(e2e.Prefix+"/subnets/"+k, v)
 	}

@@ -25,9 +25,10 @@ func TestEtcdOutage(t *testing.T) {
 		"--subnet-lease-ttl", ttl.String(), "--subnet-lease-renew-margin", (ttl - 5*time.Second).String()}})
 	n1 := c.Nodes[0]
 	a, b := n1.CNI.AddPod(t, "a"), c.Nodes[1].CNI.AddPod(t, "b")
-	if err := e2e.Ping(a.NS, b.IP); err != nil {
-		t.Fatal(err)
-	}
+	// Ready means a node's own lease and dataplane, not that it has
+	// programmed the other node yet: wait for the pods to reach each other
+	// before the fault.
+	e2e.Eventually(t, 10*time.Second, "a reaches b", func() error { return e2e.Ping(a.NS, b.IP) })
 	before := nettest.MustRun(t, n1, "ip", "route", "show", "dev", "weft.1")
 	waitPings := startPingLoss(a.NS, b.IP, outage+4*time.Second)
 	c.Etcd.Close()

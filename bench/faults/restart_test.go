@@ -43,9 +43,10 @@ func restarts(t *testing.T, backend string, fdStore bool) {
 	n := scale(4, 20)
 	c := e2e.NewCluster(t, e2e.Options{Nodes: 2, Args: []string{"--backend", backend}, FDStore: fdStore})
 	a, b := c.Nodes[0].CNI.AddPod(t, "a"), c.Nodes[1].CNI.AddPod(t, "b")
-	if err := e2e.Ping(a.NS, b.IP); err != nil {
-		t.Fatal(err)
-	}
+	// Ready means a node's own lease and dataplane, not that it has
+	// programmed the other node yet: wait for the pods to reach each other
+	// before the fault.
+	e2e.Eventually(t, 10*time.Second, "a reaches b", func() error { return e2e.Ping(a.NS, b.IP) })
 	streamFor := time.Duration(scale(10, 60)) * time.Second
 	stream := make(chan error, 1)
 	go func() { stream <- pacedStream(a.NS, b.NS, b.IP, streamFor) }()
