@@ -304,6 +304,8 @@ type svcPath struct {
 	backends []string
 	transfer bool
 	diag     func() string // what the namespaces on the way hold, for a failure
+	// settle runs once the path works, before the connections are counted.
+	settle func()
 }
 
 // proxyCase runs kube-proxy with args on both nodes and sends the traffic.
@@ -340,9 +342,22 @@ func (e *svcEnv) proxyCase(t *testing.T, s *svcSetup, dpName, pxName string, mas
 		// kube-proxy masquerades a pod's connection to itself in every mode.
 		{name: "hairpin", from: s.pod.NS, to: port80(s.hairpinIP), srcOK: notFrom("pod", podIP), backends: []string{"client"}},
 	}
+	// The attempts made while kube-proxy was still writing its rules left
+	// conntrack entries without NAT (their SYN went to the default route);
+	// a counted connection that reused one's source port would follow it
+	// instead of the rules ("no route to host"). Once the path works, the
+	// nodes' tables (their own namespaces) are cleared.
+	flush := func() {
+		for _, n := range []*Node{s.a, s.b} {
+			if out, err := n.Run("conntrack", "-F"); err != nil {
+				t.Errorf("conntrack -F on %s: %v\n%s", n.Label, err, out)
+			}
+		}
+	}
 	var rows []string
 	for _, p := range paths {
 		p.diag = func() string { return svcDiag(p.from, s.a.NS, s.b.NS) }
+		p.settle = flush
 		rows = append(rows, fmt.Sprintf("%-16s %-24s %-9s %s", dpName, pxName, p.name, runPath(t, p)))
 	}
 	for _, n := range []*Node{s.a, s.b} {
@@ -373,6 +388,9 @@ func runPath(t *testing.T, p svcPath) string {
 		_, _, _, err := svcWho(p.from, p.to, svcDialTimeout)
 		return err
 	})
+	if p.settle != nil {
+		p.settle()
+	}
 	var setup []time.Duration
 	var failures []string
 	slow := 0
