@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/weft-net/weft/internal/etcdlocal"
 	"github.com/weft-net/weft/subnet"
@@ -35,16 +36,7 @@ func etcdValue(t *testing.T, ip string, vni int, typ string) string {
 // daemon acquires, programs only the valid peer, counts every rejection by
 // reason once, and drops a valid peer rewritten with a foreign VNI.
 func TestDaemonRejectsHostileLeases(t *testing.T) {
-	srv, err := etcdlocal.Start(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	client, err := etcd.NewClient(etcd.ClientConfig{Endpoints: []string{srv.Endpoint}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
+	client := startEtcd(t)
 	ctx := t.Context()
 	put := func(k, v string) {
 		t.Helper()
@@ -137,4 +129,21 @@ func rejected(t *testing.T, reg *prometheus.Registry, reason string) float64 {
 		}
 	}
 	return sum
+}
+
+// startEtcd starts an embedded etcd for the test and returns a client of
+// it; both are closed when the test ends.
+func startEtcd(t *testing.T) *clientv3.Client {
+	t.Helper()
+	srv, err := etcdlocal.Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	client, err := etcd.NewClient(etcd.ClientConfig{Endpoints: []string{srv.Endpoint}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	return client
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weft-net/weft/internal/etcdlocal"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/subnet/etcd"
 )
@@ -21,16 +20,7 @@ import (
 // subnets, among which a fresh lease is picked, so neither comes back by
 // chance.
 func TestDaemonReusesBothSubnetsOfTheSubnetFile(t *testing.T) {
-	srv, err := etcdlocal.Start(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	client, err := etcd.NewClient(etcd.ClientConfig{Endpoints: []string{srv.Endpoint}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
+	client := startEtcd(t)
 	ctx := t.Context()
 	conf := `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}`
 	if _, err := client.Put(ctx, etcd.DefaultPrefix+"/config", conf); err != nil {
