@@ -127,11 +127,10 @@ var svcSysctls = []string{
 	"/proc/sys/net/ipv4/vs/conntrack",
 }
 
-// rootSysctls reads svcSysctls in the root network namespace on a thread
-// checked to be in it: the process's namespace when netns is "" (the
-// test's start), else the namespace netns names (what the start found).
-// A file that does not exist reads as "absent".
-func rootSysctls(t *testing.T, netns string) map[string]string {
+// rootSysctls reads svcSysctls in the root network namespace (the one the
+// test binary started in) on a thread checked to be in it. A file that does
+// not exist reads as "absent".
+func rootSysctls(t *testing.T) map[string]string {
 	t.Helper()
 	m := map[string]string{}
 	done := make(chan error, 1)
@@ -143,13 +142,7 @@ func rootSysctls(t *testing.T, netns string) map[string]string {
 			done <- err
 			return
 		}
-		want := netns
-		if want == "" {
-			if want, err = os.Readlink("/proc/self/ns/net"); err != nil {
-				done <- err
-				return
-			}
-		}
+		want := startNetns
 		if self != want {
 			done <- fmt.Errorf("this thread is in %s, not the root network namespace %s", self, want)
 			return

@@ -87,9 +87,9 @@ func TestServicesKubeProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := rootSysctls(t, "")
+	before := rootSysctls(t)
 	t.Cleanup(func() {
-		after := rootSysctls(t, before["netns"])
+		after := rootSysctls(t)
 		if d := diffSysctls(before, after); d != "" {
 			t.Errorf("kube-proxy changed the root namespace: %s", d)
 		}
