@@ -100,7 +100,8 @@ func TestFlannel1070UnderlayRestart(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					t.Logf("%s: repaired %s after the underlay came back; %s", backend, took.Round(time.Millisecond), r)
+					recordFailure(t, "1070", fmt.Sprintf("%s, %s: state back %s after the underlay came back, %s",
+						backend, f.name, took.Round(time.Millisecond), r))
 				})
 			}
 		})
@@ -141,14 +142,15 @@ func TestFlannel2554StaleRoutes(t *testing.T) {
 	for _, n := range []*Node{n3, n4} {
 		Eventually(t, 2*time.Second, "stale state of "+n.Label+" gone from n1 after its start", func() error { return hasPeer(t, n1, n, false) })
 	}
-	t.Logf("stale peers gone %s after weftd was started on n1", time.Since(start).Round(time.Millisecond))
+	gone := time.Since(start)
 	if err := hasPeer(t, n1, n2, true); err != nil {
 		t.Fatalf("n2's state lost: %v", err)
 	}
 	n2.Stop()
 	c.Expire(leaseKey(n2))
 	took := Eventually(t, 2*time.Second, "n2's state gone from n1 after its lease expired", func() error { return hasPeer(t, n1, n2, false) })
-	t.Logf("expired lease → peer state gone from running n1 in %s", took.Round(time.Millisecond))
+	recordFailure(t, "2554", fmt.Sprintf("stale peers gone %s after weftd started; an expired lease's peer gone %s after expiry",
+		gone.Round(time.Millisecond), took.Round(time.Millisecond)))
 }
 
 // hasPeer checks that n's route, neighbour and FDB entry on on are all
@@ -256,7 +258,7 @@ func TestFlannel2237RulesFlushed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("repaired in %s; %s", took.Round(time.Millisecond), r)
+			recordFailure(t, "2237", fmt.Sprintf("%s: back in %s, %s", f.name, took.Round(time.Millisecond), r))
 		})
 	}
 }
@@ -314,6 +316,9 @@ func TestFlannel1060LeftoverDevice(t *testing.T) {
 			if err, exited := n2.Exited(100 * time.Millisecond); exited {
 				t.Fatalf("weftd on n2 exited by itself: %v", err)
 			}
+			if !t.Failed() {
+				recordFailure(t, "1060", tt.name+": ready on the first start, pods reach each other")
+			}
 		})
 	}
 }
@@ -351,7 +356,9 @@ func TestFlannel841MTU(t *testing.T) {
 			if err == nil || !strings.Contains(strings.ToLower(out), "message too long") {
 				t.Errorf("DF ping of %d bytes must fail in the pod with \"message too long\" (err %v):\n%s", want+1, err, out)
 			}
-			t.Logf("underlay MTU %d: overlay MTU %d; DF %d bytes crosses, %d fails locally", underlay, want, want, want+1)
+			if !t.Failed() {
+				recordFailure(t, "841", fmt.Sprintf("underlay MTU %d: overlay MTU %d; a DF packet of %d bytes crosses, %d fails in the pod", underlay, want, want, want+1))
+			}
 		})
 	}
 }

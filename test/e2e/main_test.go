@@ -14,6 +14,8 @@ import (
 // main one, Go parks it for good in the namespace it created.
 var startNetns string
 
+// TestMain records startNetns and, when WEFT_FAILURES_REPORT names a file,
+// writes docs/flannel-failures.md there from the figures of this run.
 func TestMain(m *testing.M) {
 	done := make(chan error, 1)
 	go func() {
@@ -27,5 +29,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e: read the start network namespace:", err)
 		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if path := os.Getenv("WEFT_FAILURES_REPORT"); path != "" && code == 0 {
+		if err := writeFailuresReport(path); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }

@@ -111,6 +111,15 @@ func TestServicesKubeProxy(t *testing.T) {
 	t.Logf("Service connection setup through kube-proxy (%d connections per path; %s in all):\n%-16s %-24s %-9s %9s %9s %9s %5s %6s %10s\n%s",
 		svcConns, time.Since(start).Round(time.Second), "dataplane", "kube-proxy", "path", "p50", "p99", "max", "≥1s", "failed", "50 MiB",
 		strings.Join(table, "\n"))
+	if !t.Failed() {
+		hairpins := 0
+		for _, row := range table {
+			if strings.Contains(row, " hairpin ") {
+				hairpins++
+			}
+		}
+		recordFailure(t, "849", fmt.Sprintf("%d cases (dataplane × kube-proxy configuration), %d new connections from a pod to itself through its Service in each, 0 failed", hairpins, svcConns))
+	}
 }
 
 type svcEnv struct {
