@@ -6,7 +6,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
-	"github.com/weft-net/weft/subnet"
 )
 
 // The fast path's two tc programs, written with cilium/ebpf's assembler so
@@ -41,28 +40,6 @@ const (
 	redirectIngress = 1
 )
 
-// encapLen is what VXLAN over IPv4 puts in front of the inner frame after
-// the outer Ethernet header: IPv4, UDP, VXLAN and the inner Ethernet header.
-const encapLen = ipv4HeaderLenMin + udpHeaderLen + vxlanHeaderLen + ethHeaderLen
-
-// Counter slots of the per-CPU stats array's one element.
-const (
-	fastTxFrames = iota
-	fastTxBytes
-	fastRxFrames
-	fastRxBytes
-	fastErrors  // a frame dropped after its headers were changed (cannot be handed on)
-	fastDemoted // rx entries whose packets the ingress program handed to the userspace path for good
-	numFastCounters
-)
-
-// Values of the rx map: the peer's packets take the fast path, or (set by
-// the ingress program) the userspace path.
-const (
-	rxFast      = 1
-	rxUserspace = 2
-)
-
 // be16 and be32 return the value whose load or store in the host's byte
 // order matches v's bytes in network order: what a BPF load of packet
 // bytes compares with.
@@ -79,17 +56,6 @@ func be32(v uint32) int32 {
 }
 
 func addr4(a netip.Addr) uint32 { b := a.As4(); return binary.BigEndian.Uint32(b[:]) }
-
-// progParams are the immediates of one datapath's programs.
-type progParams struct {
-	local    netip.Addr // IPv4 underlay address
-	vni      int
-	port     int
-	mac      subnet.MAC // our VTEP MAC (the TAP's)
-	mtu      int        // overlay MTU
-	tap      int        // TAP ifindex
-	underlay int        // ifindex of the device that holds local
-}
 
 // countInsns adds 1 to counter slot and, unless bytes is R0, the value of
 // bytes to the slot after it, then goes on at next; it uses R0-R2 and fp-4.
