@@ -246,7 +246,9 @@ func TestFastPathIngressRules(t *testing.T) {
 		{name: "vxlan reserved byte after the vni", pkt: func(p *vxPacket) { p.vniLow = 1 }},
 		{name: "other vni", pkt: func(p *vxPacket) { p.vni = 0x123457 }},
 		{name: "inner destination another mac", pkt: func(p *vxPacket) { p.inner = withInner(func(b []byte) { b[5] = 9 }) }},
-		{name: "inner broadcast", pkt: func(p *vxPacket) { p.inner = withInner(func(b []byte) { copy(b, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}) }) }},
+		{name: "inner broadcast", pkt: func(p *vxPacket) {
+			p.inner = withInner(func(b []byte) { copy(b, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}) })
+		}},
 		{name: "inner ethertype arp", pkt: func(p *vxPacket) { p.inner = withInner(func(b []byte) { b[12], b[13] = 0x08, 0x06 }) }},
 		{name: "inner ip version 6", pkt: func(p *vxPacket) { p.inner = withInner(func(b []byte) { b[14] = 0x65 }) }},
 		{name: "inner header length below 5", pkt: func(p *vxPacket) { p.inner = withInner(func(b []byte) { b[14] = 0x44 }) }},
