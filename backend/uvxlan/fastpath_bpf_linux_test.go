@@ -47,20 +47,26 @@ func testSum(b []byte) uint16 {
 	return ^uint16(s)
 }
 
-// ipv4Header returns an IPv4 header (with options opts) for a payload of n
-// bytes, its checksum filled in.
-func ipv4Header(src, dst [4]byte, proto byte, id, frag uint16, opts []byte, n int) []byte {
-	h := make([]byte, 20+len(opts))
-	h[0] = 0x40 | byte(len(h)/4)
+// ipv4Header returns a 20-byte IPv4 header for a payload of n bytes, its
+// checksum filled in.
+func ipv4Header(src, dst [4]byte, proto byte, id, frag uint16, n int) []byte {
+	h := make([]byte, 20)
+	h[0] = 0x45
 	binary.BigEndian.PutUint16(h[2:], uint16(len(h)+n))
 	binary.BigEndian.PutUint16(h[4:], id)
 	binary.BigEndian.PutUint16(h[6:], frag)
 	h[8], h[9] = 64, proto
 	copy(h[12:], src[:])
 	copy(h[16:], dst[:])
-	copy(h[20:], opts)
 	binary.BigEndian.PutUint16(h[10:], testSum(h))
 	return h
+}
+
+// fixOuterSum recomputes the checksum of the 20-byte outer IPv4 header of
+// an untagged frame.
+func fixOuterSum(b []byte) {
+	binary.BigEndian.PutUint16(b[24:], 0)
+	binary.BigEndian.PutUint16(b[24:], testSum(b[14:34]))
 }
 
 func ethHeader(dst, src [6]byte, typ uint16) []byte {
@@ -79,7 +85,7 @@ func innerFrameFor(dst subnet.MAC, src [4]byte, size int) []byte {
 		udp[i] = byte(i)
 	}
 	f := ethHeader(dst, bpfPeerMAC, etherTypeIPv4)
-	f = append(f, ipv4Header(src, bpfPodLocal, 17, 1, 0, nil, len(udp))...)
+	f = append(f, ipv4Header(src, bpfPodLocal, 17, 1, 0, len(udp))...)
 	return append(f, udp...)
 }
 
@@ -90,7 +96,6 @@ type vxPacket struct {
 	outerDstMAC [6]byte // 00:…:00 is the test device's (loopback's) own: PACKET_HOST
 	etherType   uint16
 	vlan        bool
-	ipOpts      []byte
 	frag        uint16
 	proto       byte
 	src, dst    [4]byte
@@ -117,7 +122,7 @@ func (p vxPacket) bytes() []byte {
 	binary.BigEndian.PutUint16(udp[4:], uint16(udpLen+p.udpLenDelta))
 	copy(udp[8:], p.flags[:])
 	binary.BigEndian.PutUint32(udp[12:], p.vni<<8|uint32(p.vniLow))
-	ip := ipv4Header(p.src, p.dst, p.proto, 0x1234, p.frag, p.ipOpts, udpLen+p.ipLenDelta)
+	ip := ipv4Header(p.src, p.dst, p.proto, 0x1234, p.frag, udpLen+p.ipLenDelta)
 	var b []byte
 	if p.vlan {
 		b = ethHeader(p.outerDstMAC, [6]byte{2, 0xbb, 0, 0, 0, 2}, 0x8100)
@@ -233,8 +238,11 @@ func TestFastPathIngressRules(t *testing.T) {
 		{name: "broadcast (PACKET_BROADCAST)", pkt: func(p *vxPacket) { p.outerDstMAC = [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff} }},
 		{name: "multicast (PACKET_MULTICAST)", pkt: func(p *vxPacket) { p.outerDstMAC = [6]byte{0x01, 0, 0x5e, 0, 0, 1} }},
 		{name: "shorter than the headers", pkt: func(p *vxPacket) { p.inner = p.inner[:ethHeaderLen+10] }},
-		{name: "outer ip options", pkt: func(p *vxPacket) { p.ipOpts = []byte{1, 1, 1, 0} }},
-		{name: "outer ip version 6 in an ipv4 frame", raw: func(b []byte) { b[14] = 0x65 }},
+		// The header says 24 bytes: what follows the first 20 is read as
+		// options, not as the UDP header behind them (its checksum is over
+		// the first 20: options of zeros).
+		{name: "outer ip options", raw: func(b []byte) { b[14] = 0x46; fixOuterSum(b) }},
+		{name: "outer ip version 6 in an ipv4 frame", raw: func(b []byte) { b[14] = 0x65; fixOuterSum(b) }},
 		{name: "not udp", pkt: func(p *vxPacket) { p.proto = 6 }},
 		{name: "first fragment (MF)", pkt: func(p *vxPacket) { p.frag = 0x2000 }},
 		{name: "later fragment (offset)", pkt: func(p *vxPacket) { p.frag = 0x0010 }},
@@ -265,6 +273,9 @@ func TestFastPathIngressRules(t *testing.T) {
 		{name: "super-packet hands the peer over", pkt: func(p *vxPacket) { p.trailer = 200 }, gso: 100,
 			counts: counts{fastDemoted: 1}, rxAfter: rxUserspace},
 		{name: "super-packet of a peer already handed over", pkt: func(p *vxPacket) { p.trailer = 200 }, gso: 100, rx: rxUserspace},
+		// Passed on, but a test run cannot tell this check from the
+		// kernel's refusal to shrink a GSO skb without gso_type (see
+		// above): the end-to-end tests carry super-packets.
 		{name: "super-packet with segments over the mtu", gso: uint32(bpfParams.mtu - 40 + 1)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -394,7 +405,7 @@ func checkEncapsulated(t *testing.T, out, frame []byte) {
 		t.Errorf("source port %d outside 32768–60999", sport)
 	}
 	want := ethHeader([6]byte{}, [6]byte{}, etherTypeIPv4)
-	want = append(want, ipv4Header(bpfLocal, bpfPeer, 17, id, 0, nil, udpHeaderLen+vxlanHeaderLen+len(frame))...)
+	want = append(want, ipv4Header(bpfLocal, bpfPeer, 17, id, 0, udpHeaderLen+vxlanHeaderLen+len(frame))...)
 	want = binary.BigEndian.AppendUint16(want, sport)
 	want = binary.BigEndian.AppendUint16(want, 8472)
 	want = binary.BigEndian.AppendUint16(want, uint16(udpHeaderLen+vxlanHeaderLen+len(frame)))
