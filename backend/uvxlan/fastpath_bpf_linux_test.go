@@ -260,14 +260,21 @@ func TestFastPathIngressRules(t *testing.T) {
 		{name: "inner ethertype arp", pkt: func(p *vxPacket) { p.inner = withInner(func(b []byte) { b[12], b[13] = 0x08, 0x06 }) }},
 		{name: "inner ip version 6", pkt: func(p *vxPacket) { p.inner = withInner(func(b []byte) { b[14] = 0x65 }) }},
 		{name: "inner header length below 5", pkt: func(p *vxPacket) { p.inner = withInner(func(b []byte) { b[14] = 0x44 }) }},
-		{name: "inner total length below its header", pkt: func(p *vxPacket) { p.inner = withInner(func(b []byte) { b[16], b[17] = 0, 19 }) }},
+		// A 40-byte packet whose header says 60 bytes; the outer lengths
+		// agree with the 40.
+		{name: "inner total length below its header", pkt: func(p *vxPacket) {
+			p.inner = innerFrameFor(bpfMAC, bpfPodPeer, 40)
+			p.inner[14] = 0x4f
+		}},
 		{name: "outer checksum wrong", raw: func(b []byte) { b[14+10] ^= 0x01 }},
 		{name: "from a stranger", pkt: func(p *vxPacket) { p.src = bpfStranger }},
 		{name: "inner source outside the peer's subnet", pkt: func(p *vxPacket) { p.inner = innerFrameFor(bpfMAC, [4]byte{10, 244, 3, 5}, 100) }},
 		{name: "inner source our own", pkt: func(p *vxPacket) { p.inner = innerFrameFor(bpfMAC, bpfPodLocal, 100) }},
 		{name: "peer on the userspace path", rx: rxUserspace},
-		{name: "udp length does not match", pkt: func(p *vxPacket) { p.udpLenDelta = 2 }},
-		{name: "outer ip length does not match", pkt: func(p *vxPacket) { p.ipLenDelta = 2 }},
+		// Lengths: UDP = inner IPv4 + 30, outer IPv4 = UDP + 20, skb =
+		// outer IPv4 + 14; each case breaks one equation alone.
+		{name: "udp length does not match", pkt: func(p *vxPacket) { p.udpLenDelta, p.ipLenDelta, p.trailer = 2, 2, 2 }},
+		{name: "outer ip length does not match", pkt: func(p *vxPacket) { p.ipLenDelta, p.trailer = 2, 2 }},
 		{name: "trailing bytes", pkt: func(p *vxPacket) { p.trailer = 2 }},
 		{name: "inner packet over the mtu", pkt: func(p *vxPacket) { p.inner = innerFrameFor(bpfMAC, bpfPodPeer, bpfParams.mtu+1) }},
 		{name: "super-packet hands the peer over", pkt: func(p *vxPacket) { p.trailer = 200 }, gso: 100,
@@ -373,7 +380,8 @@ func TestFastPathEgressRules(t *testing.T) {
 	}
 	t.Run("source port follows the flow", func(t *testing.T) {
 		ports := map[uint16]bool{}
-		for i := range 32 {
+		// Enough flows that a range a hundred ports too wide shows.
+		for i := range 4096 {
 			f := frame(bpfPeerMAC, etherTypeIPv4)
 			binary.BigEndian.PutUint16(f[ethHeaderLen+20:], uint16(1000+i)) // the inner source port
 			_, out1, _ := n.run(t, n.egress, f, 0)
@@ -382,10 +390,13 @@ func TestFastPathEgressRules(t *testing.T) {
 			if p1 != p2 {
 				t.Fatalf("one flow, source ports %d and %d", p1, p2)
 			}
+			if p1 < 32768 || p1 > 60999 {
+				t.Fatalf("source port %d outside 32768–60999", p1)
+			}
 			ports[p1] = true
 		}
-		if len(ports) < 8 {
-			t.Errorf("32 flows got %d source ports", len(ports))
+		if len(ports) < 2048 {
+			t.Errorf("4096 flows got %d source ports", len(ports))
 		}
 	})
 }

@@ -62,6 +62,8 @@ enum {
 	RX_USERSPACE = 2, // set here: they all take the userspace path
 };
 
+// The maps' size. Peers beyond it (more than a /16 cut into /24s has, many
+// times over) take the userspace path.
 #define MAX_FAST_PEERS (1 << 16)
 
 // VTEP MAC, zero padded → the peer's IPv4 underlay address.
