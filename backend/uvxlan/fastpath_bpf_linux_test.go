@@ -205,9 +205,12 @@ func (n *bpfNode) run(t *testing.T, prog *ebpf.Program, data []byte, gsoSize uin
 // unchanged; one it takes is the inner frame, redirected to the TAP.
 //
 // Not expressible with a test run: a VLAN tag the device took off
-// (vlan_present; the tag in the frame is covered as an EtherType), and a
-// TCP super-packet's decapsulation (gso_type cannot be set, so the kernel
-// refuses to shrink a GSO skb; the MSS checks before it are covered).
+// (vlan_present cannot be set; a tag in the frame is covered as an
+// EtherType); a TCP super-packet's decapsulation and so the MSS check
+// before it (gso_type cannot be set, and the kernel refuses to shrink a
+// GSO skb without it); the TAP the packet is redirected to (a test run
+// returns the verdict only); the demotion counted once when two CPUs race;
+// the failure of bpf_skb_store_bytes after the headers changed.
 func TestFastPathIngressRules(t *testing.T) {
 	n := newBPFNode(t)
 	good := defaultPacket()
@@ -338,8 +341,10 @@ func TestFastPathIngressRules(t *testing.T) {
 // (to the underlay device, which a test run does not show).
 //
 // Not expressible with a test run: a frame too long for the outer length
-// (test runs take at most a page), and a TSO super-frame (gso_type cannot
-// be set, so the kernel refuses to grow a GSO skb).
+// (test runs take at most a page); a TSO super-frame (gso_type cannot be
+// set, so the kernel refuses to grow a GSO skb); the device it is
+// redirected to; the failure of bpf_skb_store_bytes after the room was
+// made.
 func TestFastPathEgressRules(t *testing.T) {
 	n := newBPFNode(t)
 	frame := func(dst subnet.MAC, typ uint16) []byte {
