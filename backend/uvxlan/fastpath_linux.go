@@ -19,8 +19,8 @@ import (
 )
 
 // fastPath is the kernel fast path of one backend (Config.FastPath): two tc
-// programs (bpf/fastpath.c), one on the TAP's
-// egress and one on the underlay device's ingress, and the maps they read.
+// programs (bpf/fastpath.c), one on the TAP's egress and one on the
+// underlay device's ingress, and the maps they read.
 // The maps live as long as the Backend and follow every Set; the programs
 // are attached by Run's reconciler and detached when Run returns.
 type fastPath struct {
