@@ -33,8 +33,10 @@
 //
 // # Fast path
 //
-// With Config.FastPath (IPv4, tcx), Run attaches two tc programs that weft
-// generates with cilium/ebpf's assembler. On the TAP's egress one
+// With Config.FastPath (IPv4, tcx), Run attaches two tc programs, C in
+// bpf/fastpath.c compiled by bpf2go into the committed fastpath_bpf*.o
+// (bpf/README.md says how to regenerate them), with the node's values set
+// at load. On the TAP's egress one
 // encapsulates frames for known peers and sends them out of the underlay
 // device through the neighbour table; on that device's ingress the other
 // checks VXLAN packets from known peers as the userspace path does, but

@@ -12,26 +12,20 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/vtep"
-	"golang.org/x/sys/unix"
 )
 
-// maxFastPeers bounds the fast path's maps. Peers beyond it (more than a
-// /16 cut into /24s has, many times over) take the userspace path.
-const maxFastPeers = 1 << 16
-
 // fastPath is the kernel fast path of one backend (Config.FastPath): two tc
-// programs weft generates (fastpath_prog_linux.go), one on the TAP's
-// egress and one on the underlay device's ingress, and the maps they read.
+// programs (bpf/fastpath.c), one on the TAP's egress and one on the
+// underlay device's ingress, and the maps they read.
 // The maps live as long as the Backend and follow every Set; the programs
 // are attached by Run's reconciler and detached when Run returns.
 type fastPath struct {
 	tx    *ebpf.Map // VTEP MAC (8 bytes, zero padded) → peer IPv4 underlay address
-	rx    *ebpf.Map // LPM trie: (peer underlay address, inner source) → 1
+	rx    *ebpf.Map // LPM trie: (peer underlay address, inner source) → rxFast or rxUserspace
 	stats *ebpf.Map // per-CPU counters, one element of numFastCounters uint64
 
 	// mu orders every change of the maps: a Set's table and the
@@ -71,17 +65,14 @@ func newFastPath() (_ *fastPath, err error) {
 			f.closeMaps()
 		}
 	}()
-	if f.tx, err = ebpf.NewMap(&ebpf.MapSpec{Name: "weft_fp_tx", Type: ebpf.Hash, KeySize: 8, ValueSize: 4,
-		MaxEntries: maxFastPeers, Flags: unix.BPF_F_NO_PREALLOC}); err != nil {
-		return nil, fmt.Errorf("create tx map: %w", err)
+	if f.tx, err = newFastMap(fastpathMapWeftFpTx); err != nil {
+		return nil, err
 	}
-	if f.rx, err = ebpf.NewMap(&ebpf.MapSpec{Name: "weft_fp_rx", Type: ebpf.LPMTrie, KeySize: 12, ValueSize: 4,
-		MaxEntries: maxFastPeers, Flags: unix.BPF_F_NO_PREALLOC}); err != nil {
-		return nil, fmt.Errorf("create rx map: %w", err)
+	if f.rx, err = newFastMap(fastpathMapWeftFpRx); err != nil {
+		return nil, err
 	}
-	if f.stats, err = ebpf.NewMap(&ebpf.MapSpec{Name: "weft_fp_stats", Type: ebpf.PerCPUArray, KeySize: 4,
-		ValueSize: 8 * numFastCounters, MaxEntries: 1}); err != nil {
-		return nil, fmt.Errorf("create stats map: %w", err)
+	if f.stats, err = newFastMap(fastpathMapWeftFpStats); err != nil {
+		return nil, err
 	}
 	return f, nil
 }
@@ -233,12 +224,12 @@ func (f *fastPath) attach(p progParams) (bool, error) {
 	}
 	f.detach()
 	// A program the kernel refuses (the verifier) will be refused again.
-	eg, err := loadProgram("weft_fp_egress", egressProgram(p, f.tx, f.stats))
+	eg, err := loadProgram(fastpathProgWeftFpEgress, p, f)
 	if err != nil {
 		f.unsupported = err
 		return false, err
 	}
-	ing, err := loadProgram("weft_fp_ingress", ingressProgram(p, f.rx, f.stats))
+	ing, err := loadProgram(fastpathProgWeftFpIngress, p, f)
 	if err != nil {
 		eg.Close()
 		f.unsupported = err
@@ -277,14 +268,6 @@ func (f *fastPath) detach() {
 	}
 	f.egress, f.ingress, f.egProg, f.ingProg = nil, nil, nil, nil
 	f.attached = false
-}
-
-func loadProgram(name string, insns asm.Instructions) (*ebpf.Program, error) {
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: name, Type: ebpf.SchedCLS, Instructions: insns, License: "Apache-2.0"})
-	if err != nil {
-		return nil, fmt.Errorf("load %s: %w", name, err)
-	}
-	return prog, nil
 }
 
 // underlayIndex returns the index of the device that holds addr, which

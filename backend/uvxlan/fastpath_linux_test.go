@@ -1,8 +1,6 @@
 package uvxlan
 
 import (
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -11,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"github.com/weft-net/weft/internal/namespace"
 	"github.com/weft-net/weft/internal/testkit/nettest"
@@ -366,17 +363,6 @@ func TestFastPathSetPeers(t *testing.T) {
 	}
 	if err := f.rx.Lookup(rxKey{Bits: 64, Outer: [4]byte{192, 168, 0, 2}, Inner: [4]byte{10, 244, 1, 4}}, &rv); !errors.Is(err, ebpf.ErrKeyNotExist) {
 		t.Errorf("another sender: %v", err)
-	}
-}
-
-// TestXchgEncoding checks the atomic exchange's encoding (see xchg).
-func TestXchgEncoding(t *testing.T) {
-	var b bytes.Buffer
-	if err := (asm.Instructions{xchg(asm.R9, asm.R2)}).Marshal(&b, binary.LittleEndian); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := fmt.Sprintf("%x", b.Bytes()), "c3290000e1000000"; got != want {
-		t.Errorf("xchg encodes as %s, want %s (BPF_STX|BPF_ATOMIC|BPF_W, imm BPF_XCHG|BPF_FETCH)", got, want)
 	}
 }
 
