@@ -59,3 +59,8 @@ type Registry interface {
 	// names the subnets; its Attrs may be empty.
 	Watch(ctx context.Context, events chan<- []Event) error
 }
+
+// ErrPublicIPTaken is wrapped when another running node advertises this
+// node's public address: leases are found by that address, so the two would
+// share one subnet.
+var ErrPublicIPTaken = errors.New("public IP taken by another node")

@@ -92,6 +92,17 @@ type Config struct {
 	// Notifier, if set, is told READY=1 the first time the daemon is
 	// ready: systemd's Type=notify (flanneld notifies it too).
 	Notifier Notifier
+	// Presence, if set, is the record that this node advertises its public
+	// addresses: no lease is acquired before it is claimed (etcd mode).
+	Presence Presence
+}
+
+// Presence is a claim on the node's public addresses (etcd.Presence).
+type Presence interface {
+	// Claimed is closed once the addresses are claimed.
+	Claimed() <-chan struct{}
+	// Err says why they are not claimed yet.
+	Err() error
 }
 
 // Notifier sends notifications to the service manager (sd_notify(3)).
@@ -106,6 +117,7 @@ type Daemon struct {
 	ready    atomic.Bool
 	notified atomic.Bool // READY=1 sent
 	lease    atomic.Pointer[subnet.Lease]
+	waiting  atomic.Pointer[string] // see Waiting
 }
 
 // New returns a daemon; Run starts it.

@@ -32,6 +32,7 @@ type config struct {
 	kubeAnnotPrefix string
 	netConfPath     string
 	nodeName        string
+	presenceTTL     time.Duration
 	setNodeNetUnav  bool
 
 	ifaces        []string
@@ -85,7 +86,7 @@ func parseFlags(prog string, args []string, stderr io.Writer) (*config, error) {
 	s.String(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (Kubernetes mode; in-cluster config when empty)")
 	s.String(&c.kubeAnnotPrefix, "kube-annotation-prefix", "flannel.alpha.coreos.com", "prefix of the node annotations")
 	s.String(&c.netConfPath, "net-config-path", "/etc/kube-flannel/net-conf.json", "network config file (Kubernetes mode)")
-	s.String(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (Kubernetes mode; default $NODE_NAME)")
+	s.String(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME; with etcd the host name when unset: it names the record that this node advertises its public IP)")
 	s.Strings(&c.ifaces, "iface", "underlay device, by name or address; repeat to try several in order (default: the default route's device)")
 	s.Strings(&c.ifaceRegexes, "iface-regex", "regular expression selecting the underlay device by name or address; repeatable, tried after --iface")
 	s.String(&c.ifaceCanReach, "iface-can-reach", "", "pick the underlay device and address the kernel would use to reach this IP")
@@ -102,6 +103,7 @@ func parseFlags(prog string, args []string, stderr io.Writer) (*config, error) {
 	s.Bool(&c.version, "version", false, "print the version and exit")
 	s.Minutes(&c.renewMargin, "subnet-lease-renew-margin", time.Hour, "renew the lease this long before it expires: minutes (flanneld's unit) or a duration")
 	s.Duration(&c.leaseTTL, "subnet-lease-ttl", 24*time.Hour, "lifetime of a new etcd lease")
+	s.Duration(&c.presenceTTL, "presence-ttl", 60*time.Second, "etcd: how long the record that this node advertises its public IP outlives a weftd that stopped without deleting it (at least 5s)")
 	c.flannel.register(s, c)
 	if err := s.Err(); err != nil {
 		return nil, err

@@ -16,8 +16,11 @@ import (
 type HealthServer struct {
 	Addr  string
 	Ready func() bool
-	Mux   *http.ServeMux
-	Log   *slog.Logger
+	// Why, if set, says what readiness waits for; /readyz adds it to its
+	// answer when not ready.
+	Why func() string
+	Mux *http.ServeMux
+	Log *slog.Logger
 }
 
 // NewHealthServer returns a server for addr whose readiness is ready().
@@ -28,7 +31,13 @@ func NewHealthServer(addr string, ready func() bool, log *slog.Logger) *HealthSe
 	})
 	s.Mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.Ready() {
-			http.Error(w, "not ready: waiting for the lease, the subnet file and the dataplane", http.StatusServiceUnavailable)
+			msg := "not ready: waiting for the lease, the subnet file and the dataplane"
+			if s.Why != nil {
+				if why := s.Why(); why != "" {
+					msg += ": " + why
+				}
+			}
+			http.Error(w, msg, http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")

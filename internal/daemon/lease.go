@@ -97,8 +97,12 @@ func (d *Daemon) previousSubnets() []netip.Prefix {
 }
 
 func (d *Daemon) acquire(ctx context.Context, attrs subnet.LeaseAttrs, hints []netip.Prefix) (subnet.Lease, error) {
+	if err := d.awaitPresence(ctx); err != nil {
+		return subnet.Lease{}, err
+	}
 	for {
 		lease, err := d.cfg.Registry.Acquire(ctx, attrs, hints...)
+		d.setWaiting(err)
 		if err == nil {
 			d.cfg.Metrics.acquired()
 			d.log.Info("acquired lease", "subnet", lease.Subnet, "ipv6Subnet", lease.IPv6Subnet,
@@ -376,4 +380,45 @@ func (d *Daemon) MoveLease(ctx context.Context, addr netip.Addr) error {
 	d.log.Info("moved our lease to the new underlay address", "subnet", moved.Subnet, "ipv6Subnet", moved.IPv6Subnet,
 		"publicIP", moved.Attrs.PublicIP, "publicIPv6", moved.Attrs.PublicIPv6)
 	return nil
+}
+
+// awaitPresence waits until the node's public addresses are claimed (no
+// other running node advertises them), saying meanwhile why in Waiting.
+func (d *Daemon) awaitPresence(ctx context.Context) error {
+	p := d.cfg.Presence
+	if p == nil {
+		return nil
+	}
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.Claimed():
+			d.setWaiting(nil)
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			d.setWaiting(p.Err())
+		}
+	}
+}
+
+// Waiting is the error of the last attempt to claim the node's addresses or
+// acquire its lease, "" once one succeeded: what /readyz says readiness
+// waits for.
+func (d *Daemon) Waiting() string {
+	if p := d.waiting.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+func (d *Daemon) setWaiting(err error) {
+	if err == nil {
+		d.waiting.Store(nil)
+		return
+	}
+	msg := err.Error()
+	d.waiting.Store(&msg)
 }

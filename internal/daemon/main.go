@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/weft-net/weft/internal/fdstore"
@@ -65,7 +66,7 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 	live := &liveBackend{}
 	metricsReg, metrics := newMetrics(live)
 	rej := subnet.NewRejections(log, metrics.LeaseRejected)
-	reg, closeReg, err := newRegistry(ctx, c, rej, log)
+	reg, etcdClient, closeReg, err := newRegistry(ctx, c, rej, log)
 	if err != nil {
 		return err
 	}
@@ -81,6 +82,12 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 	if err := enableForwarding(forwardIPv4, log); err != nil {
 		return err
 	}
+	var presence *etcd.Presence
+	if etcdClient != nil {
+		if presence, err = newPresence(c, etcdClient, node, log); err != nil {
+			return err
+		}
+	}
 
 	d, err := New(Config{
 		Registry:    reg,
@@ -93,15 +100,20 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 		BackendType: c.backend,
 		RenewMargin: c.renewMargin,
 		Notifier:    files,
+		Presence:    presenceOrNil(presence),
 	}, log)
 	if err != nil {
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return d.Run(gctx) })
+	if presence != nil {
+		g.Go(func() error { return presence.Run(gctx) })
+	}
 	g.Go(func() error { return newAddrWatch(underlay, node, log).Run(gctx) })
 	if c.healthAddr != "" {
 		hs := NewHealthServer(c.healthAddr, d.Ready, log)
+		hs.Why = d.Waiting
 		mountMetrics(hs, metricsReg)
 		g.Go(func() error { return hs.Run(gctx) })
 	}
@@ -218,21 +230,45 @@ func parseAddr(flagName, s string, v6 bool) (netip.Addr, error) {
 	return a, nil
 }
 
-// newRegistry builds the etcd or the Kubernetes registry.
-func newRegistry(ctx context.Context, c *config, rej *subnet.Rejections, log *slog.Logger) (subnet.Registry, func(), error) {
+// newRegistry builds the etcd or the Kubernetes registry; the etcd client
+// is returned too (nil in Kubernetes mode).
+func newRegistry(ctx context.Context, c *config, rej *subnet.Rejections, log *slog.Logger) (subnet.Registry, *clientv3.Client, func(), error) {
 	if c.kubeSubnetMgr {
 		reg, err := newKubeRegistry(ctx, c, rej, log)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
-		return reg, func() {}, nil
+		return reg, nil, func() {}, nil
 	}
 	client, err := etcd.NewClient(c.etcd.ClientConfig())
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	reg := etcd.New(client, etcd.Options{Prefix: c.etcd.Prefix, TTL: c.leaseTTL, Rejections: rej}, log)
-	return reg, func() { client.Close() }, nil
+	return reg, client, func() { client.Close() }, nil
+}
+
+// newPresence is the record that this node (--node-name, else the host
+// name) advertises its public addresses (etcd mode; Kubernetes names each
+// node's lease after the node).
+func newPresence(c *config, client *clientv3.Client, node Node, log *slog.Logger) (*etcd.Presence, error) {
+	name := c.nodeName
+	if name == "" {
+		var err error
+		if name, err = os.Hostname(); err != nil {
+			return nil, fmt.Errorf("this node's name for its presence record: %w (set --node-name)", err)
+		}
+	}
+	return etcd.NewPresence(client, name, []netip.Addr{node.PublicIP, node.PublicIPv6},
+		etcd.PresenceOptions{Prefix: c.etcd.Prefix, TTL: c.presenceTTL}, log)
+}
+
+// presenceOrNil keeps a nil *etcd.Presence a nil interface.
+func presenceOrNil(p *etcd.Presence) Presence {
+	if p == nil {
+		return nil
+	}
+	return p
 }
 
 // logFlannelFlags logs the names of the FLANNELD_* variables weftd read

@@ -60,9 +60,15 @@ var flannelFailures = []failureRow{
 			"(`TestDaemonReacquiresLostLease` in internal/daemon); the churn test is not written"},
 	{ID: "98", Report: "#98 (Vagrant): every node reports 10.0.2.15",
 		Users: "nodes share one subnet, pods collide",
-		Weft: "not yet: weft, like flanneld, finds a node's lease by its public IP, so a second node advertising the same address takes the first's lease. " +
-			"A record of each lease's node name (tried) cannot tell a second live node from a node replaced by a new VM that got the same address, " +
-			"which must take the lease over; telling them apart needs a record only a running weftd keeps alive"},
+		Weft: "leases are found by public IP, as Flannel's are, so before taking one weftd (etcd mode) claims its public address under " +
+			"`<prefix>/weft-presence/<address>`: a record naming the node (`--node-name`, else the host name), on an etcd lease of 60 s " +
+			"(`--presence-ttl`) that it keeps alive and deletes when it stops. A second node whose address a running node already claims " +
+			"stays not ready, leaves the lease alone and says why (log, `/readyz`, `weftctl doctor`); a node that died stops renewing, so a " +
+			"machine that replaced it with its address takes its lease over within the TTL, as with Flannel. Kubernetes mode names each lease " +
+			"after its Node and needs none of this",
+		Test: "`TestFlannel98SamePublicIP` (n1 and n2 with `--public-ip=10.0.2.15`; then n1 killed)",
+		Removed: "the refusal of an address another name holds (`claim` always puts): fails, n2 never refuses; " +
+			"in subnet/etcd, `TestPresenceRefusesALiveNodesAddress` fails too, and without the keep-alive `TestPresenceClaimsAgainAfterALapse`"},
 	{ID: "841", Report: "#841: MTU wrong on jumbo-frame networks",
 		Users:   "large packets black-holed",
 		Weft:    "the overlay MTU (subnet file, `weft.1`, the pods' `eth0`) is the underlay's minus 50",

@@ -362,3 +362,70 @@ func TestFlannel841MTU(t *testing.T) {
 		})
 	}
 }
+
+// TestFlannel98SamePublicIP answers flannel-io/flannel#98 (every Vagrant VM
+// reports 10.0.2.15, the nodes share one subnet): weftd on n1 and on n2
+// advertises 10.0.2.15 (--public-ip, as a VM's NAT address would be). While
+// n1 runs, n2 must refuse to take n1's lease, leave it untouched, stay not
+// ready and say why in its log and its /readyz answer, and `weftctl doctor`
+// on n2 must fail naming the cause. When n1 dies (SIGKILL: its presence
+// record is not deleted), n2 must take the lease over within the record's
+// TTL (5 s here), as a machine that replaced n1 with its address must.
+func TestFlannel98SamePublicIP(t *testing.T) {
+	c := NewCluster(t, Options{})
+	n1 := c.AddNode("n1", "--public-ip=10.0.2.15", "--node-name=n1", "--presence-ttl=5s")
+	n1.WaitReady()
+	key := leaseKey(n1)
+	before := c.get(key)
+	n2 := c.AddNode("n2", "--public-ip=10.0.2.15", "--node-name=n2", "--presence-ttl=5s")
+	const why = `10.0.2.15 is advertised by the running node "n1", and this node is "n2"`
+	Eventually(t, 10*time.Second, "n2 refuses n1's address and says so", func() error {
+		code, body, err := n2.HTTPGet("http://127.0.0.1:9470/readyz")
+		if err != nil || code != 503 || !strings.Contains(body, why) {
+			return fmt.Errorf("readyz: %d %q %v", code, body, err)
+		}
+		if log, _ := os.ReadFile(n2.LogFile); !strings.Contains(string(log), strings.ReplaceAll(why, `"`, `\"`)) {
+			return fmt.Errorf("n2's log does not say why")
+		}
+		return nil
+	})
+	if err, exited := n2.Exited(0); exited {
+		t.Fatalf("weftd on n2 exited: %v", err)
+	}
+	if after := c.get(key); after != before {
+		t.Errorf("n1's lease changed from %s to %s", before, after)
+	}
+	if resp, err := c.Client.Get(t.Context(), Prefix+"/subnets/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count != 1 {
+		t.Errorf("want only n1's lease: %v leases (%v)", resp.Count, err)
+	}
+	out, err := n2.Run(nettest.Binary(t, "weftctl"), "doctor", "--etcd-endpoints", c.endpoints, "--subnet-file", n2.SubnetFile,
+		"--cni-conf-dir", "", "--no-probe")
+	if err == nil || !strings.Contains(out, "weftd/ready") || !strings.Contains(out, "another running node advertises this node's public IP") {
+		t.Errorf("weftctl doctor on n2 must fail weftd/ready naming the duplicate address (err %v):\n%s", err, out)
+	}
+	n1.Kill()
+	start := time.Now()
+	n2.WaitReady()
+	took := time.Since(start)
+	if got := n2.Subnet(); got != n1.Subnet() {
+		t.Errorf("n2 took %s, want n1's lease %s (found by the address it now holds alone)", got, n1.Subnet())
+	}
+	if took > 12*time.Second {
+		t.Errorf("n2 took n1's lease %s after n1 died, want within the 5 s TTL plus n2's 5 s retry", took.Round(time.Millisecond))
+	}
+	recordFailure(t, "98", fmt.Sprintf("n2 refused, not ready, doctor names the cause while n1 runs; n2 held n1's lease %s after n1 was killed (presence TTL 5 s, retry 5 s)",
+		took.Round(100*time.Millisecond)))
+}
+
+// get returns the value of an etcd key ("" if none).
+func (c *Cluster) get(key string) string {
+	c.T.Helper()
+	resp, err := c.Client.Get(c.T.Context(), key)
+	if err != nil {
+		c.T.Fatalf("etcd get %s: %v", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return ""
+	}
+	return string(resp.Kvs[0].Value)
+}

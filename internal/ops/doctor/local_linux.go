@@ -32,7 +32,11 @@ func checkWeftd(ctx context.Context, s *state) {
 	case err != nil:
 		s.r.add("weftd/ready", Fail, fixStartWeftd, "%s/readyz: %v", base, err)
 	case code != 200:
-		s.r.add("weftd/ready", Fail, "see weftd's log: it is waiting for its lease, the subnet file or the dataplane", "%s/readyz: %d %s", base, code, body)
+		fix := "see weftd's log: it is waiting for its lease, the subnet file or the dataplane"
+		if strings.Contains(body, subnet.ErrPublicIPTaken.Error()) {
+			fix = "another running node advertises this node's public IP: give this node an address of its own with weftd's --public-ip or --iface"
+		}
+		s.r.add("weftd/ready", Fail, fix, "%s/readyz: %d %s", base, code, body)
 	default:
 		s.r.ok("weftd/ready", "%s/readyz: %d %s", base, code, body)
 	}
