@@ -1,0 +1,158 @@
+package etcd
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/weft-net/weft/subnet"
+)
+
+// TestFlannel954SubnetChurn answers flannel-io/flannel#954, #875 and #904
+// (leases of nodes that went away are never freed, and new nodes get "out
+// of subnets"): 300 short-lived nodes, each with a fresh address, join and
+// leave a /16 of /24s (256 subnets) with a 3 s lease TTL, on a real etcd.
+// Each node is a Registry of its own (as each weftd has one) that acquires,
+// renews at half the TTL while it lives (0.3 to 2 s), then stops renewing
+// without releasing anything, as a deleted VM does. A node joins only while
+// fewer than 256 leases can be held: the live nodes plus those that left
+// within the TTL and a second (etcd expires leases on a 0.5 s tick). Every
+// acquisition must then succeed at its first call: "out of subnets" (or
+// any other error) while a subnet is free fails the test, as does a subnet
+// handed to two live nodes. At the end every lease must be gone within the
+// TTL and a second of the last node leaving. This drives the real lease code
+// in-process (300 weftd processes would not fit a 2-core machine); the
+// renewal timer is the test's, weftd's own is tested in internal/daemon.
+func TestFlannel954SubnetChurn(t *testing.T) {
+	const (
+		nodes = 300
+		ttl   = 3 * time.Second
+		slack = time.Second
+	)
+	env := newEnv(t, `{"Network":"10.244.0.0/16","SubnetLen":24,"SubnetMin":"10.244.0.0","SubnetMax":"10.244.255.0","Backend":{"Type":"vxlan"}}`)
+	ctx := testCtx(t)
+	cfg, err := env.reg.Config(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := int(cfg.SubnetCount(false))
+	if pool != 256 {
+		t.Fatalf("the config has %d subnets, want 256", pool)
+	}
+
+	var (
+		mu       sync.Mutex
+		alive    int
+		departed []time.Time
+		live     = map[netip.Prefix]int{} // subnet → node holding it
+		maxHeld  int
+		errs     []error
+		wg       sync.WaitGroup
+	)
+	// held bounds the leases in etcd: live nodes plus those that left
+	// within the TTL and the slack. Call with mu held.
+	held := func(now time.Time) int {
+		n := alive
+		for _, d := range departed {
+			if now.Sub(d) < ttl+slack {
+				n++
+			}
+		}
+		return n
+	}
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
+	start := time.Now()
+	for i := range nodes {
+		for {
+			mu.Lock()
+			if held(time.Now()) < pool {
+				alive++
+				maxHeld = max(maxHeld, held(time.Now()))
+				mu.Unlock()
+				break
+			}
+			mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+		}
+		ip := netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})
+		life := 300*time.Millisecond + rand.N(1700*time.Millisecond)
+		reg := env.registry(Options{TTL: ttl})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := reg.Acquire(ctx, attrs(t, ip.String()))
+			if err != nil {
+				mu.Lock()
+				h := held(time.Now()) - 1 // the others
+				alive--
+				mu.Unlock()
+				if errors.Is(err, subnet.ErrExhausted) {
+					err = fmt.Errorf("out of subnets with at most %d other leases held of %d: %w", h, pool, err)
+				}
+				fail(fmt.Errorf("node %d (%s): %w", i, ip, err))
+				return
+			}
+			mu.Lock()
+			if other, ok := live[l.Subnet]; ok {
+				errs = append(errs, fmt.Errorf("node %d got %s, held by live node %d", i, l.Subnet, other))
+			}
+			live[l.Subnet] = i
+			mu.Unlock()
+			end := time.Now().Add(life)
+			for {
+				wait := min(ttl/2, time.Until(end))
+				time.Sleep(wait)
+				if time.Until(end) <= 0 {
+					break
+				}
+				if l, err = reg.Renew(ctx, l); err != nil {
+					fail(fmt.Errorf("node %d (%s) renew %s: %w", i, ip, l.Subnet, err))
+					break
+				}
+			}
+			mu.Lock()
+			alive--
+			departed = append(departed, time.Now())
+			delete(live, l.Subnet)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	last := time.Now()
+	took := time.Since(start)
+	for _, err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	// Nothing renews any more: every lease must expire.
+	var left int64
+	for {
+		resp, err := env.client.Get(ctx, testPrefix+"/subnets/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left = resp.Count; left == 0 {
+			break
+		}
+		if time.Since(last) > ttl+slack {
+			t.Fatalf("%d leases still in etcd %s after the last node stopped renewing (TTL %s)", left, time.Since(last).Round(time.Millisecond), ttl)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("%d nodes joined and left %d subnets in %s, up to %d leases held at once, no acquisition failed (%d lost races retried); "+
+		"all leases gone %s after the last node stopped renewing (TTL %s)",
+		nodes, pool, took.Round(time.Millisecond), maxHeld, countLines(env.logs.String(), "lost a race for a subnet"),
+		time.Since(last).Round(time.Millisecond), ttl)
+}
