@@ -355,3 +355,89 @@ func TestFlannel841MTU(t *testing.T) {
 		})
 	}
 }
+
+// TestFlannel1240LeaseLost answers flannel-io/flannel#1240 and #875
+// (flanneld exits when its lease is revoked or deleted, and the node drops
+// off): while a pod on n1 pings a pod on n2, n1's lease key is deleted, and
+// then its etcd lease is revoked (as when the TTL runs out while etcd is
+// unreachable). weftd on n1 must keep running, acquire its lease again with
+// the same subnet (its pods keep their addresses), and the pods must reach
+// each other both ways. The time until the lease is back, until pods reach
+// each other again, and the pings lost are logged.
+func TestFlannel1240LeaseLost(t *testing.T) {
+	c := NewCluster(t, Options{Nodes: 2})
+	n1, n2 := c.Nodes[0], c.Nodes[1]
+	a, b := n1.CNI.AddPod(t, "a"), n2.CNI.AddPod(t, "b")
+	Eventually(t, 5*time.Second, "a reaches b", func() error { return Ping(a.NS, b.IP, "-W", "1") })
+	sn := n1.Subnet()
+	key := leaseKey(n1)
+	for _, f := range []struct {
+		name  string
+		fault func(t *testing.T)
+	}{
+		{"lease key deleted", func(t *testing.T) {
+			if _, err := c.Client.Delete(t.Context(), key); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"etcd lease revoked", func(t *testing.T) {
+			resp, err := c.Client.Get(t.Context(), key)
+			if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
+				t.Fatalf("etcd get %s: %v (%d keys), want one with an etcd lease", key, err, len(resp.Kvs))
+			}
+			if _, err := c.Client.Revoke(t.Context(), clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(f.name, func(t *testing.T) {
+			before := leaseRev(t, c, key)
+			ps := StartPing(t, f.name, a.NS, b.IP)
+			time.Sleep(300 * time.Millisecond)
+			start := time.Now()
+			f.fault(t)
+			back := Eventually(t, 10*time.Second, "n1's lease back in etcd", func() error {
+				if rev := leaseRev(t, c, key); rev <= before {
+					return fmt.Errorf("lease %s not written again (revision %d)", key, rev)
+				}
+				return nil
+			})
+			Eventually(t, 10*time.Second, "pods reach each other both ways", func() error {
+				if err := Ping(b.NS, a.IP, "-W", "1"); err != nil {
+					return err
+				}
+				return Ping(a.NS, b.IP, "-W", "1")
+			})
+			reached := time.Since(start)
+			time.Sleep(200 * time.Millisecond)
+			r, err := ps.Stop()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err, exited := n1.Exited(100 * time.Millisecond); exited {
+				t.Fatalf("weftd on n1 exited: %v", err)
+			}
+			if got := n1.Subnet(); got != sn {
+				t.Errorf("n1's subnet is now %s, want %s again", got, sn)
+			}
+			if log, _ := os.ReadFile(n1.LogFile); !strings.Contains(string(log), "acquiring again") {
+				t.Error("weftd on n1 did not log that it acquires its lease again")
+			}
+			t.Logf("%s: lease back in %s, pods reach each other after %s; %s", f.name,
+				back.Round(time.Millisecond), reached.Round(time.Millisecond), r)
+		})
+	}
+}
+
+// leaseRev is the revision at which key was last written, 0 if it is absent.
+func leaseRev(t *testing.T, c *Cluster, key string) int64 {
+	t.Helper()
+	resp, err := c.Client.Get(t.Context(), key)
+	if err != nil {
+		t.Fatalf("etcd get %s: %v", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0
+	}
+	return resp.Kvs[0].ModRevision
+}
