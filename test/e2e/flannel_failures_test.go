@@ -441,3 +441,64 @@ func leaseRev(t *testing.T, c *Cluster, key string) int64 {
 	}
 	return resp.Kvs[0].ModRevision
 }
+
+// TestFlannel954StaleLeaseShown answers the operator's side of
+// flannel-io/flannel#954 and #904 (leases of departed nodes hold subnets
+// and nothing says which): nodes run with a 10 s lease TTL (renewed at half
+// of it, the margin being longer); weftd on n3 stops, leaving its lease to
+// expire. `weftctl leases` must mark n3's lease OVERDUE once its renewal is
+// late by the grace, and `weftctl leases --stale` must list it alone, never
+// the leases of the running n1 and n2. The time from the stop until the
+// lease shows as overdue, and until it expires, is logged.
+func TestFlannel954StaleLeaseShown(t *testing.T) {
+	c := NewCluster(t, Options{Nodes: 3, Args: []string{"--subnet-lease-ttl", "10s"}})
+	n1, n2, n3 := c.Nodes[0], c.Nodes[1], c.Nodes[2]
+	weftctl := nettest.Binary(t, "weftctl")
+	leases := func(extra ...string) string {
+		out, err := runOutput(weftctl, append([]string{"leases", "--etcd-endpoints", c.endpoints}, extra...)...)
+		if err != nil {
+			t.Fatalf("weftctl leases %v: %v\n%s", extra, err, out)
+		}
+		return out
+	}
+	row := func(out string, n *Node) string {
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, n.Subnet().String()+" ") {
+				return l
+			}
+		}
+		return ""
+	}
+	sn3 := n3.Subnet()
+	// Running nodes renew on time, through at least one renewal.
+	for end := time.Now().Add(7 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		if out := leases("--stale"); !strings.HasPrefix(out, "0 of 3 leases") {
+			t.Fatalf("weftctl leases --stale with every node running:\n%s", out)
+		}
+	}
+	n3.Stop()
+	shown := Eventually(t, 10*time.Second, "n3's lease shown overdue", func() error {
+		out := leases("--stale")
+		if !strings.HasPrefix(out, "1 of 3 leases") || !strings.Contains(out, sn3.String()+" ") {
+			return fmt.Errorf("weftctl leases --stale:\n%s", out)
+		}
+		return nil
+	})
+	out := leases()
+	if r := row(out, n3); !strings.Contains(r, "OVERDUE") {
+		t.Errorf("n3's row is not OVERDUE:\n%s", out)
+	}
+	for _, n := range []*Node{n1, n2} {
+		if r := row(out, n); !strings.Contains(r, "due in") && !strings.Contains(r, "due now") {
+			t.Errorf("%s's row, want its renewal due:\n%s", n.Label, out)
+		}
+	}
+	gone := Eventually(t, 10*time.Second, "n3's lease expired", func() error {
+		if strings.Contains(leases(), sn3.String()+" ") {
+			return fmt.Errorf("n3's lease %s still listed", sn3)
+		}
+		return nil
+	})
+	t.Logf("n3's lease shown OVERDUE %s after weftd stopped (TTL 10 s, renewed at 5 s left), expired %s after",
+		shown.Round(100*time.Millisecond), (shown + gone).Round(100*time.Millisecond))
+}

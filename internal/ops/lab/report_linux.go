@@ -144,16 +144,20 @@ func (l *Lab) Matrix() (*Matrix, error) {
 
 // Report prints the leases, each node's VTEP table and the pod matrix.
 func (l *Lab) Report(ctx context.Context, w io.Writer) (*Matrix, error) {
-	ls, err := Leases(ctx, l.cli, l.State)
+	listed, bad, err := inspect.ListEtcdLeases(ctx, l.cli, l.State.EtcdPfx)
+	if err == nil && len(bad) > 0 {
+		err = fmt.Errorf("unreadable leases: %v", bad)
+	}
 	if err != nil {
 		return nil, err
 	}
+	ls := inspect.Leases(listed)
 	cfg, err := Config(ctx, l.cli, l.State)
 	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(w, "Leases in etcd (%s/subnets/):\n", l.State.EtcdPfx)
-	inspect.RenderLeases(w, ls, time.Now())
+	inspect.RenderLeases(w, listed, inspect.DefaultRenewMargin, time.Now())
 	for _, n := range l.nodes {
 		fmt.Fprintf(w, "\n%s (%s, %s, weftd pid %d):\n", n.state.Name, n.state.Addr, n.state.Backend, n.state.Weftd.PID)
 		k, peers, rejected, err := NodePeers(n.ns, ls, cfg)
