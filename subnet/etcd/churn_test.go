@@ -17,24 +17,31 @@ import (
 // TestFlannel954SubnetChurn answers flannel-io/flannel#954, #875 and #904
 // (leases of nodes that went away are never freed, and new nodes get "out
 // of subnets"): 300 short-lived nodes, each with a fresh address, join and
-// leave a /16 of /24s (256 subnets) with a 3 s lease TTL, on a real etcd.
+// leave a /16 of /24s (256 subnets) with a 4 s lease TTL (12 s under the
+// race detector, which slows the in-process etcd), on a real etcd, one
+// joining every 10 ms.
 // Each node is a Registry of its own (as each weftd has one) that acquires,
-// renews at half the TTL while it lives (0.3 to 2 s), then stops renewing
-// without releasing anything, as a deleted VM does. A node joins only while
-// fewer than 256 leases can be held: the live nodes plus those that left
-// within the TTL and a second (etcd expires leases on a 0.5 s tick). Every
+// renews at half the TTL while it lives (0.3 s to the TTL and 0.3 s), then
+// stops renewing without releasing anything, as a deleted VM does. A node
+// joins only while fewer than 256 leases can be held: the live nodes plus
+// those that left within the TTL and a quarter of it (etcd expires leases on
+// a 0.5 s tick, later when busy). Every
 // acquisition must then succeed at its first call: "out of subnets" (or
 // any other error) while a subnet is free fails the test, as does a subnet
-// handed to two live nodes. At the end every lease must be gone within the
-// TTL and a second of the last node leaving. This drives the real lease code
+// handed to two live nodes. At the end every lease must be gone within 1.25
+// TTL of the last node leaving. This drives the real lease code
 // in-process (300 weftd processes would not fit a 2-core machine); the
 // renewal timer is the test's, weftd's own is tested in internal/daemon.
 func TestFlannel954SubnetChurn(t *testing.T) {
 	const (
 		nodes = 300
-		ttl   = 3 * time.Second
-		slack = time.Second
+		pace  = 10 * time.Millisecond // between joins: 100 nodes a second
 	)
+	ttl := 4 * time.Second
+	if raceEnabled {
+		ttl = 12 * time.Second
+	}
+	slack := ttl / 4 // etcd expires leases on a 0.5 s tick, later when busy
 	env := newEnv(t, `{"Network":"10.244.0.0/16","SubnetLen":24,"SubnetMin":"10.244.0.0","SubnetMax":"10.244.255.0","Backend":{"Type":"vxlan"}}`)
 	ctx := testCtx(t)
 	cfg, err := env.reg.Config(ctx)
@@ -84,8 +91,9 @@ func TestFlannel954SubnetChurn(t *testing.T) {
 			mu.Unlock()
 			time.Sleep(20 * time.Millisecond)
 		}
+		time.Sleep(pace)
 		ip := netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})
-		life := 300*time.Millisecond + rand.N(1700*time.Millisecond)
+		life := 300*time.Millisecond + rand.N(ttl)
 		reg := env.registry(Options{TTL: ttl})
 		wg.Add(1)
 		go func() {
@@ -110,13 +118,17 @@ func TestFlannel954SubnetChurn(t *testing.T) {
 			mu.Unlock()
 			end := time.Now().Add(life)
 			for {
-				wait := min(ttl/2, time.Until(end))
-				time.Sleep(wait)
+				// As weftd: renew when half the TTL is left, by the
+				// expiry the registry reported (not after a fixed
+				// sleep, which a slow call would stretch).
+				time.Sleep(min(time.Until(l.Expiration.Add(-ttl/2)), time.Until(end)))
 				if time.Until(end) <= 0 {
 					break
 				}
+				left, began := time.Until(l.Expiration), time.Now()
 				if l, err = reg.Renew(ctx, l); err != nil {
-					fail(fmt.Errorf("node %d (%s) renew %s: %w", i, ip, l.Subnet, err))
+					fail(fmt.Errorf("node %d (%s) renew %s with %s left, %s: %w", i, ip, l.Subnet,
+						left.Round(time.Millisecond), time.Since(began).Round(time.Millisecond), err))
 					break
 				}
 			}
