@@ -444,14 +444,14 @@ func leaseRev(t *testing.T, c *Cluster, key string) int64 {
 
 // TestFlannel954StaleLeaseShown answers the operator's side of
 // flannel-io/flannel#954 and #904 (leases of departed nodes hold subnets
-// and nothing says which): nodes run with a 10 s lease TTL (renewed at half
+// and nothing says which): nodes run with a 16 s lease TTL (renewed at half
 // of it, the margin being longer); weftd on n3 stops, leaving its lease to
 // expire. `weftctl leases` must mark n3's lease OVERDUE once its renewal is
 // late by the grace, and `weftctl leases --stale` must list it alone, never
 // the leases of the running n1 and n2. The time from the stop until the
 // lease shows as overdue, and until it expires, is logged.
 func TestFlannel954StaleLeaseShown(t *testing.T) {
-	c := NewCluster(t, Options{Nodes: 3, Args: []string{"--subnet-lease-ttl", "10s"}})
+	c := NewCluster(t, Options{Nodes: 3, Args: []string{"--subnet-lease-ttl", "16s"}})
 	n1, n2, n3 := c.Nodes[0], c.Nodes[1], c.Nodes[2]
 	weftctl := nettest.Binary(t, "weftctl")
 	leases := func(extra ...string) string {
@@ -471,13 +471,13 @@ func TestFlannel954StaleLeaseShown(t *testing.T) {
 	}
 	sn3 := n3.Subnet()
 	// Running nodes renew on time, through at least one renewal.
-	for end := time.Now().Add(7 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
 		if out := leases("--stale"); !strings.HasPrefix(out, "0 of 3 leases") {
 			t.Fatalf("weftctl leases --stale with every node running:\n%s", out)
 		}
 	}
 	n3.Stop()
-	shown := Eventually(t, 10*time.Second, "n3's lease shown overdue", func() error {
+	shown := Eventually(t, 15*time.Second, "n3's lease shown overdue", func() error {
 		out := leases("--stale")
 		if !strings.HasPrefix(out, "1 of 3 leases") || !strings.Contains(out, sn3.String()+" ") {
 			return fmt.Errorf("weftctl leases --stale:\n%s", out)
@@ -499,6 +499,6 @@ func TestFlannel954StaleLeaseShown(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("n3's lease shown OVERDUE %s after weftd stopped (TTL 10 s, renewed at 5 s left), expired %s after",
+	t.Logf("n3's lease shown OVERDUE %s after weftd stopped (TTL 16 s, renewed at 8 s left), expired %s after",
 		shown.Round(100*time.Millisecond), (shown + gone).Round(100*time.Millisecond))
 }

@@ -157,13 +157,13 @@ func renewalDue(l Listed, margin time.Duration) (due time.Time, grace time.Durat
 		left = l.Granted / 2
 	}
 	// The grace covers a renewal in flight or retried (weftd retries
-	// within seconds) and etcd's whole-second TTLs.
-	return l.Expiration.Add(-left), min(max(left/10, 2*time.Second), time.Minute), true
+	// within seconds) and etcd's whole-second TTLs (up to a second off).
+	return l.Expiration.Add(-left), min(max(left/10, 3*time.Second), time.Minute), true
 }
 
 // Overdue reports whether l's node has not renewed it on time: its renewal
 // was due (see renewalDue) more than a grace ago, a tenth of the time
-// between due and expiry, from 2 s to a minute. Such a node has most likely
+// between due and expiry, from 3 s to a minute. Such a node has most likely
 // stopped (or lost etcd); the lease stays taken until it expires. late is
 // how long ago the renewal was due.
 func Overdue(l Listed, margin time.Duration, now time.Time) (late time.Duration, overdue bool) {

@@ -152,7 +152,8 @@ func TestOverdue(t *testing.T) {
 		{"late past the grace", lease(time.Hour-70*time.Second, 24*time.Hour), time.Hour, true},
 		{"a longer margin", lease(2*time.Hour, 24*time.Hour), 3 * time.Hour, true},
 		{"short TTL, margin longer: due at half", lease(4*time.Second, 10*time.Second), time.Hour, false},
-		{"short TTL, past half and the 2 s grace", lease(2*time.Second, 10*time.Second), time.Hour, true},
+		{"short TTL, within the 3 s grace", lease(2500*time.Millisecond, 10*time.Second), time.Hour, false},
+		{"short TTL, past half and the 3 s grace", lease(1500*time.Millisecond, 10*time.Second), time.Hour, true},
 		{"reservation", Listed{Lease: subnet.Lease{Subnet: snA}}, time.Hour, false},
 		{"Kubernetes lease", Listed{Lease: subnet.Lease{Subnet: snA, Expiration: now.Add(time.Second)}}, time.Hour, false},
 	} {
