@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -358,14 +359,19 @@ func TestFlannel841MTU(t *testing.T) {
 
 // TestFlannel1240LeaseLost answers flannel-io/flannel#1240 and #875
 // (flanneld exits when its lease is revoked or deleted, and the node drops
-// off): while a pod on n1 pings a pod on n2, n1's lease key is deleted, and
-// then its etcd lease is revoked (as when the TTL runs out while etcd is
-// unreachable). weftd on n1 must keep running, acquire its lease again with
-// the same subnet (its pods keep their addresses), and the pods must reach
-// each other both ways. The time until the lease is back, until pods reach
-// each other again, and the pings lost are logged.
+// off): while a pod on n1 pings a pod on n2, n1's lease key is deleted;
+// then its etcd lease is revoked; then n1 is cut off from etcd (nftables
+// drops in its namespace; nodes reach etcd over the underlay) until its
+// lease, of a 6 s TTL, has expired, and the cut is lifted. weftd on n1 must
+// keep running, acquire its lease again with the same subnet (its pods
+// keep their addresses), and the pods must reach each other both ways. The
+// time until the lease is back, until pods reach each other again (from
+// the fault, or from the end of the cut), and the pings lost are logged.
 func TestFlannel1240LeaseLost(t *testing.T) {
-	c := NewCluster(t, Options{Nodes: 2})
+	if _, err := exec.LookPath("nft"); err != nil {
+		nettest.CannotRun(t, nettest.SkipTools, "nft missing (test/setup.sh installs nftables)")
+	}
+	c := NewCluster(t, Options{Nodes: 2, EtcdOnUnderlay: true, Args: []string{"--subnet-lease-ttl", "6s"}})
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	a, b := n1.CNI.AddPod(t, "a"), n2.CNI.AddPod(t, "b")
 	Eventually(t, 5*time.Second, "a reaches b", func() error { return Ping(a.NS, b.IP, "-W", "1") })
@@ -373,7 +379,7 @@ func TestFlannel1240LeaseLost(t *testing.T) {
 	key := leaseKey(n1)
 	for _, f := range []struct {
 		name  string
-		fault func(t *testing.T)
+		fault func(t *testing.T) // returns when recovery may begin
 	}{
 		{"lease key deleted", func(t *testing.T) {
 			if _, err := c.Client.Delete(t.Context(), key); err != nil {
@@ -389,14 +395,40 @@ func TestFlannel1240LeaseLost(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
+		{"lease expired while cut off from etcd", func(t *testing.T) {
+			etcd := c.EtcdHost.Addr
+			rules := fmt.Sprintf(`table ip wefttest-cut {
+	chain out { type filter hook output priority 0; ip daddr %s tcp dport %d drop; }
+	chain in { type filter hook input priority 0; ip saddr %s tcp sport %d drop; }
+}`, etcd.Addr(), etcd.Port(), etcd.Addr(), etcd.Port())
+			nettest.MustRun(t, n1, "nft", "-f", writeTemp(t, "cut.nft", rules))
+			t.Cleanup(func() { n1.Run("nft", "delete", "table", "ip", "wefttest-cut") })
+			cut := time.Now()
+			Eventually(t, 15*time.Second, "n1's lease expired", func() error {
+				if rev := leaseRev(t, c, key); rev != 0 {
+					return fmt.Errorf("%s still in etcd", key)
+				}
+				return nil
+			})
+			if err, exited := n1.Exited(10 * time.Millisecond); exited {
+				t.Fatalf("weftd on n1 exited while cut off from etcd: %v", err)
+			}
+			nettest.MustRun(t, n1, "nft", "delete", "table", "ip", "wefttest-cut")
+			t.Logf("n1 cut off from etcd for %s, until its lease expired", time.Since(cut).Round(time.Millisecond))
+		}},
 	} {
 		t.Run(f.name, func(t *testing.T) {
 			before := leaseRev(t, c, key)
+			again := func() int {
+				log, _ := os.ReadFile(n1.LogFile)
+				return strings.Count(string(log), "acquiring again")
+			}
+			againBefore := again()
 			ps := StartPing(t, f.name, a.NS, b.IP)
 			time.Sleep(300 * time.Millisecond)
-			start := time.Now()
 			f.fault(t)
-			back := Eventually(t, 10*time.Second, "n1's lease back in etcd", func() error {
+			start := time.Now()
+			back := Eventually(t, 20*time.Second, "n1's lease back in etcd", func() error {
 				if rev := leaseRev(t, c, key); rev <= before {
 					return fmt.Errorf("lease %s not written again (revision %d)", key, rev)
 				}
@@ -420,7 +452,7 @@ func TestFlannel1240LeaseLost(t *testing.T) {
 			if got := n1.Subnet(); got != sn {
 				t.Errorf("n1's subnet is now %s, want %s again", got, sn)
 			}
-			if log, _ := os.ReadFile(n1.LogFile); !strings.Contains(string(log), "acquiring again") {
+			if again() <= againBefore {
 				t.Error("weftd on n1 did not log that it acquires its lease again")
 			}
 			t.Logf("%s: lease back in %s, pods reach each other after %s; %s", f.name,
@@ -501,4 +533,15 @@ func TestFlannel954StaleLeaseShown(t *testing.T) {
 	})
 	t.Logf("n3's lease shown OVERDUE %s after weftd stopped (TTL 16 s, renewed at 8 s left), expired %s after",
 		shown.Round(100*time.Millisecond), (shown + gone).Round(100*time.Millisecond))
+}
+
+// writeTemp writes content to a file named name in a temporary directory
+// of the test and returns its path.
+func writeTemp(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
