@@ -103,7 +103,7 @@ func (s *store) listed(ctx context.Context, log *slog.Logger) ([]inspect.Listed,
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("etcd %s: %w", s.etcd.Endpoints, err)
 	}
-	ls, bad, err := inspect.ListEtcdLeases(ctx, c, s.etcd.Prefix)
+	ls, bad, err := inspect.EtcdLeases(ctx, c, s.etcd.Prefix)
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("etcd %s: %w", s.etcd.Endpoints, err)
 	}

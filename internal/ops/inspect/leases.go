@@ -44,15 +44,6 @@ type Listed struct {
 	Granted time.Duration
 }
 
-// EtcdLeases lists <prefix>/subnets/ with the time left on each etcd
-// lease (Lease.Expiration; zero for a key without TTL, a reservation).
-// Keys or values that do not parse are returned as errors in bad, not
-// dropped silently.
-func EtcdLeases(ctx context.Context, c *clientv3.Client, prefix string) (leases []subnet.Lease, bad []error, err error) {
-	ls, bad, err := ListEtcdLeases(ctx, c, prefix)
-	return Leases(ls), bad, err
-}
-
 // Leases returns the leases of ls.
 func Leases(ls []Listed) []subnet.Lease {
 	out := make([]subnet.Lease, len(ls))
@@ -62,8 +53,11 @@ func Leases(ls []Listed) []subnet.Lease {
 	return out
 }
 
-// ListEtcdLeases is EtcdLeases with the TTL each etcd lease was granted for.
-func ListEtcdLeases(ctx context.Context, c *clientv3.Client, prefix string) (leases []Listed, bad []error, err error) {
+// EtcdLeases lists <prefix>/subnets/ with the time left on each etcd
+// lease (Lease.Expiration; zero for a key without TTL, a reservation) and
+// the TTL it was granted for. Keys or values that do not parse are
+// returned as errors in bad, not dropped silently.
+func EtcdLeases(ctx context.Context, c *clientv3.Client, prefix string) (leases []Listed, bad []error, err error) {
 	dir := path.Join(prefix, "subnets") + "/"
 	r, err := c.Get(ctx, dir, clientv3.WithPrefix())
 	if err != nil {
