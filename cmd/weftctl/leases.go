@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
+	"github.com/weft-net/weft/internal/flagenv"
 	"github.com/weft-net/weft/internal/ops/inspect"
 )
 
@@ -16,18 +18,37 @@ func runLeases(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.SetOutput(stderr)
 	var s store
 	s.register(fs)
+	var margin time.Duration
+	var stale bool
+	set := &flagenv.Set{FS: fs}
+	set.Minutes(&margin, "subnet-lease-renew-margin", inspect.DefaultRenewMargin,
+		"the nodes renew their leases this long before expiry, as weftd's and flanneld's flag of that name (minutes or a duration); a lease not renewed on time is OVERDUE")
+	fs.BoolVar(&stale, "stale", false, "list only the leases whose node has not renewed them on time")
+	if err := set.Err(); err != nil {
+		return err
+	}
 	if err := parse(fs, args, 0); err != nil {
 		return err
+	}
+	if margin <= 0 {
+		return fmt.Errorf("weftctl leases: --subnet-lease-renew-margin %s: must be positive", margin)
 	}
 	if _, err := s.labState(); err != nil {
 		return err
 	}
-	ls, _, from, err := s.leases(ctx, logger(stderr))
+	ls, _, from, err := s.listed(ctx, logger(stderr))
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%d leases in %s\n", len(ls), from)
-	return inspect.RenderLeases(stdout, ls, time.Now())
+	now := time.Now()
+	if stale {
+		all := len(ls)
+		ls = slices.DeleteFunc(ls, func(l inspect.Listed) bool { _, overdue := inspect.Overdue(l, margin, now); return !overdue })
+		fmt.Fprintf(stdout, "%d of %d leases in %s not renewed on time\n", len(ls), all, from)
+	} else {
+		fmt.Fprintf(stdout, "%d leases in %s\n", len(ls), from)
+	}
+	return inspect.RenderLeases(stdout, ls, margin, now)
 }
 
 // parse parses args, flags anywhere among them, and checks that exactly

@@ -39,7 +39,7 @@ const usage = `usage: weftctl <command> [flags]
 
 Commands for a cluster (etcd flags or WEFT_ETCD_* variables; --kubeconfig for
 the Kubernetes API; --lab for the local lab):
-  leases                     the leases: subnet, node IP, VTEP MAC, backend, TTL left
+  leases                     the leases: subnet, node IP, VTEP MAC, backend, TTL left, renewal (--stale: overdue only)
   peers                      what this node programmed on its overlay device, against the leases
   explain <src-ip> <dst-ip>  the hops a packet takes, from live state
   doctor                     check this node for what breaks an overlay; probe every peer

@@ -26,6 +26,8 @@ func TestRunArguments(t *testing.T) {
 		{"explain needs two addresses", []string{"explain", "10.0.0.1"}, "want 2 arguments, got 1", 1},
 		{"explain bad source", []string{"explain", "nonsense", "10.0.0.1"}, "source: ", 1},
 		{"leases takes no argument", []string{"leases", "x"}, "want 0 arguments", 1},
+		{"leases renew margin not positive", []string{"leases", "--subnet-lease-renew-margin", "0"}, "--subnet-lease-renew-margin 0s: must be positive", 1},
+		{"leases renew margin not a duration", []string{"leases", "--subnet-lease-renew-margin", "soon"}, "subnet-lease-renew-margin", 1},
 		{"lab without subcommand", []string{"lab"}, "see usage", 2},
 		{"lab unknown subcommand", []string{"lab", "sideways"}, `unknown command "sideways"`, 1},
 		{"lab exec without command", []string{"lab", "exec", "node1"}, "see usage", 2},

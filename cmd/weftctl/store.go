@@ -69,6 +69,13 @@ func (s *store) etcdClient() (*clientv3.Client, error) {
 // leases returns every lease and the network config, and a description of
 // where they came from.
 func (s *store) leases(ctx context.Context, log *slog.Logger) ([]subnet.Lease, *subnet.Config, string, error) {
+	ls, cfg, from, err := s.listed(ctx, log)
+	return inspect.Leases(ls), cfg, from, err
+}
+
+// listed is leases with the TTL each etcd lease was granted for (none from
+// the Kubernetes API).
+func (s *store) listed(ctx context.Context, log *slog.Logger) ([]inspect.Listed, *subnet.Config, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	if s.kubeconfig != "" {
@@ -78,7 +85,11 @@ func (s *store) leases(ctx context.Context, log *slog.Logger) ([]subnet.Lease, *
 		}
 		opts := kube.Options{NodeName: "weftctl", AnnotationPrefix: s.annot, ConfigFile: s.netConf}
 		ls, cfg, err := kubeLeases(ctx, c, opts, log)
-		return ls, cfg, "Kubernetes API (" + s.kubeconfig + ")", err
+		listed := make([]inspect.Listed, len(ls))
+		for i, l := range ls {
+			listed[i] = inspect.Listed{Lease: l}
+		}
+		return listed, cfg, "Kubernetes API (" + s.kubeconfig + ")", err
 	}
 	c, err := s.etcdClient()
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -428,4 +429,195 @@ func (c *Cluster) get(key string) string {
 		return ""
 	}
 	return string(resp.Kvs[0].Value)
+}
+
+// TestFlannel1240LeaseLost answers flannel-io/flannel#1240 and #875
+// (flanneld exits when its lease is revoked or deleted, and the node drops
+// off): while a pod on n1 pings a pod on n2, n1's lease key is deleted;
+// then its etcd lease is revoked; then n1 is cut off from etcd (nftables
+// drops in its namespace; nodes reach etcd over the underlay) until its
+// lease, of a 6 s TTL, has expired, and the cut is lifted. weftd on n1 must
+// keep running, acquire its lease again with the same subnet (its pods
+// keep their addresses), and the pods must reach each other both ways. The
+// time until the lease is back, until pods reach each other again (from
+// the fault, or from the end of the cut), and the pings lost are logged.
+func TestFlannel1240LeaseLost(t *testing.T) {
+	if _, err := exec.LookPath("nft"); err != nil {
+		nettest.CannotRun(t, nettest.SkipTools, "nft missing (test/setup.sh installs nftables)")
+	}
+	c := NewCluster(t, Options{Nodes: 2, EtcdOnUnderlay: true, Args: []string{"--subnet-lease-ttl", "6s"}})
+	n1, n2 := c.Nodes[0], c.Nodes[1]
+	a, b := n1.CNI.AddPod(t, "a"), n2.CNI.AddPod(t, "b")
+	Eventually(t, 5*time.Second, "a reaches b", func() error { return Ping(a.NS, b.IP, "-W", "1") })
+	sn := n1.Subnet()
+	key := leaseKey(n1)
+	for _, f := range []struct {
+		name  string
+		fault func(t *testing.T) // returns when recovery may begin
+	}{
+		{"lease key deleted", func(t *testing.T) {
+			if _, err := c.Client.Delete(t.Context(), key); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"etcd lease revoked", func(t *testing.T) {
+			resp, err := c.Client.Get(t.Context(), key)
+			if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
+				t.Fatalf("etcd get %s: %v (%d keys), want one with an etcd lease", key, err, len(resp.Kvs))
+			}
+			if _, err := c.Client.Revoke(t.Context(), clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"lease expired while cut off from etcd", func(t *testing.T) {
+			etcd := c.EtcdHost.Addr
+			rules := fmt.Sprintf(`table ip wefttest-cut {
+	chain out { type filter hook output priority 0; ip daddr %s tcp dport %d drop; }
+	chain in { type filter hook input priority 0; ip saddr %s tcp sport %d drop; }
+}`, etcd.Addr(), etcd.Port(), etcd.Addr(), etcd.Port())
+			nettest.MustRun(t, n1, "nft", "-f", writeTemp(t, "cut.nft", rules))
+			t.Cleanup(func() { n1.Run("nft", "delete", "table", "ip", "wefttest-cut") })
+			cut := time.Now()
+			Eventually(t, 15*time.Second, "n1's lease expired", func() error {
+				if rev := leaseRev(t, c, key); rev != 0 {
+					return fmt.Errorf("%s still in etcd", key)
+				}
+				return nil
+			})
+			if err, exited := n1.Exited(10 * time.Millisecond); exited {
+				t.Fatalf("weftd on n1 exited while cut off from etcd: %v", err)
+			}
+			nettest.MustRun(t, n1, "nft", "delete", "table", "ip", "wefttest-cut")
+			t.Logf("n1 cut off from etcd for %s, until its lease expired", time.Since(cut).Round(time.Millisecond))
+		}},
+	} {
+		t.Run(f.name, func(t *testing.T) {
+			before := leaseRev(t, c, key)
+			again := func() int {
+				log, _ := os.ReadFile(n1.LogFile)
+				return strings.Count(string(log), "acquiring again")
+			}
+			againBefore := again()
+			ps := StartPing(t, f.name, a.NS, b.IP)
+			time.Sleep(300 * time.Millisecond)
+			f.fault(t)
+			start := time.Now()
+			back := Eventually(t, 20*time.Second, "n1's lease back in etcd", func() error {
+				if rev := leaseRev(t, c, key); rev <= before {
+					return fmt.Errorf("lease %s not written again (revision %d)", key, rev)
+				}
+				return nil
+			})
+			Eventually(t, 10*time.Second, "pods reach each other both ways", func() error {
+				if err := Ping(b.NS, a.IP, "-W", "1"); err != nil {
+					return err
+				}
+				return Ping(a.NS, b.IP, "-W", "1")
+			})
+			reached := time.Since(start)
+			time.Sleep(200 * time.Millisecond)
+			r, err := ps.Stop()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err, exited := n1.Exited(100 * time.Millisecond); exited {
+				t.Fatalf("weftd on n1 exited: %v", err)
+			}
+			if got := n1.Subnet(); got != sn {
+				t.Errorf("n1's subnet is now %s, want %s again", got, sn)
+			}
+			if again() <= againBefore {
+				t.Error("weftd on n1 did not log that it acquires its lease again")
+			}
+			if !t.Failed() {
+				recordFailure(t, "954", fmt.Sprintf("lost lease, %s: back in %s, pods reach each other after %s; %s", f.name,
+					back.Round(time.Millisecond), reached.Round(time.Millisecond), r))
+			}
+		})
+	}
+}
+
+// leaseRev is the revision at which key was last written, 0 if it is absent.
+func leaseRev(t *testing.T, c *Cluster, key string) int64 {
+	t.Helper()
+	resp, err := c.Client.Get(t.Context(), key)
+	if err != nil {
+		t.Fatalf("etcd get %s: %v", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0
+	}
+	return resp.Kvs[0].ModRevision
+}
+
+// TestFlannel954StaleLeaseShown answers the operator's side of
+// flannel-io/flannel#954 and #904 (leases of departed nodes hold subnets
+// and nothing says which): nodes run with a 16 s lease TTL (renewed at half
+// of it, the margin being longer); weftd on n3 stops, leaving its lease to
+// expire. `weftctl leases` must mark n3's lease OVERDUE once its renewal is
+// late by the grace, and `weftctl leases --stale` must list it alone, never
+// the leases of the running n1 and n2. The time from the stop until the
+// lease shows as overdue, and until it expires, is logged.
+func TestFlannel954StaleLeaseShown(t *testing.T) {
+	c := NewCluster(t, Options{Nodes: 3, Args: []string{"--subnet-lease-ttl", "16s"}})
+	n1, n2, n3 := c.Nodes[0], c.Nodes[1], c.Nodes[2]
+	weftctl := nettest.Binary(t, "weftctl")
+	leases := func(extra ...string) string {
+		out, err := runOutput(weftctl, append([]string{"leases", "--etcd-endpoints", c.endpoints}, extra...)...)
+		if err != nil {
+			t.Fatalf("weftctl leases %v: %v\n%s", extra, err, out)
+		}
+		return out
+	}
+	row := func(out string, n *Node) string {
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, n.Subnet().String()+" ") {
+				return l
+			}
+		}
+		return ""
+	}
+	sn3 := n3.Subnet()
+	// Running nodes renew on time, through at least one renewal.
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		if out := leases("--stale"); !strings.HasPrefix(out, "0 of 3 leases") {
+			t.Fatalf("weftctl leases --stale with every node running:\n%s", out)
+		}
+	}
+	n3.Stop()
+	shown := Eventually(t, 15*time.Second, "n3's lease shown overdue", func() error {
+		out := leases("--stale")
+		if !strings.HasPrefix(out, "1 of 3 leases") || !strings.Contains(out, sn3.String()+" ") {
+			return fmt.Errorf("weftctl leases --stale:\n%s", out)
+		}
+		return nil
+	})
+	out := leases()
+	if r := row(out, n3); !strings.Contains(r, "OVERDUE") {
+		t.Errorf("n3's row is not OVERDUE:\n%s", out)
+	}
+	for _, n := range []*Node{n1, n2} {
+		if r := row(out, n); !strings.Contains(r, "due in") && !strings.Contains(r, "due now") {
+			t.Errorf("%s's row, want its renewal due:\n%s", n.Label, out)
+		}
+	}
+	gone := Eventually(t, 10*time.Second, "n3's lease expired", func() error {
+		if strings.Contains(leases(), sn3.String()+" ") {
+			return fmt.Errorf("n3's lease %s still listed", sn3)
+		}
+		return nil
+	})
+	recordFailure(t, "954", fmt.Sprintf("stopped node: its lease alone shown OVERDUE %s after weftd stopped (TTL 16 s, renewed at 8 s left), expired %s after",
+		shown.Round(100*time.Millisecond), (shown+gone).Round(100*time.Millisecond)))
+}
+
+// writeTemp writes content to a file named name in a temporary directory
+// of the test and returns its path.
+func writeTemp(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

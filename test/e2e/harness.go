@@ -170,6 +170,15 @@ type Node struct {
 // AddNode plugs a new host into the underlay and starts weftd on it.
 func (c *Cluster) AddNode(label string, args ...string) *Node {
 	c.T.Helper()
+	n := c.NewNode(label, args...)
+	n.Start()
+	return n
+}
+
+// NewNode plugs a new host into the underlay, ready for weftd, without
+// starting it: the test calls Start (for example on many nodes at once).
+func (c *Cluster) NewNode(label string, args ...string) *Node {
+	c.T.Helper()
 	h := c.Underlay.AddHost(c.T, label, "eth0")
 	if c.v6.IsValid() {
 		a := c.v6.Addr()
@@ -199,7 +208,6 @@ func (c *Cluster) AddNode(label string, args ...string) *Node {
 	if c.OnNode != nil {
 		c.OnNode(n)
 	}
-	n.Start()
 	c.T.Cleanup(func() {
 		n.Stop()
 		if c.T.Failed() {

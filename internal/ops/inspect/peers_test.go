@@ -105,22 +105,60 @@ func TestSelfLease(t *testing.T) {
 
 func TestRenderLeases(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	ls := []subnet.Lease{
-		{Subnet: snB, Expiration: now.Add(90 * time.Minute), Attrs: subnet.LeaseAttrs{PublicIP: ipB, BackendType: "vxlan", BackendData: &subnet.VXLANData{VNI: 1, VtepMAC: macB}}},
-		{Subnet: snA, Attrs: subnet.LeaseAttrs{PublicIP: ipA, BackendType: "vxlan"}},
-		{Subnet: netip.MustParsePrefix("10.244.9.0/24"), Expiration: now.Add(-time.Second)},
-	}
-	SortLeases(ls)
-	if ls[0].Subnet != snA {
-		t.Fatalf("not sorted: %v", ls[0].Subnet)
+	ls := []Listed{
+		{Lease: subnet.Lease{Subnet: snB, Expiration: now.Add(90 * time.Minute), Attrs: subnet.LeaseAttrs{PublicIP: ipB, BackendType: "vxlan", BackendData: &subnet.VXLANData{VNI: 1, VtepMAC: macB}}}, Granted: 24 * time.Hour},
+		{Lease: subnet.Lease{Subnet: snA, Attrs: subnet.LeaseAttrs{PublicIP: ipA, BackendType: "vxlan"}}},
+		{Lease: subnet.Lease{Subnet: netip.MustParsePrefix("10.244.9.0/24"), Expiration: now.Add(-time.Second)}, Granted: 24 * time.Hour},
+		{Lease: subnet.Lease{Subnet: netip.MustParsePrefix("10.244.10.0/24"), Expiration: now.Add(30 * time.Minute)}, Granted: 24 * time.Hour},
 	}
 	var b strings.Builder
-	if err := RenderLeases(&b, ls, now); err != nil {
+	if err := RenderLeases(&b, ls, time.Hour, now); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"1h30m0s", "no TTL", "expired", macB.String(), "192.168.77.2"} {
+	for _, want := range []string{"1h30m0s", "no TTL", "expired", macB.String(), "192.168.77.2", "RENEWAL",
+		"due in 30m0s", "OVERDUE 30m0s"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("missing %q in\n%s", want, b.String())
+		}
+	}
+	lines := strings.Split(b.String(), "\n")
+	if !strings.HasSuffix(strings.TrimSpace(lines[2]), " -") {
+		t.Errorf("a lease without TTL has a renewal, want \"-\":\n%s", b.String())
+	}
+	sorted := Leases(ls)
+	SortLeases(sorted)
+	if sorted[0].Subnet != snA {
+		t.Fatalf("not sorted: %v", sorted[0].Subnet)
+	}
+}
+
+// TestOverdue: a lease is overdue once its node's renewal (margin before
+// expiry, or half the TTL when the margin is longer) is late by more than
+// the grace.
+func TestOverdue(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	lease := func(left, granted time.Duration) Listed {
+		return Listed{Lease: subnet.Lease{Subnet: snA, Expiration: now.Add(left)}, Granted: granted}
+	}
+	for _, tt := range []struct {
+		name    string
+		l       Listed
+		margin  time.Duration
+		overdue bool
+	}{
+		{"just renewed", lease(24*time.Hour, 24*time.Hour), time.Hour, false},
+		{"renewal due now", lease(time.Hour, 24*time.Hour), time.Hour, false},
+		{"late within the minute of grace", lease(time.Hour-50*time.Second, 24*time.Hour), time.Hour, false},
+		{"late past the grace", lease(time.Hour-70*time.Second, 24*time.Hour), time.Hour, true},
+		{"a longer margin", lease(2*time.Hour, 24*time.Hour), 3 * time.Hour, true},
+		{"short TTL, margin longer: due at half", lease(4*time.Second, 10*time.Second), time.Hour, false},
+		{"short TTL, within the 3 s grace", lease(2500*time.Millisecond, 10*time.Second), time.Hour, false},
+		{"short TTL, past half and the 3 s grace", lease(1500*time.Millisecond, 10*time.Second), time.Hour, true},
+		{"reservation", Listed{Lease: subnet.Lease{Subnet: snA}}, time.Hour, false},
+		{"Kubernetes lease", Listed{Lease: subnet.Lease{Subnet: snA, Expiration: now.Add(time.Second)}}, time.Hour, false},
+	} {
+		if _, got := Overdue(tt.l, tt.margin, now); got != tt.overdue {
+			t.Errorf("%s: overdue %v, want %v", tt.name, got, tt.overdue)
 		}
 	}
 }

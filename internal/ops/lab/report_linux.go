@@ -21,6 +21,12 @@ import (
 
 // Leases lists the leases in the lab's etcd.
 func Leases(ctx context.Context, cli *clientv3.Client, st *State) ([]subnet.Lease, error) {
+	ls, err := listed(ctx, cli, st)
+	return inspect.Leases(ls), err
+}
+
+// listed is Leases with the TTL each etcd lease was granted for.
+func listed(ctx context.Context, cli *clientv3.Client, st *State) ([]inspect.Listed, error) {
 	ls, bad, err := inspect.EtcdLeases(ctx, cli, st.EtcdPfx)
 	if err == nil && len(bad) > 0 {
 		err = fmt.Errorf("unreadable leases: %v", bad)
@@ -144,16 +150,17 @@ func (l *Lab) Matrix() (*Matrix, error) {
 
 // Report prints the leases, each node's VTEP table and the pod matrix.
 func (l *Lab) Report(ctx context.Context, w io.Writer) (*Matrix, error) {
-	ls, err := Leases(ctx, l.cli, l.State)
+	all, err := listed(ctx, l.cli, l.State)
 	if err != nil {
 		return nil, err
 	}
+	ls := inspect.Leases(all)
 	cfg, err := Config(ctx, l.cli, l.State)
 	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(w, "Leases in etcd (%s/subnets/):\n", l.State.EtcdPfx)
-	inspect.RenderLeases(w, ls, time.Now())
+	inspect.RenderLeases(w, all, inspect.DefaultRenewMargin, time.Now())
 	for _, n := range l.nodes {
 		fmt.Fprintf(w, "\n%s (%s, %s, weftd pid %d):\n", n.state.Name, n.state.Addr, n.state.Backend, n.state.Weftd.PID)
 		k, peers, rejected, err := NodePeers(n.ns, ls, cfg)
