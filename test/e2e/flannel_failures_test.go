@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -352,6 +353,69 @@ func TestFlannel841MTU(t *testing.T) {
 				t.Errorf("DF ping of %d bytes must fail in the pod with \"message too long\" (err %v):\n%s", want+1, err, out)
 			}
 			t.Logf("underlay MTU %d: overlay MTU %d; DF %d bytes crosses, %d fails locally", underlay, want, want, want+1)
+		})
+	}
+}
+
+// wgCluster is a cluster of n WireGuard nodes, each with its key file in
+// its own directory (not Flannel's /run/flannel/wgkey, which all would
+// share).
+func wgCluster(t *testing.T, n int, opts Options) *Cluster {
+	t.Helper()
+	opts.NoConfig = true
+	c := NewCluster(t, opts)
+	c.Put(Prefix+"/config", `{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard"}}`)
+	c.OnNode = func(n *Node) { n.Env = []string{"WIREGUARD_KEY_FILE=" + wgKeyFile(c, n)} }
+	for i := range n {
+		c.AddNode(fmt.Sprintf("n%d", i+1))
+	}
+	for _, n := range c.Nodes {
+		n.WaitReady()
+	}
+	return c
+}
+
+func wgKeyFile(c *Cluster, n *Node) string { return filepath.Join(c.Dir, n.Label, "wgkey") }
+
+// TestFlannelK3s5101WireGuardMTU answers k3s-io/k3s#5101 (a WireGuard MTU
+// regression loses large packets): on underlays of MTU 9001 and 1400 the
+// WireGuard overlay MTU (subnet file, flannel-wg, the pod's eth0) is the
+// underlay's minus 80, Flannel's overhead (an IPv6 outer header, so that
+// the same MTU works on either family); a DF ping of exactly that size
+// crosses, and one byte more fails in the sending pod with "message too
+// long".
+func TestFlannelK3s5101WireGuardMTU(t *testing.T) {
+	for _, underlay := range []int{9001, 1400} {
+		t.Run(fmt.Sprint(underlay), func(t *testing.T) {
+			c := wgCluster(t, 2, Options{UnderlayMTU: underlay})
+			n1, n2 := c.Nodes[0], c.Nodes[1]
+			a, b := n1.CNI.AddPod(t, "a"), n2.CNI.AddPod(t, "b")
+			want := underlay - 80
+			if got := fileMTU(t, n1); got != want {
+				t.Errorf("FLANNEL_MTU %d, want %d", got, want)
+			}
+			for what, out := range map[string]string{
+				"flannel-wg": Output(t, n1.NS, "ip", "link", "show", "flannel-wg"),
+				"pod's eth0": Output(t, a.NS, "ip", "link", "show", "eth0"),
+			} {
+				if !strings.Contains(out, fmt.Sprintf(" mtu %d ", want)) {
+					t.Errorf("%s MTU, want %d:\n%s", what, want, out)
+				}
+			}
+			// WireGuard retries a handshake every 5 s (see TestWireGuardDualStack).
+			Eventually(t, 20*time.Second, "a reaches b", func() error { return Ping(a.NS, b.IP, "-W", "1") })
+			payload := want - 28 // IPv4 and ICMP headers
+			if err := Ping(a.NS, b.IP, "-M", "do", "-s", fmt.Sprint(payload)); err != nil {
+				t.Errorf("DF ping of %d bytes (the overlay MTU) must cross: %v", want, err)
+			}
+			if err := Ping(b.NS, a.IP, "-M", "do", "-s", fmt.Sprint(payload)); err != nil {
+				t.Errorf("DF ping of %d bytes back must cross: %v", want, err)
+			}
+			out, err := a.NS.Run("ping", "-c", "1", "-W", "1", "-M", "do", "-s", fmt.Sprint(payload+1), b.IP.String())
+			if err == nil || !strings.Contains(strings.ToLower(out), "message too long") {
+				t.Errorf("DF ping of %d bytes must fail in the pod with \"message too long\" (err %v):\n%s", want+1, err, out)
+			}
+			t.Logf("underlay MTU %d: WireGuard overlay MTU %d; DF %d bytes crosses, %d fails locally", underlay, want, want, want+1)
 		})
 	}
 }
