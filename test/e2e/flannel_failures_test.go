@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -416,6 +419,84 @@ func TestFlannelK3s5101WireGuardMTU(t *testing.T) {
 				t.Errorf("DF ping of %d bytes must fail in the pod with \"message too long\" (err %v):\n%s", want+1, err, out)
 			}
 			t.Logf("underlay MTU %d: WireGuard overlay MTU %d; DF %d bytes crosses, %d fails locally", underlay, want, want, want+1)
+		})
+	}
+}
+
+// doctorCheck runs `weftctl doctor -o json` in n's namespace and returns
+// the check named name (the test fails when there is none) and the exit
+// status.
+func doctorCheck(t *testing.T, c *Cluster, n *Node, name string) (doctorResult, int) {
+	t.Helper()
+	cmd := n.Command(context.Background(), nettest.Binary(t, "weftctl"), "doctor", "-o", "json",
+		"--etcd-endpoints", c.Endpoints(), "--subnet-file", n.SubnetFile, "--cni-conf-dir", t.TempDir(),
+		"--health-addr", "127.0.0.1:9470")
+	out, err := cmd.Output()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("weftctl doctor: %v", err)
+	}
+	var r struct{ Nodes []struct{ Checks []doctorResult } }
+	if err := json.Unmarshal(out, &r); err != nil || len(r.Nodes) != 1 {
+		t.Fatalf("weftctl doctor -o json: %v (%d nodes)\n%s", err, len(r.Nodes), out)
+	}
+	for _, ch := range r.Nodes[0].Checks {
+		if ch.Name == name {
+			return ch, code
+		}
+	}
+	t.Fatalf("weftctl doctor has no check %s:\n%s", name, out)
+	return doctorResult{}, code
+}
+
+// doctorResult is one check of `weftctl doctor -o json`.
+type doctorResult struct{ Name, Status, Evidence, Fix string }
+
+// TestFlannel2388PMTUBlackHole answers flannel-io/flannel#2388 and #1039
+// (UDP 8472 dropped by a hypervisor or a firewall: cross-node traffic gone
+// and nothing says why), and the variant where only large VXLAN datagrams
+// are dropped: a hop on the underlay (here the switch, by an nftables
+// bridge rule) silently drops UDP 8472 datagrams longer than 1000 bytes and
+// sends no ICMP "fragmentation needed", so small pod packets cross and
+// large ones vanish. `weftctl doctor` on n1 must fail n2's probe and name
+// the cause in each case: "UDP 8472 blocked" when every datagram is
+// dropped, "MTU black hole" when only large ones are.
+func TestFlannel2388PMTUBlackHole(t *testing.T) {
+	if _, err := exec.LookPath("nft"); err != nil {
+		nettest.CannotRun(t, nettest.SkipTools, "nft missing (test/setup.sh installs nftables)")
+	}
+	c := NewCluster(t, Options{Nodes: 2})
+	n1, n2 := c.Nodes[0], c.Nodes[1]
+	a, b := n1.CNI.AddPod(t, "a"), n2.CNI.AddPod(t, "b")
+	Eventually(t, 5*time.Second, "a reaches b", func() error { return Ping(a.NS, b.IP, "-W", "1") })
+	probe := "probe/" + n2.Addr.String()
+	if ch, _ := doctorCheck(t, c, n1, probe); ch.Status != "ok" {
+		t.Fatalf("healthy overlay: %+v", ch)
+	}
+	sw := c.Underlay.NS
+	for _, tt := range []struct{ name, match, want string }{
+		{"UDP 8472 dropped", "udp dport 8472", "UDP 8472 blocked on the path: " + n2.Addr.String() + " answers on the underlay"},
+		{"large datagrams dropped", "udp dport 8472 ip length > 1000", "MTU black hole: small probes to " + n2.Subnet().Addr().String() + " come back"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			nettest.MustRun(t, sw, "nft", "add table bridge wefttest; add chain bridge wefttest hop { type filter hook forward priority 0; }; add rule bridge wefttest hop "+tt.match+" drop")
+			t.Cleanup(func() { nettest.MustRun(t, sw, "nft", "delete table bridge wefttest") })
+			small, large := Ping(a.NS, b.IP, "-W", "1"), Ping(a.NS, b.IP, "-W", "1", "-M", "do", "-s", "1400")
+			if large == nil {
+				t.Fatal("a 1428-byte DF ping crossed the rule: the test proves nothing")
+			}
+			if tt.name == "large datagrams dropped" && small != nil {
+				t.Fatalf("a small ping no longer crosses: %v", small)
+			}
+			start := time.Now()
+			ch, code := doctorCheck(t, c, n1, probe)
+			if ch.Status != "fail" || code != 2 || !strings.Contains(ch.Evidence, tt.want) {
+				t.Fatalf("doctor exit %d, %s: %+v; want fail with %q", code, probe, ch, tt.want)
+			}
+			t.Logf("doctor (%s): %s: %s; fix: %s", time.Since(start).Round(time.Millisecond), ch.Status, ch.Evidence, ch.Fix)
 		})
 	}
 }
