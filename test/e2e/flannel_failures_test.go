@@ -439,7 +439,9 @@ func doctorCheck(t *testing.T, c *Cluster, n *Node, name string) (doctorResult, 
 	} else if err != nil {
 		t.Fatalf("weftctl doctor: %v", err)
 	}
-	var r struct{ Nodes []struct{ Checks []doctorResult } }
+	var r struct {
+		Nodes []struct{ Checks []doctorResult }
+	}
 	if err := json.Unmarshal(out, &r); err != nil || len(r.Nodes) != 1 {
 		t.Fatalf("weftctl doctor -o json: %v (%d nodes)\n%s", err, len(r.Nodes), out)
 	}
