@@ -428,6 +428,20 @@ func TestFlannelK3s5101WireGuardMTU(t *testing.T) {
 // status.
 func doctorCheck(t *testing.T, c *Cluster, n *Node, name string) (doctorResult, int) {
 	t.Helper()
+	checks, code := doctorChecks(t, c, n)
+	for _, ch := range checks {
+		if ch.Name == name {
+			return ch, code
+		}
+	}
+	t.Fatalf("weftctl doctor has no check %s: %+v", name, checks)
+	return doctorResult{}, code
+}
+
+// doctorChecks runs `weftctl doctor -o json` in n's namespace and returns
+// its checks and exit status.
+func doctorChecks(t *testing.T, c *Cluster, n *Node) ([]doctorResult, int) {
+	t.Helper()
 	cmd := n.Command(context.Background(), nettest.Binary(t, "weftctl"), "doctor", "-o", "json",
 		"--etcd-endpoints", c.Endpoints(), "--subnet-file", n.SubnetFile, "--cni-conf-dir", t.TempDir(),
 		"--health-addr", "127.0.0.1:9470")
@@ -445,13 +459,7 @@ func doctorCheck(t *testing.T, c *Cluster, n *Node, name string) (doctorResult, 
 	if err := json.Unmarshal(out, &r); err != nil || len(r.Nodes) != 1 {
 		t.Fatalf("weftctl doctor -o json: %v (%d nodes)\n%s", err, len(r.Nodes), out)
 	}
-	for _, ch := range r.Nodes[0].Checks {
-		if ch.Name == name {
-			return ch, code
-		}
-	}
-	t.Fatalf("weftctl doctor has no check %s:\n%s", name, out)
-	return doctorResult{}, code
+	return r.Nodes[0].Checks, code
 }
 
 // doctorResult is one check of `weftctl doctor -o json`.
@@ -499,6 +507,102 @@ func TestFlannel2388PMTUBlackHole(t *testing.T) {
 				t.Fatalf("doctor exit %d, %s: %+v; want fail with %q", code, probe, ch, tt.want)
 			}
 			t.Logf("doctor (%s): %s: %s; fix: %s", time.Since(start).Round(time.Millisecond), ch.Status, ch.Evidence, ch.Fix)
+		})
+	}
+}
+
+// TestFlannel1317NFTablesHost answers flannel-io/flannel#1317 (on hosts
+// with nf_tables and iptables rules, pods cannot leave the node): each
+// variant sets a host firewall on both nodes before weftd starts, then pods
+// on the two nodes ping each other. Where weft's own rules (WEFT-FWD in the
+// iptables filter table) make the traffic flow, it must flow and `weftctl
+// doctor` must find no firewall at fault. Where they cannot (a base chain
+// of a native nftables table with policy drop drops a packet whatever
+// another table accepted; nor does weft open the VXLAN port on input),
+// doctor must fail naming the table and chain or the rule, and its fix,
+// run as printed, must make the pods reach each other.
+func TestFlannel1317NFTablesHost(t *testing.T) {
+	for _, bin := range []string{"iptables-legacy", "iptables-nft", "nft"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			nettest.CannotRun(t, nettest.SkipTools, bin+" missing (test/setup.sh installs iptables and nftables)")
+		}
+	}
+	const inputBase = "add table inet filter; add chain inet filter input { type filter hook input priority 0; policy drop; }; " +
+		"add rule inet filter input ct state established,related accept; add rule inet filter input iif lo accept; " +
+		"add rule inet filter input icmp type echo-request accept"
+	for _, tt := range []struct {
+		name  string
+		setup []string // sh -c on each node
+		check string   // the doctor check that must fail ("": traffic flows)
+		want  string   // in its evidence
+	}{
+		{"iptables-legacy FORWARD policy DROP", []string{"iptables-legacy -P FORWARD DROP"}, "", ""},
+		{"iptables-nft FORWARD policy DROP", []string{"iptables-nft -P FORWARD DROP"}, "", ""},
+		{"iptables-nft INPUT policy DROP", []string{"iptables-nft -A INPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT && iptables-nft -A INPUT -i lo -j ACCEPT && " +
+			"iptables-nft -A INPUT -p icmp -j ACCEPT && iptables-nft -P INPUT DROP"},
+			"firewall/input", "table ip filter chain INPUT has policy drop and no rule accepting UDP 8472"},
+		{"nftables forward policy drop", []string{"nft 'add table inet filter; add chain inet filter forward { type filter hook forward priority 0; policy drop; }; " +
+			"add rule inet filter forward ct state established,related accept'"},
+			"firewall/forward", "table inet filter chain forward has policy drop and no rule accepting 10.244.0.0/16"},
+		{"nftables input policy drop", []string{"nft '" + inputBase + "'"},
+			"firewall/input", "table inet filter chain input has policy drop and no rule accepting UDP 8472"},
+		{"nftables rule drops UDP 8472", []string{"nft 'add table inet filter; add chain inet filter input { type filter hook input priority 0; }; add rule inet filter input udp dport 8472 drop'"},
+			"firewall/input", "table inet filter chain input drops UDP 8472 (VXLAN, every VXLAN datagram from the peers) by rule \"udp dport 8472 drop"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := NewCluster(t, Options{})
+			c.OnNode = func(n *Node) {
+				for _, cmd := range tt.setup {
+					nettest.MustRun(t, n, "sh", "-c", cmd)
+				}
+			}
+			n1, n2 := c.AddNode("n1"), c.AddNode("n2")
+			n1.WaitReady()
+			n2.WaitReady()
+			a, b := n1.CNI.AddPod(t, "a"), n2.CNI.AddPod(t, "b")
+			reach := func() error {
+				if err := Ping(a.NS, b.IP, "-W", "1"); err != nil {
+					return err
+				}
+				return Ping(b.NS, a.IP, "-W", "1")
+			}
+			firewall := func() []doctorResult {
+				checks, _ := doctorChecks(t, c, n1)
+				var out []doctorResult
+				for _, ch := range checks {
+					if strings.HasPrefix(ch.Name, "firewall/") && ch.Status == "fail" {
+						out = append(out, ch)
+					}
+				}
+				return out
+			}
+			if tt.check == "" {
+				Eventually(t, 5*time.Second, "pods reach each other", reach)
+				if bad := firewall(); len(bad) > 0 {
+					t.Errorf("traffic flows but doctor fails a firewall check: %+v", bad)
+				}
+				return
+			}
+			if err := reach(); err == nil {
+				t.Fatal("pods reach each other through the host firewall: the test proves nothing")
+			}
+			ch, code := doctorCheck(t, c, n1, tt.check)
+			if ch.Status != "fail" || code != 2 || !strings.Contains(ch.Evidence, tt.want) {
+				t.Fatalf("doctor exit %d, %+v; want %s to fail with %q", code, ch, tt.check, tt.want)
+			}
+			t.Logf("doctor: %s: %s; fix: %s", ch.Name, ch.Evidence, ch.Fix)
+			fix := ch.Fix
+			if _, after, ok := strings.Cut(fix, ", or "); ok {
+				fix = after
+			}
+			fix = strings.ReplaceAll(fix, "iptables ", "iptables-nft ")
+			for _, n := range []*Node{n1, n2} {
+				nettest.MustRun(t, n, "sh", "-c", fix)
+			}
+			Eventually(t, 5*time.Second, "pods reach each other after doctor's fix", reach)
+			if bad := firewall(); len(bad) > 0 {
+				t.Errorf("doctor still fails after its fix: %+v", bad)
+			}
 		})
 	}
 }

@@ -64,3 +64,39 @@ func TestJumpTargets(t *testing.T) {
 		t.Errorf("jumpTargets = %q, want [WEFT-FWD]", got)
 	}
 }
+
+func TestPortRule(t *testing.T) {
+	udp := []expr.Any{&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{17}}}
+	tcp := []expr.Any{&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{6}}}
+	dport := func(p byte) []expr.Any {
+		return []expr.Any{&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0x21, p}}}
+	}
+	rule := func(v expr.VerdictKind, parts ...[]expr.Any) *nftables.Rule {
+		var exprs []expr.Any
+		for _, p := range parts {
+			exprs = append(exprs, p...)
+		}
+		return &nftables.Rule{Exprs: append(exprs, &expr.Counter{}, &expr.Verdict{Kind: v})}
+	}
+	ct := []expr.Any{&expr.Ct{Key: expr.CtKeySTATE, Register: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: []byte{6, 0, 0, 0}, Xor: []byte{0, 0, 0, 0}},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}}}
+	for _, tt := range []struct {
+		name string
+		r    *nftables.Rule
+		want string
+	}{
+		{"udp dport 8472 accept", rule(expr.VerdictAccept, udp, dport(0x18)), "accept"},
+		{"udp dport 8472 drop", rule(expr.VerdictDrop, udp, dport(0x18)), "drop"},
+		{"udp dport 8473 accept", rule(expr.VerdictAccept, udp, dport(0x19)), ""},
+		{"tcp dport 8472 accept", rule(expr.VerdictAccept, tcp, dport(0x18)), ""},
+		{"ct state established accept", rule(expr.VerdictAccept, ct), ""},
+		{"accept", rule(expr.VerdictAccept), "accept"},
+		{"drop", rule(expr.VerdictDrop), "drop"},
+	} {
+		if got := portRule(tt.r, 8472); got != tt.want {
+			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
