@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -511,8 +512,57 @@ func TestFlannel2388PMTUBlackHole(t *testing.T) {
 				t.Fatalf("doctor exit %d, %s: %+v; want fail with %q", code, probe, ch, tt.want)
 			}
 			t.Logf("doctor (%s): %s: %s; fix: %s", time.Since(start).Round(time.Millisecond), ch.Status, ch.Evidence, ch.Fix)
+			if tt.name == "large datagrams dropped" {
+				out, codes := connectivityHosts(t, c)
+				for _, what := range []string{n1.Addr.String() + " → " + n2.Addr.String(), n2.Addr.String() + " → " + n1.Addr.String()} {
+					if want := "✗ " + what + ": MTU black hole: small packets cross, 1450-byte packets with DF set do not"; strings.Count(out[0], want) != 2 {
+						t.Errorf("weftctl connectivity on n1 does not name the black hole %s in both matrices (exit %v):\n%s", what, codes, out[0])
+					}
+				}
+				if codes[0] != 2 || codes[1] != 2 {
+					t.Errorf("weftctl connectivity exit %v, want 2 on both nodes", codes)
+				}
+				t.Logf("weftctl connectivity on n1:\n%s", out[0])
+			}
 		})
 	}
+	out, codes := connectivityHosts(t, c)
+	if codes[0] != 0 || codes[1] != 0 || strings.Count(out[0], "ok 1450") != 4 || strings.Contains(out[0], "black hole") {
+		t.Errorf("rules gone: weftctl connectivity exit %v, want 0 with 4 DF probes of 1450 bytes ok:\n%s", codes, out[0])
+	}
+}
+
+// connectivityHosts runs `weftctl connectivity` on every node at once, as
+// on etcd hosts, with each node's conflist (the weft plugin) as the
+// runtime's CNI config, and returns each node's output and exit status.
+func connectivityHosts(t *testing.T, c *Cluster) ([]string, []int) {
+	t.Helper()
+	weftctl := nettest.Binary(t, "weftctl")
+	outs, codes := make([]string, len(c.Nodes)), make([]int, len(c.Nodes))
+	var wg sync.WaitGroup
+	start := time.Now()
+	defer func() { t.Logf("weftctl connectivity ran for %s", time.Since(start).Round(time.Millisecond)) }()
+	for i, n := range c.Nodes {
+		conf := t.TempDir()
+		if err := os.WriteFile(filepath.Join(conf, "10-weft.conflist"), n.CNI.List.Bytes, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := n.Command(context.Background(), weftctl, "connectivity", "--etcd-endpoints", c.Endpoints(),
+			"--cni-conf-dir", conf, "--cni-bin-dir", filepath.Dir(c.weft), "--wait", "20s", "--count", "2")
+		wg.Go(func() {
+			b, err := cmd.CombinedOutput()
+			outs[i] = string(b)
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				codes[i] = ee.ExitCode()
+			} else if err != nil {
+				codes[i] = -1
+				outs[i] += err.Error()
+			}
+		})
+	}
+	wg.Wait()
+	return outs, codes
 }
 
 // TestFlannel1317NFTablesHost answers flannel-io/flannel#1317 (on hosts
