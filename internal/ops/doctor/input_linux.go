@@ -104,10 +104,13 @@ func checkInput(s *state) {
 }
 
 // chainVerdict walks the rules of a chain (and the chains its rules jump
-// to, a few levels deep) and records in v the first rule that accepts or
-// drops the port; decided is false when none did.
+// or go to, a few levels deep) and records in v the first rule that
+// accepts or drops the port; decided is false when none did. A jump that
+// has matches of its own (firewalld's per-interface zones, ufw's chains)
+// is taken as passing the port's datagrams: an accept in its chain
+// decides, a drop there does not (the match may not cover them).
 func chainVerdict(c *nftables.Conn, t *nftables.Table, name string, port uint16, v *portVerdict, depth int) (bool, error) {
-	if depth > 4 {
+	if depth > 6 {
 		return false, nil
 	}
 	rules, err := c.GetRules(t, &nftables.Chain{Name: name, Table: t})
@@ -115,10 +118,15 @@ func chainVerdict(c *nftables.Conn, t *nftables.Table, name string, port uint16,
 		return false, fmt.Errorf("rules of %s %s: %w", t.Name, name, err)
 	}
 	for _, r := range rules {
-		if target := jumpTarget(r); target != "" {
-			decided, err := chainVerdict(c, t, target, port, v, depth+1)
-			if decided || err != nil {
-				return decided, err
+		if target, matches := ruleJump(r); target != "" {
+			var sub portVerdict
+			decided, err := chainVerdict(c, t, target, port, &sub, depth+1)
+			if err != nil {
+				return false, err
+			}
+			if decided && (!sub.drops || !matches) {
+				v.drops, v.rule = sub.drops, sub.rule
+				return true, nil
 			}
 			continue
 		}
@@ -127,10 +135,30 @@ func chainVerdict(c *nftables.Conn, t *nftables.Table, name string, port uint16,
 			return true, nil
 		case "drop":
 			v.drops, v.rule = true, describeRule(r, port)
+			if depth > 0 {
+				v.rule += " in chain " + name
+			}
 			return true, nil
 		}
 	}
 	return false, nil
+}
+
+// ruleJump returns the chain a rule jumps or goes to ("" for none) and
+// whether the rule has matches (anything but a counter and the verdict).
+func ruleJump(r *nftables.Rule) (target string, matches bool) {
+	for _, e := range r.Exprs {
+		switch e := e.(type) {
+		case *expr.Counter:
+		case *expr.Verdict:
+			if e.Kind == expr.VerdictJump || e.Kind == expr.VerdictGoto {
+				target = e.Chain
+			}
+		default:
+			matches = true
+		}
+	}
+	return target, matches
 }
 
 // portRule says what a rule does with a UDP datagram to port: "accept"
