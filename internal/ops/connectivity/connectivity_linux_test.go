@@ -65,7 +65,26 @@ func TestProbes(t *testing.T) {
 	var out strings.Builder
 	m.Render(&out)
 	// a has no TCP server: b → a fails its exchange, a → b passes.
-	if m.Failures() != 1 || !strings.Contains(out.String(), "1/2 pairs ok") || !strings.Contains(out.String(), "✗ b") {
+	if m.Failures() != 1 || !strings.Contains(out.String(), "1/2 pairs ok") || !strings.Contains(out.String(), "✗ b") ||
+		!strings.Contains(out.String(), "ok 1400") {
 		t.Fatalf("matrix:\n%s", out.String())
 	}
+
+	// An MTU black hole: b drops packets longer than 1000 bytes without a
+	// word. Small probes pass, the DF ones of the link's MTU do not, and the
+	// matrix names it.
+	if out, err := b.Run("nft", "add table inet wefttest; add chain inet wefttest in { type filter hook input priority 0; }; add rule inet wefttest in ip length > 1000 drop"); err != nil {
+		t.Fatal(err, out)
+	}
+	m = Measure(context.Background(), "t", eps, Options{Count: 2, Timeout: 300 * time.Millisecond})
+	out.Reset()
+	m.Render(&out)
+	if p := m.Pairs[0]; p.OK() || !p.BlackHole() || p.Ping.Received != 2 || p.DFSize != 1400 ||
+		!strings.Contains(out.String(), "✗ a → b: MTU black hole: small packets cross, 1400-byte packets with DF set do not") {
+		t.Fatalf("black hole not named: %+v\n%s", p, out.String())
+	}
+	if back := FromJSON(ToJSON(m.Pairs)); !back[0].BlackHole() || back[0].DFSize != 1400 || back[0].OK() {
+		t.Fatalf("through JSON: %+v", back[0])
+	}
+	t.Logf("black hole:\n%s", out.String())
 }

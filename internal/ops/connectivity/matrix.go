@@ -39,14 +39,29 @@ func (o Options) withDefaults() Options {
 // Pair is the measurement from one endpoint to another.
 type Pair struct {
 	From, To string
-	Ping     Stats
-	TCP      time.Duration // the TCP exchange's duration
-	TCPErr   error
+	Ping     Stats // small echo requests (84 bytes)
+	// DF is the echo requests of DFSize bytes (the MTU of the source's
+	// route to the destination) with DF set, sent when the small ones
+	// came back; DFSize is 0 when none were sent.
+	DF     Stats
+	DFSize int
+	TCP    time.Duration // the TCP exchange's duration
+	TCPErr error
 }
 
-// OK reports whether every echo request came back and the TCP exchange
-// worked.
-func (p Pair) OK() bool { return p.Ping.Received == p.Ping.Sent && p.Ping.Sent > 0 && p.TCPErr == nil }
+// OK reports whether every echo request, small and DF, came back and the
+// TCP exchange worked.
+func (p Pair) OK() bool {
+	return p.Ping.Received == p.Ping.Sent && p.Ping.Sent > 0 && p.TCPErr == nil &&
+		p.DF.Received == p.DF.Sent
+}
+
+// BlackHole reports whether small echo requests came back but full-size
+// ones with DF set did not: an MTU black hole on the path (a hop that
+// drops large packets without an ICMP "fragmentation needed").
+func (p Pair) BlackHole() bool {
+	return p.Ping.Received > 0 && p.DFSize > 0 && p.DF.Sent > 0 && p.DF.Received == 0
+}
 
 // Matrix is every pair of a set of endpoints, sources in order.
 type Matrix struct {
@@ -86,6 +101,13 @@ func MeasureFrom(ctx context.Context, src Endpoint, eps []Endpoint, o Options) [
 			continue
 		}
 		p.Ping = pg.PingN(dst.Addr, o.Count, 84, false, o.Timeout)
+		if p.Ping.Received > 0 {
+			if mtu, err := linkMTU(src.Do, dst.Addr); err != nil {
+				p.DF = Stats{Sent: 1, Err: err}
+			} else {
+				p.DFSize, p.DF = mtu, pg.PingN(dst.Addr, o.Count, mtu, true, o.Timeout)
+			}
+		}
 		p.TCP, p.TCPErr = TCPExchange(ctx, src.Do, netip.AddrPortFrom(dst.Addr, dst.TCPPort), o.Timeout)
 		out = append(out, p)
 	}
@@ -106,11 +128,12 @@ func (m *Matrix) Failures() int {
 	return n
 }
 
-// Render prints one line per pair: loss, round trip and the TCP exchange.
+// Render prints one line per pair: loss, round trip, the DF probes of the
+// route's MTU and the TCP exchange; an MTU black hole is named.
 func (m *Matrix) Render(w io.Writer) error {
 	fmt.Fprintf(w, "%s\n", m.Title)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  from\tto\tloss\trtt min/avg/max\ttcp\t")
+	fmt.Fprintln(tw, "  from\tto\tloss\trtt min/avg/max\tdf (MTU)\ttcp\t")
 	for _, p := range m.Pairs {
 		rtt := "-"
 		if p.Ping.Received > 0 {
@@ -124,13 +147,45 @@ func (m *Matrix) Render(w io.Writer) error {
 		if !p.OK() {
 			mark = "✗ "
 		}
-		fmt.Fprintf(tw, "%s%s\t%s\t%.0f%%\t%s\t%s\t\n", mark, p.From, p.To, 100*p.Ping.Loss(), rtt, tcp)
+		fmt.Fprintf(tw, "%s%s\t%s\t%.0f%%\t%s\t%s\t%s\t\n", mark, p.From, p.To, 100*p.Ping.Loss(), rtt, dfColumn(p), tcp)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	_, err := fmt.Fprintf(w, "%d/%d pairs ok\n", len(m.Pairs)-m.Failures(), len(m.Pairs))
-	return err
+	if err != nil {
+		return err
+	}
+	for _, p := range m.Pairs {
+		if p.BlackHole() {
+			if _, err := fmt.Fprintf(w, "✗ %s → %s: MTU black hole: small packets cross, %d-byte packets with DF set do not (%s); a hop on the path drops large packets without saying so (a lower MTU, or a firewall dropping large VXLAN or WireGuard datagrams): fix the underlay MTU or lower the overlay MTU\n",
+				p.From, p.To, p.DFSize, dfReason(p.DF.Err)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// dfColumn is the DF probes' outcome: "-" when none were sent, else the
+// replies out of the requests and the size.
+func dfColumn(p Pair) string {
+	switch {
+	case p.DF.Sent == 0:
+		return "-"
+	case p.DFSize == 0:
+		return "FAIL: " + dfReason(p.DF.Err)
+	case p.DF.Received == p.DF.Sent:
+		return fmt.Sprintf("ok %d", p.DFSize)
+	}
+	return fmt.Sprintf("%d/%d at %d: %s", p.DF.Received, p.DF.Sent, p.DFSize, dfReason(p.DF.Err))
+}
+
+func dfReason(err error) string {
+	if err == nil {
+		return "lost"
+	}
+	return err.Error()
 }
 
 func msec(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond)) }

@@ -36,6 +36,10 @@ type PairJSON struct {
 	Min, Avg, Max   time.Duration
 	TCP             time.Duration
 	TCPErr, PingErr string
+	// The DF probes (Pair.DF, Pair.DFSize); absent from older weftctls.
+	DFSize             int    `json:",omitempty"`
+	DFSent, DFReceived int    `json:",omitempty"`
+	DFErr              string `json:",omitempty"`
 }
 
 // ToJSON converts pairs for publishing.
@@ -43,7 +47,11 @@ func ToJSON(ps []Pair) []PairJSON {
 	out := make([]PairJSON, len(ps))
 	for i, p := range ps {
 		out[i] = PairJSON{From: p.From, To: p.To, Sent: p.Ping.Sent, Received: p.Ping.Received,
-			Min: p.Ping.Min, Avg: p.Ping.Avg, Max: p.Ping.Max, TCP: p.TCP}
+			Min: p.Ping.Min, Avg: p.Ping.Avg, Max: p.Ping.Max, TCP: p.TCP,
+			DFSize: p.DFSize, DFSent: p.DF.Sent, DFReceived: p.DF.Received}
+		if p.DF.Err != nil {
+			out[i].DFErr = p.DF.Err.Error()
+		}
 		if p.TCPErr != nil {
 			out[i].TCPErr = p.TCPErr.Error()
 		}
@@ -59,7 +67,11 @@ func FromJSON(ps []PairJSON) []Pair {
 	out := make([]Pair, len(ps))
 	for i, p := range ps {
 		out[i] = Pair{From: p.From, To: p.To, TCP: p.TCP,
-			Ping: Stats{Sent: p.Sent, Received: p.Received, Min: p.Min, Avg: p.Avg, Max: p.Max}}
+			Ping:   Stats{Sent: p.Sent, Received: p.Received, Min: p.Min, Avg: p.Avg, Max: p.Max},
+			DFSize: p.DFSize, DF: Stats{Sent: p.DFSent, Received: p.DFReceived}}
+		if p.DFErr != "" {
+			out[i].DF.Err = remoteError(p.DFErr)
+		}
 		if p.TCPErr != "" {
 			out[i].TCPErr = remoteError(p.TCPErr)
 		}

@@ -1,11 +1,18 @@
 package doctor
 
 import (
+	"context"
 	"net/netip"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+
+	"github.com/weft-net/weft/internal/ops/connectivity"
+	"github.com/weft-net/weft/internal/testkit/nettest"
+	"github.com/weft-net/weft/subnet"
 )
 
 func TestAcceptsNetwork(t *testing.T) {
@@ -62,5 +69,101 @@ func TestJumpTargets(t *testing.T) {
 	accept := &nftables.Rule{Exprs: []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictAccept}}}
 	if got := jumpTargets([]*nftables.Rule{conditional, jump, accept}); len(got) != 1 || got[0] != "WEFT-FWD" {
 		t.Errorf("jumpTargets = %q, want [WEFT-FWD]", got)
+	}
+}
+
+func TestPortRule(t *testing.T) {
+	udp := []expr.Any{&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{17}}}
+	tcp := []expr.Any{&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{6}}}
+	dport := func(p byte) []expr.Any {
+		return []expr.Any{&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0x21, p}}}
+	}
+	rule := func(v expr.VerdictKind, parts ...[]expr.Any) *nftables.Rule {
+		var exprs []expr.Any
+		for _, p := range parts {
+			exprs = append(exprs, p...)
+		}
+		return &nftables.Rule{Exprs: append(exprs, &expr.Counter{}, &expr.Verdict{Kind: v})}
+	}
+	ct := []expr.Any{&expr.Ct{Key: expr.CtKeySTATE, Register: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: []byte{6, 0, 0, 0}, Xor: []byte{0, 0, 0, 0}},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}}}
+	for _, tt := range []struct {
+		name string
+		r    *nftables.Rule
+		want string
+	}{
+		{"udp dport 8472 accept", rule(expr.VerdictAccept, udp, dport(0x18)), "accept"},
+		{"udp dport 8472 drop", rule(expr.VerdictDrop, udp, dport(0x18)), "drop"},
+		{"udp dport 8473 accept", rule(expr.VerdictAccept, udp, dport(0x19)), ""},
+		{"tcp dport 8472 accept", rule(expr.VerdictAccept, tcp, dport(0x18)), ""},
+		{"ct state established accept", rule(expr.VerdictAccept, ct), ""},
+		{"accept", rule(expr.VerdictAccept), "accept"},
+		{"drop", rule(expr.VerdictDrop), "drop"},
+	} {
+		if got := portRule(tt.r, 8472); got != tt.want {
+			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestCheckInput loads input rulesets into a test namespace and checks
+// what firewall/input says of UDP 8472: firewalld's layout (the public
+// zone for eth0 reached by a per-interface goto, the drop zone as the
+// default, a final reject) with and without the port opened in public, a policy drop, and a rule dropping the port.
+func TestCheckInput(t *testing.T) {
+	firewalld := func(allow string) string {
+		return `table inet firewalld {
+	chain filter_INPUT {
+		type filter hook input priority filter + 10; policy accept;
+		ct state established,related accept
+		iifname "lo" accept
+		jump filter_INPUT_ZONES
+		ct state invalid drop
+		reject with icmpx admin-prohibited
+	}
+	chain filter_INPUT_ZONES {
+		iifname "eth0" goto filter_IN_public
+		goto filter_IN_drop
+	}
+	chain filter_IN_drop {
+		drop
+	}
+	chain filter_IN_public {
+		jump filter_IN_public_allow
+		meta l4proto { icmp, ipv6-icmp } accept
+	}
+	chain filter_IN_public_allow {
+		tcp dport 22 accept
+		` + allow + `
+	}
+}`
+	}
+	for _, tt := range []struct {
+		name, ruleset string
+		status        Status
+		want          string
+	}{
+		{"firewalld, port open", firewalld("udp dport 8472 ct state new,untracked accept"), OK, "no input chain drops UDP 8472"},
+		{"firewalld, port closed", firewalld(""), Fail, `table inet firewalld chain filter_INPUT drops UDP 8472 \(VXLAN, every VXLAN datagram from the peers\) by rule "drop, matching every packet \(handle \d+\) in chain filter_IN_drop"`},
+		{"policy drop", "table ip filter { chain INPUT { type filter hook input priority 0; policy drop; ct state established accept\n}\n}", Fail,
+			"table ip filter chain INPUT has policy drop and no rule accepting UDP 8472"},
+		{"policy drop, port accepted", "table ip filter { chain INPUT { type filter hook input priority 0; policy drop; ip saddr 192.168.0.0/16 udp dport 8472 accept\n}\n}", OK, "no input chain"},
+		{"rule drops the port", "table inet f { chain in { type filter hook input priority 0; udp dport 8472 counter drop\n}\n}", Fail, `table inet f chain in drops UDP 8472 .* by rule "udp dport 8472 drop \(handle \d+\)"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ns := nettest.NewNS(t, "doctorin")
+			cmd := ns.Command(context.Background(), "nft", "-f", "-")
+			cmd.Stdin = strings.NewReader(tt.ruleset)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("nft -f: %v\n%s", err, out)
+			}
+			s := &state{Node: Node{Do: connectivity.Do(ns.Do), Config: &subnet.Config{Backend: subnet.BackendConfig{Type: subnet.BackendTypeVXLAN, Port: 8472}}}, r: &Report{}}
+			checkInput(s)
+			if len(s.r.Checks) != 1 || s.r.Checks[0].Status != tt.status || !regexp.MustCompile(tt.want).MatchString(s.r.Checks[0].Evidence) {
+				t.Fatalf("got %+v, want %s with %q", s.r.Checks, tt.status, tt.want)
+			}
+		})
 	}
 }

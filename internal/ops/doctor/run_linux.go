@@ -44,6 +44,7 @@ func Run(ctx context.Context, n Node) *Report {
 	checkKernel(s)
 	checkUnderlay(s)
 	checkFirewall(s)
+	checkInput(s)
 	checkVXLANPort(s)
 	checkOffload(s)
 	if n.Kube != nil {

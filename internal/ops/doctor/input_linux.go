@@ -1,0 +1,230 @@
+package doctor
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strings"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+
+	"github.com/weft-net/weft/backend/masq"
+	"github.com/weft-net/weft/subnet"
+)
+
+// tunnelPort is the UDP port the overlay's packets arrive on, by backend
+// type; ok is false for backends without one (host-gw and the others).
+func tunnelPort(cfg *subnet.Config) (port int, name string, ok bool) {
+	switch cfg.Backend.Type {
+	case subnet.BackendTypeVXLAN, subnet.BackendTypeUVXLAN:
+		return cfg.Backend.Port, "VXLAN", true
+	case subnet.BackendTypeWireGuard:
+		return cfg.Backend.ListenPort, "WireGuard", true
+	}
+	return 0, "", false
+}
+
+// portVerdict is what an input chain does with the overlay's UDP
+// datagrams: accept, drop (by a rule, named in rule, or by the policy), or
+// nothing said (the next hook or the default accept).
+type portVerdict struct {
+	chain  dropChain
+	drops  bool
+	rule   string // the rule that decided, in nft's words; "" for the policy
+	policy bool   // the chain's policy is drop
+}
+
+// checkInput looks for nftables chains on the input hook (native ones and
+// iptables-nft's INPUT) that drop the overlay's UDP port: a rule that drops
+// or rejects datagrams to it, or a policy drop that no rule before it
+// overrides with an accept of the port (or of everything). Such a chain
+// drops every VXLAN or WireGuard datagram from the peers, whatever weft
+// programs. iptables-legacy's INPUT is not read.
+func checkInput(s *state) {
+	if s.Config == nil {
+		return
+	}
+	port, what, ok := tunnelPort(s.Config)
+	if !ok {
+		return
+	}
+	var found []portVerdict
+	err := s.Do.Run(func() error {
+		c, err := nftables.New()
+		if err != nil {
+			return err
+		}
+		chains, err := c.ListChains()
+		if err != nil {
+			return err
+		}
+		for _, ch := range chains {
+			if ch.Hooknum == nil || *ch.Hooknum != *nftables.ChainHookInput || ch.Type != nftables.ChainTypeFilter {
+				continue
+			}
+			if ch.Table.Name == masq.TableIPv4 || ch.Table.Name == masq.TableIPv6 || ch.Table.Family == nftables.TableFamilyIPv6 {
+				continue
+			}
+			v := portVerdict{chain: dropChain{family: ch.Table.Family, table: ch.Table.Name, name: ch.Name},
+				policy: ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop}
+			decided, err := chainVerdict(c, ch.Table, ch.Name, uint16(port), &v, 0)
+			if err != nil {
+				return err
+			}
+			if !decided && v.policy {
+				v.drops = true
+			}
+			if v.drops {
+				found = append(found, v)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		s.r.add("firewall/input", Warn, "", "read nftables chains: %v", err)
+		return
+	}
+	for _, v := range found {
+		fam := strings.Fields(v.chain.String())[1]
+		fix := fmt.Sprintf("nft insert rule %s %s %s udp dport %d accept", fam, v.chain.table, v.chain.name, port)
+		if v.chain.table == "filter" && v.chain.name == "INPUT" {
+			fix = fmt.Sprintf("iptables -I INPUT -p udp --dport %d -j ACCEPT", port)
+		}
+		if v.rule != "" {
+			s.r.add("firewall/input", Fail, "delete that rule, or "+fix,
+				"%s drops UDP %d (%s, every %s datagram from the peers) by rule %q", v.chain, port, what, what, v.rule)
+			continue
+		}
+		s.r.add("firewall/input", Fail, fix,
+			"%s has policy drop and no rule accepting UDP %d: every %s datagram from the peers is dropped there, whatever other tables accept", v.chain, port, what)
+	}
+	if len(found) == 0 {
+		s.r.ok("firewall/input", "no input chain drops UDP %d (%s)", port, what)
+	}
+}
+
+// chainVerdict walks the rules of a chain (and the chains its rules jump
+// or go to, a few levels deep) and records in v the first rule that
+// accepts or drops the port; decided is false when none did. A jump that
+// has matches of its own (firewalld's per-interface zones, ufw's chains)
+// is taken as passing the port's datagrams: an accept in its chain
+// decides, a drop there does not (the match may not cover them).
+func chainVerdict(c *nftables.Conn, t *nftables.Table, name string, port uint16, v *portVerdict, depth int) (bool, error) {
+	if depth > 6 {
+		return false, nil
+	}
+	rules, err := c.GetRules(t, &nftables.Chain{Name: name, Table: t})
+	if err != nil {
+		return false, fmt.Errorf("rules of %s %s: %w", t.Name, name, err)
+	}
+	for _, r := range rules {
+		if target, matches := ruleJump(r); target != "" {
+			var sub portVerdict
+			decided, err := chainVerdict(c, t, target, port, &sub, depth+1)
+			if err != nil {
+				return false, err
+			}
+			if decided && (!sub.drops || !matches) {
+				v.drops, v.rule = sub.drops, sub.rule
+				return true, nil
+			}
+			continue
+		}
+		switch portRule(r, port) {
+		case "accept":
+			return true, nil
+		case "drop":
+			v.drops, v.rule = true, describeRule(r, port)
+			if depth > 0 {
+				v.rule += " in chain " + name
+			}
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// ruleJump returns the chain a rule jumps or goes to ("" for none) and
+// whether the rule has matches (anything but a counter and the verdict).
+func ruleJump(r *nftables.Rule) (target string, matches bool) {
+	for _, e := range r.Exprs {
+		switch e := e.(type) {
+		case *expr.Counter:
+		case *expr.Verdict:
+			if e.Kind == expr.VerdictJump || e.Kind == expr.VerdictGoto {
+				target = e.Chain
+			}
+		default:
+			matches = true
+		}
+	}
+	return target, matches
+}
+
+// portRule says what a rule does with a UDP datagram to port: "accept"
+// when it accepts everything or matches the port (and UDP, if it names a
+// protocol) and accepts; "drop" when it drops or rejects everything, or
+// the port and nothing else; "" when it does not decide (other matches, such as conntrack
+// state, which does not cover VXLAN's hashed source ports).
+func portRule(r *nftables.Rule, port uint16) string {
+	matches, portMatch, other := 0, false, false
+	verdict := ""
+	var proto bool // the last load was the layer-4 protocol
+	var dport bool // the last load was the transport destination port
+	for _, e := range r.Exprs {
+		switch e := e.(type) {
+		case *expr.Counter:
+		case *expr.Meta:
+			proto, dport = e.Key == expr.MetaKeyL4PROTO, false
+			other = other || !proto
+		case *expr.Payload:
+			proto = e.Base == expr.PayloadBaseNetworkHeader && e.Offset == 9 && e.Len == 1
+			dport = e.Base == expr.PayloadBaseTransportHeader && e.Offset == 2 && e.Len == 2
+			other = other || !proto && !dport
+		case *expr.Cmp:
+			matches++
+			switch {
+			case proto:
+				if e.Op != expr.CmpOpEq || len(e.Data) != 1 || e.Data[0] != 17 {
+					return "" // not UDP
+				}
+			case dport:
+				if e.Op != expr.CmpOpEq || len(e.Data) != 2 || binary.BigEndian.Uint16(e.Data) != port {
+					return "" // another port
+				}
+				portMatch = true
+			}
+			proto, dport = false, false
+		case *expr.Verdict:
+			switch e.Kind {
+			case expr.VerdictAccept:
+				verdict = "accept"
+			case expr.VerdictDrop:
+				verdict = "drop"
+			}
+		case *expr.Reject:
+			verdict = "drop"
+		default:
+			other = true
+		}
+	}
+	switch {
+	case matches == 0 && !other:
+		return verdict // accepts or drops everything
+	case portMatch && verdict == "accept":
+		return "accept"
+	case portMatch && verdict == "drop" && !other:
+		return "drop"
+	}
+	return ""
+}
+
+// describeRule names a dropping rule by what it matched and its handle.
+func describeRule(r *nftables.Rule, port uint16) string {
+	for _, e := range r.Exprs {
+		if p, ok := e.(*expr.Payload); ok && p.Base == expr.PayloadBaseTransportHeader {
+			return fmt.Sprintf("udp dport %d drop (handle %d)", port, r.Handle)
+		}
+	}
+	return fmt.Sprintf("drop, matching every packet (handle %d)", r.Handle)
+}

@@ -1,0 +1,534 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/weft-net/weft/internal/testkit/nettest"
+	"github.com/weft-net/weft/internal/testkit/plugintest"
+)
+
+// Flannel failure tests of the firewall, the path MTU and WireGuard
+// (docs/flannel-failures.md).
+
+// wgCluster is a cluster of n WireGuard nodes, each with its key file in
+// its own directory (not Flannel's /run/flannel/wgkey, which all would
+// share).
+func wgCluster(t *testing.T, n int, opts Options) *Cluster {
+	t.Helper()
+	opts.NoConfig = true
+	c := NewCluster(t, opts)
+	c.Put(Prefix+"/config", `{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard"}}`)
+	c.OnNode = func(n *Node) { n.Env = []string{"WIREGUARD_KEY_FILE=" + wgKeyFile(c, n)} }
+	for i := range n {
+		c.AddNode(fmt.Sprintf("n%d", i+1))
+	}
+	for _, n := range c.Nodes {
+		n.WaitReady()
+	}
+	return c
+}
+
+func wgKeyFile(c *Cluster, n *Node) string { return filepath.Join(c.Dir, n.Label, "wgkey") }
+
+// TestFlannelK3s5101WireGuardMTU answers k3s-io/k3s#5101 (a WireGuard MTU
+// regression loses large packets): on underlays of MTU 9001 and 1400 the
+// WireGuard overlay MTU (subnet file, flannel-wg, the pod's eth0) is the
+// underlay's minus 80, Flannel's overhead (an IPv6 outer header, so that
+// the same MTU works on either family); a DF ping of exactly that size
+// crosses, and one byte more fails in the sending pod with "message too
+// long".
+func TestFlannelK3s5101WireGuardMTU(t *testing.T) {
+	for _, underlay := range []int{9001, 1400} {
+		t.Run(fmt.Sprint(underlay), func(t *testing.T) {
+			c := wgCluster(t, 2, Options{UnderlayMTU: underlay})
+			n1, n2 := c.Nodes[0], c.Nodes[1]
+			a, b := n1.CNI.AddPod(t, "a"), n2.CNI.AddPod(t, "b")
+			want := underlay - 80
+			if got := fileMTU(t, n1); got != want {
+				t.Errorf("FLANNEL_MTU %d, want %d", got, want)
+			}
+			for what, out := range map[string]string{
+				"flannel-wg": Output(t, n1.NS, "ip", "link", "show", "flannel-wg"),
+				"pod's eth0": Output(t, a.NS, "ip", "link", "show", "eth0"),
+			} {
+				if !strings.Contains(out, fmt.Sprintf(" mtu %d ", want)) {
+					t.Errorf("%s MTU, want %d:\n%s", what, want, out)
+				}
+			}
+			// WireGuard retries a handshake every 5 s (see TestWireGuardDualStack).
+			Eventually(t, 20*time.Second, "a reaches b", func() error { return Ping(a.NS, b.IP, "-W", "1") })
+			payload := want - 28 // IPv4 and ICMP headers
+			if err := Ping(a.NS, b.IP, "-M", "do", "-s", fmt.Sprint(payload)); err != nil {
+				t.Errorf("DF ping of %d bytes (the overlay MTU) must cross: %v", want, err)
+			}
+			if err := Ping(b.NS, a.IP, "-M", "do", "-s", fmt.Sprint(payload)); err != nil {
+				t.Errorf("DF ping of %d bytes back must cross: %v", want, err)
+			}
+			out, err := a.NS.Run("ping", "-c", "1", "-W", "1", "-M", "do", "-s", fmt.Sprint(payload+1), b.IP.String())
+			if err == nil || !strings.Contains(strings.ToLower(out), "message too long") {
+				t.Errorf("DF ping of %d bytes must fail in the pod with \"message too long\" (err %v):\n%s", want+1, err, out)
+			}
+			if !t.Failed() {
+				recordFailure(t, "k3s5101", fmt.Sprintf("underlay MTU %d: WireGuard overlay MTU %d; a DF packet of %d bytes crosses both ways, %d fails in the pod", underlay, want, want, want+1))
+			}
+		})
+	}
+}
+
+// doctorCheck runs `weftctl doctor -o json` in n's namespace and returns
+// the check named name (the test fails when there is none) and the exit
+// status.
+func doctorCheck(t *testing.T, c *Cluster, n *Node, name string) (doctorResult, int) {
+	t.Helper()
+	checks, code := doctorChecks(t, c, n)
+	for _, ch := range checks {
+		if ch.Name == name {
+			return ch, code
+		}
+	}
+	t.Fatalf("weftctl doctor has no check %s: %+v", name, checks)
+	return doctorResult{}, code
+}
+
+// doctorChecks runs `weftctl doctor -o json` in n's namespace and returns
+// its checks and exit status.
+func doctorChecks(t *testing.T, c *Cluster, n *Node) ([]doctorResult, int) {
+	t.Helper()
+	cmd := n.Command(context.Background(), nettest.Binary(t, "weftctl"), "doctor", "-o", "json",
+		"--etcd-endpoints", c.Endpoints(), "--subnet-file", n.SubnetFile, "--cni-conf-dir", t.TempDir(),
+		"--health-addr", "127.0.0.1:9470")
+	out, err := cmd.Output()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("weftctl doctor: %v", err)
+	}
+	var r struct {
+		Nodes []struct{ Checks []doctorResult }
+	}
+	if err := json.Unmarshal(out, &r); err != nil || len(r.Nodes) != 1 {
+		t.Fatalf("weftctl doctor -o json: %v (%d nodes)\n%s", err, len(r.Nodes), out)
+	}
+	return r.Nodes[0].Checks, code
+}
+
+// doctorResult is one check of `weftctl doctor -o json`.
+type doctorResult struct{ Name, Status, Evidence, Fix string }
+
+// TestFlannel2388PMTUBlackHole answers flannel-io/flannel#2388 and #1039
+// (UDP 8472 dropped by a hypervisor or a firewall: cross-node traffic gone
+// and nothing says why), and the variant where only large VXLAN datagrams
+// are dropped: a hop on the underlay (here the switch, by an nftables
+// bridge rule) silently drops UDP 8472 datagrams longer than 1000 bytes and
+// sends no ICMP "fragmentation needed", so small pod packets cross and
+// large ones vanish. `weftctl doctor` on n1 must fail n2's probe and name
+// the cause in each case: "UDP 8472 blocked" when every datagram is
+// dropped, "MTU black hole" when only large ones are.
+func TestFlannel2388PMTUBlackHole(t *testing.T) {
+	if _, err := exec.LookPath("nft"); err != nil {
+		nettest.CannotRun(t, nettest.SkipTools, "nft missing (test/setup.sh installs nftables)")
+	}
+	c := NewCluster(t, Options{Nodes: 2})
+	n1, n2 := c.Nodes[0], c.Nodes[1]
+	a, b := n1.CNI.AddPod(t, "a"), n2.CNI.AddPod(t, "b")
+	Eventually(t, 5*time.Second, "a reaches b", func() error { return Ping(a.NS, b.IP, "-W", "1") })
+	probe := "probe/" + n2.Addr.String()
+	if ch, _ := doctorCheck(t, c, n1, probe); ch.Status != "ok" {
+		t.Fatalf("healthy overlay: %+v", ch)
+	}
+	sw := c.Underlay.NS
+	for _, tt := range []struct{ name, match, want string }{
+		{"UDP 8472 dropped", "udp dport 8472", "UDP 8472 blocked on the path: " + n2.Addr.String() + " answers on the underlay"},
+		{"large datagrams dropped", "udp dport 8472 ip length > 1000", "MTU black hole: small probes to " + n2.Subnet().Addr().String() + " come back"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			nettest.MustRun(t, sw, "nft", "add table bridge wefttest; add chain bridge wefttest hop { type filter hook forward priority 0; }; add rule bridge wefttest hop "+tt.match+" drop")
+			t.Cleanup(func() { nettest.MustRun(t, sw, "nft", "delete table bridge wefttest") })
+			small, large := Ping(a.NS, b.IP, "-W", "1"), Ping(a.NS, b.IP, "-W", "1", "-M", "do", "-s", "1400")
+			if large == nil {
+				t.Fatal("a 1428-byte DF ping crossed the rule: the test proves nothing")
+			}
+			if tt.name == "large datagrams dropped" && small != nil {
+				t.Fatalf("a small ping no longer crosses: %v", small)
+			}
+			start := time.Now()
+			ch, code := doctorCheck(t, c, n1, probe)
+			if ch.Status != "fail" || code != 2 || !strings.Contains(ch.Evidence, tt.want) {
+				t.Fatalf("doctor exit %d, %s: %+v; want fail with %q", code, probe, ch, tt.want)
+			}
+			recordFailure(t, "2388", fmt.Sprintf("%s: doctor names it in %s (%q)", tt.name, time.Since(start).Round(100*time.Millisecond), ch.Evidence))
+			if tt.name == "large datagrams dropped" {
+				out, codes := connectivityHosts(t, c)
+				for _, what := range []string{n1.Addr.String() + " → " + n2.Addr.String(), n2.Addr.String() + " → " + n1.Addr.String()} {
+					if want := "✗ " + what + ": MTU black hole: small packets cross, 1450-byte packets with DF set do not"; strings.Count(out[0], want) != 2 {
+						t.Errorf("weftctl connectivity on n1 does not name the black hole %s in both matrices (exit %v):\n%s", what, codes, out[0])
+					}
+				}
+				if codes[0] != 2 || codes[1] != 2 {
+					t.Errorf("weftctl connectivity exit %v, want 2 on both nodes", codes)
+				}
+				t.Logf("weftctl connectivity on n1:\n%s", out[0])
+			}
+		})
+	}
+	out, codes := connectivityHosts(t, c)
+	if codes[0] != 0 || codes[1] != 0 || strings.Count(out[0], "ok 1450") != 4 || strings.Contains(out[0], "black hole") {
+		t.Errorf("rules gone: weftctl connectivity exit %v, want 0 with 4 DF probes of 1450 bytes ok:\n%s", codes, out[0])
+	}
+}
+
+// connectivityHosts runs `weftctl connectivity` on every node at once, as
+// on etcd hosts, with each node's conflist (the weft plugin) as the
+// runtime's CNI config, and returns each node's output and exit status.
+func connectivityHosts(t *testing.T, c *Cluster) ([]string, []int) {
+	t.Helper()
+	weftctl := nettest.Binary(t, "weftctl")
+	outs, codes := make([]string, len(c.Nodes)), make([]int, len(c.Nodes))
+	var wg sync.WaitGroup
+	start := time.Now()
+	defer func() { t.Logf("weftctl connectivity ran for %s", time.Since(start).Round(time.Millisecond)) }()
+	for i, n := range c.Nodes {
+		conf := t.TempDir()
+		if err := os.WriteFile(filepath.Join(conf, "10-weft.conflist"), n.CNI.List.Bytes, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := n.Command(context.Background(), weftctl, "connectivity", "--etcd-endpoints", c.Endpoints(),
+			"--cni-conf-dir", conf, "--cni-bin-dir", filepath.Dir(c.weft), "--wait", "20s", "--count", "2")
+		wg.Go(func() {
+			b, err := cmd.CombinedOutput()
+			outs[i] = string(b)
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				codes[i] = ee.ExitCode()
+			} else if err != nil {
+				codes[i] = -1
+				outs[i] += err.Error()
+			}
+		})
+	}
+	wg.Wait()
+	return outs, codes
+}
+
+// TestFlannel1317NFTablesHost answers flannel-io/flannel#1317 (on hosts
+// with nf_tables and iptables rules, pods cannot leave the node): each
+// variant sets a host firewall on both nodes before weftd starts, then pods
+// on the two nodes ping each other. Where weft's own rules (WEFT-FWD in the
+// iptables filter table) make the traffic flow, it must flow and `weftctl
+// doctor` must find no firewall at fault. Where they cannot (a base chain
+// of a native nftables table with policy drop drops a packet whatever
+// another table accepted; nor does weft open the VXLAN port on input),
+// doctor must fail naming the table and chain or the rule, and its fix,
+// run as printed, must make the pods reach each other.
+func TestFlannel1317NFTablesHost(t *testing.T) {
+	for _, bin := range []string{"iptables-legacy", "iptables-nft", "nft"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			nettest.CannotRun(t, nettest.SkipTools, bin+" missing (test/setup.sh installs iptables and nftables)")
+		}
+	}
+	const inputBase = "add table inet filter; add chain inet filter input { type filter hook input priority 0; policy drop; }; " +
+		"add rule inet filter input ct state established,related accept; add rule inet filter input iif lo accept; " +
+		"add rule inet filter input icmp type echo-request accept"
+	for _, tt := range []struct {
+		name  string
+		setup []string // sh -c on each node
+		check string   // the doctor check that must fail ("": traffic flows)
+		want  string   // in its evidence
+	}{
+		{"iptables-legacy FORWARD policy DROP", []string{"iptables-legacy -P FORWARD DROP"}, "", ""},
+		{"iptables-nft FORWARD policy DROP", []string{"iptables-nft -P FORWARD DROP"}, "", ""},
+		{"iptables-nft INPUT policy DROP", []string{"iptables-nft -A INPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT && iptables-nft -A INPUT -i lo -j ACCEPT && " +
+			"iptables-nft -A INPUT -p icmp -j ACCEPT && iptables-nft -P INPUT DROP"},
+			"firewall/input", "table ip filter chain INPUT has policy drop and no rule accepting UDP 8472"},
+		{"nftables forward policy drop", []string{"nft 'add table inet filter; add chain inet filter forward { type filter hook forward priority 0; policy drop; }; " +
+			"add rule inet filter forward ct state established,related accept'"},
+			"firewall/forward", "table inet filter chain forward has policy drop and no rule accepting 10.244.0.0/16"},
+		{"nftables input policy drop", []string{"nft '" + inputBase + "'"},
+			"firewall/input", "table inet filter chain input has policy drop and no rule accepting UDP 8472"},
+		{"nftables rule drops UDP 8472", []string{"nft 'add table inet filter; add chain inet filter input { type filter hook input priority 0; }; add rule inet filter input udp dport 8472 drop'"},
+			"firewall/input", "table inet filter chain input drops UDP 8472 (VXLAN, every VXLAN datagram from the peers) by rule \"udp dport 8472 drop"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := NewCluster(t, Options{})
+			c.OnNode = func(n *Node) {
+				for _, cmd := range tt.setup {
+					nettest.MustRun(t, n, "sh", "-c", cmd)
+				}
+			}
+			n1, n2 := c.AddNode("n1"), c.AddNode("n2")
+			n1.WaitReady()
+			n2.WaitReady()
+			a, b := n1.CNI.AddPod(t, "a"), n2.CNI.AddPod(t, "b")
+			reach := func() error {
+				if err := Ping(a.NS, b.IP, "-W", "1"); err != nil {
+					return err
+				}
+				return Ping(b.NS, a.IP, "-W", "1")
+			}
+			firewall := func() []doctorResult {
+				checks, _ := doctorChecks(t, c, n1)
+				var out []doctorResult
+				for _, ch := range checks {
+					if strings.HasPrefix(ch.Name, "firewall/") && ch.Status == "fail" {
+						out = append(out, ch)
+					}
+				}
+				return out
+			}
+			if tt.check == "" {
+				Eventually(t, 5*time.Second, "pods reach each other", reach)
+				if bad := firewall(); len(bad) > 0 {
+					t.Errorf("traffic flows but doctor fails a firewall check: %+v", bad)
+				} else {
+					recordFailure(t, "1317", tt.name+": pods reach each other, no firewall check of doctor fails")
+				}
+				return
+			}
+			if err := reach(); err == nil {
+				t.Fatal("pods reach each other through the host firewall: the test proves nothing")
+			}
+			ch, code := doctorCheck(t, c, n1, tt.check)
+			if ch.Status != "fail" || code != 2 || !strings.Contains(ch.Evidence, tt.want) {
+				t.Fatalf("doctor exit %d, %+v; want %s to fail with %q", code, ch, tt.check, tt.want)
+			}
+			recordFailure(t, "1317", fmt.Sprintf("%s: doctor's %s names it (%q)", tt.name, ch.Name, ch.Evidence))
+			fix := ch.Fix
+			if _, after, ok := strings.Cut(fix, ", or "); ok {
+				fix = after
+			}
+			fix = strings.ReplaceAll(fix, "iptables ", "iptables-nft ")
+			for _, n := range []*Node{n1, n2} {
+				nettest.MustRun(t, n, "sh", "-c", fix)
+			}
+			Eventually(t, 5*time.Second, "pods reach each other after doctor's fix", reach)
+			if bad := firewall(); len(bad) > 0 {
+				t.Errorf("doctor still fails after its fix: %+v", bad)
+			}
+		})
+	}
+}
+
+// TestFlannel1421WireGuardPeers answers flannel-io/flannel#1421, #1963 and
+// k3s-io/k3s#5216 (WireGuard peers left for nodes that are gone, two peers
+// for one node after its key changed, "file exists" errors in the logs):
+// through nodes joining and leaving (a lease deleted, a lease expired), a
+// node restarting with a new key, and restarts of weftd with the same key,
+// every node's WireGuard peers must be exactly the other leases: one peer
+// per lease, with the lease's key, its public IP and port as endpoint and
+// its subnet as allowed IPs. The peers are the ones weftd configured on its
+// device, read from its "peer set" and "peer removed" lines (an in-process
+// device, which nothing outside weftd can read); with a 1 s persistent
+// keepalive every peer is also seen on the wire, so the underlay must carry
+// WireGuard datagrams to the live nodes and none to a node that left. Pods
+// on every pair of live nodes reach each other, and no weftd logs a
+// warning or an error.
+func TestFlannel1421WireGuardPeers(t *testing.T) {
+	c := NewCluster(t, Options{NoConfig: true})
+	c.Put(Prefix+"/config", `{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard","PersistentKeepaliveInterval":1}}`)
+	c.OnNode = func(n *Node) { n.Env = []string{"WIREGUARD_KEY_FILE=" + wgKeyFile(c, n)} }
+	for _, l := range []string{"n1", "n2", "n3"} {
+		c.AddNode(l)
+	}
+	for _, n := range c.Nodes {
+		n.WaitReady()
+	}
+	live := map[*Node]bool{}
+	for _, n := range c.Nodes {
+		live[n] = true
+	}
+	pods := map[*Node]*plugintest.Pod{}
+	// check waits for every live node's peers to be the other leases (the
+	// time since the change, at since, is logged), has the pods ping, and
+	// with wire set captures n1's underlay for the endpoints it sends to.
+	check := func(t *testing.T, step string, since time.Time, wire bool) {
+		t.Helper()
+		var nodes []*Node
+		for _, n := range c.Nodes {
+			if live[n] {
+				nodes = append(nodes, n)
+				if pods[n] == nil {
+					pods[n] = n.CNI.AddPod(t, n.Label+"-p")
+				}
+			}
+		}
+		for _, n := range nodes {
+			Eventually(t, 10*time.Second, step+": "+n.Label+"'s peers are the other leases", func() error {
+				return samePeers(wgLeasePeers(t, c, n), loggedPeers(t, n))
+			})
+		}
+		converged := time.Since(since)
+		for _, from := range nodes {
+			for _, to := range nodes {
+				if from != to {
+					Eventually(t, 20*time.Second, step+": "+from.Label+" → "+to.Label, func() error {
+						return Ping(pods[from].NS, pods[to].IP, "-W", "1")
+					})
+				}
+			}
+		}
+		// With a 1 s keepalive every configured peer is sent to at least
+		// every second, or, without a session (a node that is gone), a
+		// handshake initiation every 5 s: 5.5 s of n1's underlay show the
+		// endpoints of all its peers.
+		if wire {
+			n1 := c.Nodes[0]
+			lines := capture(t, n1, "udp dst port 51820 and src host "+n1.Addr.String(), func() { time.Sleep(5500 * time.Millisecond) })
+			got := map[string]bool{}
+			for _, l := range lines {
+				if f := strings.Fields(l); len(f) > 4 && f[3] == ">" {
+					got[strings.TrimSuffix(f[4], ":")] = true
+				}
+			}
+			want := map[string]bool{}
+			for _, n := range nodes {
+				if n != n1 {
+					want[n.Addr.String()+".51820"] = true
+				}
+			}
+			if !maps.Equal(got, want) {
+				t.Errorf("%s: n1 sends WireGuard to %v, want %v", step, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
+			}
+		}
+		recordFailure(t, "1421", fmt.Sprintf("%s: %d nodes, peers exact on each %s after the change; pods reach each other", step, len(nodes), converged.Round(time.Millisecond)))
+	}
+	check(t, "three nodes", time.Now(), false)
+
+	n4, n5 := c.AddNode("n4"), c.AddNode("n5")
+	n4.WaitReady()
+	n5.WaitReady()
+	live[n4], live[n5] = true, true
+	check(t, "n4 and n5 joined (since both were ready)", time.Now(), true)
+
+	n4.Stop()
+	c.Delete(leaseKey(n4))
+	live[n4] = false
+	check(t, "n4 left, its lease deleted", time.Now(), true)
+
+	n5.Stop()
+	c.Expire(leaseKey(n5))
+	live[n5] = false
+	check(t, "n5 left, its lease expired", time.Now(), true)
+
+	n2 := c.Nodes[1]
+	old := readKey(t, wgKeyFile(c, n2)).PublicKey().String()
+	n2.Stop()
+	if err := os.Remove(wgKeyFile(c, n2)); err != nil {
+		t.Fatal(err)
+	}
+	n2.Start()
+	start := time.Now()
+	n2.WaitReady()
+	if readKey(t, wgKeyFile(c, n2)).PublicKey().String() == old {
+		t.Fatal("n2 kept its key")
+	}
+	check(t, "n2 restarted with a new key (since its start)", start, false)
+
+	for _, n := range []*Node{c.Nodes[0], c.Nodes[2]} {
+		n.Stop()
+		n.Start()
+		start := time.Now()
+		n.WaitReady()
+		check(t, n.Label+" restarted with its key (since its start)", start, false)
+	}
+
+	for _, n := range c.Nodes {
+		log, _ := os.ReadFile(n.LogFile)
+		for _, l := range strings.Split(string(log), "\n") {
+			if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") || strings.Contains(strings.ToLower(l), "file exists") {
+				t.Errorf("%s logged: %s", n.Label, l)
+			}
+		}
+	}
+}
+
+// wgPeer is a WireGuard peer as weft configures it.
+type wgPeer struct{ Endpoint, AllowedIPs string }
+
+// wgLeasePeers is what n's peers must be: one per other lease in etcd,
+// keyed by its public key.
+func wgLeasePeers(t *testing.T, c *Cluster, n *Node) map[string]wgPeer {
+	t.Helper()
+	resp, err := c.Client.Get(t.Context(), Prefix+"/subnets/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := leaseKey(n)
+	out := map[string]wgPeer{}
+	for _, kv := range resp.Kvs {
+		if string(kv.Key) == own {
+			continue
+		}
+		var l struct {
+			PublicIP    string
+			BackendData struct {
+				PublicKey string
+				Port      int
+			}
+		}
+		if err := json.Unmarshal(kv.Value, &l); err != nil {
+			t.Fatalf("lease %s: %v", kv.Key, err)
+		}
+		sn := strings.ReplaceAll(strings.TrimPrefix(string(kv.Key), Prefix+"/subnets/"), "-", "/")
+		out[l.BackendData.PublicKey] = wgPeer{Endpoint: fmt.Sprintf("%s:%d", l.PublicIP, l.BackendData.Port), AllowedIPs: "[" + sn + "]"}
+	}
+	return out
+}
+
+var (
+	peerSetRe     = regexp.MustCompile(`msg="peer set" .*key="?([^"\s]+)"? endpoint=(\S+) allowedIPs="?(\[[^\]]*\])`)
+	peerRemovedRe = regexp.MustCompile(`msg="peer removed" .*key="?([^"\s]+)`)
+)
+
+// loggedPeers replays n's weftd log: the peers of flannel-wg as its last
+// weftd configured them (a new weftd starts with a new, empty device).
+func loggedPeers(t *testing.T, n *Node) map[string]wgPeer {
+	t.Helper()
+	log, err := os.ReadFile(n.LogFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers := map[string]wgPeer{}
+	for _, l := range strings.Split(string(log), "\n") {
+		switch {
+		case strings.Contains(l, `msg="device ready"`):
+			peers = map[string]wgPeer{}
+		case strings.Contains(l, `msg="peer set"`):
+			m := peerSetRe.FindStringSubmatch(l)
+			if m == nil {
+				t.Fatalf("%s: cannot read %s", n.Label, l)
+			}
+			peers[m[1]] = wgPeer{Endpoint: m[2], AllowedIPs: m[3]}
+		case strings.Contains(l, `msg="peer removed"`):
+			m := peerRemovedRe.FindStringSubmatch(l)
+			if m == nil {
+				t.Fatalf("%s: cannot read %s", n.Label, l)
+			}
+			delete(peers, m[1])
+		}
+	}
+	return peers
+}
+
+func samePeers(want, got map[string]wgPeer) error {
+	if maps.Equal(want, got) {
+		return nil
+	}
+	return fmt.Errorf("configured %v, leases call for %v", got, want)
+}
