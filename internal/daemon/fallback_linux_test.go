@@ -1,11 +1,14 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -193,6 +196,8 @@ func TestVXLANFallsBackToUVXLAN(t *testing.T) {
 	if out, err := a.podNS.Run("ping", "-c", "2", "-s", "1400", "-M", "do", "-W", "2", b.pod.String()); err != nil {
 		t.Errorf("full-size ping from node a's pod: %v\n%s", err, out)
 	}
+	tcpTransfer(t, b, a, 4<<20)
+	tcpTransfer(t, a, b, 4<<20)
 	st := dpA.Backend.Stats()
 	if st.Events[uvxlan.EventFastAttaches] == 0 {
 		t.Errorf("node a's fast path never attached: %v", st.Events)
@@ -248,5 +253,48 @@ func recv[T any](t *testing.T, ch <-chan T, what string) T {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("no %s within 20 s", what)
 		panic("unreachable")
+	}
+}
+
+// tcpTransfer sends size bytes over TCP from from's pod to to's pod and
+// checks that they all arrive, in order.
+func tcpTransfer(t *testing.T, from, to *fallbackNode, size int) {
+	t.Helper()
+	var ln net.Listener
+	if err := to.podNS.Do(func() (err error) { ln, err = net.Listen("tcp", net.JoinHostPort(to.pod.String(), "0")); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan []byte, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- nil
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		b, _ := io.ReadAll(c)
+		got <- b
+	}()
+	want := make([]byte, size)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	var c net.Conn
+	if err := from.podNS.Do(func() (err error) {
+		c, err = net.DialTimeout("tcp", ln.Addr().String(), 5*time.Second)
+		return err
+	}); err != nil {
+		t.Fatalf("connect %s → %s: %v", from.host.Name, ln.Addr(), err)
+	}
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	_, err := c.Write(want)
+	c.Close()
+	if err != nil {
+		t.Fatalf("send %s → %s: %v", from.host.Name, to.host.Name, err)
+	}
+	if b := recv(t, got, "transfer"); !bytes.Equal(b, want) {
+		t.Errorf("TCP %s → %s: %d bytes arrived of %d, or changed", from.host.Name, to.host.Name, len(b), size)
 	}
 }
