@@ -13,7 +13,8 @@
 //
 // Set swaps in an immutable peer table (VTEP MAC to underlay address,
 // underlay address to its subnets) through an atomic pointer: the packet
-// loops take no lock. Egress sends a frame for a peer's VTEP MAC (others
+// loops take no lock. With the fast path, Run's sync does the swap, after
+// writing the table into the programs' maps; Set never waits on the kernel. Egress sends a frame for a peer's VTEP MAC (others
 // are dropped) behind the 8-byte VXLAN header, without DF, to the peer's
 // address and Config.Port, from one of Config.SourcePorts sockets picked by
 // the inner flow's hash. Ingress, on one socket per queue bound to
@@ -46,7 +47,8 @@
 // filter. What a program does not take goes on to the userspace path; once
 // a peer sends a super-packet of several datagrams, its packets all do
 // (EventFastDemoted), so while the programs may be attached this node's
-// userspace path sends one datagram per send.
+// userspace path sends one datagram per send. Programs the kernel refuses
+// to load are loaded again at the next sync (EventFastLoadErrors).
 //
 // Config.Files keeps the TAP queues and receive sockets open across a
 // restart, so that what arrives meanwhile waits in the kernel's queues for

@@ -21,8 +21,9 @@ import (
 // fastPath is the kernel fast path of one backend (Config.FastPath): two tc
 // programs (bpf/fastpath.c), one on the TAP's egress and one on the
 // underlay device's ingress, and the maps they read.
-// The maps live as long as the Backend and follow every Set; the programs
-// are attached by Run's reconciler and detached when Run returns.
+// The maps live as long as the Backend; Run's reconciler writes each Set's
+// table into them, attaches the programs, and detaches them when Run
+// returns.
 type fastPath struct {
 	tx    *ebpf.Map // VTEP MAC (8 bytes, zero padded) → peer IPv4 underlay address
 	rx    *ebpf.Map // LPM trie: (peer underlay address, inner source) → rxFast or rxUserspace
@@ -37,7 +38,14 @@ type fastPath struct {
 	txKeys       map[txKey][4]byte   // what the maps hold
 	rxKeys       map[rxKey]struct{}
 
-	unsupported error // the kernel cannot attach the programs: not tried again
+	unsupported error // the kernel has no tcx to attach the programs to: not tried again
+
+	// hold, if set, runs before the maps are written: a test seam that
+	// holds the writes to show that Set never waits for them.
+	hold func()
+	// load loads a program; nil means loadProgram. A test seam that makes
+	// loading fail as a refusing verifier would.
+	load func(name string, p progParams, f *fastPath) (*ebpf.Program, error)
 
 	// Owned by the reconciler.
 	params          progParams
@@ -114,6 +122,9 @@ func (f *fastPath) latest() (vtep.Table, map[netip.Addr]bool) {
 
 // applyLocked writes f.table less f.off into the maps; f.mu is held.
 func (f *fastPath) applyLocked() (failed int, err error) {
+	if f.hold != nil {
+		f.hold()
+	}
 	t, allowForeign, off := f.table, f.allowForeign, f.off
 	tx := make(map[txKey][4]byte, len(t))
 	rx := make(map[rxKey]struct{}, len(t))
@@ -214,7 +225,8 @@ func (f *fastPath) alive() bool {
 
 // attach loads the programs for p and attaches them, in the calling
 // thread's network namespace; programs attached for other parameters are
-// replaced. It reports whether anything changed.
+// replaced. It reports whether anything changed, and returns errLoad
+// (wrapped) when the kernel refused a program: the next sync tries again.
 func (f *fastPath) attach(p progParams) (bool, error) {
 	if f.unsupported != nil {
 		return false, f.unsupported
@@ -223,17 +235,21 @@ func (f *fastPath) attach(p progParams) (bool, error) {
 		return false, nil
 	}
 	f.detach()
-	// A program the kernel refuses (the verifier) will be refused again.
-	eg, err := loadProgram(fastpathProgWeftFpEgress, p, f)
-	if err != nil {
-		f.unsupported = err
-		return false, err
+	load := f.load
+	if load == nil {
+		load = loadProgram
 	}
-	ing, err := loadProgram(fastpathProgWeftFpIngress, p, f)
+	// A refusal may not last (a memory limit, a kernel or privileges that
+	// change under a running weftd): the caller tries again at its next
+	// sync.
+	eg, err := load(fastpathProgWeftFpEgress, p, f)
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", errLoad, err)
+	}
+	ing, err := load(fastpathProgWeftFpIngress, p, f)
 	if err != nil {
 		eg.Close()
-		f.unsupported = err
-		return false, err
+		return false, fmt.Errorf("%w: %w", errLoad, err)
 	}
 	f.egProg, f.ingProg = eg, ing
 	if f.egress, err = link.AttachTCX(link.TCXOptions{Interface: p.tap, Program: eg, Attach: ebpf.AttachTCXEgress}); err != nil {
@@ -269,6 +285,9 @@ func (f *fastPath) detach() {
 	f.egress, f.ingress, f.egProg, f.ingProg = nil, nil, nil, nil
 	f.attached = false
 }
+
+// errLoad marks an error of attach's loading the programs.
+var errLoad = errors.New("load the fast path's programs")
 
 // underlayIndex returns the index of the device that holds addr, which
 // must be an Ethernet device that sends somewhere: the programs read and
@@ -337,14 +356,23 @@ func (b *Backend) openFastPath() {
 	runtime.AddCleanup(b, func(f *fastPath) { f.closeMaps() }, f)
 }
 
-// setFastPeers writes t into the fast path's maps. A peer that cannot be
-// written (the maps are full) takes the userspace path.
-func (b *Backend) setFastPeers(t vtep.Table) {
+// syncFastPeers is part of the reconciler's sync: it writes the latest
+// table into the fast path's maps, so that Set never waits for them. A
+// peer that cannot be written (the maps are full) takes the userspace
+// path; the reason is logged when it changes.
+func (dp *datapath) syncFastPeers(t vtep.Table) {
+	b := dp.b
 	if b.fast == nil {
 		return
 	}
-	if failed, err := b.fast.setTable(t, b.cfg.AllowForeignSources); err != nil {
-		b.ctr.fastMapErrors.Add(1)
+	failed, err := b.fast.setTable(t, b.cfg.AllowForeignSources)
+	if err == nil {
+		dp.fastMapErr = ""
+		return
+	}
+	b.ctr.fastMapErrors.Add(1)
+	if msg := fmt.Sprint(failed, err); msg != dp.fastMapErr {
+		dp.fastMapErr = msg
 		b.log.Warn("fast path: some peers take the userspace path", "entries", failed, "err", err)
 	}
 }
@@ -370,6 +398,7 @@ func (b *Backend) addFastStats(s backend.Stats) backend.Stats {
 	s.Events[EventFastDemoted] = c[fastDemoted]
 	s.Events[EventFastAttaches] = b.ctr.fastAttaches.Load()
 	s.Events[EventFastMapErrors] = b.ctr.fastMapErrors.Load()
+	s.Events[EventFastLoadErrors] = b.ctr.fastLoadErrors.Load()
 	b.fast.mu.Lock()
 	s.Events[EventFastOffDevice] = uint64(len(b.fast.off))
 	b.fast.mu.Unlock()
@@ -379,7 +408,9 @@ func (b *Backend) addFastStats(s backend.Stats) backend.Stats {
 // syncFast is part of the reconciler's sync: it attaches the fast path's
 // programs for the current TAP and underlay device, again when a device
 // was replaced or a program detached, and logs when that fails (once per
-// different reason). Meanwhile the userspace path carries everything.
+// different reason). Programs the kernel refused to load are counted and
+// loaded again at the next sync. Meanwhile the userspace path carries
+// everything.
 func (dp *datapath) syncFast() {
 	f := dp.b.fast
 	if f == nil {
@@ -391,12 +422,15 @@ func (dp *datapath) syncFast() {
 		err = inNS(dp.b.cfg.NetNS, func() (err error) { changed, err = f.attach(p); return err })
 	}
 	if err != nil {
+		if errors.Is(err, errLoad) {
+			dp.b.ctr.fastLoadErrors.Add(1)
+		}
 		if msg := err.Error(); msg != dp.fastErr {
 			dp.fastErr = msg
 			dp.b.log.Warn("fast path not attached; the userspace path carries everything", "err", err)
 		}
 		f.detach()
-		// For good, or until a sync attaches them: the peers may as well
+		// Until a sync attaches them (for good without tcx): the peers may as well
 		// hand this node to their userspace paths.
 		dp.b.noUDPGSO.Store(false)
 		return

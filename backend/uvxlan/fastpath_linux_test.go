@@ -25,6 +25,14 @@ func newFastNode(t *testing.T, u *nettest.Underlay, label string, sn netip.Prefi
 // checkFastMaps checks that b's fast path maps hold exactly t's peers.
 func checkFastMaps(t *testing.T, b *Backend, tab vtep.Table) {
 	t.Helper()
+	if d := fastMapsDiff(b, tab); d != "" {
+		t.Error(d)
+	}
+}
+
+// fastMapsDiff says how b's fast path maps differ from t's peers ("" when
+// they hold exactly those).
+func fastMapsDiff(b *Backend, tab vtep.Table) string {
 	want := map[string]bool{}
 	for p, v := range tab {
 		var k txKey
@@ -44,8 +52,9 @@ func checkFastMaps(t *testing.T, b *Backend, tab vtep.Table) {
 		got[fmt.Sprintf("rx %d %s %s", rk.Bits, netip.AddrFrom4(rk.Outer), netip.AddrFrom4(rk.Inner))] = true
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("fast path maps:\n%v\nwant\n%v", got, want)
+		return fmt.Sprintf("fast path maps:\n%v\nwant\n%v", got, want)
 	}
+	return ""
 }
 
 // attachedPrograms returns how many tcx programs are attached to the named

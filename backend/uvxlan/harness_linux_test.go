@@ -92,6 +92,13 @@ func newUVNode(t *testing.T, u *nettest.Underlay, label string, sn netip.Prefix,
 // newUVNodeWith is newUVNode with the backend's Config changed by mod.
 func newUVNodeWith(t *testing.T, u *nettest.Underlay, label string, sn netip.Prefix, mod func(*Config)) *testNode {
 	t.Helper()
+	return newUVNodeRun(t, u, label, sn, mod, testLogger(t).With("node", label), nil)
+}
+
+// newUVNodeRun is newUVNodeWith with the backend's logger, and before, if
+// set, called with the backend before it runs (to set test seams).
+func newUVNodeRun(t *testing.T, u *nettest.Underlay, label string, sn netip.Prefix, mod func(*Config), log *slog.Logger, before func(*Backend)) *testNode {
+	t.Helper()
 	n := &testNode{host: u.AddHost(t, label, "eth0"), subnet: sn, mtu: vtep.OverlayMTU(u.MTU, u.Prefix.Addr().Is6())}
 	n.mac = vtep.DeviceMAC(n.host.Addr, 1)
 	addPod(t, n, label)
@@ -106,9 +113,12 @@ func newUVNodeWith(t *testing.T, u *nettest.Underlay, label string, sn netip.Pre
 	} else {
 		cfg.Subnet = sn
 	}
-	b, err := New(cfg, testLogger(t).With("node", label))
+	b, err := New(cfg, log)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if before != nil {
+		before(b)
 	}
 	n.b = b
 	n.stop = start(t, b, label)

@@ -17,6 +17,16 @@ import (
 // routes. A full sync reads the kernel and repairs drift; otherwise only
 // the difference from the table programmed last is written.
 func (dp *datapath) sync(full bool) error {
+	// With the fast path, a new table reaches its maps and then the packet
+	// loops here (see Set); maps that could not take every peer are
+	// written again at each sync.
+	if tp := dp.b.Table(); tp != nil && dp.b.fast != nil && (tp != dp.fastTable || dp.fastMapErr != "") {
+		dp.syncFastPeers(*tp)
+		if tp != dp.fastTable {
+			dp.b.peers.Store(newPeers(*tp, dp.b.cfg.Port, dp.b.cfg.Local.Is6()))
+			dp.fastTable = tp
+		}
+	}
 	recreated, err := dp.ensureDevice()
 	if err != nil {
 		return err

@@ -89,9 +89,10 @@ type counters struct {
 	socket       atomic.Uint64
 	loops        loopCounters
 
-	fastAttaches  atomic.Uint64 // the fast path's programs were attached (again)
-	fastRepairs   atomic.Uint64 // attached again after a device was replaced or a program detached
-	fastMapErrors atomic.Uint64 // a Set whose peers did not all fit in the fast path's maps
+	fastAttaches   atomic.Uint64 // the fast path's programs were attached (again)
+	fastRepairs    atomic.Uint64 // attached again after a device was replaced or a program detached
+	fastMapErrors  atomic.Uint64 // a sync whose peers did not all fit in the fast path's maps
+	fastLoadErrors atomic.Uint64 // a sync whose programs could not be loaded (tried again at the next)
 }
 
 // loopCounters count what the packet loops do: how often the poller woke
@@ -172,8 +173,11 @@ const (
 	EventFastErrors    = "fastpath_errors"
 	EventFastAttaches  = "fastpath_attaches"
 	EventFastMapErrors = "fastpath_map_errors"
-	EventFastDemoted   = "fastpath_demoted_entries"
-	EventFastOffDevice = "fastpath_peers_off_device"
+	// EventFastLoadErrors counts the syncs whose programs the kernel
+	// refused to load; each is tried again at the next sync.
+	EventFastLoadErrors = "fastpath_load_errors"
+	EventFastDemoted    = "fastpath_demoted_entries"
+	EventFastOffDevice  = "fastpath_peers_off_device"
 	// EventFastUnavailable is 1 when Config.FastPath asks for the fast path
 	// but the backend runs without it: its maps could not be created (no
 	// CAP_BPF, a kernel without BPF) or the backend is IPv6. It is the only

@@ -194,15 +194,17 @@ func New(cfg Config, log *slog.Logger) (*Backend, error) {
 	return b, nil
 }
 
-// Set hands the backend a new peer table. The packet loops see it at once
-// (an atomic pointer swap); neighbours and routes follow in Run. t must not
-// be modified afterwards.
+// Set hands the backend a new peer table and returns at once: it never
+// waits for the kernel. Without the fast path the packet loops see it at
+// once (an atomic pointer swap); with it, Run's next sync writes the fast
+// path's maps first and then hands the table to the packet loops, so a
+// peer the userspace path knows is already the fast path's and no flow
+// starts on the userspace path to be overtaken when the maps catch up.
+// Neighbours and routes follow in Run. t must not be modified afterwards.
 func (b *Backend) Set(t vtep.Table) {
-	// The fast path's maps first: a peer the userspace path knows is then
-	// already the fast path's, so a flow does not start on the userspace
-	// path and overtake itself when the maps catch up.
-	b.setFastPeers(t)
-	b.peers.Store(newPeers(t, b.cfg.Port, b.cfg.Local.Is6()))
+	if b.fast == nil {
+		b.peers.Store(newPeers(t, b.cfg.Port, b.cfg.Local.Is6()))
+	}
 	b.Desired.Set(t)
 }
 

@@ -80,6 +80,11 @@ type Config struct {
 	// whole state and repairs it even when no change notification arrived;
 	// 0 means kernel.DefaultResync.
 	ResyncInterval time.Duration
+
+	// AddLink creates a device; nil means Handle.LinkAdd. A test seam: a
+	// test makes creation fail as a kernel without the vxlan driver does
+	// (unix.EOPNOTSUPP), which no test can arrange in a real kernel.
+	AddLink func(netlink.Link) error
 }
 
 // DeviceName is the default device name: weft.<VNI>, or weft-v6.<VNI>.
@@ -168,14 +173,14 @@ func (c Config) specs() []deviceSpec {
 		out = append(out, deviceSpec{
 			name: c.Name, family: netlink.FAMILY_V4, vni: c.VNI, port: c.Port, underlay: c.UnderlayIndex,
 			local: c.Local, addr: netip.PrefixFrom(c.Subnet.Masked().Addr(), 32), mac: c.MAC, mtu: c.MTU,
-			gbp: c.GBP, learning: c.Learning,
+			gbp: c.GBP, learning: c.Learning, add: c.AddLink,
 		})
 	}
 	if c.LocalIPv6.IsValid() {
 		out = append(out, deviceSpec{
 			name: c.NameV6, family: netlink.FAMILY_V6, vni: c.VNI, port: c.Port, underlay: c.UnderlayIndex,
 			local: c.LocalIPv6, addr: netip.PrefixFrom(c.IPv6Subnet.Masked().Addr(), 128), mac: c.MACv6, mtu: mtu6,
-			gbp: c.GBP, learning: c.Learning,
+			gbp: c.GBP, learning: c.Learning, add: c.AddLink,
 		})
 	}
 	return out

@@ -28,6 +28,25 @@ type deviceSpec struct {
 	mtu      int
 	gbp      bool
 	learning bool
+	add      func(netlink.Link) error // creates the device; nil: the handle's LinkAdd
+}
+
+// ErrNoDriver is returned, wrapped, when the kernel refuses to create a
+// VXLAN device because it has no driver for the kind: rtnetlink asks for
+// the module (rtnl-link-vxlan), and when none loads (not installed, as on
+// Ubuntu without linux-modules-extra, or a kernel built without modules)
+// answers EOPNOTSUPP, "Unknown device type". Other errors (EPERM without
+// CAP_NET_ADMIN, EEXIST, EINVAL for bad attributes, ENODEV for a missing
+// underlay) say nothing about the driver and are not this.
+var ErrNoDriver = errors.New("the kernel has no VXLAN driver")
+
+// noDriver wraps err with ErrNoDriver when it is the kernel's answer for a
+// link kind it has no driver for.
+func noDriver(err error) error {
+	if errors.Is(err, unix.EOPNOTSUPP) {
+		return fmt.Errorf("%w: %w", ErrNoDriver, err)
+	}
+	return err
 }
 
 // compatible reports whether an existing device can be adopted as s: the
@@ -102,8 +121,12 @@ func createDevice(h *netlink.Handle, s deviceSpec, log *slog.Logger) (netlink.Li
 		}
 		mtu = vtep.OverlayMTU(u.Attrs().MTU, s.family == netlink.FAMILY_V6)
 	}
-	if err := h.LinkAdd(s.link(mtu)); err != nil {
-		return nil, fmt.Errorf("create device %s: %w", s.name, err)
+	add := s.add
+	if add == nil {
+		add = h.LinkAdd
+	}
+	if err := add(s.link(mtu)); err != nil {
+		return nil, fmt.Errorf("create device %s: %w", s.name, noDriver(err))
 	}
 	l, err := h.LinkByName(s.name)
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/subnet"
@@ -58,6 +60,27 @@ func New(cfg Config, log *slog.Logger) (*Backend, error) {
 		b.devs = append(b.devs, &devState{spec: s})
 	}
 	return b, nil
+}
+
+// Create makes the devices that do not exist yet, as Run would, and leaves
+// them down for Run to finish: a kernel that cannot make them (ErrNoDriver)
+// shows before anything else is programmed, and the caller can choose
+// another dataplane. Devices that exist are left to Run.
+func (b *Backend) Create() error {
+	for _, d := range b.devs {
+		_, err := b.cfg.Handle.LinkByName(d.spec.name)
+		var notFound netlink.LinkNotFoundError
+		switch {
+		case err == nil:
+			continue
+		case !errors.As(err, &notFound):
+			return fmt.Errorf("vxlan backend: find device %s: %w", d.spec.name, err)
+		}
+		if _, err := createDevice(b.cfg.Handle, d.spec, b.log); err != nil {
+			return fmt.Errorf("vxlan backend: %w", err)
+		}
+	}
+	return nil
 }
 
 // MAC returns the MAC of the IPv4 device, and MACv6 of the IPv6 device, as

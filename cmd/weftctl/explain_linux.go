@@ -41,8 +41,8 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	explain := func(h *netlink.Handle) error {
-		p, err := inspect.Explain(h, ls, cfg, src, dst)
+	explain := func(h *netlink.Handle, do func(func() error) error) error {
+		p, err := inspect.Explain(h, do, ls, cfg, src, dst)
 		if err != nil {
 			return err
 		}
@@ -60,7 +60,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return fmt.Errorf("netlink: %w", err)
 		}
 		defer h.Close()
-		return explain(h)
+		return explain(h, nil)
 	}
 	l, ok := inspect.LeaseFor(ls, src)
 	if !ok {
@@ -69,7 +69,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	for _, n := range st.Nodes {
 		if n.Addr == l.Attrs.PublicIP {
 			fmt.Fprintf(stdout, "(read on %s)\n", n.Name)
-			return withLabNS(n.NS, explain)
+			return withLabNSDo(n.NS, explain)
 		}
 	}
 	return fmt.Errorf("--lab: no lab node has address %s (lease %s)", l.Attrs.PublicIP, l.Subnet)

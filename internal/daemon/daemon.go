@@ -55,6 +55,17 @@ type Dataplane struct {
 	// Runners run beside Backend for as long as the lease (the blackhole
 	// routes of --ip-blackhole-route).
 	Runners []Runner
+	// Fallback, if set, says that this dataplane runs in place of the type
+	// asked for, which this node cannot run.
+	Fallback *Fallback
+}
+
+// Fallback describes a dataplane that runs in place of the configured one:
+// uvxlan for vxlan on a kernel without the VXLAN driver.
+type Fallback struct {
+	Type   string // the dataplane that runs
+	Code   string // a short reason, for metrics: no_vxlan_driver
+	Reason string // why the configured one cannot run (the kernel's error)
 }
 
 // Factories build the parts that depend on the network config and the lease.

@@ -93,7 +93,7 @@ func parseFlags(prog string, args []string, stderr io.Writer) (*config, error) {
 	s.String(&c.publicIP, "public-ip", "", "IPv4 address to advertise to other nodes (default: the underlay's)")
 	s.String(&c.publicIPv6, "public-ipv6", "", "IPv6 address to advertise to other nodes (default: the underlay's)")
 	s.String(&c.subnetFile, "subnet-file", "/run/flannel/subnet.env", "subnet file written for the CNI plugin")
-	s.String(&c.backend, "backend", "", "dataplane for this node, overriding the network config: vxlan, uvxlan, host-gw, wireguard, extension or alloc")
+	s.String(&c.backend, "backend", "", "dataplane for this node, overriding the network config: vxlan, uvxlan, host-gw, wireguard, extension or alloc (vxlan given here fails where the kernel has no VXLAN driver; a vxlan network config falls back to uvxlan)")
 	s.Int(&c.dataplaneNice, "dataplane-nice", 0, "nice value of weftd's threads while it forwards packets itself (uvxlan), for example -10 so that busy pods cannot starve the dataplane as they cannot starve the kernel's (needs CAP_SYS_NICE); 0 leaves it")
 	s.String(&c.healthAddr, "health-addr", def.healthAddr, "address for /healthz, /readyz and /metrics (empty: off)")
 	s.String(&c.logFormat, "log-format", "text", "log format: text or json")

@@ -19,8 +19,9 @@ var errLeaseLost = errors.New("lease lost")
 
 // networkAvailabler is implemented by registries that mark the node's
 // network as available once the dataplane is programmed (Kubernetes).
+// note, when not empty, is added to the condition's message.
 type networkAvailabler interface {
-	SetNetworkAvailable(ctx context.Context) error
+	SetNetworkAvailable(ctx context.Context, note string) error
 }
 
 // leaseLoop acquires a lease and runs a session on it; when the lease is
@@ -150,6 +151,11 @@ func (d *Daemon) session(ctx context.Context, cfg *subnet.Config, typ string, le
 	if dp.Close != nil {
 		defer dp.Close()
 	}
+	note := ""
+	if fb := dp.Fallback; fb != nil {
+		note = fmt.Sprintf("%s in place of %s: %s", fb.Type, typ, fb.Reason)
+		d.cfg.Metrics.setFallback(typ, fb)
+	}
 	if dp.Cleanup != nil {
 		if err := dp.Cleanup(); err != nil {
 			d.log.Warn("cannot remove the other backend's state", "err", err)
@@ -182,11 +188,11 @@ func (d *Daemon) session(ctx context.Context, cfg *subnet.Config, typ string, le
 	}
 	g.Go(func() error { return d.watch(gctx, cfg, lease, dp.Backend) })
 	g.Go(func() error { return d.renew(gctx, lease) })
-	g.Go(func() error { return d.awaitReady(gctx, dp.Backend) })
+	g.Go(func() error { return d.awaitReady(gctx, dp.Backend, note) })
 	return g.Wait()
 }
 
-func (d *Daemon) awaitReady(ctx context.Context, b backend.Backend) error {
+func (d *Daemon) awaitReady(ctx context.Context, b backend.Backend, note string) error {
 	select {
 	case <-ctx.Done():
 		return nil
@@ -194,7 +200,7 @@ func (d *Daemon) awaitReady(ctx context.Context, b backend.Backend) error {
 	}
 	if na, ok := d.cfg.Registry.(networkAvailabler); ok {
 		for {
-			err := na.SetNetworkAvailable(ctx)
+			err := na.SetNetworkAvailable(ctx, note)
 			if err == nil {
 				break
 			}

@@ -19,6 +19,7 @@ type Metrics struct {
 	events        *prometheus.CounterVec
 	tableUpdate   prometheus.Histogram
 	rejected      *prometheus.CounterVec
+	fallback      *prometheus.GaugeVec
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -45,8 +46,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 10)}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "weft_leases_rejected_total",
 			Help: "Subnet leases (keys, values, annotations) left out because they fail a check, by reason; each key once per reason."}, []string{"reason"}),
+		fallback: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "weft_backend_fallback",
+			Help: "1 when this node runs another dataplane than the configured one (uvxlan for vxlan on a kernel without the VXLAN driver): the configured and running types and a short reason; weftd's log and weftctl doctor say more."},
+			[]string{"configured", "running", "reason"}),
 	}
-	reg.MustRegister(m.rejected, m.leases, m.peers, m.acquisitions, m.leaseLost, m.renewals, m.renewFailures, m.ready, m.events, m.tableUpdate)
+	reg.MustRegister(m.fallback, m.rejected, m.leases, m.peers, m.acquisitions, m.leaseLost, m.renewals, m.renewFailures, m.ready, m.events, m.tableUpdate)
 	return m
 }
 
@@ -95,5 +99,13 @@ func (m *Metrics) batch(added, removed, leases, v4, v6 int, took time.Duration) 
 func (m *Metrics) LeaseRejected(reason string) {
 	if m != nil {
 		m.rejected.WithLabelValues(reason).Inc()
+	}
+}
+
+// setFallback records that fb runs in place of the configured type.
+func (m *Metrics) setFallback(configured string, fb *Fallback) {
+	if m != nil {
+		m.fallback.Reset()
+		m.fallback.WithLabelValues(configured, fb.Type, fb.Code).Set(1)
 	}
 }

@@ -88,11 +88,11 @@ func factories(c *config, u underlayInfo, live *liveBackend, files *fdstore.Stor
 					return Dataplane{}, err
 				}
 			}
-			dp, err := newDataplane(typ, cfg, lease, mtu, u, files, log)
+			dp, err := newDataplane(typ, c.backend != "", cfg, lease, mtu, u, files, log)
 			if err != nil {
 				return dp, err
 			}
-			if typ == "uvxlan" && c.dataplaneNice != 0 {
+			if (typ == subnet.BackendTypeUVXLAN || dp.Fallback != nil) && c.dataplaneNice != 0 {
 				if err := kernel.SetProcessNice(c.dataplaneNice); err != nil {
 					log.Warn("cannot raise the priority of the userspace dataplane (--dataplane-nice)", "err", err)
 				} else {
@@ -163,8 +163,8 @@ func uvxlanV6Name(vni int) string { return fmt.Sprintf("weft-u6.%d", vni) }
 // newUVXLAN builds the userspace dataplane: one backend per address family
 // (a TAP each), joined when the node is dual-stack. Each opens (and closes)
 // its own netlink handle.
-func newUVXLAN(cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, files *fdstore.Store, log *slog.Logger) (backend.Backend, []string, error) {
-	base := uvxlan.Config{VNI: cfg.Backend.VNI, Port: cfg.Backend.Port, MTU: mtu,
+func newUVXLAN(cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, files *fdstore.Store, at site, log *slog.Logger) (backend.Backend, []string, error) {
+	base := uvxlan.Config{VNI: cfg.Backend.VNI, Port: cfg.Backend.Port, MTU: mtu, NetNS: at.netns,
 		AllowForeignSources: cfg.Backend.AllowForeignSources, FastPath: cfg.Backend.FastPath, Files: files}
 	var parts []backend.Backend
 	var names []string
@@ -212,24 +212,60 @@ func removeUVXLAN(h *netlink.Handle, vni int) error {
 	return errors.Join(uvxlan.RemoveDevice(h, vni), uvxlan.RemoveDeviceNamed(h, uvxlanV6Name(vni)))
 }
 
-func newDataplane(typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, files *fdstore.Store, log *slog.Logger) (Dataplane, error) {
+func newDataplane(typ string, explicit bool, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, files *fdstore.Store, log *slog.Logger) (Dataplane, error) {
 	h, err := netlink.NewHandle()
 	if err != nil {
 		return Dataplane{}, fmt.Errorf("netlink: %w", err)
 	}
-	dp, err := buildDataplane(h, typ, cfg, lease, mtu, u, files, log)
+	dp, err := buildOrFallBack(h, typ, explicit, cfg, lease, mtu, u, files, site{}, log)
 	if err != nil {
 		h.Close()
 		return Dataplane{}, err
 	}
-	if typ != subnet.BackendTypeUVXLAN { // no other dataplane keeps files
+	if typ != subnet.BackendTypeUVXLAN && dp.Fallback == nil { // no other dataplane keeps files
 		dp.Cleanup = withRelease(dp.Cleanup, files, nil, log)
 	}
 	dp.Close = h.Close
 	return dp, nil
 }
 
-func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, files *fdstore.Store, log *slog.Logger) (Dataplane, error) {
+// site is where a dataplane is built: weftd's own network namespace, or in
+// tests a namespace of the test's with a device-creation seam.
+type site struct {
+	netns   string                   // path of the namespace h is bound to; "" = weftd's
+	addLink func(netlink.Link) error // creates the kernel's VXLAN devices; nil = the kernel
+}
+
+// installVXLAN says how to give a kernel its VXLAN driver.
+const installVXLAN = "install the kernel's vxlan module (Ubuntu and Raspberry Pi OS: apt install linux-modules-extra-$(uname -r); then modprobe vxlan) and restart weftd"
+
+// buildOrFallBack builds typ's dataplane. A node whose network config asks
+// for vxlan (Flannel's default) on a kernel without the VXLAN driver runs
+// uvxlan in its place, with the fast path where it attaches: the lease,
+// VNI, port, MACs and frames are the same, so peers see no difference. It
+// logs why, once per lease. --backend vxlan (explicit) fails instead.
+func buildOrFallBack(h *netlink.Handle, typ string, explicit bool, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, files *fdstore.Store, at site, log *slog.Logger) (Dataplane, error) {
+	dp, err := buildDataplane(h, typ, cfg, lease, mtu, u, files, at, log)
+	if typ != subnet.BackendTypeVXLAN || !errors.Is(err, vxlan.ErrNoDriver) {
+		return dp, err
+	}
+	if explicit {
+		return dp, fmt.Errorf("%w: --backend vxlan asks for the kernel's VXLAN; %s, or run --backend uvxlan "+
+			"(without --backend, a vxlan network config falls back to uvxlan by itself)", err, installVXLAN)
+	}
+	log.Warn("the kernel cannot make a VXLAN device: this node runs uvxlan in place of vxlan, with the same lease and wire "+
+		"(VNI, port, MACs), and the fast path where it attaches", "reason", err, "fix", installVXLAN)
+	ucfg := *cfg
+	ucfg.Backend.FastPath = true
+	dp, uerr := buildDataplane(h, subnet.BackendTypeUVXLAN, &ucfg, lease, mtu, u, files, at, log)
+	if uerr != nil {
+		return dp, fmt.Errorf("%w; uvxlan in its place: %w", err, uerr)
+	}
+	dp.Fallback = &Fallback{Type: subnet.BackendTypeUVXLAN, Code: "no_vxlan_driver", Reason: err.Error()}
+	return dp, nil
+}
+
+func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, files *fdstore.Store, at site, log *slog.Logger) (Dataplane, error) {
 	switch typ {
 	case subnet.BackendTypeHostGW:
 		return newHostGW(h, cfg, lease, u, log)
@@ -242,6 +278,8 @@ func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease sub
 	case subnet.BackendTypeVXLAN:
 		vc := vxlan.Config{
 			Handle:        h,
+			NetNS:         at.netns,
+			AddLink:       at.addLink,
 			VNI:           cfg.Backend.VNI,
 			Port:          cfg.Backend.Port,
 			UnderlayIndex: u.index,
@@ -263,11 +301,14 @@ func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease sub
 		if err != nil {
 			return Dataplane{}, err
 		}
+		if err := b.Create(); err != nil {
+			return Dataplane{}, err
+		}
 		return Dataplane{Backend: b, Cleanup: func() error {
 			return errors.Join(removeUVXLAN(h, vc.VNI), wireguard.RemoveDevices(h))
 		}}, nil
 	case subnet.BackendTypeUVXLAN:
-		b, devices, err := newUVXLAN(cfg, lease, mtu, u, files, log)
+		b, devices, err := newUVXLAN(cfg, lease, mtu, u, files, at, log)
 		if err != nil {
 			return Dataplane{}, err
 		}

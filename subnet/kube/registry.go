@@ -240,11 +240,13 @@ const (
 )
 
 // SetNetworkAvailable sets the node condition NetworkUnavailable=False; the
-// daemon calls it once the dataplane is programmed. It writes nothing when
+// daemon calls it once the dataplane is programmed. note, when not empty,
+// follows the message in parentheses (a dataplane that runs in place of the
+// configured one, and why). It writes nothing when
 // the condition is already False with this registry's reason; a False
 // condition with another reason (written by flanneld, or by weft in its
 // other mode) gets this one's, keeping its transition time.
-func (r *Registry) SetNetworkAvailable(ctx context.Context) error {
+func (r *Registry) SetNetworkAvailable(ctx context.Context, note string) error {
 	node, err := r.nodes.Get(ctx, r.opts.NodeName, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("kube registry: get node %s: %w", r.opts.NodeName, err)
@@ -260,6 +262,9 @@ func (r *Registry) SetNetworkAvailable(ctx context.Context) error {
 	}
 	if r.opts.FlannelCondition {
 		cond.Reason, cond.Message = FlannelNetworkAvailableReason, FlannelNetworkAvailableMessage
+	}
+	if note != "" {
+		cond.Message += " (" + note + ")"
 	}
 	for _, c := range node.Status.Conditions {
 		if c.Type != corev1.NodeNetworkUnavailable || c.Status != corev1.ConditionFalse {

@@ -271,7 +271,7 @@ func TestRegistry(t *testing.T) {
 			return corev1.NodeCondition{}
 		}
 		r, _ := e.registry(t, "node-a", e.netConf)
-		if err := r.SetNetworkAvailable(ctx); err != nil {
+		if err := r.SetNetworkAvailable(ctx, ""); err != nil {
 			t.Fatal(err)
 		}
 		weft := condition()
@@ -279,18 +279,29 @@ func TestRegistry(t *testing.T) {
 			t.Fatalf("NetworkUnavailable condition %+v, want False, WeftIsUp", weft)
 		}
 		rv := e.node(t, "node-a").ResourceVersion
-		if err := r.SetNetworkAvailable(ctx); err != nil {
+		if err := r.SetNetworkAvailable(ctx, ""); err != nil {
 			t.Fatalf("second SetNetworkAvailable: %v", err)
 		}
 		if got := e.node(t, "node-a").ResourceVersion; got != rv {
 			t.Errorf("a second SetNetworkAvailable wrote the node (resourceVersion %s → %s)", rv, got)
+		}
+		// A dataplane in place of the configured one shows in the message.
+		note := "uvxlan in place of vxlan: the kernel has no VXLAN driver"
+		if err := r.SetNetworkAvailable(ctx, note); err != nil {
+			t.Fatal(err)
+		}
+		if c := condition(); c.Message != "weft is running on this node ("+note+")" || c.Reason != "WeftIsUp" {
+			t.Errorf("NetworkUnavailable condition with a note: %+v", c)
+		}
+		if err := r.SetNetworkAvailable(ctx, ""); err != nil {
+			t.Fatal(err)
 		}
 
 		// Run as flanneld, the registry writes flanneld's reason and
 		// message over weft's, and the condition keeps its transition time.
 		time.Sleep(1100 * time.Millisecond) // transition times have a resolution of 1 s
 		rf, _ := e.registryWith(t, kube.Options{NodeName: "node-a", ConfigFile: e.netConf, FlannelCondition: true})
-		if err := rf.SetNetworkAvailable(ctx); err != nil {
+		if err := rf.SetNetworkAvailable(ctx, ""); err != nil {
 			t.Fatal(err)
 		}
 		fl := condition()

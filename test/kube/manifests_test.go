@@ -232,7 +232,7 @@ func TestManifestsOnAPIServer(t *testing.T) {
 		if _, err := r.Acquire(ctx, attrs, netip.Prefix{}); err != nil {
 			t.Fatalf("Acquire as the ServiceAccount: %v", err)
 		}
-		if err := r.SetNetworkAvailable(ctx); err != nil {
+		if err := r.SetNetworkAvailable(ctx, ""); err != nil {
 			t.Fatalf("SetNetworkAvailable as the ServiceAccount: %v", err)
 		}
 	}

@@ -1,8 +1,10 @@
 // Package doctor checks a weft node for what breaks an overlay before a
 // user has to find it: weftd and its lease, the subnet file and the CNI
 // config the runtime reads, the kernel settings weft depends on, the
-// underlay and its MTU, other firewalls and VXLAN devices in the way, and,
-// actively, whether every peer answers over the overlay.
+// underlay and its MTU, other firewalls and VXLAN devices in the way (and
+// the rules on the VXLAN port that a uvxlan fast path bypasses), a node that
+// runs uvxlan because its kernel has no VXLAN driver, and, actively,
+// whether every peer answers over the overlay.
 //
 // Each check yields a Check: a status (ok, warn, fail), the evidence it
 // read, and the fix in one line. It reads the node's state and sends probe

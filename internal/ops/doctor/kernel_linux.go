@@ -13,6 +13,7 @@ import (
 
 	"github.com/weft-net/weft/backend/masq"
 	"github.com/weft-net/weft/internal/ops/inspect"
+	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
 )
 
@@ -33,8 +34,18 @@ func checkKernel(s *state) {
 	checkBrNetfilter(s)
 }
 
+// fixVXLANModule says how to give a kernel its vxlan driver.
+const fixVXLANModule = "install the kernel's vxlan module (Ubuntu and Raspberry Pi OS: apt install linux-modules-extra-$(uname -r); then modprobe vxlan) and restart weftd"
+
 func checkVXLANModule(s *state) {
+	configured := s.Config != nil && s.Config.Backend.Type == subnet.BackendTypeVXLAN
 	switch {
+	case s.fallback != "":
+		s.r.add("kernel/vxlan", Warn, fixVXLANModule+": it then runs kernel VXLAN, as configured",
+			"weftd runs uvxlan in place of vxlan: the kernel refused a VXLAN device for want of the driver (weft_backend_fallback{%s}); the wire and lease are the same", s.fallback)
+	case s.k != nil && s.k.Device.Kind == inspect.KindTAP && configured && s.HealthAddr == "" && !moduleLoaded("vxlan"):
+		s.r.add("kernel/vxlan", Warn, fixVXLANModule+", unless weftd runs uvxlan by --backend uvxlan",
+			"%s is a TAP while the network config asks for vxlan, and no /sys/module/vxlan: weftd may run uvxlan because the kernel has no VXLAN driver (pass --health-addr to read weftd's reason)", s.k.Device.Name)
 	case s.k != nil && s.k.Device.Kind == inspect.KindVXLAN:
 		s.r.ok("kernel/vxlan", "%s is a kernel VXLAN device: the vxlan driver works", s.k.Device.Name)
 	case s.k != nil:
@@ -42,7 +53,7 @@ func checkVXLANModule(s *state) {
 	case moduleLoaded("vxlan"):
 		s.r.ok("kernel/vxlan", "vxlan module loaded (/sys/module/vxlan)")
 	default:
-		s.r.add("kernel/vxlan", Warn, "modprobe vxlan, or run weftd with --backend uvxlan",
+		s.r.add("kernel/vxlan", Warn, fixVXLANModule+"; without it, weftd runs uvxlan in place of vxlan",
 			"no overlay device and no /sys/module/vxlan: the vxlan driver may be missing (it may also be built in)")
 	}
 }

@@ -40,6 +40,13 @@ func checkWeftd(ctx context.Context, s *state) {
 	default:
 		s.r.ok("weftd/ready", "%s/readyz: %d %s", base, code, body)
 	}
+	if code, body, err := s.get(ctx, base+"/metrics"); err == nil && code == 200 {
+		for _, line := range strings.Split(body, "\n") {
+			if rest, ok := strings.CutPrefix(line, "weft_backend_fallback{"); ok && strings.HasSuffix(line, "} 1") {
+				s.fallback = strings.TrimSuffix(rest, "} 1")
+			}
+		}
+	}
 }
 
 // checkLease finds this node's lease and its time left.

@@ -21,6 +21,9 @@ type state struct {
 	k    *inspect.Kernel // nil when no overlay device was found
 	self *subnet.Lease   // this node's lease; nil when none matches
 	file *subnet.File    // the subnet file; nil when unreadable
+	// fallback is weftd's weft_backend_fallback series (its labels), ""
+	// when weftd runs the configured dataplane or its metrics are unread.
+	fallback string
 }
 
 // Run runs every check on n and returns the report. It fails only in its
@@ -45,6 +48,7 @@ func Run(ctx context.Context, n Node) *Report {
 	checkUnderlay(s)
 	checkFirewall(s)
 	checkInput(s)
+	checkFastPathFirewall(s)
 	checkVXLANPort(s)
 	checkOffload(s)
 	if n.Kube != nil {
@@ -122,7 +126,7 @@ func (s *state) get(ctx context.Context, url string) (int, string, error) {
 		return 0, "", err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	return resp.StatusCode, strings.TrimSpace(string(b)), err
 }
 

@@ -30,9 +30,19 @@ type Path struct {
 	InnerMTU     int
 	UnderlayMTU  int
 	Encapsulated bool
+	// Encapsulator is who wraps the frame: EncapKernel, EncapFastPath or
+	// EncapUserspace; "" when it is not encapsulated.
+	Encapsulator string
 	Outside      bool // the destination is outside the cluster network
 	Hops         []Hop
 }
+
+// Who encapsulates (Path.Encapsulator).
+const (
+	EncapKernel    = "kernel"    // a kernel VXLAN device
+	EncapFastPath  = "fast path" // uvxlan's tc program on the TAP's egress, in the kernel
+	EncapUserspace = "userspace" // weftd reads the frame from the TAP
+)
 
 // Problems returns the hops that found something wrong.
 func (p *Path) Problems() []Hop {

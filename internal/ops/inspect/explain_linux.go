@@ -18,8 +18,10 @@ import (
 // source node's namespace) says how the packet is routed, which neighbour
 // and FDB entry it meets, and which underlay link carries the VXLAN
 // datagram. cfg (may be nil) gives the VNI and port when the device is a
-// TAP. Every hop is checked against the leases.
-func Explain(h *netlink.Handle, leases []subnet.Lease, cfg *subnet.Config, src, dst netip.Addr) (*Path, error) {
+// TAP; do (nil: the caller's namespace) enters h's namespace to see whether
+// the fast path's programs take the packet there. Every hop is checked
+// against the leases.
+func Explain(h *netlink.Handle, do func(func() error) error, leases []subnet.Lease, cfg *subnet.Config, src, dst netip.Addr) (*Path, error) {
 	p := &Path{Src: src, Dst: dst}
 	p.locate(leases, cfg)
 	if p.Outside {
@@ -59,7 +61,7 @@ func Explain(h *netlink.Handle, leases []subnet.Lease, cfg *subnet.Config, src, 
 	}
 	p.explainOverlay(k, r)
 	if p.UnderlayDst.IsValid() {
-		p.explainUnderlay(h, k, cfg)
+		p.explainUnderlay(h, do, k, cfg)
 	}
 	return p, nil
 }
@@ -114,7 +116,7 @@ func (p *Path) explainOverlay(k *Kernel, r netlink.Route) {
 	}
 }
 
-func (p *Path) explainUnderlay(h *netlink.Handle, k *Kernel, cfg *subnet.Config) {
+func (p *Path) explainUnderlay(h *netlink.Handle, do func(func() error) error, k *Kernel, cfg *subnet.Config) {
 	vni, port := k.Device.VNI, k.Device.Port
 	if k.Device.Kind != KindVXLAN {
 		vni, port = subnet.DefaultVNI, subnet.DefaultVXLANPort
@@ -147,8 +149,9 @@ func (p *Path) explainUnderlay(h *netlink.Handle, k *Kernel, cfg *subnet.Config)
 	p.add("underlay", "%s → %s dev %s (%s)", addrOrDash(p.UnderlaySrc), p.UnderlayDst, p.UnderlayDev, how)
 	p.Encapsulated = true
 	who := "the kernel"
+	p.Encapsulator = EncapKernel
 	if k.Device.Kind != KindVXLAN {
-		who = "weftd"
+		who = p.explainFastPath(do, k, r.LinkIndex, port)
 	}
 	overhead := vtep.OverheadIPv4
 	if p.UnderlayDst.Is6() {
@@ -162,6 +165,37 @@ func (p *Path) explainUnderlay(h *netlink.Handle, k *Kernel, cfg *subnet.Config)
 		hop.Problem = "full-size packets will not fit in one underlay frame"
 	}
 	p.add("deliver", "node %s decapsulates VNI %d and routes %s to its bridge and the pod", p.UnderlayDst, vni, p.Dst)
+}
+
+// explainFastPath says whether uvxlan's fast path or weftd encapsulates,
+// from the programs attached to the TAP and the underlay link, and returns
+// who does.
+func (p *Path) explainFastPath(do func(func() error) error, k *Kernel, underlay, port int) string {
+	fp, err := ReadFastPath(do, k.Device.Index, underlay)
+	switch {
+	case err != nil:
+		p.Encapsulator = EncapUserspace
+		hop := p.add("path", "userspace (weftd), unless the fast path takes it: its programs could not be read")
+		hop.Detail = err.Error()
+		return "weftd"
+	case fp.Egress && p.UnderlayDst.Is4():
+		p.Encapsulator = EncapFastPath
+		p.add("path", "fast path: tc program %s on %s's egress encapsulates in the kernel and sends through %s, "+
+			"bypassing netfilter's output and postrouting hooks (host firewall rules on UDP %d do not see it); "+
+			"peers whose route leaves through another device take the userspace path", FastEgressProgram, k.Device.Name, p.UnderlayDev, port)
+		if !fp.Ingress {
+			hop := p.add("path", "no %s on %s's ingress: the replies come in through weftd", FastIngressProgram, p.UnderlayDev)
+			hop.Detail = "the fast path attaches both programs together; weftd attaches them again at its next sync"
+		}
+		return "the fast path"
+	}
+	p.Encapsulator = EncapUserspace
+	why := "no fast path attached"
+	if fp.Egress {
+		why = "the fast path carries IPv4 only"
+	}
+	p.add("path", "userspace: weftd reads the frame from %s and sends the datagram (%s)", k.Device.Name, why)
+	return "weftd"
 }
 
 func routeTo(h *netlink.Handle, dst netip.Addr) (netlink.Route, error) {

@@ -256,3 +256,57 @@ func TestDoctorUVXLAN(t *testing.T) {
 	code, checks := doctor(t, bin, dir, n1.Name)
 	expectCheck(t, checks, code, 2, "probe/"+n2.Addr.String(), "fail", "UDP 8472 blocked on the path")
 }
+
+// TestDoctorFastPathFirewall: on a uvxlan lab with the fast path, the
+// README's tour (drop UDP 8472 on a node with nft) blocks nothing between
+// fast-path peers, and doctor says so: the rule is named as one the fast
+// path bypasses. peers and explain say which path carries the traffic.
+func TestDoctorFastPathFirewall(t *testing.T) {
+	bin := weftctl(t)
+	dir := filepath.Join(t.TempDir(), "lab")
+	labUp(t, bin, dir, "--nodes", "2", "--pods-per-node", "1", "--backend", "uvxlan", "--fast-path")
+	st, err := LoadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1, n2 := st.Nodes[0], st.Nodes[1]
+	for _, n := range st.Nodes {
+		code, checks := doctor(t, bin, dir, n.Name)
+		found := false
+		for _, c := range checks {
+			found = found || c.Name == "firewall/fastpath" && c.Status == "ok" && strings.Contains(c.Evidence, "fast path attached; no nftables rule on UDP 8472")
+			if c.Status != "ok" {
+				t.Errorf("%s: %s %s: %s", n.Name, c.Status, c.Name, c.Evidence)
+			}
+		}
+		if !found || code != 0 {
+			t.Errorf("%s: exit %d, want ok firewall/fastpath with the fast path attached:\n%+v", n.Name, code, checks)
+		}
+	}
+	out, code := run(t, bin, "peers", "--lab", "--state-dir", dir, "--node", n1.Name)
+	if code != 0 || !strings.Contains(out, "fast path attached") {
+		t.Errorf("peers: exit %d:\n%s", code, out)
+	}
+	var p1, p2 PodState
+	for _, p := range st.Pods {
+		switch p.Node {
+		case n1.Name:
+			p1 = p
+		case n2.Name:
+			p2 = p
+		}
+	}
+	out, code = run(t, bin, "explain", "--lab", "--state-dir", dir, p1.IP.String(), p2.IP.String())
+	if code != 0 || !strings.Contains(out, "fast path: tc program weft_fp_egress") {
+		t.Errorf("explain: exit %d:\n%s", code, out)
+	}
+
+	ipIn(t, n2.NS, "nft", "add table inet wefttest; add chain inet wefttest in { type filter hook input priority 0; }; add rule inet wefttest in udp dport 8472 drop")
+	defer ipIn(t, n2.NS, "nft", "delete table inet wefttest")
+	code, checks := doctor(t, bin, dir, n2.Name)
+	expectCheck(t, checks, code, 1, "firewall/fastpath", "warn", `table inet wefttest chain in rule \d+ match UDP 8472 but do not apply to the peers it carries`)
+	out, code = run(t, bin, "connectivity", "--lab", "--state-dir", dir)
+	if code != 0 || strings.Count(out, "2/2 pairs ok") != 2 {
+		t.Errorf("connectivity with UDP 8472 dropped on %s: exit %d (fast-path peers bypass the rule):\n%s", n2.Name, code, out)
+	}
+}
