@@ -65,6 +65,9 @@ type Factories struct {
 	// Masquerade builds the masquerade rules for the network and our
 	// lease; nil when --ip-masq is off.
 	Masquerade func(cfg *subnet.Config, lease subnet.Lease) (Runner, error)
+	// Policy builds the NetworkPolicy enforcement for our lease; nil:
+	// none (--network-policy off, or etcd mode).
+	Policy func(cfg *subnet.Config, lease subnet.Lease) (Runner, error)
 	// Forward builds the forward accept rules (and removes Flannel's
 	// leftovers); nil: none.
 	Forward func(cfg *subnet.Config) (Runner, error)

@@ -4,9 +4,11 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 
+	"github.com/weft-net/weft/policy"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/subnet/kube"
 )
@@ -47,4 +49,33 @@ func kubeOptions(c *config, nodeName string, rej *subnet.Rejections) kube.Option
 		Rejections:       rej,
 		FlannelCondition: c.compat,
 	}
+}
+
+// policyFactory builds the NetworkPolicy controller of --network-policy
+// (Kubernetes mode only), or, when it is off, removes the policy table an
+// earlier run left: nil then.
+func policyFactory(c *config, log *slog.Logger) (func(*subnet.Config, subnet.Lease) (Runner, error), error) {
+	if !c.kubeSubnetMgr {
+		return nil, nil // etcd mode: no NetworkPolicy objects to enforce
+	}
+	if !c.networkPolicy {
+		if err := policy.Remove(""); err != nil {
+			log.Warn("cannot remove the network policy table left from an earlier run", "err", err)
+		}
+		log.Info("network policy not enforced (--network-policy=false)")
+		return nil, nil
+	}
+	if err := policy.CheckBridgeNetfilter(); err != nil {
+		return nil, fmt.Errorf("--network-policy: %w", err)
+	}
+	rc, err := kube.RESTConfig(c.kubeAPIURL, c.kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	return func(_ *subnet.Config, lease subnet.Lease) (Runner, error) {
+		if !lease.Subnet.IsValid() {
+			return nil, fmt.Errorf("this node has no IPv4 subnet; NetworkPolicy is enforced for IPv4 pods only (run with --network-policy=false)")
+		}
+		return policy.New(policy.Config{Client: rc, Subnet: lease.Subnet}, log)
+	}, nil
 }

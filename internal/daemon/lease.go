@@ -172,6 +172,13 @@ func (d *Daemon) session(ctx context.Context, cfg *subnet.Config, typ string, le
 		}
 		g.Go(func() error { return masq.Run(gctx) })
 	}
+	if d.cfg.Factories.Policy != nil {
+		pol, err := d.cfg.Factories.Policy(cfg, lease)
+		if err != nil {
+			return fmt.Errorf("daemon: network policy: %w", err)
+		}
+		g.Go(func() error { return pol.Run(gctx) })
+	}
 	g.Go(func() error { return dp.Backend.Run(gctx) })
 	for _, r := range dp.Runners {
 		g.Go(func() error { return r.Run(gctx) })
