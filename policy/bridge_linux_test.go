@@ -1,19 +1,20 @@
 package policy
 
 import (
+	"errors"
 	"net/netip"
+	"os"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/weft-net/weft/internal/testkit/nettest"
 )
 
-// TestSameNodeNeedsBridgeNetfilter: two pods on one bridge, the second
-// isolated for ingress with nothing allowed. With br_netfilter's
-// bridge-nf-call-iptables on (in the node's namespace) the bridged packets
-// reach the forward hook and are dropped; with it off they bypass the
-// rules, which is why CheckBridgeNetfilter refuses that setting.
-func TestSameNodeNeedsBridgeNetfilter(t *testing.T) {
-	node, p1, p2 := nettest.NewNS(t, "npbr"), nettest.NewNS(t, "npbr1"), nettest.NewNS(t, "npbr2")
+// bridgePods is a node namespace with a bridge br0 and two pods on it:
+// p1 (10.9.0.2, fd09::2) and p2 (10.9.0.3, fd09::3).
+func bridgePods(t *testing.T) (node, p1, p2 *nettest.NS) {
+	node, p1, p2 = nettest.NewNS(t, "npbr"), nettest.NewNS(t, "npbr1"), nettest.NewNS(t, "npbr2")
 	nettest.Veth(t, node, "v1", p1, "eth0")
 	nettest.Veth(t, node, "v2", p2, "eth0")
 	for _, argv := range [][]string{
@@ -26,24 +27,133 @@ func TestSameNodeNeedsBridgeNetfilter(t *testing.T) {
 	}
 	nettest.MustRun(t, p1, "ip", "addr", "add", "10.9.0.2/24", "dev", "eth0")
 	nettest.MustRun(t, p2, "ip", "addr", "add", "10.9.0.3/24", "dev", "eth0")
+	nettest.MustRun(t, p1, "ip", "addr", "add", "fd09::2/64", "dev", "eth0", "nodad")
+	nettest.MustRun(t, p2, "ip", "addr", "add", "fd09::3/64", "dev", "eth0", "nodad")
+	return node, p1, p2
+}
+
+func ping(n *nettest.NS, dst string) error {
+	_, err := n.Run("ping", "-c", "1", "-W", "1", dst)
+	return err
+}
+
+// linkLocalOf is the link-local address of eth0 in n, once its duplicate
+// address detection is over.
+func linkLocalOf(t *testing.T, n *nettest.NS) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out := nettest.MustRun(t, n, "ip", "-6", "-o", "addr", "show", "dev", "eth0", "scope", "link")
+		if f := strings.Fields(out); len(f) > 3 && !strings.Contains(out, "tentative") {
+			a, _, _ := strings.Cut(f[3], "/")
+			return a + "%eth0"
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no link-local address on eth0: %q", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestSameNodeNeedsBridgeNetfilter: two pods on one bridge, the second
+// isolated for ingress with nothing allowed. With br_netfilter's
+// bridge-nf-call-iptables on (in the node's namespace) the bridged packets
+// reach the forward hook and are dropped; with it off they bypass the
+// rules, which is why EnsureBridgeNetfilter turns it on, and
+// bridge-nf-call-ip6tables with it.
+func TestSameNodeNeedsBridgeNetfilter(t *testing.T) {
+	node, p1, _ := bridgePods(t)
 	if err := Program(node.Path, Plan{IngressIsolated: []netip.Addr{ip("10.9.0.3")}}); err != nil {
 		t.Fatal(err)
 	}
-	ping := func() error { _, err := p1.Run("ping", "-c", "1", "-W", "1", "10.9.0.3"); return err }
-	check := func() error { return node.Do(CheckBridgeNetfilter) }
-
-	nettest.MustRun(t, node, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1")
-	if err := ping(); err == nil {
-		t.Error("bridge-nf-call-iptables=1: the isolated pod answered its neighbour")
-	}
-	if err := check(); err != nil {
-		t.Errorf("bridge-nf-call-iptables=1: %v", err)
-	}
-	nettest.MustRun(t, node, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=0")
-	if err := ping(); err != nil {
+	nettest.MustRun(t, node, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=0", "net.bridge.bridge-nf-call-ip6tables=0")
+	if err := ping(p1, "10.9.0.3"); err != nil {
 		t.Errorf("bridge-nf-call-iptables=0: the bridged ping should bypass the rules: %v", err)
 	}
-	if err := check(); err == nil {
-		t.Error("bridge-nf-call-iptables=0: CheckBridgeNetfilter said nothing")
+	var changed []string
+	if err := node.Do(func() (err error) { changed, err = EnsureBridgeNetfilter("/proc/sys"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if len(changed) != 2 {
+		t.Errorf("EnsureBridgeNetfilter changed %v, want both settings", changed)
+	}
+	for _, k := range []string{"net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables"} {
+		if v := strings.TrimSpace(nettest.MustRun(t, node, "sysctl", "-n", k)); v != "1" {
+			t.Errorf("%s = %s after EnsureBridgeNetfilter", k, v)
+		}
+	}
+	if err := ping(p1, "10.9.0.3"); err == nil {
+		t.Error("bridge-nf-call-iptables=1: the isolated pod answered its neighbour")
+	}
+	if err := node.Do(func() (err error) { changed, err = EnsureBridgeNetfilter("/proc/sys"); return err }); err != nil || len(changed) != 0 {
+		t.Errorf("second EnsureBridgeNetfilter: changed %v, %v", changed, err)
+	}
+	// A kernel without br_netfilter: no net/bridge directory.
+	if _, err := EnsureBridgeNetfilter(t.TempDir()); !errors.Is(err, ErrNoBridgeNetfilter) {
+		t.Errorf("without br_netfilter: %v, want ErrNoBridgeNetfilter", err)
+	}
+}
+
+// TestIPv6LinkLocalDropped is the review's bypass: in an IPv4-only
+// cluster, a pod reached an isolated pod of the same node over their IPv6
+// link-local addresses, which the ip-family table never saw. The inet
+// table drops forwarded link-local IPv6 (after letting neighbour discovery
+// through), so the ping that worked before the table fails after it, while
+// the IPv4 of an unisolated pod still works.
+func TestIPv6LinkLocalDropped(t *testing.T) {
+	node, p1, p2 := bridgePods(t)
+	if _, err := os.Stat("/proc/sys/net/bridge"); err != nil {
+		nettest.CannotRun(t, "kernel", "br_netfilter is not loaded")
+	}
+	nettest.MustRun(t, node, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1", "net.bridge.bridge-nf-call-ip6tables=1")
+	ll := linkLocalOf(t, p2)
+	if err := ping(p1, ll); err != nil {
+		t.Fatalf("link-local ping before any policy: %v", err)
+	}
+	if err := Program(node.Path, Plan{IngressIsolated: []netip.Addr{ip("10.9.0.3")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(p1, ll); err == nil {
+		t.Errorf("the isolated pod answered a ping to its link-local address %s", ll)
+	}
+	if err := ping(p1, "10.9.0.3"); err == nil {
+		t.Error("the isolated pod answered an IPv4 ping")
+	}
+	if err := ping(p2, "10.9.0.2"); err != nil {
+		t.Errorf("the isolated pod cannot reach an unisolated one: %v", err)
+	}
+}
+
+// TestIPv6Policed: on a dual-stack node the IPv6 plan isolates a pod's
+// IPv6 address as the IPv4 plan does its IPv4 one, and its rules allow.
+func TestIPv6Policed(t *testing.T) {
+	node, p1, _ := bridgePods(t)
+	if _, err := os.Stat("/proc/sys/net/bridge"); err != nil {
+		nettest.CannotRun(t, "kernel", "br_netfilter is not loaded")
+	}
+	nettest.MustRun(t, node, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1", "net.bridge.bridge-nf-call-ip6tables=1")
+	if err := ping(p1, "fd09::3"); err != nil {
+		t.Fatalf("IPv6 ping before any policy: %v", err)
+	}
+	v4 := Plan{IngressIsolated: []netip.Addr{ip("10.9.0.3")}}
+	v6 := Plan{V6: true, IngressIsolated: []netip.Addr{ip("fd09::3")}}
+	if err := Program(node.Path, v4, v6); err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(p1, "fd09::3"); err == nil {
+		t.Error("the isolated pod answered an IPv6 ping")
+	}
+	v6.Rules = []Rule{{Name: "t/allow ingress 0", Local: []netip.Addr{ip("fd09::3")}, AllPorts: true, Peers: []Range{{ip("fd09::2"), ip("fd09::2")}}}}
+	if err := Program(node.Path, v4, v6); err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(p1, "fd09::3"); err != nil {
+		t.Errorf("IPv6 ping allowed by the rule: %v", err)
+	}
+	if err := ping(p1, "10.9.0.3"); err == nil {
+		t.Error("the IPv6 rule let IPv4 through")
+	}
+	if err := Program(node.Path, v4, v6, v4); err == nil {
+		t.Error("three plans: no error")
 	}
 }

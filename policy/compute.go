@@ -24,6 +24,8 @@ const (
 type Plan struct {
 	IngressIsolated, EgressIsolated []netip.Addr
 	Rules                           []Rule
+	// V6 says the plan is of IPv6 pod addresses (else IPv4).
+	V6 bool
 	// Errors are the policies that could not be read (a selector or a
 	// port the API should have refused). Their pods stay isolated as the
 	// policy's types say, with none of its rules: closed, not open.
@@ -62,6 +64,7 @@ type PortEntry struct {
 // pod is what the plan needs of a pod.
 type pod struct {
 	ns     string
+	name   string
 	labels labels.Set
 	ip     netip.Addr
 	ports  []corev1.ContainerPort
@@ -72,18 +75,20 @@ type Input struct {
 	Policies   []*networkingv1.NetworkPolicy
 	Pods       []*corev1.Pod
 	Namespaces []*corev1.Namespace
-	// Local is this node's IPv4 pod subnet: the pods in it are enforced.
+	// Local is this node's pod subnet of one family (IPv4 or IPv6): the
+	// pods with an address in it are enforced, and the plan is of that
+	// family only (pods' addresses and ipBlocks of the other are left out).
 	Local netip.Prefix
 }
 
 // Compute is the plan for in.
 func Compute(in Input) Plan {
-	pods := podsOf(in.Pods)
+	pods := podsOf(in.Pods, in.Local.Addr().Is4())
 	nsLabels := map[string]labels.Set{}
 	for _, n := range in.Namespaces {
 		nsLabels[n.Name] = labels.Set(n.Labels)
 	}
-	var plan Plan
+	plan := Plan{V6: !in.Local.Addr().Is4()}
 	ingress, egress := map[netip.Addr]bool{}, map[netip.Addr]bool{}
 	for _, np := range in.Policies {
 		rules, ing, eg, err := policyRules(np, pods, nsLabels, in.Local)
@@ -111,26 +116,67 @@ func sortedKeys(m map[netip.Addr]bool) []netip.Addr {
 	return out
 }
 
-// podsOf keeps the pods that have an IPv4 address of their own: running or
-// pending with an IP, not on the host network, not finished.
-func podsOf(ps []*corev1.Pod) []pod {
+// podsOf keeps the pods that have an address of their own in the family
+// (IPv4 when v4): not on the host network, not finished (phase Succeeded
+// or Failed: their address may be another pod's already). When two pods
+// list the same address, the one created last has it: the older one is a
+// pod whose status was not updated since its address was freed and given
+// again, and its labels must not decide who the address is.
+func podsOf(ps []*corev1.Pod, v4 bool) []pod {
+	byIP := map[netip.Addr]int{}
 	var out []pod
+	var born []metav1.Time
 	for _, p := range ps {
 		if p.Spec.HostNetwork || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		ip, err := netip.ParseAddr(p.Status.PodIP)
-		if err != nil || !ip.Is4() {
+		ip, ok := podIP(p, v4)
+		if !ok {
 			continue
 		}
 		var ports []corev1.ContainerPort
 		for _, c := range p.Spec.Containers {
 			ports = append(ports, c.Ports...)
 		}
-		out = append(out, pod{ns: p.Namespace, labels: labels.Set(p.Labels), ip: ip, ports: ports})
+		np := pod{ns: p.Namespace, name: p.Name, labels: labels.Set(p.Labels), ip: ip, ports: ports}
+		if i, seen := byIP[ip]; seen {
+			if newer(p.CreationTimestamp, np, born[i], out[i]) {
+				out[i], born[i] = np, p.CreationTimestamp
+			}
+			continue
+		}
+		byIP[ip] = len(out)
+		out = append(out, np)
+		born = append(born, p.CreationTimestamp)
 	}
 	slices.SortFunc(out, func(a, b pod) int { return a.ip.Compare(b.ip) })
 	return out
+}
+
+// newer reports whether pod a, created at ta, is newer than b, created at
+// tb; pods created in the same second are ordered by namespace and name,
+// so that the choice does not depend on the order of the list.
+func newer(ta metav1.Time, a pod, tb metav1.Time, b pod) bool {
+	if !ta.Equal(&tb) {
+		return tb.Before(&ta)
+	}
+	return cmp.Or(cmp.Compare(a.ns, b.ns), cmp.Compare(a.name, b.name)) > 0
+}
+
+// podIP is the pod's address of the family (IPv4 when v4): from
+// status.podIPs, or status.podIP when that list is empty.
+func podIP(p *corev1.Pod, v4 bool) (netip.Addr, bool) {
+	ips := p.Status.PodIPs
+	if len(ips) == 0 && p.Status.PodIP != "" {
+		ips = []corev1.PodIP{{IP: p.Status.PodIP}}
+	}
+	for _, s := range ips {
+		a, err := netip.ParseAddr(s.IP)
+		if err == nil && !a.Is4In6() && a.Is4() == v4 && !a.IsUnspecified() {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
 }
 
 // policyTypes is the policy's types, defaulted as the API defaults them.
@@ -170,7 +216,7 @@ func policyRules(np *networkingv1.NetworkPolicy, pods []pod, nsLabels map[string
 	name := np.Namespace + "/" + np.Name
 	if wantIn {
 		for i, r := range np.Spec.Ingress {
-			rule, rerr := makeRule(fmt.Sprintf("%s ingress %d", name, i), false, targets, r.From, r.Ports, np.Namespace, pods, nsLabels)
+			rule, rerr := makeRule(fmt.Sprintf("%s ingress %d", name, i), false, targets, r.From, r.Ports, np.Namespace, pods, nsLabels, allOf(local.Addr()))
 			if rerr != nil {
 				err = fmt.Errorf("ingress %d: %w", i, rerr)
 				break
@@ -180,7 +226,7 @@ func policyRules(np *networkingv1.NetworkPolicy, pods []pod, nsLabels map[string
 	}
 	if wantEg && err == nil {
 		for i, r := range np.Spec.Egress {
-			rule, rerr := makeRule(fmt.Sprintf("%s egress %d", name, i), true, targets, r.To, r.Ports, np.Namespace, pods, nsLabels)
+			rule, rerr := makeRule(fmt.Sprintf("%s egress %d", name, i), true, targets, r.To, r.Ports, np.Namespace, pods, nsLabels, allOf(local.Addr()))
 			if rerr != nil {
 				err = fmt.Errorf("egress %d: %w", i, rerr)
 				break
@@ -215,7 +261,7 @@ func policyRules(np *networkingv1.NetworkPolicy, pods []pod, nsLabels map[string
 
 // makeRule builds one ingress (egress false) or egress rule for targets.
 func makeRule(name string, egress bool, targets []pod, peers []networkingv1.NetworkPolicyPeer, ports []networkingv1.NetworkPolicyPort,
-	policyNS string, pods []pod, nsLabels map[string]labels.Set) (Rule, error) {
+	policyNS string, pods []pod, nsLabels map[string]labels.Set, everyAddr Range) (Rule, error) {
 	r := Rule{Name: name, Egress: egress, AnyPeer: len(peers) == 0, AllPorts: len(ports) == 0}
 	for _, t := range targets {
 		r.Local = append(r.Local, t.ip)
@@ -223,7 +269,7 @@ func makeRule(name string, egress bool, targets []pod, peers []networkingv1.Netw
 	var peerPods []pod
 	var ranges []Range
 	for j, peer := range peers {
-		pp, rs, err := peerOf(peer, policyNS, pods, nsLabels)
+		pp, rs, err := peerOf(peer, policyNS, pods, nsLabels, everyAddr.First.Is4())
 		if err != nil {
 			return Rule{}, fmt.Errorf("peer %d: %w", j, err)
 		}
@@ -242,7 +288,7 @@ func makeRule(name string, egress bool, targets []pod, peers []networkingv1.Netw
 		if err != nil {
 			return Rule{}, fmt.Errorf("port %d: %w", j, err)
 		}
-		entries, err := portEntries(port, proto, egress, targets, r.AnyPeer, r.Peers, peerPods)
+		entries, err := portEntries(port, proto, egress, targets, r.AnyPeer, r.Peers, peerPods, everyAddr)
 		if err != nil {
 			return Rule{}, fmt.Errorf("port %d: %w", j, err)
 		}
@@ -256,13 +302,11 @@ func makeRule(name string, egress bool, targets []pod, peers []networkingv1.Netw
 	return r, nil
 }
 
-var everything = Range{netip.AddrFrom4([4]byte{}), netip.AddrFrom4([4]byte{255, 255, 255, 255})}
-
 // portEntries is the (address, protocol, ports) entries of one port of a
 // rule. A named port is resolved against the destination pod: the local
 // pod for ingress, each peer pod for egress (a pod without that port name
 // adds nothing).
-func portEntries(port networkingv1.NetworkPolicyPort, proto uint8, egress bool, targets []pod, anyPeer bool, peers []Range, peerPods []pod) ([]PortEntry, error) {
+func portEntries(port networkingv1.NetworkPolicyPort, proto uint8, egress bool, targets []pod, anyPeer bool, peers []Range, peerPods []pod, everything Range) ([]PortEntry, error) {
 	dests := func(first, last uint16) []PortEntry {
 		var out []PortEntry
 		switch {
@@ -343,12 +387,12 @@ func protocol(p *corev1.Protocol) (uint8, error) {
 }
 
 // peerOf is the pods a peer selects and the address ranges of its ipBlock.
-func peerOf(peer networkingv1.NetworkPolicyPeer, policyNS string, pods []pod, nsLabels map[string]labels.Set) ([]pod, []Range, error) {
+func peerOf(peer networkingv1.NetworkPolicyPeer, policyNS string, pods []pod, nsLabels map[string]labels.Set, v4 bool) ([]pod, []Range, error) {
 	if peer.IPBlock != nil {
 		if peer.PodSelector != nil || peer.NamespaceSelector != nil {
 			return nil, nil, fmt.Errorf("ipBlock with a selector")
 		}
-		rs, err := ipBlock(peer.IPBlock)
+		rs, err := ipBlock(peer.IPBlock, v4)
 		return nil, rs, err
 	}
 	if peer.PodSelector == nil && peer.NamespaceSelector == nil {
@@ -380,9 +424,10 @@ func peerOf(peer networkingv1.NetworkPolicyPeer, policyNS string, pods []pod, ns
 	return out, nil, nil
 }
 
-// ipBlock is the IPv4 ranges of b: its CIDR without its exceptions. An
-// IPv6 block matches no IPv4 address: no range.
-func ipBlock(b *networkingv1.IPBlock) ([]Range, error) {
+// ipBlock is the ranges of b of the family (IPv4 when v4): its CIDR
+// without its exceptions. A block of the other family matches no address
+// of this one: no range.
+func ipBlock(b *networkingv1.IPBlock, v4 bool) ([]Range, error) {
 	cidr, err := netip.ParsePrefix(b.CIDR)
 	if err != nil {
 		return nil, fmt.Errorf("ipBlock cidr %q: %w", b.CIDR, err)
@@ -396,11 +441,9 @@ func ipBlock(b *networkingv1.IPBlock) ([]Range, error) {
 		if p.Addr().Is4() != cidr.Addr().Is4() {
 			return nil, fmt.Errorf("ipBlock except %s: not the family of %s", p, cidr)
 		}
-		if p.Addr().Is4() {
-			cut = append(cut, prefixRange(p))
-		}
+		cut = append(cut, prefixRange(p))
 	}
-	if !cidr.Addr().Is4() {
+	if cidr.Addr().Is4() != v4 {
 		return nil, nil
 	}
 	return subtract(prefixRange(cidr), cut), nil

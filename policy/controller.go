@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,9 +26,10 @@ import (
 type Config struct {
 	// Client is the API server's client configuration.
 	Client *rest.Config
-	// Subnet is this node's IPv4 pod subnet: the pods whose address is in
-	// it are the ones this node enforces policy for.
-	Subnet netip.Prefix
+	// Subnet and IPv6Subnet are this node's pod subnets (either may be
+	// invalid, not both): the pods whose address is in one are the ones
+	// this node enforces policy for, in that family.
+	Subnet, IPv6Subnet netip.Prefix
 	// NetNS is the path of the network namespace to program; empty means
 	// the one weftd runs in.
 	NetNS string
@@ -37,8 +39,22 @@ type Config struct {
 	// Resync is how often the table is written again even without a
 	// change, which repairs a table someone removed (0: 1 minute).
 	Resync time.Duration
-	// Program writes a plan (nil: Program into NetNS).
-	Program func(Plan) error
+	// Program writes the plans (nil: Program into NetNS).
+	Program func(...Plan) error
+	// Reporter is told the outcome of every attempt to program the table
+	// (nil: nobody).
+	Reporter Reporter
+	// MaxBackoff bounds the wait between the attempts after a failed
+	// transaction, which starts at 100ms and doubles (0: 30s).
+	MaxBackoff time.Duration
+}
+
+// Reporter is told the outcome of each attempt to program the table: nil
+// when the transaction committed, so that the table holds what the
+// cluster said when the informers had synced (the first call comes only
+// then).
+type Reporter interface {
+	Programmed(err error)
 }
 
 // Controller keeps the policy table of this node equal to what the
@@ -47,8 +63,6 @@ type Controller struct {
 	cfg   Config
 	log   *slog.Logger
 	wake  chan struct{}
-	ready chan struct{}
-	once  sync.Once
 }
 
 // New validates cfg; nothing is watched or programmed until Run.
@@ -56,8 +70,17 @@ func New(cfg Config, log *slog.Logger) (*Controller, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("network policy: no Kubernetes client")
 	}
-	if !cfg.Subnet.IsValid() || !cfg.Subnet.Addr().Is4() {
-		return nil, fmt.Errorf("network policy: node subnet %s is not IPv4 (IPv6-only nodes are not enforced yet)", cfg.Subnet)
+	if !cfg.Subnet.IsValid() && !cfg.IPv6Subnet.IsValid() {
+		return nil, errors.New("network policy: the node has no pod subnet")
+	}
+	if cfg.Subnet.IsValid() && !cfg.Subnet.Addr().Is4() {
+		return nil, fmt.Errorf("network policy: node subnet %s is not IPv4", cfg.Subnet)
+	}
+	if cfg.IPv6Subnet.IsValid() && !cfg.IPv6Subnet.Addr().Is6() {
+		return nil, fmt.Errorf("network policy: node IPv6 subnet %s is not IPv6", cfg.IPv6Subnet)
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 30 * time.Second
 	}
 	if cfg.Settle <= 0 {
 		cfg.Settle = 20 * time.Millisecond
@@ -67,14 +90,10 @@ func New(cfg Config, log *slog.Logger) (*Controller, error) {
 	}
 	if cfg.Program == nil {
 		ns := cfg.NetNS
-		cfg.Program = func(p Plan) error { return Program(ns, p) }
+		cfg.Program = func(p ...Plan) error { return Program(ns, p...) }
 	}
-	return &Controller{cfg: cfg, log: log.With("component", "netpol"), wake: make(chan struct{}, 1), ready: make(chan struct{})}, nil
+	return &Controller{cfg: cfg, log: log.With("component", "netpol"), wake: make(chan struct{}, 1)}, nil
 }
-
-// Ready is closed once the table has been programmed from a full view of
-// the cluster.
-func (c *Controller) Ready() <-chan struct{} { return c.ready }
 
 // Run watches the cluster and programs the table until ctx ends; it leaves
 // the table in place on return (pods stay isolated while weftd restarts).
@@ -108,18 +127,21 @@ func (c *Controller) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); ctl.RunWithContext(ictx) }()
 	}
 	defer func() { stop(); wg.Wait() }()
-	if !cache.WaitForCacheSync(ctx.Done(), podCtl.HasSynced, nsCtl.HasSynced, npCtl.HasSynced) {
+	if !c.waitSynced(ctx, map[string]cache.Controller{"pods": podCtl, "namespaces": nsCtl, "networkpolicies": npCtl}) {
 		return nil // ctx ended
 	}
-	c.log.Info("watching NetworkPolicies, Pods and Namespaces", "subnet", c.cfg.Subnet)
+	c.log.Info("watching NetworkPolicies, Pods and Namespaces", "subnet", c.cfg.Subnet, "ipv6Subnet", c.cfg.IPv6Subnet)
 	tick := time.NewTicker(c.cfg.Resync)
 	defer tick.Stop()
-	c.poke()
+	retry := time.NewTimer(0) // the first round
+	defer retry.Stop()
+	failures := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
+		case <-retry.C:
 		case <-c.wake:
 			if sleep(ctx, c.cfg.Settle) != nil {
 				return nil
@@ -129,7 +151,54 @@ func (c *Controller) Run(ctx context.Context) error {
 			default:
 			}
 		}
-		c.sync(podStore, nsStore, npStore)
+		err := c.sync(podStore, nsStore, npStore)
+		if c.cfg.Reporter != nil {
+			c.cfg.Reporter.Programmed(err)
+		}
+		retry.Stop()
+		if err == nil {
+			if failures > 0 {
+				c.log.Info("programmed network policy after failures", "failures", failures)
+			}
+			failures = 0
+			continue
+		}
+		wait := min(100*time.Millisecond<<min(failures, 20), c.cfg.MaxBackoff)
+		failures++
+		c.log.Error("cannot program network policy; the old table stays and weftd is not ready until it commits", "err", err,
+			"failures", failures, "retryIn", wait)
+		retry.Reset(wait)
+	}
+}
+
+// waitSynced waits until every informer has listed its objects once,
+// saying every 30s which have not; false if ctx ends first.
+func (c *Controller) waitSynced(ctx context.Context, ctls map[string]cache.Controller) bool {
+	poll := time.NewTicker(100 * time.Millisecond)
+	defer poll.Stop()
+	start := time.Now()
+	warned := start
+	for {
+		var waiting []string
+		for name, ctl := range ctls {
+			if !ctl.HasSynced() {
+				waiting = append(waiting, name)
+			}
+		}
+		if len(waiting) == 0 {
+			return true
+		}
+		if time.Since(warned) >= 30*time.Second {
+			warned = time.Now()
+			slices.Sort(waiting)
+			c.log.Warn("network policy: cannot list from the API server yet; not ready until it can", "waitingFor", waiting,
+				"since", time.Since(start).Round(time.Second))
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-poll.C:
+		}
 	}
 }
 
@@ -176,11 +245,10 @@ func (c *Controller) poke() {
 	}
 }
 
-// sync computes the plan from the caches and programs it; a failure is
-// logged and retried at the next change or resync.
-func (c *Controller) sync(pods, nss, nps cache.Store) {
+// sync computes the plans from the caches and programs them.
+func (c *Controller) sync(pods, nss, nps cache.Store) error {
 	start := time.Now()
-	in := Input{Local: c.cfg.Subnet}
+	var in Input
 	for _, o := range pods.List() {
 		if p, ok := o.(*corev1.Pod); ok {
 			in.Pods = append(in.Pods, p)
@@ -196,21 +264,31 @@ func (c *Controller) sync(pods, nss, nps cache.Store) {
 			in.Policies = append(in.Policies, np)
 		}
 	}
-	plan := Compute(in)
-	for _, err := range plan.Errors {
+	var plans []Plan
+	for _, local := range []netip.Prefix{c.cfg.Subnet, c.cfg.IPv6Subnet} {
+		if !local.IsValid() {
+			continue
+		}
+		in.Local = local
+		plans = append(plans, Compute(in))
+	}
+	for _, err := range plans[0].Errors { // the same in both families: said once
 		c.log.Error("network policy not understood: its pods are isolated and none of its rules applied", "err", err)
 	}
-	if err := c.cfg.Program(plan); err != nil {
-		c.log.Error("cannot program network policy; retrying at the next change", "err", err)
-		return
+	if err := c.cfg.Program(plans...); err != nil {
+		return err
 	}
-	c.once.Do(func() { close(c.ready) })
-	c.log.Debug("programmed network policy", "policies", len(in.Policies), "rules", len(plan.Rules),
-		"ingressIsolated", len(plan.IngressIsolated), "egressIsolated", len(plan.EgressIsolated), "took", time.Since(start))
+	var rules, ing, eg int
+	for _, p := range plans {
+		rules, ing, eg = rules+len(p.Rules), ing+len(p.IngressIsolated), eg+len(p.EgressIsolated)
+	}
+	c.log.Debug("programmed network policy", "policies", len(in.Policies), "rules", rules,
+		"ingressIsolated", ing, "egressIsolated", eg, "took", time.Since(start))
+	return nil
 }
 
 // trimPod keeps of a pod what policy needs: namespace, name, labels, host
-// network, container ports, phase and IPs.
+// network, container ports, phase, IPs and creation time.
 func trimPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -218,7 +296,7 @@ func trimPod(obj any) (any, error) {
 	}
 	t := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, Labels: p.Labels,
-			ResourceVersion: p.ResourceVersion, UID: p.UID},
+			ResourceVersion: p.ResourceVersion, UID: p.UID, CreationTimestamp: p.CreationTimestamp},
 		Spec:   corev1.PodSpec{HostNetwork: p.Spec.HostNetwork, NodeName: p.Spec.NodeName},
 		Status: corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs},
 	}

@@ -15,23 +15,33 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Table is the nftables table (family ip) that holds the policy rules.
+// Table is the nftables table (family inet: IPv4 and IPv6) that holds the
+// policy rules.
 const Table = "weft-policy"
 
 // Program replaces the policy table in the namespace at netns ("" for the
-// current one) by the one plan describes, in one nftables transaction: the
-// kernel switches from the old rules to the new ones at once.
-func Program(netns string, plan Plan) error {
+// current one) by the one plans describe (at most one plan per family), in
+// one nftables transaction: the kernel switches from the old rules to the
+// new ones at once. IPv6 packets with a link-local source or destination
+// that the node forwards (pods of the node bridging to each other through
+// br_netfilter) are dropped whatever the plans, except neighbour discovery.
+func Program(netns string, plans ...Plan) error {
+	if len(plans) > 2 || len(plans) == 2 && plans[0].V6 == plans[1].V6 {
+		return errors.New("program network policy: more than one plan of a family")
+	}
 	conn, closeNS, err := dial(netns)
 	if err != nil {
 		return err
 	}
 	defer closeNS()
-	t := &nftables.Table{Name: Table, Family: nftables.TableFamilyIPv4}
+	old := &nftables.Table{Name: Table, Family: nftables.TableFamilyIPv4} // earlier releases' table
+	conn.AddTable(old)
+	conn.DelTable(old)
+	t := &nftables.Table{Name: Table, Family: nftables.TableFamilyINet}
 	conn.AddTable(t) // so that the delete below finds it
 	conn.DelTable(t)
 	conn.AddTable(t)
-	if err := build(conn, t, plan); err != nil {
+	if err := build(conn, t, plans); err != nil {
 		return err
 	}
 	if err := conn.Flush(); err != nil {
@@ -40,42 +50,62 @@ func Program(netns string, plan Plan) error {
 	return nil
 }
 
-// Remove deletes the policy table, if it is there.
+// Remove deletes the policy table (and an earlier release's IPv4-only
+// one), if it is there.
 func Remove(netns string) error {
 	conn, closeNS, err := dial(netns)
 	if err != nil {
 		return err
 	}
 	defer closeNS()
-	t := &nftables.Table{Name: Table, Family: nftables.TableFamilyIPv4}
-	conn.AddTable(t)
-	conn.DelTable(t)
+	for _, f := range []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyINet} {
+		t := &nftables.Table{Name: Table, Family: f}
+		conn.AddTable(t)
+		conn.DelTable(t)
+	}
 	if err := conn.Flush(); err != nil {
 		return fmt.Errorf("remove nftables table %s: %w", Table, err)
 	}
 	return nil
 }
 
-// build adds the chains, sets and rules of plan to t, in conn's batch:
+// family is what the rules of one address family need: the nfproto value,
+// the header offsets and length of addresses, the set key types and the
+// prefix of the names of its chains and sets ("" for IPv4, "v6-").
+type family struct {
+	nfproto      byte
+	saddr, daddr uint32
+	alen         uint32
+	addrType     nftables.SetDatatype
+	prefix       string
+}
+
+var (
+	ipv4 = family{unix.NFPROTO_IPV4, 12, 16, 4, nftables.TypeIPAddr, ""}
+	ipv6 = family{unix.NFPROTO_IPV6, 8, 24, 16, nftables.TypeIP6Addr, "v6-"}
+)
+
+func familyOf(p Plan) family {
+	if p.V6 {
+		return ipv6
+	}
+	return ipv4
+}
+
+// build adds the chains, sets and rules of plans to t, in conn's batch:
 //
 //	forward (hook forward): ct state established,related accept
-//	                        ip saddr @egress-isolated jump egress
-//	                        ip daddr @ingress-isolated jump ingress
+//	                        ipv6 neighbour solicitation and advertisement accept
+//	                        ip6 saddr fe80::/10 drop, ip6 daddr fe80::/10 drop
+//	                        per family: saddr @egress-isolated jump egress
+//	                                    daddr @ingress-isolated jump ingress
 //	egress:  one rule per allowing rule, verdict return; then drop
 //	ingress: one rule per allowing rule, verdict accept; then drop
-func build(conn *nftables.Conn, t *nftables.Table, plan Plan) error {
+//
+// The chains and sets of IPv6 have names starting "v6-".
+func build(conn *nftables.Conn, t *nftables.Table, plans []Plan) error {
 	fwd := conn.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})
-	egress := conn.AddChain(&nftables.Chain{Name: "egress", Table: t})
-	ingress := conn.AddChain(&nftables.Chain{Name: "ingress", Table: t})
-	egIso, err := addrSet(conn, t, "egress-isolated", plan.EgressIsolated)
-	if err != nil {
-		return err
-	}
-	inIso, err := addrSet(conn, t, "ingress-isolated", plan.IngressIsolated)
-	if err != nil {
-		return err
-	}
 	add := func(c *nftables.Chain, note string, exprs ...[]expr.Any) {
 		var all []expr.Any
 		for _, e := range exprs {
@@ -84,48 +114,64 @@ func build(conn *nftables.Conn, t *nftables.Table, plan Plan) error {
 		conn.AddRule(&nftables.Rule{Table: t, Chain: c, Exprs: all, UserData: userdata.AppendString(nil, userdata.TypeComment, note)})
 	}
 	add(fwd, "weft: replies and related traffic", ctEstablished(), verdict(expr.VerdictAccept))
-	add(fwd, "weft: from pods isolated for egress", lookup(field(saddr), egIso), jump("egress"))
-	add(fwd, "weft: to pods isolated for ingress", lookup(field(daddr), inIso), jump("ingress"))
-	for i, r := range plan.Rules {
-		c, v := ingress, verdict(expr.VerdictAccept)
-		if r.Egress {
-			c, v = egress, verdict(expr.VerdictReturn)
-		}
-		sets, err := ruleSets(conn, t, fmt.Sprintf("r%d", i), r)
+	add(fwd, "weft: IPv6 neighbour discovery", isFamily(ipv6), neighbourDiscovery(), verdict(expr.VerdictAccept))
+	add(fwd, "weft: IPv6 link-local between pods", isFamily(ipv6), linkLocal(ipv6.saddr), counted(), verdict(expr.VerdictDrop))
+	add(fwd, "weft: IPv6 link-local between pods", isFamily(ipv6), linkLocal(ipv6.daddr), counted(), verdict(expr.VerdictDrop))
+	for _, plan := range plans {
+		f := familyOf(plan)
+		egress := conn.AddChain(&nftables.Chain{Name: f.prefix + "egress", Table: t})
+		ingress := conn.AddChain(&nftables.Chain{Name: f.prefix + "ingress", Table: t})
+		egIso, err := addrSet(conn, t, f, f.prefix+"egress-isolated", plan.EgressIsolated)
 		if err != nil {
-			return fmt.Errorf("%s: %w", r.Name, err)
+			return err
 		}
-		for _, m := range sets.matches(r) {
-			add(c, "weft: "+r.Name, m, v)
+		inIso, err := addrSet(conn, t, f, f.prefix+"ingress-isolated", plan.IngressIsolated)
+		if err != nil {
+			return err
 		}
+		add(fwd, "weft: from pods isolated for egress", isFamily(f), lookup(f.field(f.saddr), egIso), jump(egress.Name))
+		add(fwd, "weft: to pods isolated for ingress", isFamily(f), lookup(f.field(f.daddr), inIso), jump(ingress.Name))
+		for i, r := range plan.Rules {
+			c, v := ingress, verdict(expr.VerdictAccept)
+			if r.Egress {
+				c, v = egress, verdict(expr.VerdictReturn)
+			}
+			sets, err := ruleSets(conn, t, f, fmt.Sprintf("%sr%d", f.prefix, i), r)
+			if err != nil {
+				return fmt.Errorf("%s: %w", r.Name, err)
+			}
+			for _, m := range sets.matches(f, r) {
+				add(c, "weft: "+r.Name, m, v)
+			}
+		}
+		add(egress, "weft: no policy allows it", counted(), verdict(expr.VerdictDrop))
+		add(ingress, "weft: no policy allows it", counted(), verdict(expr.VerdictDrop))
 	}
-	add(egress, "weft: no policy allows it", []expr.Any{&expr.Counter{}}, verdict(expr.VerdictDrop))
-	add(ingress, "weft: no policy allows it", []expr.Any{&expr.Counter{}}, verdict(expr.VerdictDrop))
 	return nil
 }
 
 type ruleSetsOf struct{ local, peers, ports, named *nftables.Set }
 
 // ruleSets adds the sets one rule needs.
-func ruleSets(conn *nftables.Conn, t *nftables.Table, prefix string, r Rule) (ruleSetsOf, error) {
+func ruleSets(conn *nftables.Conn, t *nftables.Table, f family, prefix string, r Rule) (ruleSetsOf, error) {
 	var s ruleSetsOf
 	var err error
 	if r.Egress || r.AllPorts {
-		if s.local, err = addrSet(conn, t, prefix+"-local", r.Local); err != nil {
+		if s.local, err = addrSet(conn, t, f, prefix+"-local", r.Local); err != nil {
 			return s, err
 		}
 	}
 	if !r.AnyPeer && (!r.Egress || r.AllPorts) {
-		if s.peers, err = rangeSet(conn, t, prefix+"-peers", r.Peers); err != nil {
+		if s.peers, err = rangeSet(conn, t, f, prefix+"-peers", r.Peers); err != nil {
 			return s, err
 		}
 	}
 	if !r.AllPorts {
-		if s.ports, err = portSet(conn, t, prefix+"-ports", r.Ports); err != nil {
+		if s.ports, err = portSet(conn, t, f, prefix+"-ports", r.Ports); err != nil {
 			return s, err
 		}
 		if len(r.NamedPorts) > 0 {
-			if s.named, err = portSet(conn, t, prefix+"-named", r.NamedPorts); err != nil {
+			if s.named, err = portSet(conn, t, f, prefix+"-named", r.NamedPorts); err != nil {
 				return s, err
 			}
 		}
@@ -134,38 +180,55 @@ func ruleSets(conn *nftables.Conn, t *nftables.Table, prefix string, r Rule) (ru
 }
 
 // matches is the match expressions of r's nftables rules (one or two).
-func (s ruleSetsOf) matches(r Rule) [][]expr.Any {
-	var peer []expr.Any
+func (s ruleSetsOf) matches(f family, r Rule) [][]expr.Any {
+	peer := []expr.Any{}
 	if s.peers != nil {
 		if r.Egress {
-			peer = lookup(field(daddr), s.peers)
+			peer = lookup(f.field(f.daddr), s.peers)
 		} else {
-			peer = lookup(field(saddr), s.peers)
+			peer = lookup(f.field(f.saddr), s.peers)
 		}
 	}
+	fam := isFamily(f)
 	if !r.Egress {
 		if r.AllPorts {
-			return [][]expr.Any{join(peer, lookup(field(daddr), s.local))}
+			return [][]expr.Any{join(fam, peer, lookup(f.field(f.daddr), s.local))}
 		}
-		return [][]expr.Any{join(peer, lookup(destPort(), s.ports))}
+		return [][]expr.Any{join(fam, peer, lookup(f.destPort(), s.ports))}
 	}
-	src := lookup(field(saddr), s.local)
+	src := lookup(f.field(f.saddr), s.local)
 	if r.AllPorts {
-		return [][]expr.Any{join(src, peer)}
+		return [][]expr.Any{join(fam, src, peer)}
 	}
-	out := [][]expr.Any{join(src, lookup(destPort(), s.ports))}
+	out := [][]expr.Any{join(fam, src, lookup(f.destPort(), s.ports))}
 	if s.named != nil {
-		out = append(out, join(src, lookup(destPort(), s.named)))
+		out = append(out, join(fam, src, lookup(f.destPort(), s.named)))
 	}
 	return out
 }
 
-func join(a, b []expr.Any) []expr.Any { return append(append([]expr.Any{}, a...), b...) }
+func join(es ...[]expr.Any) []expr.Any {
+	var out []expr.Any
+	for _, e := range es {
+		out = append(out, e...)
+	}
+	return out
+}
 
-func addrSet(conn *nftables.Conn, t *nftables.Table, name string, addrs []netip.Addr) (*nftables.Set, error) {
-	s := &nftables.Set{Table: t, Name: name, KeyType: nftables.TypeIPAddr}
+func checkFamily(f family, a netip.Addr) error {
+	if a.Is4() != (f.alen == 4) {
+		return fmt.Errorf("address %s in a set of the other family", a)
+	}
+	return nil
+}
+
+func addrSet(conn *nftables.Conn, t *nftables.Table, f family, name string, addrs []netip.Addr) (*nftables.Set, error) {
+	s := &nftables.Set{Table: t, Name: name, KeyType: f.addrType}
 	els := make([]nftables.SetElement, 0, len(addrs))
 	for _, a := range addrs {
+		if err := checkFamily(f, a); err != nil {
+			return nil, fmt.Errorf("set %s: %w", name, err)
+		}
 		els = append(els, nftables.SetElement{Key: a.AsSlice()})
 	}
 	if err := conn.AddSet(s, els); err != nil {
@@ -177,13 +240,16 @@ func addrSet(conn *nftables.Conn, t *nftables.Table, name string, addrs []netip.
 // rangeSet is an interval set of the ranges rs (sorted, disjoint): each
 // range is its first address and, unless it reaches the end of the
 // address space, the address after its last marked as an interval end.
-func rangeSet(conn *nftables.Conn, t *nftables.Table, name string, rs []Range) (*nftables.Set, error) {
-	s := &nftables.Set{Table: t, Name: name, KeyType: nftables.TypeIPAddr, Interval: true}
+func rangeSet(conn *nftables.Conn, t *nftables.Table, f family, name string, rs []Range) (*nftables.Set, error) {
+	s := &nftables.Set{Table: t, Name: name, KeyType: f.addrType, Interval: true}
 	var els []nftables.SetElement
 	for _, r := range rs {
+		if err := errors.Join(checkFamily(f, r.First), checkFamily(f, r.Last)); err != nil {
+			return nil, fmt.Errorf("set %s: %w", name, err)
+		}
 		els = append(els, nftables.SetElement{Key: r.First.AsSlice()})
-		if last := u32(r.Last); last != ^uint32(0) {
-			els = append(els, nftables.SetElement{Key: addr(last + 1).AsSlice(), IntervalEnd: true})
+		if end := r.Last.Next(); end.IsValid() {
+			els = append(els, nftables.SetElement{Key: end.AsSlice(), IntervalEnd: true})
 		}
 	}
 	if err := conn.AddSet(s, els); err != nil {
@@ -192,12 +258,15 @@ func rangeSet(conn *nftables.Conn, t *nftables.Table, name string, rs []Range) (
 	return s, nil
 }
 
-// portSet is a set of ip daddr . meta l4proto . th dport ranges.
-func portSet(conn *nftables.Conn, t *nftables.Table, name string, es []PortEntry) (*nftables.Set, error) {
+// portSet is a set of daddr . meta l4proto . th dport ranges.
+func portSet(conn *nftables.Conn, t *nftables.Table, f family, name string, es []PortEntry) (*nftables.Set, error) {
 	s := &nftables.Set{Table: t, Name: name, Interval: true, Concatenation: true,
-		KeyType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)}
+		KeyType: nftables.MustConcatSetType(f.addrType, nftables.TypeInetProto, nftables.TypeInetService)}
 	els := make([]nftables.SetElement, 0, len(es))
 	for _, e := range es {
+		if err := errors.Join(checkFamily(f, e.Addr.First), checkFamily(f, e.Addr.Last)); err != nil {
+			return nil, fmt.Errorf("set %s: %w", name, err)
+		}
 		els = append(els, nftables.SetElement{Key: portKey(e.Addr.First, e.Proto, e.First), KeyEnd: portKey(e.Addr.Last, e.Proto, e.Last)})
 	}
 	if err := conn.AddSet(s, els); err != nil {
@@ -206,33 +275,64 @@ func portSet(conn *nftables.Conn, t *nftables.Table, name string, es []PortEntry
 	return s, nil
 }
 
-// portKey is a key of the concatenation: each field in 4 bytes.
+// portKey is a key of the concatenation: the address, then the protocol
+// and the port in 4 bytes each.
 func portKey(a netip.Addr, proto uint8, port uint16) []byte {
-	k := make([]byte, 12)
-	copy(k, a.AsSlice())
-	k[4] = proto
-	binary.BigEndian.PutUint16(k[8:], port)
+	b := a.AsSlice()
+	k := make([]byte, len(b)+8)
+	copy(k, b)
+	k[len(b)] = proto
+	binary.BigEndian.PutUint16(k[len(b)+4:], port)
 	return k
 }
 
-const (
-	saddr = 12 // offsets in the IPv4 header
-	daddr = 16
-)
-
-// field loads the IPv4 address at offset off into register 1.
-func field(off uint32) []expr.Any {
-	return []expr.Any{&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: 4}}
+// field loads the address at offset off of the network header into
+// register 1.
+func (f family) field(off uint32) []expr.Any {
+	return []expr.Any{&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: f.alen}}
 }
 
-// destPort loads ip daddr . meta l4proto . th dport into registers 1, 9, 10.
-func destPort() []expr.Any {
+// destPort loads daddr . meta l4proto . th dport into the 32-bit registers
+// from register 1 on (register 1 is the 32-bit registers 8 to 11).
+func (f family) destPort() []expr.Any {
+	next := 8 + f.alen/4
 	return []expr.Any{
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: daddr, Len: 4},
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 9},
-		&expr.Payload{DestRegister: 10, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: f.daddr, Len: f.alen},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: next},
+		&expr.Payload{DestRegister: next + 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 	}
 }
+
+// isFamily matches the packets of f (meta nfproto).
+func isFamily(f family) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{f.nfproto}},
+	}
+}
+
+// linkLocal matches an IPv6 address at off in fe80::/10.
+func linkLocal(off uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: 2},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 2, Mask: []byte{0xff, 0xc0}, Xor: []byte{0, 0}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0xfe, 0x80}},
+	}
+}
+
+// neighbourDiscovery matches ICMPv6 neighbour solicitations and
+// advertisements (types 135 and 136), which pods need to reach each
+// other's IPv6 addresses at all, as ARP for IPv4.
+func neighbourDiscovery() []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_ICMPV6}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+		&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: []byte{135}, ToData: []byte{136}},
+	}
+}
+
+func counted() []expr.Any { return []expr.Any{&expr.Counter{}} }
 
 func lookup(load []expr.Any, s *nftables.Set) []expr.Any {
 	return append(load, &expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID})
@@ -299,22 +399,36 @@ func dial(path string) (*nftables.Conn, func(), error) {
 	return c, func() { unix.Close(fd) }, nil
 }
 
-// CheckBridgeNetfilter returns an error unless bridged IPv4 traffic passes
-// the forward hook in this namespace (br_netfilter with
-// net.bridge.bridge-nf-call-iptables=1): without it, traffic between two
-// pods of one node crosses the cni0 bridge unseen by the policy rules.
-func CheckBridgeNetfilter() error {
-	b, err := os.ReadFile("/proc/sys/net/bridge/bridge-nf-call-iptables")
-	if errors.Is(err, os.ErrNotExist) {
-		return errors.New("br_netfilter is not loaded, so traffic between pods of this node would bypass network policy " +
-			"(modprobe br_netfilter; sysctl net.bridge.bridge-nf-call-iptables=1), or run with --network-policy=false")
+// ErrNoBridgeNetfilter says br_netfilter is not loaded: traffic between
+// two pods of the node crosses the bridge unseen by the policy rules, and
+// weftd does not load kernel modules.
+var ErrNoBridgeNetfilter = errors.New("br_netfilter is not loaded, so traffic between pods of this node would bypass network policy " +
+	"(load it: modprobe br_netfilter, or turn policy off: --network-policy=false)")
+
+// EnsureBridgeNetfilter makes bridged IPv4 and IPv6 traffic pass the
+// forward hook in the network namespace of the calling thread, as policy
+// needs for the traffic between pods of one node: it sets
+// net.bridge.bridge-nf-call-iptables and -ip6tables to 1 under procSys
+// (normally /proc/sys; they are settings of each network namespace since
+// Linux 5.3). It returns ErrNoBridgeNetfilter when br_netfilter is not
+// loaded, and which settings it changed.
+func EnsureBridgeNetfilter(procSys string) (changed []string, err error) {
+	for _, name := range []string{"bridge-nf-call-iptables", "bridge-nf-call-ip6tables"} {
+		path := procSys + "/net/bridge/" + name
+		b, err := os.ReadFile(path)
+		if errors.Is(err, os.ErrNotExist) {
+			return changed, ErrNoBridgeNetfilter
+		}
+		if err != nil {
+			return changed, fmt.Errorf("network policy: %w", err)
+		}
+		if len(b) > 0 && b[0] == '1' {
+			continue
+		}
+		if err := os.WriteFile(path, []byte("1\n"), 0o644); err != nil {
+			return changed, fmt.Errorf("network policy: set net.bridge.%s=1, without which traffic between pods of this node bypasses policy: %w", name, err)
+		}
+		changed = append(changed, "net.bridge."+name)
 	}
-	if err != nil {
-		return fmt.Errorf("network policy: %w", err)
-	}
-	if len(b) == 0 || b[0] != '1' {
-		return errors.New("net.bridge.bridge-nf-call-iptables is 0, so traffic between pods of this node would bypass network policy " +
-			"(sysctl net.bridge.bridge-nf-call-iptables=1), or run with --network-policy=false")
-	}
-	return nil
+	return changed, nil
 }

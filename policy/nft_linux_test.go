@@ -23,7 +23,7 @@ func TestProgramLists(t *testing.T) {
 				Ports: []PortEntry{{Range{ip("10.244.1.2"), ip("10.244.1.2")}, protoTCP, 80, 80}, {Range{ip("10.244.1.2"), ip("10.244.1.2")}, protoUDP, 5000, 5010}}},
 			{Name: "a/p ingress 1", Local: []netip.Addr{ip("10.244.1.3")}, AnyPeer: true, AllPorts: true},
 			{Name: "a/q egress 0", Egress: true, Local: []netip.Addr{ip("10.244.1.3")}, AnyPeer: true,
-				Ports:      []PortEntry{{everything, protoUDP, 53, 53}},
+				Ports:      []PortEntry{{allOf(ip("0.0.0.0")), protoUDP, 53, 53}},
 				NamedPorts: []PortEntry{{Range{ip("10.244.2.9"), ip("10.244.2.9")}, protoSCTP, 9000, 9000}}},
 			{Name: "a/q egress 1", Egress: true, Local: []netip.Addr{ip("10.244.1.3")}, AllPorts: true,
 				Peers: []Range{{ip("0.0.0.0"), ip("255.255.255.255")}}},
@@ -35,7 +35,7 @@ func TestProgramLists(t *testing.T) {
 	if err := Program(ns.Path, plan); err != nil { // replaces, does not add
 		t.Fatal(err)
 	}
-	out := nettest.MustRun(t, ns, "nft", "list", "table", "ip", Table)
+	out := nettest.MustRun(t, ns, "nft", "list", "table", "inet", Table)
 	for _, want := range []string{
 		"ct state established,related accept",
 		"ip saddr @egress-isolated jump egress",
@@ -54,7 +54,7 @@ func TestProgramLists(t *testing.T) {
 			t.Errorf("no %q in\n%s", want, out)
 		}
 	}
-	if n := strings.Count(out, "table ip "+Table); n != 1 {
+	if n := strings.Count(out, "table inet "+Table); n != 1 {
 		t.Errorf("%d tables", n)
 	}
 	if err := Remove(ns.Path); err != nil {

@@ -63,7 +63,7 @@ func TestScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer done()
-	tab := &nftables.Table{Name: Table, Family: nftables.TableFamilyIPv4}
+	tab := &nftables.Table{Name: Table, Family: nftables.TableFamilyINet}
 	sets, err := conn.GetSets(tab)
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +86,7 @@ func TestScale(t *testing.T) {
 	}
 	t.Logf("%d pods, %d policies: %d rules, %d sets, %d set elements; compute %s, program %s",
 		pods, policies, rules, len(sets), elements, computed.Round(time.Millisecond), programmed.Round(time.Millisecond))
-	if want := 3 + policies + 2; rules != want {
-		t.Errorf("%d rules, want %d: one per policy rule and five fixed", rules, want)
+	if want := 6 + policies + 2; rules != want {
+		t.Errorf("%d rules, want %d: one per policy rule and eight fixed", rules, want)
 	}
 }
