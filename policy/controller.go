@@ -60,9 +60,9 @@ type Reporter interface {
 // Controller keeps the policy table of this node equal to what the
 // cluster's NetworkPolicies, Pods and Namespaces say.
 type Controller struct {
-	cfg   Config
-	log   *slog.Logger
-	wake  chan struct{}
+	cfg  Config
+	log  *slog.Logger
+	wake chan struct{}
 }
 
 // New validates cfg; nothing is watched or programmed until Run.
