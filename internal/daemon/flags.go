@@ -42,6 +42,7 @@ type config struct {
 	subnetFile    string
 	ipMasq        bool
 	networkPolicy bool
+	procSys       string // where the sysctls are ("": /proc/sys); tests change it
 	renewMargin   time.Duration
 	backend       string
 	dataplaneNice int

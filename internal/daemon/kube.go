@@ -53,8 +53,11 @@ func kubeOptions(c *config, nodeName string, rej *subnet.Rejections) kube.Option
 
 // policyFactory builds the NetworkPolicy controller of --network-policy
 // (Kubernetes mode only), or, when it is off, removes the policy table an
-// earlier run left: nil then.
-func policyFactory(c *config, log *slog.Logger) (func(*subnet.Config, subnet.Lease) (Runner, error), error) {
+// earlier run left: nil then. Nothing about the node makes it fail: a node
+// where policy cannot be enforced (no br_netfilter, a setting weftd cannot
+// change) gets a runner that says why to the reporter and waits, so that
+// the dataplane runs on and weftd reports not ready instead of exiting.
+func policyFactory(c *config, log *slog.Logger) (func(*subnet.Config, subnet.Lease, PolicyReporter) (Runner, error), error) {
 	if !c.kubeSubnetMgr {
 		return nil, nil // etcd mode: no NetworkPolicy objects to enforce
 	}
@@ -65,17 +68,39 @@ func policyFactory(c *config, log *slog.Logger) (func(*subnet.Config, subnet.Lea
 		log.Info("network policy not enforced (--network-policy=false)")
 		return nil, nil
 	}
-	if err := policy.CheckBridgeNetfilter(); err != nil {
-		return nil, fmt.Errorf("--network-policy: %w", err)
-	}
 	rc, err := kube.RESTConfig(c.kubeAPIURL, c.kubeconfig)
 	if err != nil {
 		return nil, err
 	}
-	return func(_ *subnet.Config, lease subnet.Lease) (Runner, error) {
-		if !lease.Subnet.IsValid() {
-			return nil, fmt.Errorf("this node has no IPv4 subnet; NetworkPolicy is enforced for IPv4 pods only (run with --network-policy=false)")
+	procSys := c.procSys
+	if procSys == "" {
+		procSys = "/proc/sys"
+	}
+	return func(_ *subnet.Config, lease subnet.Lease, rep PolicyReporter) (Runner, error) {
+		changed, err := policy.EnsureBridgeNetfilter(procSys)
+		if len(changed) > 0 {
+			log.Info("network policy: turned on bridged traffic's netfilter hooks in this network namespace, as pods of one node need", "set", changed)
 		}
-		return policy.New(policy.Config{Client: rc, Subnet: lease.Subnet}, log)
+		if err != nil {
+			return cannotEnforce{err, rep}, nil
+		}
+		ctl, err := policy.New(policy.Config{Client: rc, Subnet: lease.Subnet, IPv6Subnet: lease.IPv6Subnet, Reporter: rep}, log)
+		if err != nil {
+			return cannotEnforce{err, rep}, nil
+		}
+		return ctl, nil
 	}, nil
+}
+
+// cannotEnforce is the policy runner of a node where policy cannot be
+// enforced: it tells the reporter why and waits.
+type cannotEnforce struct {
+	err error
+	rep PolicyReporter
+}
+
+func (r cannotEnforce) Run(ctx context.Context) error {
+	r.rep.CannotEnforce(fmt.Errorf("%w; to run without NetworkPolicy, start weftd with --network-policy=false", r.err))
+	<-ctx.Done()
+	return nil
 }

@@ -22,6 +22,6 @@ func newKubeRegistry(context.Context, *config, *subnet.Rejections, *slog.Logger)
 // policyFactory: a build without the Kubernetes client has no
 // NetworkPolicy controller (and no Kubernetes mode, whose flag fails
 // above).
-func policyFactory(*config, *slog.Logger) (func(*subnet.Config, subnet.Lease) (Runner, error), error) {
+func policyFactory(*config, *slog.Logger) (func(*subnet.Config, subnet.Lease, PolicyReporter) (Runner, error), error) {
 	return nil, nil
 }
