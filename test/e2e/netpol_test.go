@@ -136,6 +136,20 @@ func TestNetworkPolicyEstablished(t *testing.T) {
 		return nil
 	})
 	echo(t, conn, "during") // established: kept
+	// The review's bypass: c, isolated, answered a pod of its own node
+	// over its IPv6 link-local address, which the IPv4 rules never saw.
+	// The node itself still reaches that address (not forwarded).
+	neighbour, isolated := e.pod("np-y", "a"), e.pod("np-x", "c") // both on n1
+	ll := linkLocalOf(t, isolated)
+	if out, err := e.c.Nodes[0].NS.Run("ping", "-c", "1", "-W", "2", ll+"%cni0"); err != nil {
+		t.Errorf("n1 cannot ping %s's link-local address %s: %v\n%s", isolated.id(), ll, err, out)
+	}
+	if _, err := neighbour.net.Run("ping", "-c", "1", "-W", "1", ll+"%eth0"); err == nil {
+		t.Errorf("%s reached the isolated %s over its link-local address %s", neighbour.id(), isolated.id(), ll)
+	}
+	if try(probe{neighbour, isolated, corev1.ProtocolTCP, 80}) {
+		t.Errorf("%s reached the isolated %s over IPv4", neighbour.id(), isolated.id())
+	}
 	// The node itself still reaches its pods (kubelet probes); another
 	// node's host does not.
 	for _, n := range e.c.Nodes {
@@ -152,6 +166,24 @@ func TestNetworkPolicyEstablished(t *testing.T) {
 		return nil
 	})
 	echo(t, conn, "after")
+}
+
+// linkLocalOf is the link-local address of the pod's eth0, once its
+// duplicate address detection is over.
+func linkLocalOf(t *testing.T, p *npPod) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := p.net.Run("ip", "-6", "-o", "addr", "show", "dev", "eth0", "scope", "link")
+		if f := strings.Fields(out); err == nil && len(f) > 3 && !strings.Contains(out, "tentative") {
+			a, _, _ := strings.Cut(f[3], "/")
+			return a
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no link-local address on eth0: %q %v", p.id(), out, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func echo(t *testing.T, c net.Conn, msg string) {
