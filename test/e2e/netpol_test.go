@@ -141,9 +141,10 @@ func TestNetworkPolicyEstablished(t *testing.T) {
 	// The node itself still reaches that address (not forwarded).
 	neighbour, isolated := e.pod("np-y", "a"), e.pod("np-x", "c") // both on n1
 	ll := linkLocalOf(t, isolated)
-	if out, err := e.c.Nodes[0].NS.Run("ping", "-c", "1", "-W", "2", ll+"%cni0"); err != nil {
-		t.Errorf("n1 cannot ping %s's link-local address %s: %v\n%s", isolated.id(), ll, err, out)
-	}
+	Eventually(t, 10*time.Second, "n1 pings "+isolated.id()+"'s link-local address", func() error {
+		_, err := e.c.Nodes[0].NS.Run("ping", "-c", "1", "-W", "1", ll+"%cni0")
+		return err
+	})
 	if _, err := neighbour.net.Run("ping", "-c", "1", "-W", "1", ll+"%eth0"); err == nil {
 		t.Errorf("%s reached the isolated %s over its link-local address %s", neighbour.id(), isolated.id(), ll)
 	}
