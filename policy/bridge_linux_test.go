@@ -157,3 +157,76 @@ func TestIPv6Policed(t *testing.T) {
 		t.Error("three plans: no error")
 	}
 }
+
+// TestSourceSpoofingDropped: p2 is isolated for ingress and allows only
+// 10.9.0.4 (fd09::4), an address of another pod's port (v3). p1 takes
+// that address as its own and pings p2 from it: without the bridge
+// table's source checks the forged packets pass the policy (the test
+// shows it first); with them every frame p1 sends from an address that is
+// not its port's is dropped, while p2, whose packets carry its own
+// address, still reaches p1.
+func TestSourceSpoofingDropped(t *testing.T) {
+	node, p1, p2 := bridgePods(t)
+	if _, err := os.Stat("/proc/sys/net/bridge"); err != nil {
+		nettest.CannotRun(t, "kernel", "br_netfilter is not loaded")
+	}
+	nettest.MustRun(t, node, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1", "net.bridge.bridge-nf-call-ip6tables=1")
+	nettest.MustRun(t, p1, "ip", "addr", "add", "10.9.0.4/32", "dev", "eth0")
+	nettest.MustRun(t, p1, "ip", "addr", "add", "fd09::4/128", "dev", "eth0", "nodad")
+	allow := func(v6 bool, local, peer string) Plan {
+		return Plan{V6: v6, IngressIsolated: []netip.Addr{ip(local)},
+			Rules: []Rule{{Name: "t/allow ingress 0", Local: []netip.Addr{ip(local)}, AllPorts: true, Peers: []Range{{ip(peer), ip(peer)}}}}}
+	}
+	v4, v6 := allow(false, "10.9.0.3", "10.9.0.4"), allow(true, "fd09::3", "fd09::4")
+	if err := Program(node.Path, v4, v6); err != nil {
+		t.Fatal(err)
+	}
+	forged := func() (err4, err6 error) {
+		_, err4 = p1.Run("ping", "-c", "1", "-W", "1", "-I", "10.9.0.4", "10.9.0.3")
+		_, err6 = p1.Run("ping", "-c", "1", "-W", "1", "-I", "fd09::4", "fd09::3")
+		return err4, err6
+	}
+	if err4, err6 := forged(); err4 != nil || err6 != nil {
+		t.Fatalf("without source checks the forged pings should pass the policy (the hole): %v, %v", err4, err6)
+	}
+	v4.Ports = []PodPort{{ip("10.9.0.2"), "v1"}, {ip("10.9.0.3"), "v2"}, {ip("10.9.0.4"), "v3"}}
+	v6.Ports = []PodPort{{ip("fd09::2"), "v1"}, {ip("fd09::3"), "v2"}, {ip("fd09::4"), "v3"}}
+	if err := Program(node.Path, v4, v6); err != nil {
+		t.Fatal(err)
+	}
+	if err4, err6 := forged(); err4 == nil || err6 == nil {
+		t.Errorf("forged source addresses passed: IPv4 %v, IPv6 %v (nil: passed)", err4, err6)
+	}
+	for _, dst := range []string{"10.9.0.2", "fd09::2"} {
+		if err := ping(p2, dst); err != nil {
+			t.Errorf("p2 → p1 %s with the source checks on: %v", dst, err)
+		}
+	}
+	if out := nettest.MustRun(t, node, "nft", "list", "table", "bridge", Table); !strings.Contains(out, `"v1" . 10.9.0.2`) {
+		t.Errorf("bridge table without p1's port and address:\n%s", out)
+	}
+}
+
+// TestPortsFromStore: the bridge port of each reserved address, named as
+// the CNI plugin names its host veths (the plugin's golden names).
+func TestPortsFromStore(t *testing.T) {
+	dir := t.TempDir()
+	for name, content := range map[string]string{
+		"10.244.1.2": "c1\r\neth0", "fd00::5": "c2\r\neth0", "lock": "", "last_reserved_ip.0": "10.244.1.2",
+	} {
+		if err := os.WriteFile(dir+"/"+name, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := PortsFromStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []PodPort{{ip("10.244.1.2"), "vethd2528480aff"}, {ip("fd00::5"), "veth50d33405d10"}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if _, err := PortsFromStore(dir + "/missing"); err == nil {
+		t.Error("a missing store: no error")
+	}
+}

@@ -26,6 +26,11 @@ type Plan struct {
 	Rules                           []Rule
 	// V6 says the plan is of IPv6 pod addresses (else IPv4).
 	V6 bool
+	// Ports are the node's pods' addresses of the family and their bridge
+	// ports: a frame that enters the bridge from one of these ports with
+	// a source address (IP, or ARP sender) not among its port's is dropped.
+	// Compute leaves it empty (the controller reads the address store).
+	Ports []PodPort
 	// Errors are the policies that could not be read (a selector or a
 	// port the API should have refused). Their pods stay isolated as the
 	// policy's types say, with none of its rules: closed, not open.

@@ -44,6 +44,10 @@ type Config struct {
 	// Reporter is told the outcome of every attempt to program the table
 	// (nil: nobody).
 	Reporter Reporter
+	// AddressStore is the CNI plugin's address store (see PortsFromStore),
+	// read at each round to check the source addresses of the pods'
+	// frames on their bridge ports; empty: no source checks.
+	AddressStore string
 	// MaxBackoff bounds the wait between the attempts after a failed
 	// transaction, which starts at 100ms and doubles (0: 30s).
 	MaxBackoff time.Duration
@@ -60,9 +64,10 @@ type Reporter interface {
 // Controller keeps the policy table of this node equal to what the
 // cluster's NetworkPolicies, Pods and Namespaces say.
 type Controller struct {
-	cfg  Config
-	log  *slog.Logger
-	wake chan struct{}
+	cfg      Config
+	log      *slog.Logger
+	wake     chan struct{}
+	storeErr string // the last problem reading the address store, said once
 }
 
 // New validates cfg; nothing is watched or programmed until Run.
@@ -272,6 +277,17 @@ func (c *Controller) sync(pods, nss, nps cache.Store) error {
 		in.Local = local
 		plans = append(plans, Compute(in))
 	}
+	if c.cfg.AddressStore != "" {
+		ports, err := PortsFromStore(c.cfg.AddressStore)
+		c.storeProblem(err)
+		for i := range plans {
+			for _, pp := range ports {
+				if pp.Addr.Is4() != plans[i].V6 {
+					plans[i].Ports = append(plans[i].Ports, pp)
+				}
+			}
+		}
+	}
 	for _, err := range plans[0].Errors { // the same in both families: said once
 		c.log.Error("network policy not understood: its pods are isolated and none of its rules applied", "err", err)
 	}
@@ -285,6 +301,24 @@ func (c *Controller) sync(pods, nss, nps cache.Store) error {
 	c.log.Debug("programmed network policy", "policies", len(in.Policies), "rules", rules,
 		"ingressIsolated", ing, "egressIsolated", eg, "took", time.Since(start))
 	return nil
+}
+
+// storeProblem logs a new problem reading the address store once, and
+// its end.
+func (c *Controller) storeProblem(err error) {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if msg == c.storeErr {
+		return
+	}
+	if err != nil {
+		c.log.Warn("network policy: pods' source addresses are not checked: cannot read the CNI address store", "err", err)
+	} else {
+		c.log.Info("network policy: checking pods' source addresses on their bridge ports", "store", c.cfg.AddressStore)
+	}
+	c.storeErr = msg
 }
 
 // trimPod keeps of a pod what policy needs: namespace, name, labels, host

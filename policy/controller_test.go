@@ -3,11 +3,15 @@ package policy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -151,13 +155,23 @@ func TestNothingBeforeSync(t *testing.T) {
 }
 
 // TestProgramsAfterSync is the control of TestNothingBeforeSync: with
-// every list answering, the first transaction comes at once.
+// every list answering, the first transaction comes at once, with the
+// bridge ports of the address store's IPv6 addresses in the IPv6 plan.
 func TestProgramsAfterSync(t *testing.T) {
 	rep := &reports{}
-	runController(t, Config{Client: fakeAPI(t), IPv6Subnet: netip.MustParsePrefix("fd00:1::/64"), Reporter: rep,
+	store := t.TempDir()
+	for name, content := range map[string]string{"10.244.1.2": "c1\r\neth0", "fd00:1::5": "c2\r\neth0"} {
+		if err := os.WriteFile(filepath.Join(store, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runController(t, Config{Client: fakeAPI(t), IPv6Subnet: netip.MustParsePrefix("fd00:1::/64"), Reporter: rep, AddressStore: store,
 		Program: func(ps ...Plan) error {
 			if len(ps) != 1 || !ps[0].V6 {
 				return errors.New("want one IPv6 plan")
+			}
+			if want := []PodPort{{ip("fd00:1::5"), "veth50d33405d10"}}; !reflect.DeepEqual(ps[0].Ports, want) {
+				return fmt.Errorf("ports %v, want %v", ps[0].Ports, want)
 			}
 			return nil
 		}})

@@ -44,21 +44,28 @@ func Program(netns string, plans ...Plan) error {
 	if err := build(conn, t, plans); err != nil {
 		return err
 	}
+	bt := &nftables.Table{Name: Table, Family: nftables.TableFamilyBridge}
+	conn.AddTable(bt)
+	conn.DelTable(bt)
+	conn.AddTable(bt)
+	if err := buildAntiSpoof(conn, bt, plans); err != nil {
+		return err
+	}
 	if err := conn.Flush(); err != nil {
 		return fmt.Errorf("program nftables table %s: %w", Table, err)
 	}
 	return nil
 }
 
-// Remove deletes the policy table (and an earlier release's IPv4-only
-// one), if it is there.
+// Remove deletes the policy tables (and an earlier release's IPv4-only
+// one), if they are there.
 func Remove(netns string) error {
 	conn, closeNS, err := dial(netns)
 	if err != nil {
 		return err
 	}
 	defer closeNS()
-	for _, f := range []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyINet} {
+	for _, f := range []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyINet, nftables.TableFamilyBridge} {
 		t := &nftables.Table{Name: Table, Family: f}
 		conn.AddTable(t)
 		conn.DelTable(t)
@@ -350,6 +357,103 @@ func ctEstablished() []expr.Any {
 func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }
 func jump(chain string) []expr.Any {
 	return []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: chain}}
+}
+
+// buildAntiSpoof adds to t (family bridge, hook prerouting) the source
+// checks of the pods' bridge ports in plans' Ports: a frame from one of
+// those ports is dropped when it is
+//
+//	ARP with a sender address (not 0.0.0.0) that is not its port's,
+//	IPv4 with a source address that is not its port's,
+//	IPv6 with a source address that is not its port's, link-local or ::,
+//	802.1Q or 802.1ad tagged (no pod needs them; they would carry packets
+//	past the checks).
+//
+// Ports not listed (another plugin's veths, the bridge's other ports) are
+// not checked.
+func buildAntiSpoof(conn *nftables.Conn, t *nftables.Table, plans []Plan) error {
+	c := conn.AddChain(&nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityFilter})
+	ports := &nftables.Set{Table: t, Name: "pod-ports", KeyType: nftables.TypeIFName}
+	v4 := &nftables.Set{Table: t, Name: "pod-addrs", Concatenation: true, KeyType: nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeIPAddr)}
+	v6 := &nftables.Set{Table: t, Name: "v6-pod-addrs", Concatenation: true, KeyType: nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeIP6Addr)}
+	seen := map[string]bool{}
+	var portEls, v4Els, v6Els []nftables.SetElement
+	for _, p := range plans {
+		for _, pp := range p.Ports {
+			if len(pp.Port) >= 16 || pp.Port == "" {
+				return fmt.Errorf("bridge port %q: not an interface name", pp.Port)
+			}
+			if pp.Addr.Is4() == p.V6 {
+				return fmt.Errorf("bridge port %s: address %s in the plan of the other family", pp.Port, pp.Addr)
+			}
+			if !seen[pp.Port] {
+				seen[pp.Port] = true
+				portEls = append(portEls, nftables.SetElement{Key: ifname(pp.Port)})
+			}
+			el := nftables.SetElement{Key: append(ifname(pp.Port), pp.Addr.AsSlice()...)}
+			if p.V6 {
+				v6Els = append(v6Els, el)
+			} else {
+				v4Els = append(v4Els, el)
+			}
+		}
+	}
+	for _, x := range []struct {
+		s   *nftables.Set
+		els []nftables.SetElement
+	}{{ports, portEls}, {v4, v4Els}, {v6, v6Els}} {
+		if err := conn.AddSet(x.s, x.els); err != nil {
+			return fmt.Errorf("set %s: %w", x.s.Name, err)
+		}
+	}
+	add := func(note string, exprs ...[]expr.Any) {
+		conn.AddRule(&nftables.Rule{Table: t, Chain: c, Exprs: join(exprs...), UserData: userdata.AppendString(nil, userdata.TypeComment, note)})
+	}
+	fromPod := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Lookup{SourceRegister: 1, SetName: ports.Name, SetID: ports.ID},
+	}
+	etherType := func(typ uint16) []expr.Any {
+		return []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseLLHeader, Offset: 12, Len: 2},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(typ)},
+		}
+	}
+	// notPortAddr: the port . the address at off (len n) of the network
+	// header is not in s.
+	notPortAddr := func(off, n uint32, s *nftables.Set) []expr.Any {
+		return []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+			&expr.Payload{DestRegister: 2, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
+			&expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID, Invert: true},
+		}
+	}
+	drop := join(counted(), verdict(expr.VerdictDrop))
+	add("weft: ARP sender not the pod's", fromPod, etherType(unix.ETH_P_ARP),
+		[]expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 14, Len: 4},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+		}, notPortAddr(14, 4, v4), drop)
+	add("weft: IPv4 source not the pod's", fromPod, etherType(unix.ETH_P_IP), notPortAddr(12, 4, v4), drop)
+	add("weft: IPv6 link-local or unspecified source", fromPod, etherType(unix.ETH_P_IPV6), linkLocal(ipv6.saddr), verdict(expr.VerdictAccept))
+	add("weft: IPv6 link-local or unspecified source", fromPod, etherType(unix.ETH_P_IPV6),
+		[]expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: ipv6.saddr, Len: 16},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 16)},
+		}, verdict(expr.VerdictAccept))
+	add("weft: IPv6 source not the pod's", fromPod, etherType(unix.ETH_P_IPV6), notPortAddr(ipv6.saddr, 16, v6), drop)
+	add("weft: VLAN-tagged frame from a pod", fromPod, etherType(unix.ETH_P_8021Q), drop)
+	add("weft: VLAN-tagged frame from a pod", fromPod, etherType(unix.ETH_P_8021AD), drop)
+	return nil
+}
+
+// ifname is an interface name as nftables keys hold it: 16 bytes, zero
+// padded.
+func ifname(n string) []byte {
+	b := make([]byte, 16)
+	copy(b, n)
+	return b
 }
 
 // sendBuffer is the socket buffer size (send and receive) of the nftables

@@ -84,7 +84,8 @@ func policyFactory(c *config, log *slog.Logger) (func(*subnet.Config, subnet.Lea
 		if err != nil {
 			return cannotEnforce{err, rep}, nil
 		}
-		ctl, err := policy.New(policy.Config{Client: rc, Subnet: lease.Subnet, IPv6Subnet: lease.IPv6Subnet, Reporter: rep}, log)
+		ctl, err := policy.New(policy.Config{Client: rc, Subnet: lease.Subnet, IPv6Subnet: lease.IPv6Subnet, Reporter: rep,
+			AddressStore: c.addressStore}, log)
 		if err != nil {
 			return cannotEnforce{err, rep}, nil
 		}
