@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -187,6 +188,58 @@ func linkLocalOf(t *testing.T, p *npPod) string {
 	}
 }
 
+// TestNetworkPolicySpoofedSource: np-x/a accepts only np-x/b (on n2).
+// np-x/c, on a's node, takes b's address and sends UDP to a from it: the
+// bridge's source checks drop it before the policy sees b's address. A
+// counter in a's namespace counts what arrives; c's own datagrams from
+// its own address (refused by the policy) are not counted either, and the
+// real b's are.
+func TestNetworkPolicySpoofedSource(t *testing.T) {
+	e := newNPEnv(t)
+	a, b, c := e.pod("np-x", "a"), e.pod("np-x", "b"), e.pod("np-x", "c")
+	e.apply(t, []*networkingv1.NetworkPolicy{npPolicy("np-x", "from-b", sel("pod", "a"), ingressOnly, ingress(nil, peerPods(sel("pod", "b"))))})
+	Eventually(t, 10*time.Second, "b allowed, c refused", func() error {
+		if !try(probe{b, a, corev1.ProtocolUDP, 80}) || try(probe{c, a, corev1.ProtocolUDP, 80}) {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	for _, argv := range [][]string{
+		{"nft", "add", "table", "inet", "spoofcount"},
+		{"nft", "add", "chain", "inet", "spoofcount", "in", "{ type filter hook input priority 0; }"},
+		{"nft", "add", "rule", "inet", "spoofcount", "in", "ip", "saddr", b.ip.String(), "udp", "dport", "81", "counter"},
+	} {
+		nettest.MustRun(t, a.net, argv...)
+	}
+	nettest.MustRun(t, c.net, "ip", "addr", "add", b.ip.String()+"/32", "dev", "eth0")
+	if err := c.net.Do(func() error {
+		conn, err := net.DialUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(b.ip, 40000)), net.UDPAddrFromAddrPort(netip.AddrPortFrom(a.ip, 81)))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		for range 5 {
+			if _, err := conn.Write([]byte("forged")); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("forging b's address from c: %v", err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	out := nettest.MustRun(t, a.net, "nft", "list", "table", "inet", "spoofcount")
+	if !strings.Contains(out, "counter packets 0 ") {
+		t.Errorf("datagrams with b's forged address reached a:\n%s", out)
+	}
+	if !try(probe{b, a, corev1.ProtocolUDP, 81}) {
+		t.Error("the real b no longer reaches a")
+	}
+	if out := nettest.MustRun(t, a.net, "nft", "list", "table", "inet", "spoofcount"); strings.Contains(out, "counter packets 0 ") {
+		t.Errorf("the counter did not see the real b either (a broken check):\n%s", out)
+	}
+}
+
 func echo(t *testing.T, c net.Conn, msg string) {
 	t.Helper()
 	c.SetDeadline(time.Now().Add(2 * time.Second))
@@ -220,7 +273,10 @@ func newNPEnv(t *testing.T, args ...string) *npEnv {
 	e.c.OnNode = func(n *Node) { nettest.ForwardLoopback(t, n, apiserver) }
 	for _, name := range []string{"n1", "n2"} {
 		createNode(ctx, t, k, name)
-		e.c.AddNode(name, append([]string{"--kube-subnet-mgr", "--kubeconfig", kubeconfig, "--node-name", name, "--net-config-path", netConf}, args...)...)
+		// the node's CNI address store (plugintest: <node dir>/cni/<network>)
+		store := filepath.Join(e.c.Dir, name, "cni", "weft")
+		e.c.AddNode(name, append([]string{"--kube-subnet-mgr", "--kubeconfig", kubeconfig, "--node-name", name, "--net-config-path", netConf,
+			"--pod-address-store", store}, args...)...)
 	}
 	for _, n := range e.c.Nodes {
 		n.WaitReady()
