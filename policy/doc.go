@@ -45,6 +45,13 @@
 // node itself to its pods (kubelet probes) and from its pods to the node
 // goes through the input and output hooks and is never filtered, as the API
 // requires. So is Service traffic that kube-proxy's IPVS mode forwards (it
-// leaves from the node itself): not enforced yet. Source addresses are not
-// checked: a pod that forges another pod's address is judged as that pod.
+// leaves from the node itself): not enforced yet.
+//
+// A second table (family bridge, same name, same transaction) checks the
+// source addresses of the pods' frames on their bridge ports: the plans'
+// Ports, which the controller reads from the CNI plugin's address store
+// (PortsFromStore). A frame from a listed port whose IPv4, IPv6 (not
+// link-local or ::) or ARP sender address is not that port's pod's is
+// dropped, as are VLAN-tagged frames; so a pod cannot pass a policy by
+// forging another pod's address. Unlisted ports are not checked.
 package policy
