@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -22,7 +23,9 @@ const Table = "weft-policy"
 // Program replaces the policy table in the namespace at netns ("" for the
 // current one) by the one plans describe (at most one plan per family), in
 // one nftables transaction: the kernel switches from the old rules to the
-// new ones at once. IPv6 packets with a link-local source or destination
+// new ones at once; when a plan lists pods' bridge ports, the bridge table
+// of their source checks (buildAntiSpoof) is replaced in the same
+// transaction. IPv6 packets with a link-local source or destination
 // that the node forwards (pods of the node bridging to each other through
 // br_netfilter) are dropped whatever the plans, except neighbour discovery.
 func Program(netns string, plans ...Plan) error {
@@ -44,12 +47,18 @@ func Program(netns string, plans ...Plan) error {
 	if err := build(conn, t, plans); err != nil {
 		return err
 	}
-	bt := &nftables.Table{Name: Table, Family: nftables.TableFamilyBridge}
-	conn.AddTable(bt)
-	conn.DelTable(bt)
-	conn.AddTable(bt)
-	if err := buildAntiSpoof(conn, bt, plans); err != nil {
-		return err
+	if slices.ContainsFunc(plans, func(p Plan) bool { return len(p.Ports) > 0 }) {
+		// Only then: a kernel without nftables' bridge family, or a node
+		// run without the address store, needs no bridge table to enforce
+		// the rest. A table left with no ports listed stays: its entries
+		// name veths that are gone.
+		bt := &nftables.Table{Name: Table, Family: nftables.TableFamilyBridge}
+		conn.AddTable(bt)
+		conn.DelTable(bt)
+		conn.AddTable(bt)
+		if err := buildAntiSpoof(conn, bt, plans); err != nil {
+			return err
+		}
 	}
 	if err := conn.Flush(); err != nil {
 		return fmt.Errorf("program nftables table %s: %w", Table, err)
