@@ -74,15 +74,18 @@ func Remove(netns string) error {
 		return err
 	}
 	defer closeNS()
+	// One transaction each: a kernel without the bridge family refuses
+	// that one only.
+	var errs []error
 	for _, f := range []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyINet, nftables.TableFamilyBridge} {
 		t := &nftables.Table{Name: Table, Family: f}
 		conn.AddTable(t)
 		conn.DelTable(t)
+		if err := conn.Flush(); err != nil {
+			errs = append(errs, fmt.Errorf("remove nftables table %s (family %d): %w", Table, f, err))
+		}
 	}
-	if err := conn.Flush(); err != nil {
-		return fmt.Errorf("remove nftables table %s: %w", Table, err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // family is what the rules of one address family need: the nfproto value,

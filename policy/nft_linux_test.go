@@ -11,7 +11,8 @@ import (
 func ip(s string) netip.Addr { return netip.MustParseAddr(s) }
 
 // TestProgramLists programs a plan in a test namespace and reads it back
-// with nft(8): the sets hold the plan's addresses, ranges and ports.
+// with nft(8): the sets hold the plan's addresses, ranges and ports; with
+// bridge ports the bridge table comes too; Remove removes both.
 func TestProgramLists(t *testing.T) {
 	ns := nettest.NewNS(t, "npnft")
 	plan := Plan{
@@ -56,6 +57,13 @@ func TestProgramLists(t *testing.T) {
 	}
 	if n := strings.Count(out, "table inet "+Table); n != 1 {
 		t.Errorf("%d tables", n)
+	}
+	plan.Ports = []PodPort{{ip("10.244.1.2"), "vethd2528480aff"}}
+	if err := Program(ns.Path, plan); err != nil {
+		t.Fatal(err)
+	}
+	if out := nettest.MustRun(t, ns, "nft", "list", "tables"); !strings.Contains(out, "table bridge "+Table) || !strings.Contains(out, "table inet "+Table) {
+		t.Errorf("tables with bridge ports:\n%s", out)
 	}
 	if err := Remove(ns.Path); err != nil {
 		t.Fatal(err)
