@@ -5,7 +5,8 @@
 // (Daemon) leases this node's subnet from the registry, writes the subnet
 // file, keeps the lease renewed (and acquires again if it is lost), turns
 // the peers' leases into a vtep.Table and hands it to the dataplane; once
-// that is programmed it tells the service manager (READY=1). The
+// that is programmed (and, with NetworkPolicy on, the first policy
+// transaction committed) it tells the service manager (READY=1). The
 // loop itself knows no datastore and no kernel: it sees the Registry and
 // Dataplane interfaces, which its tests fake. cmd/weftd is a one-line main.
 //
@@ -21,6 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -76,6 +78,11 @@ type Factories struct {
 	// Masquerade builds the masquerade rules for the network and our
 	// lease; nil when --ip-masq is off.
 	Masquerade func(cfg *subnet.Config, lease subnet.Lease) (Runner, error)
+	// Policy builds the NetworkPolicy enforcement for our lease, which
+	// tells rep how it goes; nil: none (--network-policy off, or etcd
+	// mode). While it is on, the daemon is ready only when its last
+	// transaction committed.
+	Policy func(cfg *subnet.Config, lease subnet.Lease, rep PolicyReporter) (Runner, error)
 	// Forward builds the forward accept rules (and removes Flannel's
 	// leftovers); nil: none.
 	Forward func(cfg *subnet.Config) (Runner, error)
@@ -116,6 +123,16 @@ type Presence interface {
 	Err() error
 }
 
+// PolicyReporter is told how NetworkPolicy enforcement goes.
+type PolicyReporter interface {
+	// Programmed is the outcome of one transaction, after the first full
+	// view of the cluster: nil when it committed.
+	Programmed(err error)
+	// CannotEnforce says that policy cannot be enforced on this node at
+	// all, and why; the dataplane runs on, the daemon is not ready.
+	CannotEnforce(err error)
+}
+
 // Notifier sends notifications to the service manager (sd_notify(3)).
 type Notifier interface {
 	Notify(state string) error
@@ -129,6 +146,15 @@ type Daemon struct {
 	notified atomic.Bool // READY=1 sent
 	lease    atomic.Pointer[subnet.Lease]
 	waiting  atomic.Pointer[string] // see Waiting
+	policy   policyState
+}
+
+// policyState is the readiness of NetworkPolicy enforcement.
+type policyState struct {
+	committed atomic.Bool   // the last transaction committed
+	cannot    atomic.Bool   // CannotEnforce was said
+	first     chan struct{} // closed at the first commit
+	once      sync.Once
 }
 
 // New returns a daemon; Run starts it.
@@ -154,12 +180,44 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 	if cfg.Rejections == nil {
 		cfg.Rejections = subnet.NewRejections(log.With("component", "daemon"), cfg.Metrics.LeaseRejected)
 	}
-	return &Daemon{cfg: cfg, log: log.With("component", "daemon")}, nil
+	if cfg.Factories.Policy != nil {
+		cfg.Metrics.policyEnabled()
+	}
+	return &Daemon{cfg: cfg, log: log.With("component", "daemon"), policy: policyState{first: make(chan struct{})}}, nil
 }
 
-// Ready reports whether the subnet file is written and the dataplane has
-// programmed its first table.
-func (d *Daemon) Ready() bool { return d.ready.Load() }
+// Ready reports whether the subnet file is written, the dataplane has
+// programmed its first table and, when NetworkPolicy is enforced, its last
+// transaction committed.
+func (d *Daemon) Ready() bool {
+	return d.ready.Load() && (d.cfg.Factories.Policy == nil || d.policy.committed.Load())
+}
+
+// Programmed records the outcome of a network policy transaction
+// (PolicyReporter): readiness follows it.
+func (d *Daemon) Programmed(err error) {
+	d.cfg.Metrics.policyProgrammed(err)
+	if err != nil {
+		if d.policy.committed.Swap(false) && d.ready.Load() {
+			d.log.Error("not ready: network policy cannot be programmed (retrying)", "err", err)
+		}
+	} else {
+		d.policy.committed.Store(true)
+		d.policy.once.Do(func() { close(d.policy.first) })
+	}
+	d.cfg.Metrics.setReady(d.Ready())
+}
+
+// CannotEnforce records that this node cannot enforce network policy
+// (PolicyReporter): said once; the daemon stays not ready.
+func (d *Daemon) CannotEnforce(err error) {
+	d.policy.committed.Store(false)
+	d.cfg.Metrics.policyCannot()
+	if !d.policy.cannot.Swap(true) {
+		d.log.Error("network policy cannot be enforced on this node: the dataplane runs, weftd reports not ready", "err", err)
+	}
+	d.cfg.Metrics.setReady(d.Ready())
+}
 
 // Lease returns the lease the daemon runs on, or nil before the first.
 func (d *Daemon) Lease() *subnet.Lease { return d.lease.Load() }

@@ -42,6 +42,9 @@ type config struct {
 	publicIPv6    string
 	subnetFile    string
 	ipMasq        bool
+	networkPolicy bool
+	procSys       string // where the sysctls are ("": /proc/sys); tests change it
+	addressStore  string
 	renewMargin   time.Duration
 	backend       string
 	dataplaneNice int
@@ -64,11 +67,12 @@ type defaults struct {
 	etcdEndpoints string
 	ipMasq        bool
 	healthAddr    string
+	networkPolicy bool
 }
 
 var (
-	weftDefaults    = defaults{etcdEndpoints: "http://127.0.0.1:2379", ipMasq: true, healthAddr: "127.0.0.1:9470"}
-	flannelDefaults = defaults{etcdEndpoints: "http://127.0.0.1:4001,http://127.0.0.1:2379", ipMasq: false, healthAddr: ""}
+	weftDefaults    = defaults{etcdEndpoints: "http://127.0.0.1:2379", ipMasq: true, healthAddr: "127.0.0.1:9470", networkPolicy: true}
+	flannelDefaults = defaults{etcdEndpoints: "http://127.0.0.1:4001,http://127.0.0.1:2379", ipMasq: false, healthAddr: "", networkPolicy: false}
 )
 
 // parseFlags parses the command line of a weftd started as prog.
@@ -100,6 +104,8 @@ func parseFlags(prog string, args []string, stderr io.Writer) (*config, error) {
 	s.String(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	s.Bool(&c.kubeSubnetMgr, "kube-subnet-mgr", false, "lease the subnet from the Kubernetes API (Node.spec.podCIDR) instead of etcd")
 	s.Bool(&c.ipMasq, "ip-masq", def.ipMasq, "masquerade pod traffic that leaves the cluster network")
+	s.Bool(&c.networkPolicy, "network-policy", def.networkPolicy, "enforce Kubernetes NetworkPolicy for this node's pods in nftables (with --kube-subnet-mgr; default on, off when run as flanneld)")
+	s.String(&c.addressStore, "pod-address-store", "/var/lib/cni/networks/weft", "weft CNI plugin's address store (<ipam.dataDir>/<network name>), read by --network-policy to tie each pod address to its bridge port and drop frames with another source address; empty: no source checks")
 	s.Bool(&c.version, "version", false, "print the version and exit")
 	s.Minutes(&c.renewMargin, "subnet-lease-renew-margin", time.Hour, "renew the lease this long before it expires: minutes (flanneld's unit) or a duration")
 	s.Duration(&c.leaseTTL, "subnet-lease-ttl", 24*time.Hour, "lifetime of a new etcd lease")
@@ -122,6 +128,9 @@ func parseFlags(prog string, args []string, stderr io.Writer) (*config, error) {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	c.flannel.apply(c, given)
+	if given["network-policy"] && c.networkPolicy && !c.kubeSubnetMgr {
+		return nil, errors.New("--network-policy needs --kube-subnet-mgr: NetworkPolicies live in the Kubernetes API")
+	}
 	return c, c.validate()
 }
 

@@ -11,7 +11,8 @@ import (
 )
 
 // HealthServer serves /healthz (the process answers), /readyz (the subnet
-// file is written and the dataplane programmed) and whatever else is mounted
+// file is written, the dataplane programmed and, with --network-policy, the
+// last policy transaction committed) and whatever else is mounted
 // on Mux (for example /metrics).
 type HealthServer struct {
 	Addr  string
@@ -31,7 +32,7 @@ func NewHealthServer(addr string, ready func() bool, log *slog.Logger) *HealthSe
 	})
 	s.Mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.Ready() {
-			msg := "not ready: waiting for the lease, the subnet file and the dataplane"
+			msg := "not ready: waiting for the lease, the subnet file, the dataplane and (with --network-policy) a committed network policy table"
 			if s.Why != nil {
 				if why := s.Why(); why != "" {
 					msg += ": " + why

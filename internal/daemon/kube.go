@@ -4,9 +4,11 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 
+	"github.com/weft-net/weft/policy"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/subnet/kube"
 )
@@ -47,4 +49,59 @@ func kubeOptions(c *config, nodeName string, rej *subnet.Rejections) kube.Option
 		Rejections:       rej,
 		FlannelCondition: c.compat,
 	}
+}
+
+// policyFactory builds the NetworkPolicy controller of --network-policy
+// (Kubernetes mode only), or, when it is off, removes the policy table an
+// earlier run left: nil then. Nothing about the node makes it fail: a node
+// where policy cannot be enforced (no br_netfilter, a setting weftd cannot
+// change) gets a runner that says why to the reporter and waits, so that
+// the dataplane runs on and weftd reports not ready instead of exiting.
+func policyFactory(c *config, log *slog.Logger) (func(*subnet.Config, subnet.Lease, PolicyReporter) (Runner, error), error) {
+	if !c.kubeSubnetMgr {
+		return nil, nil // etcd mode: no NetworkPolicy objects to enforce
+	}
+	if !c.networkPolicy {
+		if err := policy.Remove(""); err != nil {
+			log.Warn("cannot remove the network policy table left from an earlier run", "err", err)
+		}
+		log.Info("network policy not enforced (--network-policy=false)")
+		return nil, nil
+	}
+	rc, err := kube.RESTConfig(c.kubeAPIURL, c.kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	procSys := c.procSys
+	if procSys == "" {
+		procSys = "/proc/sys"
+	}
+	return func(_ *subnet.Config, lease subnet.Lease, rep PolicyReporter) (Runner, error) {
+		changed, err := policy.EnsureBridgeNetfilter(procSys)
+		if len(changed) > 0 {
+			log.Info("network policy: turned on bridged traffic's netfilter hooks in this network namespace, as pods of one node need", "set", changed)
+		}
+		if err != nil {
+			return cannotEnforce{err, rep}, nil
+		}
+		ctl, err := policy.New(policy.Config{Client: rc, Subnet: lease.Subnet, IPv6Subnet: lease.IPv6Subnet, Reporter: rep,
+			AddressStore: c.addressStore}, log)
+		if err != nil {
+			return cannotEnforce{err, rep}, nil
+		}
+		return ctl, nil
+	}, nil
+}
+
+// cannotEnforce is the policy runner of a node where policy cannot be
+// enforced: it tells the reporter why and waits.
+type cannotEnforce struct {
+	err error
+	rep PolicyReporter
+}
+
+func (r cannotEnforce) Run(ctx context.Context) error {
+	r.rep.CannotEnforce(fmt.Errorf("%w; to run without NetworkPolicy, start weftd with --network-policy=false", r.err))
+	<-ctx.Done()
+	return nil
 }

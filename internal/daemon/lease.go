@@ -182,6 +182,13 @@ func (d *Daemon) session(ctx context.Context, cfg *subnet.Config, typ string, le
 		}
 		g.Go(func() error { return masq.Run(gctx) })
 	}
+	if d.cfg.Factories.Policy != nil {
+		pol, err := d.cfg.Factories.Policy(cfg, lease, d)
+		if err != nil {
+			return fmt.Errorf("daemon: network policy: %w", err)
+		}
+		g.Go(func() error { return pol.Run(gctx) })
+	}
 	g.Go(func() error { return dp.Backend.Run(gctx) })
 	for _, r := range dp.Runners {
 		g.Go(func() error { return r.Run(gctx) })
@@ -198,6 +205,11 @@ func (d *Daemon) awaitReady(ctx context.Context, b backend.Backend, note string)
 		return nil
 	case <-b.Ready():
 	}
+	if d.cfg.Factories.Policy != nil {
+		if err := d.awaitPolicy(ctx); err != nil {
+			return nil
+		}
+	}
 	if na, ok := d.cfg.Registry.(networkAvailabler); ok {
 		for {
 			err := na.SetNetworkAvailable(ctx, note)
@@ -211,7 +223,7 @@ func (d *Daemon) awaitReady(ctx context.Context, b backend.Backend, note string)
 		}
 	}
 	d.ready.Store(true)
-	d.cfg.Metrics.setReady(true)
+	d.cfg.Metrics.setReady(d.Ready())
 	d.log.Info("dataplane programmed, ready")
 	if d.cfg.Notifier != nil && !d.notified.Swap(true) {
 		if err := d.cfg.Notifier.Notify("READY=1"); err != nil {
@@ -219,6 +231,23 @@ func (d *Daemon) awaitReady(ctx context.Context, b backend.Backend, note string)
 		}
 	}
 	return nil
+}
+
+// awaitPolicy waits for the first network policy transaction that
+// committed the cluster's state, saying every minute that it waits.
+func (d *Daemon) awaitPolicy(ctx context.Context) error {
+	tick := time.NewTicker(time.Minute)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-d.policy.first:
+			return nil
+		case <-tick.C:
+			d.log.Warn("dataplane programmed; not ready until network policy is programmed from the API server's state")
+		}
+	}
 }
 
 // renew keeps the lease alive: RenewMargin before it expires, and after a

@@ -89,12 +89,16 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 		}
 	}
 
+	f := factories(c, underlay, live, files, log)
+	if f.Policy, err = policyFactory(c, log); err != nil {
+		return err
+	}
 	d, err := New(Config{
 		Registry:    reg,
 		Node:        node,
 		Metrics:     metrics,
 		Rejections:  rej,
-		Factories:   factories(c, underlay, live, files, log),
+		Factories:   f,
 		SubnetFile:  c.subnetFile,
 		IPMasq:      c.ipMasq,
 		BackendType: c.backend,

@@ -20,6 +20,9 @@ type Metrics struct {
 	tableUpdate   prometheus.Histogram
 	rejected      *prometheus.CounterVec
 	fallback      *prometheus.GaugeVec
+	policyOn      prometheus.Gauge
+	policyReady   prometheus.Gauge
+	policyFailed  prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -38,7 +41,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		renewFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "weft_lease_renewal_failures_total",
 			Help: "Failed lease renewal attempts (each is retried)."}),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{Name: "weft_ready",
-			Help: "1 once the subnet file is written and the dataplane programmed."}),
+			Help: "1 once the subnet file is written and the dataplane programmed, and (with --network-policy) while the last network policy transaction committed."}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "weft_lease_events_total",
 			Help: "Lease events received from the datastore watch, by type."}, []string{"type"}),
 		tableUpdate: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "weft_peer_table_build_seconds",
@@ -50,6 +53,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "1 when this node runs another dataplane than the configured one (uvxlan for vxlan on a kernel without the VXLAN driver): the configured and running types and a short reason; weftd's log and weftctl doctor say more."},
 			[]string{"configured", "running", "reason"}),
 	}
+	m.policyOn = prometheus.NewGauge(prometheus.GaugeOpts{Name: "weft_network_policy_enabled",
+		Help: "1 when weftd enforces NetworkPolicy (--network-policy in Kubernetes mode)."})
+	m.policyReady = prometheus.NewGauge(prometheus.GaugeOpts{Name: "weft_network_policy_ready",
+		Help: "1 when the last network policy transaction committed the cluster's state; 0 before the first, after a failure, or when policy cannot be enforced on this node."})
+	m.policyFailed = prometheus.NewCounter(prometheus.CounterOpts{Name: "weft_network_policy_program_failures_total",
+		Help: "Network policy transactions the kernel refused (each is retried with backoff)."})
+	reg.MustRegister(m.policyOn, m.policyReady, m.policyFailed)
 	reg.MustRegister(m.fallback, m.rejected, m.leases, m.peers, m.acquisitions, m.leaseLost, m.renewals, m.renewFailures, m.ready, m.events, m.tableUpdate)
 	return m
 }
@@ -80,6 +90,30 @@ func (m *Metrics) renewed(err error) {
 func (m *Metrics) setReady(v bool) {
 	if m != nil {
 		m.ready.Set(map[bool]float64{true: 1}[v])
+	}
+}
+
+func (m *Metrics) policyEnabled() {
+	if m != nil {
+		m.policyOn.Set(1)
+	}
+}
+
+func (m *Metrics) policyProgrammed(err error) {
+	if m == nil {
+		return
+	}
+	if err != nil {
+		m.policyFailed.Inc()
+		m.policyReady.Set(0)
+	} else {
+		m.policyReady.Set(1)
+	}
+}
+
+func (m *Metrics) policyCannot() {
+	if m != nil {
+		m.policyReady.Set(0)
 	}
 }
 

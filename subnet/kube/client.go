@@ -47,6 +47,17 @@ func NewClient(kubeconfigPath string) (Nodes, error) {
 // the kubeconfig (flanneld's --kube-api-url); with neither a URL nor a
 // kubeconfig it uses the pod's in-cluster config.
 func NewClientURL(apiURL, kubeconfigPath string) (Nodes, error) {
+	cfg, err := RESTConfig(apiURL, kubeconfigPath)
+	if err != nil {
+		return nil, err
+	}
+	return NewClientForConfig(cfg)
+}
+
+// RESTConfig is the client configuration NewClientURL uses: the kubeconfig
+// at kubeconfigPath with apiURL overriding its server, or the pod's
+// in-cluster config when both are empty.
+func RESTConfig(apiURL, kubeconfigPath string) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
 	if kubeconfigPath == "" && apiURL == "" {
@@ -57,7 +68,7 @@ func NewClientURL(apiURL, kubeconfigPath string) (Nodes, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client config: %w", err)
 	}
-	return NewClientForConfig(cfg)
+	return cfg, nil
 }
 
 // NewClientForConfig returns a Nodes client for cfg (which it does not

@@ -278,6 +278,12 @@ func TestManifestsOnAPIServer(t *testing.T) {
 		}},
 		{"list secrets", func() error { _, err := sa.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{}); return err }},
 		{"get pods", func() error { _, err := sa.CoreV1().Pods("kube-weft").Get(ctx, "any", metav1.GetOptions{}); return err }},
+		// --network-policy lists and watches pods, namespaces and
+		// networkpolicies; it changes none of them.
+		{"delete pods", func() error { return sa.CoreV1().Pods("kube-weft").Delete(ctx, "any", metav1.DeleteOptions{}) }},
+		{"delete networkpolicies", func() error {
+			return sa.NetworkingV1().NetworkPolicies("kube-weft").Delete(ctx, "any", metav1.DeleteOptions{})
+		}},
 		{"list configmaps", func() error {
 			_, err := sa.CoreV1().ConfigMaps("kube-weft").List(ctx, metav1.ListOptions{})
 			return err

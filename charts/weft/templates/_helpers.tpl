@@ -76,11 +76,11 @@ meaning in weft. values.schema.json has already checked types and ranges.
 {{- end -}}
 {{- $netpol := $v.netpol | default dict -}}
 {{- if $netpol.enabled -}}
-{{- fail "netpol.enabled=true: weft's chart does not run kube-network-policies; install a NetworkPolicy controller on its own and remove netpol from your values." -}}
+{{- fail "netpol.enabled=true: weft's chart does not run kube-network-policies: weftd enforces NetworkPolicy itself, on by default (--network-policy); remove netpol from your values." -}}
 {{- end -}}
 {{- range $k, $_ := $netpol -}}
 {{- if ne $k "enabled" -}}
-{{- fail (printf "netpol.%s: weft's chart does not run kube-network-policies; remove netpol.%s from your values." $k $k) -}}
+{{- fail (printf "netpol.%s: weft's chart does not run kube-network-policies (weftd enforces NetworkPolicy itself); remove netpol.%s from your values." $k $k) -}}
 {{- end -}}
 {{- end -}}
 {{- $b := $f.backend -}}

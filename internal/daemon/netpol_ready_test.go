@@ -1,0 +1,166 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/weft-net/weft/subnet"
+)
+
+// availRegistry is the fake registry with the Node condition of the
+// Kubernetes registry: it counts SetNetworkAvailable.
+type availRegistry struct {
+	fakeRegistry
+	available atomic.Int32
+}
+
+var _ networkAvailabler = (*availRegistry)(nil)
+
+func (r *availRegistry) SetNetworkAvailable(context.Context, string) error {
+	r.available.Add(1)
+	return nil
+}
+
+type recNotifier struct {
+	mu     sync.Mutex
+	states []string
+}
+
+func (n *recNotifier) Notify(s string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.states = append(n.states, s)
+	return nil
+}
+
+func (n *recNotifier) count() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.states)
+}
+
+// policyRunner is a fake policy controller: it hands the test its
+// reporter and runs until the session ends.
+type policyRunner struct{ running atomic.Bool }
+
+func (p *policyRunner) Run(ctx context.Context) error {
+	p.running.Store(true)
+	<-ctx.Done()
+	p.running.Store(false)
+	return nil
+}
+
+// startPolicyDaemon runs a daemon whose policy factory hands out its
+// reporter; it returns that reporter once the session asked for it.
+func startPolicyDaemon(t *testing.T) (*Daemon, *fakeBackend, *availRegistry, *recNotifier, *prometheus.Registry, PolicyReporter, *policyRunner) {
+	t.Helper()
+	fb := newFakeBackend()
+	reg := &availRegistry{fakeRegistry: fakeRegistry{cfg: testConfig(t)}}
+	notes := &recNotifier{}
+	preg := prometheus.NewRegistry()
+	reps := make(chan PolicyReporter, 1)
+	pr := &policyRunner{}
+	d, err := New(Config{
+		Registry:      reg,
+		Node:          Node{PublicIP: netip.MustParseAddr("192.168.77.1"), UnderlayMTU: 1500},
+		SubnetFile:    filepath.Join(t.TempDir(), "subnet.env"),
+		RetryInterval: 20 * time.Millisecond,
+		Metrics:       NewMetrics(preg),
+		Notifier:      notes,
+		Factories: Factories{
+			Dataplane: func(string, *subnet.Config, subnet.Lease, int) (Dataplane, error) { return Dataplane{Backend: fb}, nil },
+			Policy: func(_ *subnet.Config, _ subnet.Lease, rep PolicyReporter) (Runner, error) {
+				reps <- rep
+				return pr, nil
+			},
+		},
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	select {
+	case rep := <-reps:
+		return d, fb, reg, notes, preg, rep, pr
+	case <-time.After(5 * time.Second):
+		t.Fatal("no policy runner built")
+		return nil, nil, nil, nil, nil, nil, nil
+	}
+}
+
+// TestPolicyGatesReadiness: with NetworkPolicy on, a programmed dataplane
+// is not enough: /readyz (Ready), weft_ready, READY=1 and the Node's
+// network condition wait for the first committed policy transaction; a
+// failed one makes the daemon not ready (and is counted) until the next
+// commits.
+func TestPolicyGatesReadiness(t *testing.T) {
+	d, fb, reg, notes, preg, rep, _ := startPolicyDaemon(t)
+	if gauge(t, preg, "weft_network_policy_enabled") != 1 {
+		t.Error("weft_network_policy_enabled is not 1")
+	}
+	fb.markReady()
+	time.Sleep(300 * time.Millisecond)
+	if d.Ready() || gauge(t, preg, "weft_ready") != 0 || notes.count() != 0 || reg.available.Load() != 0 {
+		t.Fatalf("before any policy transaction: ready %v, weft_ready %v, notified %d, node available %d",
+			d.Ready(), gauge(t, preg, "weft_ready"), notes.count(), reg.available.Load())
+	}
+	rep.Programmed(errors.New("transaction refused"))
+	time.Sleep(100 * time.Millisecond)
+	if d.Ready() || notes.count() != 0 || reg.available.Load() != 0 {
+		t.Fatal("ready after a failed first transaction")
+	}
+	rep.Programmed(nil)
+	waitFor(t, func() bool {
+		return d.Ready() && gauge(t, preg, "weft_ready") == 1 && notes.count() == 1 && reg.available.Load() == 1
+	})
+	if gauge(t, preg, "weft_network_policy_ready") != 1 {
+		t.Error("weft_network_policy_ready is not 1 after a commit")
+	}
+	rep.Programmed(errors.New("transaction refused"))
+	if d.Ready() || gauge(t, preg, "weft_ready") != 0 || gauge(t, preg, "weft_network_policy_ready") != 0 {
+		t.Error("still ready after a failed transaction")
+	}
+	if n := gauge(t, preg, "weft_network_policy_program_failures_total"); n != 2 {
+		t.Errorf("weft_network_policy_program_failures_total %v, want 2", n)
+	}
+	rep.Programmed(nil)
+	if !d.Ready() || gauge(t, preg, "weft_ready") != 1 {
+		t.Error("not ready again after the retry committed")
+	}
+}
+
+// TestPolicyCannotEnforceKeepsRunning: a node where policy cannot be
+// enforced keeps its dataplane and its session (no exit, so no crash
+// loop) and stays not ready, on every channel.
+func TestPolicyCannotEnforceKeepsRunning(t *testing.T) {
+	d, fb, reg, notes, preg, rep, pr := startPolicyDaemon(t)
+	fb.markReady()
+	rep.CannotEnforce(errors.New("br_netfilter is not loaded"))
+	rep.CannotEnforce(errors.New("br_netfilter is not loaded"))
+	time.Sleep(500 * time.Millisecond)
+	if d.Ready() || gauge(t, preg, "weft_ready") != 0 || gauge(t, preg, "weft_network_policy_ready") != 0 || notes.count() != 0 || reg.available.Load() != 0 {
+		t.Errorf("cannot enforce: ready %v, weft_ready %v, policy ready %v, notified %d, node available %d", d.Ready(),
+			gauge(t, preg, "weft_ready"), gauge(t, preg, "weft_network_policy_ready"), notes.count(), reg.available.Load())
+	}
+	if d.Lease() == nil || !pr.running.Load() {
+		t.Error("the session stopped")
+	}
+}

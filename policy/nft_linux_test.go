@@ -1,0 +1,74 @@
+package policy
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/weft-net/weft/internal/testkit/nettest"
+)
+
+func ip(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// TestProgramLists programs a plan in a test namespace and reads it back
+// with nft(8): the sets hold the plan's addresses, ranges and ports; with
+// bridge ports the bridge table comes too; Remove removes both.
+func TestProgramLists(t *testing.T) {
+	ns := nettest.NewNS(t, "npnft")
+	plan := Plan{
+		IngressIsolated: []netip.Addr{ip("10.244.1.2"), ip("10.244.1.3")},
+		EgressIsolated:  []netip.Addr{ip("10.244.1.3")},
+		Rules: []Rule{
+			{Name: "a/p ingress 0", Local: []netip.Addr{ip("10.244.1.2")},
+				Peers: []Range{{ip("10.0.0.0"), ip("10.255.255.255")}, {ip("192.168.1.7"), ip("192.168.1.7")}},
+				Ports: []PortEntry{{Range{ip("10.244.1.2"), ip("10.244.1.2")}, protoTCP, 80, 80}, {Range{ip("10.244.1.2"), ip("10.244.1.2")}, protoUDP, 5000, 5010}}},
+			{Name: "a/p ingress 1", Local: []netip.Addr{ip("10.244.1.3")}, AnyPeer: true, AllPorts: true},
+			{Name: "a/q egress 0", Egress: true, Local: []netip.Addr{ip("10.244.1.3")}, AnyPeer: true,
+				Ports:      []PortEntry{{allOf(ip("0.0.0.0")), protoUDP, 53, 53}},
+				NamedPorts: []PortEntry{{Range{ip("10.244.2.9"), ip("10.244.2.9")}, protoSCTP, 9000, 9000}}},
+			{Name: "a/q egress 1", Egress: true, Local: []netip.Addr{ip("10.244.1.3")}, AllPorts: true,
+				Peers: []Range{{ip("0.0.0.0"), ip("255.255.255.255")}}},
+		},
+	}
+	if err := Program(ns.Path, plan); err != nil {
+		t.Fatal(err)
+	}
+	if err := Program(ns.Path, plan); err != nil { // replaces, does not add
+		t.Fatal(err)
+	}
+	out := nettest.MustRun(t, ns, "nft", "list", "table", "inet", Table)
+	for _, want := range []string{
+		"ct state established,related accept",
+		"ip saddr @egress-isolated jump egress",
+		"ip daddr @ingress-isolated jump ingress",
+		"10.0.0.0/8", "192.168.1.7",
+		"10.244.1.2 . tcp . 80", "10.244.1.2 . udp . 5000-5010",
+		"ip saddr @r0-peers ip daddr . meta l4proto . th dport @r0-ports accept",
+		"ip daddr @r1-local accept",
+		"0.0.0.0/0 . udp . 53",
+		"10.244.2.9 . sctp . 9000",
+		"ip saddr @r2-local ip daddr . meta l4proto . th dport @r2-named return",
+		"0.0.0.0/0",
+		"ip saddr @r3-local ip daddr @r3-peers return",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "table inet "+Table); n != 1 {
+		t.Errorf("%d tables", n)
+	}
+	plan.Ports = []PodPort{{ip("10.244.1.2"), "vethd2528480aff"}}
+	if err := Program(ns.Path, plan); err != nil {
+		t.Fatal(err)
+	}
+	if out := nettest.MustRun(t, ns, "nft", "list", "tables"); !strings.Contains(out, "table bridge "+Table) || !strings.Contains(out, "table inet "+Table) {
+		t.Errorf("tables with bridge ports:\n%s", out)
+	}
+	if err := Remove(ns.Path); err != nil {
+		t.Fatal(err)
+	}
+	if out := nettest.MustRun(t, ns, "nft", "list", "ruleset"); strings.Contains(out, Table) {
+		t.Errorf("table left after Remove:\n%s", out)
+	}
+}

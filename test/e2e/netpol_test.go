@@ -1,0 +1,574 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/weft-net/weft/internal/testkit/kubetest"
+	"github.com/weft-net/weft/internal/testkit/nettest"
+)
+
+// npPod is a pod of the NetworkPolicy test: a namespace wired by the weft
+// CNI plugin on a node, and the Pod object the test writes as a kubelet.
+type npPod struct {
+	ns, name, node string
+	labels         map[string]string
+	ports          []corev1.ContainerPort // named ports, for the evaluator too
+	net            *nettest.NS
+	ip             netip.Addr
+}
+
+func (p *npPod) id() string { return p.ns + "/" + p.name }
+
+// probe is one attempt: a new TCP connection or a UDP request and its reply.
+type probe struct {
+	from, to *npPod
+	proto    corev1.Protocol
+	port     int
+}
+
+func (pr probe) String() string {
+	return fmt.Sprintf("%s → %s %s/%d", pr.from.id(), pr.to.id(), pr.proto, pr.port)
+}
+
+// npPorts are the ports every pod serves, TCP and UDP each.
+var npPorts = []int{80, 81}
+
+// TestNetworkPolicyTruthTable runs weftd (network policy on, as in weft's
+// manifest) on two vxlan nodes against a real apiserver, with pods in two
+// namespaces on both nodes, and for a set of NetworkPolicies checks TCP and
+// UDP from every pod to every other pod against the matrix an evaluator
+// written from the API's documentation computes.
+func TestNetworkPolicyTruthTable(t *testing.T) { truthTable(t) }
+
+// TestNetworkPolicyTruthTableUVXLAN is the truth table on weft's userspace
+// VXLAN dataplane, whose TAP device the forward hook sees as it sees the
+// kernel's VXLAN device.
+func TestNetworkPolicyTruthTableUVXLAN(t *testing.T) { truthTable(t, "--backend", "uvxlan") }
+
+func truthTable(t *testing.T, args ...string) {
+	e := newNPEnv(t, args...)
+	x, y := "np-x", "np-y"
+	n1Subnet := e.c.Nodes[0].Subnet().Masked().String()
+	cases := []struct {
+		name     string
+		policies []*networkingv1.NetworkPolicy
+	}{
+		{"no policy", nil},
+		{"deny all ingress in x", []*networkingv1.NetworkPolicy{npPolicy(x, "deny", nil, ingressOnly)}},
+		{"allow from podSelector", []*networkingv1.NetworkPolicy{npPolicy(x, "from-b", sel("pod", "a"), ingressOnly,
+			ingress(nil, peerPods(sel("pod", "b"))))}},
+		{"allow from namespaceSelector", []*networkingv1.NetworkPolicy{npPolicy(x, "from-y", &metav1.LabelSelector{}, ingressOnly,
+			ingress(nil, peerNS(sel("ns", "y"))))}},
+		{"allow from namespace and pod selector", []*networkingv1.NetworkPolicy{npPolicy(y, "from-x-b", sel("pod", "a"), ingressOnly,
+			ingress(nil, networkingv1.NetworkPolicyPeer{NamespaceSelector: sel("ns", "x"), PodSelector: sel("pod", "b")}))}},
+		{"ipBlock with except", []*networkingv1.NetworkPolicy{npPolicy(x, "block", sel("pod", "b"), ingressOnly,
+			ingress(nil, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: "10.244.0.0/16", Except: []string{n1Subnet}}}))}},
+		{"named port", []*networkingv1.NetworkPolicy{npPolicy(x, "web", &metav1.LabelSelector{}, ingressOnly,
+			ingress([]networkingv1.NetworkPolicyPort{namedPort(corev1.ProtocolTCP, "web")}))}},
+		{"port range and protocol", []*networkingv1.NetworkPolicy{npPolicy(y, "range", &metav1.LabelSelector{}, ingressOnly,
+			ingress([]networkingv1.NetworkPolicyPort{numPort(corev1.ProtocolTCP, 81, 0), numPort(corev1.ProtocolUDP, 80, 81)}))}},
+		{"egress deny but DNS-like UDP", []*networkingv1.NetworkPolicy{npPolicy(x, "egress", &metav1.LabelSelector{}, egressOnly,
+			egress([]networkingv1.NetworkPolicyPort{numPort(corev1.ProtocolUDP, 81, 0)}))}},
+		{"egress named port", []*networkingv1.NetworkPolicy{npPolicy(x, "egress-web", sel("pod", "a"), egressOnly,
+			egress([]networkingv1.NetworkPolicyPort{namedPort(corev1.ProtocolTCP, "web")}, peerNS(&metav1.LabelSelector{})))}},
+		{"ingress and egress", []*networkingv1.NetworkPolicy{npPolicy(y, "both", sel("pod", "b"), both,
+			ingress(nil, peerNS(sel("ns", "x"))), egress([]networkingv1.NetworkPolicyPort{numPort(corev1.ProtocolTCP, 80, 0)}, peerPods(sel("pod", "a"))))}},
+	}
+	var all []*networkingv1.NetworkPolicy
+	for _, c := range cases[1:] {
+		for _, p := range c.policies {
+			q := p.DeepCopy()
+			q.Name = "all-" + q.Name
+			all = append(all, q)
+		}
+	}
+	cases = append(cases, struct {
+		name     string
+		policies []*networkingv1.NetworkPolicy
+	}{"all of them together", all})
+	for _, c := range cases {
+		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+			e.apply(t, c.policies)
+			want := e.expected(c.policies)
+			var got map[probe]bool
+			took := Eventually(t, 15*time.Second, "matrix as expected", func() error {
+				got = e.matrix()
+				return diff(want, got)
+			})
+			// twice in a row: not a passing moment of a change in progress
+			if err := diff(want, e.matrix()); err != nil {
+				t.Error(err)
+			}
+			t.Logf("%d probes as expected (%d allowed) after %s", len(want), countTrue(want), took.Round(time.Millisecond))
+		})
+	}
+}
+
+// TestNetworkPolicyEstablished: a connection open when a policy starts to
+// deny its pods keeps working, new ones are refused, except from the pod's
+// own node; when the policy goes, new connections work again.
+func TestNetworkPolicyEstablished(t *testing.T) {
+	e := newNPEnv(t)
+	from, to := e.pod("np-y", "a"), e.pod("np-x", "b") // n1 → n2
+	conn := dialFrom(t, from, to, 80)
+	defer conn.Close()
+	echo(t, conn, "before")
+	e.apply(t, []*networkingv1.NetworkPolicy{npPolicy("np-x", "deny", nil, ingressOnly)})
+	Eventually(t, 10*time.Second, "new connection refused", func() error {
+		if try(probe{from, to, corev1.ProtocolTCP, 80}) {
+			return errors.New("still allowed")
+		}
+		return nil
+	})
+	echo(t, conn, "during") // established: kept
+	// The review's bypass: c, isolated, answered a pod of its own node
+	// over its IPv6 link-local address, which the IPv4 rules never saw.
+	// The node itself still reaches that address (not forwarded).
+	neighbour, isolated := e.pod("np-y", "a"), e.pod("np-x", "c") // both on n1
+	ll := linkLocalOf(t, isolated)
+	Eventually(t, 10*time.Second, "n1 pings "+isolated.id()+"'s link-local address", func() error {
+		_, err := e.c.Nodes[0].NS.Run("ping", "-c", "1", "-W", "1", ll+"%cni0")
+		return err
+	})
+	if _, err := neighbour.net.Run("ping", "-c", "1", "-W", "1", ll+"%eth0"); err == nil {
+		t.Errorf("%s reached the isolated %s over its link-local address %s", neighbour.id(), isolated.id(), ll)
+	}
+	if try(probe{neighbour, isolated, corev1.ProtocolTCP, 80}) {
+		t.Errorf("%s reached the isolated %s over IPv4", neighbour.id(), isolated.id())
+	}
+	// The node itself still reaches its pods (kubelet probes); another
+	// node's host does not.
+	for _, n := range e.c.Nodes {
+		host := &npPod{ns: "host", name: n.Label, net: n.NS}
+		if got, want := try(probe{host, to, corev1.ProtocolTCP, 80}), n.Label == to.node; got != want {
+			t.Errorf("from %s's host to %s (on %s): allowed %v, want %v", n.Label, to.id(), to.node, got, want)
+		}
+	}
+	e.apply(t, nil)
+	Eventually(t, 10*time.Second, "new connection allowed", func() error {
+		if !try(probe{from, to, corev1.ProtocolTCP, 80}) {
+			return errors.New("still refused")
+		}
+		return nil
+	})
+	echo(t, conn, "after")
+}
+
+// linkLocalOf is the link-local address of the pod's eth0, once its
+// duplicate address detection is over.
+func linkLocalOf(t *testing.T, p *npPod) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := p.net.Run("ip", "-6", "-o", "addr", "show", "dev", "eth0", "scope", "link")
+		if f := strings.Fields(out); err == nil && len(f) > 3 && !strings.Contains(out, "tentative") {
+			a, _, _ := strings.Cut(f[3], "/")
+			return a
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no link-local address on eth0: %q %v", p.id(), out, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestNetworkPolicySpoofedSource: np-x/a accepts only np-x/b (on n2).
+// np-x/c, on a's node, takes b's address and sends UDP to a from it: the
+// bridge's source checks drop it before the policy sees b's address. A
+// counter in a's namespace counts what arrives; c's own datagrams from
+// its own address (refused by the policy) are not counted either, and the
+// real b's are.
+func TestNetworkPolicySpoofedSource(t *testing.T) {
+	e := newNPEnv(t)
+	a, b, c := e.pod("np-x", "a"), e.pod("np-x", "b"), e.pod("np-x", "c")
+	e.apply(t, []*networkingv1.NetworkPolicy{npPolicy("np-x", "from-b", sel("pod", "a"), ingressOnly, ingress(nil, peerPods(sel("pod", "b"))))})
+	Eventually(t, 10*time.Second, "b allowed, c refused", func() error {
+		if !try(probe{b, a, corev1.ProtocolUDP, 80}) || try(probe{c, a, corev1.ProtocolUDP, 80}) {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	for _, argv := range [][]string{
+		{"nft", "add", "table", "inet", "spoofcount"},
+		{"nft", "add", "chain", "inet", "spoofcount", "in", "{ type filter hook input priority 0; }"},
+		{"nft", "add", "rule", "inet", "spoofcount", "in", "ip", "saddr", b.ip.String(), "udp", "dport", "81", "counter"},
+	} {
+		nettest.MustRun(t, a.net, argv...)
+	}
+	nettest.MustRun(t, c.net, "ip", "addr", "add", b.ip.String()+"/32", "dev", "eth0")
+	if err := c.net.Do(func() error {
+		conn, err := net.DialUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(b.ip, 40000)), net.UDPAddrFromAddrPort(netip.AddrPortFrom(a.ip, 81)))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		for range 5 {
+			if _, err := conn.Write([]byte("forged")); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("forging b's address from c: %v", err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	out := nettest.MustRun(t, a.net, "nft", "list", "table", "inet", "spoofcount")
+	if !strings.Contains(out, "counter packets 0 ") {
+		t.Errorf("datagrams with b's forged address reached a:\n%s", out)
+	}
+	if !try(probe{b, a, corev1.ProtocolUDP, 81}) {
+		t.Error("the real b no longer reaches a")
+	}
+	if out := nettest.MustRun(t, a.net, "nft", "list", "table", "inet", "spoofcount"); strings.Contains(out, "counter packets 0 ") {
+		t.Errorf("the counter did not see the real b either (a broken check):\n%s", out)
+	}
+}
+
+func echo(t *testing.T, c net.Conn, msg string) {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte(msg)); err != nil {
+		t.Fatalf("open connection, %s: %v", msg, err)
+	}
+	buf := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != msg {
+		t.Fatalf("open connection, %s: %q %v", msg, buf, err)
+	}
+}
+
+// npEnv is the cluster of the NetworkPolicy tests.
+type npEnv struct {
+	t    *testing.T
+	ctx  context.Context
+	k    *kubetest.Cluster
+	c    *Cluster
+	pods []*npPod
+}
+
+func newNPEnv(t *testing.T, args ...string) *npEnv {
+	k := kubetest.Start(t)
+	k.StartControllers(t, "nodeipam")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	t.Cleanup(cancel)
+	netConf := applyManifests(ctx, t, k)
+	kubeconfig := saKubeconfig(ctx, t, k, "kube-weft", "weft")
+	e := &npEnv{t: t, ctx: ctx, k: k, c: NewCluster(t, Options{Nodes: 0})}
+	apiserver := strings.TrimPrefix(k.Admin.Host, "https://")
+	e.c.OnNode = func(n *Node) { nettest.ForwardLoopback(t, n, apiserver) }
+	for _, name := range []string{"n1", "n2"} {
+		createNode(ctx, t, k, name)
+		// the node's CNI address store (plugintest: <node dir>/cni/<network>)
+		store := filepath.Join(e.c.Dir, name, "cni", "weft")
+		e.c.AddNode(name, append([]string{"--kube-subnet-mgr", "--kubeconfig", kubeconfig, "--node-name", name, "--net-config-path", netConf,
+			"--pod-address-store", store}, args...)...)
+	}
+	for _, n := range e.c.Nodes {
+		n.WaitReady()
+	}
+	for _, ns := range []string{"x", "y"} {
+		e.createNamespace("np-"+ns, map[string]string{"ns": ns})
+	}
+	// a and c on n1, b on n2, in both namespaces; the named port "web" is
+	// TCP 80 on a, TCP 81 on b and c (two numbers on one node).
+	for _, ns := range []string{"np-x", "np-y"} {
+		for _, p := range []struct {
+			name string
+			node int
+			web  int32
+		}{{"a", 0, 80}, {"b", 1, 81}, {"c", 0, 81}} {
+			e.addPod(ns, p.name, e.c.Nodes[p.node], p.web)
+		}
+	}
+	return e
+}
+
+func (e *npEnv) createNamespace(name string, labels map[string]string) {
+	t := e.t
+	if _, err := e.k.Client.CoreV1().Namespaces().Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "np", Namespace: name}}
+	if _, err := e.k.Client.CoreV1().ServiceAccounts(name).Create(e.ctx, sa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// addPod wires a pod on n with the CNI plugin, starts its servers and
+// writes its Pod object with its IP in the status, as a kubelet would.
+func (e *npEnv) addPod(ns, name string, n *Node, web int32) {
+	t := e.t
+	cp := n.CNI.AddPod(t, ns[len(ns)-1:]+name)
+	p := &npPod{ns: ns, name: name, node: n.Label, labels: map[string]string{"pod": name}, net: cp.NS, ip: cp.IP,
+		ports: []corev1.ContainerPort{{Name: "web", ContainerPort: web, Protocol: corev1.ProtocolTCP}}}
+	serve(t, p)
+	no := false
+	obj := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: p.labels},
+		Spec: corev1.PodSpec{NodeName: n.Label, ServiceAccountName: "np", AutomountServiceAccountToken: &no,
+			Containers: []corev1.Container{{Name: "srv", Image: "srv", Ports: p.ports}}}}
+	pods := e.k.Client.CoreV1().Pods(ns)
+	obj, err := pods.Create(e.ctx, obj, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj.Status.Phase = corev1.PodRunning
+	obj.Status.PodIP = p.ip.String()
+	obj.Status.PodIPs = []corev1.PodIP{{IP: p.ip.String()}}
+	if _, err := pods.UpdateStatus(e.ctx, obj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.pods = append(e.pods, p)
+}
+
+func (e *npEnv) pod(ns, name string) *npPod {
+	for _, p := range e.pods {
+		if p.ns == ns && p.name == name {
+			return p
+		}
+	}
+	e.t.Fatalf("no pod %s/%s", ns, name)
+	return nil
+}
+
+// apply makes the test namespaces' policies exactly ps.
+func (e *npEnv) apply(t *testing.T, ps []*networkingv1.NetworkPolicy) {
+	t.Helper()
+	for _, ns := range []string{"np-x", "np-y"} {
+		if err := e.k.Client.NetworkingV1().NetworkPolicies(ns).DeleteCollection(e.ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range ps {
+		if _, err := e.k.Client.NetworkingV1().NetworkPolicies(p.Namespace).Create(e.ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %s/%s: %v", p.Namespace, p.Name, err)
+		}
+	}
+}
+
+// probes is every probe of the matrix: each pod to each other pod, TCP and
+// UDP, on each port.
+func (e *npEnv) probes() []probe {
+	var out []probe
+	for _, from := range e.pods {
+		for _, to := range e.pods {
+			if from == to {
+				continue
+			}
+			for _, proto := range []corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP} {
+				for _, port := range npPorts {
+					out = append(out, probe{from, to, proto, port})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// matrix runs every probe, 40 at a time.
+func (e *npEnv) matrix() map[probe]bool {
+	ps := e.probes()
+	out := make(map[probe]bool, len(ps))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 40)
+	for _, pr := range ps {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ok := try(pr)
+			mu.Lock()
+			out[pr] = ok
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+const probeTimeout = 600 * time.Millisecond
+
+// try reports whether the probe got through: a TCP connection that echoes,
+// or a UDP datagram answered.
+func try(pr probe) bool { return tryWithin(pr, probeTimeout) }
+
+// tryWithin is try with a timeout of its own.
+func tryWithin(pr probe, probeTimeout time.Duration) bool {
+	network := "tcp4"
+	if pr.proto == corev1.ProtocolUDP {
+		network = "udp4"
+	}
+	var c net.Conn
+	err := pr.from.net.Do(func() error {
+		var err error
+		c, err = net.DialTimeout(network, netip.AddrPortFrom(pr.to.ip, uint16(pr.port)).String(), probeTimeout)
+		return err
+	})
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(probeTimeout))
+	if _, err := c.Write([]byte("ping")); err != nil {
+		return false
+	}
+	buf := make([]byte, 4)
+	_, err = io.ReadFull(c, buf)
+	return err == nil && string(buf) == "ping"
+}
+
+func dialFrom(t *testing.T, from, to *npPod, port int) net.Conn {
+	t.Helper()
+	var c net.Conn
+	if err := from.net.Do(func() error {
+		var err error
+		c, err = net.DialTimeout("tcp4", netip.AddrPortFrom(to.ip, uint16(port)).String(), 2*time.Second)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// serve starts echo servers on every port of npPorts, TCP and UDP, in the
+// pod; they stop when the test ends.
+func serve(t *testing.T, p *npPod) {
+	var closers []io.Closer
+	err := p.net.Do(func() error {
+		for _, port := range npPorts {
+			l, err := net.Listen("tcp4", fmt.Sprintf(":%d", port))
+			if err != nil {
+				return err
+			}
+			u, err := net.ListenPacket("udp4", fmt.Sprintf(":%d", port))
+			if err != nil {
+				return err
+			}
+			closers = append(closers, l, u)
+			go func() {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					go func() { defer c.Close(); io.Copy(c, c) }()
+				}
+			}()
+			go func() {
+				buf := make([]byte, 1500)
+				for {
+					n, from, err := u.ReadFrom(buf)
+					if err != nil {
+						return
+					}
+					u.WriteTo(buf[:n], from)
+				}
+			}()
+		}
+		return nil
+	})
+	t.Cleanup(func() {
+		for _, c := range closers {
+			c.Close()
+		}
+	})
+	if err != nil {
+		t.Fatalf("servers in %s: %v", p.id(), err)
+	}
+}
+
+func diff(want, got map[probe]bool) error {
+	var bad []string
+	for pr, w := range want {
+		if got[pr] != w {
+			bad = append(bad, fmt.Sprintf("%s: want allowed=%v, got %v", pr, w, got[pr]))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	sort.Strings(bad)
+	return fmt.Errorf("%d of %d probes wrong:\n%s", len(bad), len(want), strings.Join(bad, "\n"))
+}
+
+func countTrue(m map[probe]bool) int {
+	n := 0
+	for _, v := range m {
+		if v {
+			n++
+		}
+	}
+	return n
+}
+
+// Policy builders.
+
+var (
+	ingressOnly = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}
+	egressOnly  = []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}
+	both        = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}
+)
+
+type npRule struct {
+	egress bool
+	ports  []networkingv1.NetworkPolicyPort
+	peers  []networkingv1.NetworkPolicyPeer
+}
+
+func ingress(ports []networkingv1.NetworkPolicyPort, peers ...networkingv1.NetworkPolicyPeer) npRule {
+	return npRule{false, ports, peers}
+}
+func egress(ports []networkingv1.NetworkPolicyPort, peers ...networkingv1.NetworkPolicyPeer) npRule {
+	return npRule{true, ports, peers}
+}
+
+func npPolicy(ns, name string, pods *metav1.LabelSelector, types []networkingv1.PolicyType, rules ...npRule) *networkingv1.NetworkPolicy {
+	p := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: networkingv1.NetworkPolicySpec{PolicyTypes: types}}
+	if pods != nil {
+		p.Spec.PodSelector = *pods
+	}
+	for _, r := range rules {
+		if r.egress {
+			p.Spec.Egress = append(p.Spec.Egress, networkingv1.NetworkPolicyEgressRule{Ports: r.ports, To: r.peers})
+		} else {
+			p.Spec.Ingress = append(p.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{Ports: r.ports, From: r.peers})
+		}
+	}
+	return p
+}
+
+func sel(k, v string) *metav1.LabelSelector {
+	return &metav1.LabelSelector{MatchLabels: map[string]string{k: v}}
+}
+func peerPods(s *metav1.LabelSelector) networkingv1.NetworkPolicyPeer {
+	return networkingv1.NetworkPolicyPeer{PodSelector: s}
+}
+func peerNS(s *metav1.LabelSelector) networkingv1.NetworkPolicyPeer {
+	return networkingv1.NetworkPolicyPeer{NamespaceSelector: s}
+}
+func numPort(proto corev1.Protocol, port, end int32) networkingv1.NetworkPolicyPort {
+	p := networkingv1.NetworkPolicyPort{Protocol: &proto, Port: &intstr.IntOrString{IntVal: port}}
+	if end != 0 {
+		p.EndPort = &end
+	}
+	return p
+}
+func namedPort(proto corev1.Protocol, name string) networkingv1.NetworkPolicyPort {
+	return networkingv1.NetworkPolicyPort{Protocol: &proto, Port: &intstr.IntOrString{Type: intstr.String, StrVal: name}}
+}
