@@ -105,9 +105,6 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	if s.Interval == 0 {
 		s.Interval = time.Second
 	}
-	if s.Log == nil {
-		s.Log = slog.New(slog.DiscardHandler)
-	}
 	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
 	errc := make(chan error, 1)
@@ -149,7 +146,7 @@ func (s *Server) refresh(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		s.Log.Warn("read the overlay", "err", err)
+		s.log().Warn("read the overlay", "err", err)
 		snap = &Snapshot{Time: time.Now(), Nodes: []Node{}, Links: []Link{}, Rejected: []Rejected{}, Errors: []string{err.Error()}}
 	}
 	for i, e := range snap.Errors {
@@ -160,7 +157,7 @@ func (s *Server) refresh(ctx context.Context) {
 	}
 	b, err := json.Marshal(snap)
 	if err != nil {
-		s.Log.Error("encode snapshot", "err", err)
+		s.log().Error("encode snapshot", "err", err)
 		return
 	}
 	s.mu.Lock()
@@ -170,6 +167,13 @@ func (s *Server) refresh(ctx context.Context) {
 	}
 	s.next = make(chan struct{})
 	s.mu.Unlock()
+}
+
+func (s *Server) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return s.Log
 }
 
 // latest returns the last snapshot and a channel closed when a newer one

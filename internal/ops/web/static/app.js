@@ -54,14 +54,14 @@ function events(s) {
   const key = (n) => n.subnet + " " + n.underlay;
   const before = new Map(prev.nodes.map((n) => [key(n), n]));
   const now = new Map(s.nodes.map((n) => [key(n), n]));
-  for (const [k, n] of now) if (!before.has(k) && n.subnet) logEvent("＋ lease " + n.subnet + " of " + n.name + " (" + n.underlay + ") appeared");
-  for (const [k, n] of before) if (!now.has(k) && n.subnet) logEvent("－ lease " + n.subnet + " of " + n.name + " (" + n.underlay + ") is gone", true);
+  for (const [k, n] of now) if (!before.has(k) && n.subnet) logEvent("+ lease " + n.subnet + " of " + n.name + " (" + n.underlay + ") appeared");
+  for (const [k, n] of before) if (!now.has(k) && n.subnet) logEvent("- lease " + n.subnet + " of " + n.name + " (" + n.underlay + ") is gone", true);
   for (const n of s.nodes) {
     const p = prev.nodes.find((q) => q.name === n.name);
     if (!p || !n.counters || !p.counters) continue;
     for (const [kind, v] of Object.entries(n.counters.repairs || {})) {
       const d = v - ((p.counters.repairs || {})[kind] || 0);
-      if (d > 0) logEvent("⟲ " + n.name + ": weftd repaired " + d + " × " + kind + " (drift put back)", true);
+      if (d > 0) logEvent("repair: " + n.name + ": weftd repaired " + d + " × " + kind + " (drift put back)", true);
     }
     const r = n.counters.rejected - p.counters.rejected;
     if (r > 0) logEvent("⊘ " + n.name + ": weftd rejected " + r + " lease event(s)", true);
@@ -70,36 +70,59 @@ function events(s) {
   for (const r of s.rejected) if (!had.has(r.key)) logEvent("⊘ rejected lease " + r.key + ": " + r.reason, true);
 }
 
-function layout(nodes) {
+// layout places the nodes: around an ellipse on a wide screen, in one
+// column on a narrow one (links then bend out to the right).
+function layout(nodes, narrow) {
   const pos = {};
-  const n = nodes.length, cx = 500, cy = 320;
-  const rx = n <= 1 ? 0 : 330, ry = n <= 2 ? 0 : 190;
+  const n = nodes.length;
+  if (narrow) {
+    let y = 20;
+    for (const node of nodes) {
+      const h = boxHeight(node);
+      pos[node.name] = { x: 175, y: y + h / 2, h: h };
+      y += h + 40;
+    }
+    return { pos: pos, width: 480, height: Math.max(y, 200) };
+  }
+  const cx = 500, cy = 320, rx = n <= 1 ? 0 : 330, ry = n <= 2 ? 0 : 190;
   nodes.forEach((node, i) => {
     const a = n === 2 ? Math.PI * i : -Math.PI / 2 + (2 * Math.PI * i) / Math.max(n, 1);
-    pos[node.name] = { x: cx + rx * Math.cos(a), y: cy + ry * Math.sin(a) };
+    pos[node.name] = { x: cx + rx * Math.cos(a), y: cy + ry * Math.sin(a), h: boxHeight(node) };
   });
-  return pos;
+  return { pos: pos, width: 1000, height: 640 };
 }
+function boxHeight(n) { return 70 + 24 * n.pods.length; }
+const BOX = 330;
 
 function drawSVG(s) {
   const links = $("links-layer"), nodes = $("nodes-layer");
   links.replaceChildren();
   nodes.replaceChildren();
-  const pos = layout(s.nodes);
+  const narrow = $("drawing").clientWidth < 600;
+  const lay = layout(s.nodes, narrow), pos = lay.pos;
+  $("drawing").setAttribute("viewBox", "0 0 " + lay.width + " " + lay.height);
+  let bend = 0;
   for (const l of s.links) {
     const a = pos[l.a], b = pos[l.b];
     const bad = l.state.some((x) => !x.endsWith(": ok"));
     const on = chosen && ((chosen.srcNode === l.a && chosen.dstNode === l.b) || (chosen.srcNode === l.b && chosen.dstNode === l.a));
     const g = sv("g", { class: "link" + (bad ? " problem" : "") + (on ? " on-path" : ""), "data-link": l.id });
     g.append(sv("title", {}, l.a + " ↔ " + l.b + ", " + l.kind + ": " + (l.state.join("; ") || "not observed")));
-    g.append(sv("line", { x1: a.x, y1: a.y, x2: b.x, y2: b.y }));
-    const ra = rates[l.a], rb = rates[l.b];
-    const label = (on ? "▶ " : "") + (bad ? "✗ " : "✓ ") + l.kind + (ra && rb ? " · " + fmt(ra.tx) + " / " + fmt(rb.tx) + " fr/s" : "");
-    g.append(sv("text", { x: (a.x + b.x) / 2, y: (a.y + b.y) / 2 - 8, "text-anchor": "middle" }, label));
+    // No rates on a link: weftd counts per node, not per peer (the node
+    // boxes and the links table show them).
+    const label = (on ? "▶ " : "") + (bad ? "✗ " : "✓ ") + (narrow ? "" : l.kind);
+    if (narrow) {
+      const x = a.x + BOX / 2, c = x + 40 + 30 * (bend++ % 4), my = (a.y + b.y) / 2;
+      g.append(sv("path", { d: "M" + x + "," + a.y + " Q" + c + "," + my + " " + x + "," + b.y }));
+      g.append(sv("text", { x: x + (c - x) / 2 + 6, y: my + 5 }, label));
+    } else {
+      g.append(sv("path", { d: "M" + a.x + "," + a.y + " L" + b.x + "," + b.y }));
+      g.append(sv("text", { x: (a.x + b.x) / 2, y: (a.y + b.y) / 2 - 8, "text-anchor": "middle" }, label));
+    }
     links.append(g);
   }
   for (const n of s.nodes) {
-    const p = pos[n.name], w = 250, h = 70 + 24 * n.pods.length;
+    const p = pos[n.name], w = BOX, h = p.h;
     const cls = "node" + (n.rejected ? " rejected" : "") + (n.subnet ? "" : " gone");
     const g = sv("g", { class: cls, "data-node": n.name, transform: "translate(" + (p.x - w / 2) + "," + (p.y - h / 2) + ")" });
     g.append(sv("title", {}, nodeText(n)));
@@ -244,6 +267,7 @@ function connect() {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
+  window.addEventListener("resize", () => { if (prev) drawSVG(prev); });
   $("path-form").addEventListener("submit", showPath);
   $("path-dst").addEventListener("change", () => { $("outside-label").hidden = $("path-dst").value !== "outside"; });
   connect();
