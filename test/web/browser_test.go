@@ -87,8 +87,7 @@ func rows(t *testing.T, ctx context.Context, table string) [][]string {
 }
 
 // screenshot writes the page at width×height to docs/<name> when
-// WEFT_WEB_SCREENSHOTS is set: the viewport at desktop size, the whole
-// page at phone width.
+// WEFT_WEB_SCREENSHOTS is set: the viewport, or with full the whole page.
 func screenshot(t *testing.T, ctx context.Context, name string, width, height int64, full bool) {
 	t.Helper()
 	if os.Getenv("WEFT_WEB_SCREENSHOTS") == "" {

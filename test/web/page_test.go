@@ -450,5 +450,5 @@ func (p *page) screenshots(t *testing.T) {
 	p.showPath(t, src.IP.String(), dst.IP.String(), "")
 	time.Sleep(2 * time.Second)
 	screenshot(t, p.ctx, "web-1280.png", 1280, 800, false)
-	screenshot(t, p.ctx, "web-phone.png", 390, 844, true)
+	screenshot(t, p.ctx, "web-phone.png", 390, 844, false)
 }

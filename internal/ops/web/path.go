@@ -74,7 +74,7 @@ func leaving(e PodEnd) []HopView {
 func arriving(e PodEnd) []HopView {
 	return []HopView{
 		{Step: "bridge", Object: fmt.Sprintf("bridge %s on %s", dash(e.Link.Bridge), e.Node),
-			Detail: fmt.Sprintf("%s's route to its own subnet is %s: the bridge forwards to port %s", e.Node, dash(e.Link.Bridge), e.Link.HostVeth)},
+			Detail: fmt.Sprintf("%s routes its own subnet to %s, which forwards the frame to port %s", e.Node, dash(e.Link.Bridge), e.Link.HostVeth)},
 		{Step: "veth", Object: fmt.Sprintf("veth pair %s ↔ %s on %s", e.Link.HostVeth, e.Link.Iface, e.Node),
 			Detail: fmt.Sprintf("%s carries the frame into pod %s", e.Link.HostVeth, e.Pod)},
 		{Step: "pod " + e.Link.Iface, Object: fmt.Sprintf("interface %s in pod %s", e.Link.Iface, e.Pod),
