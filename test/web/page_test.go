@@ -93,6 +93,7 @@ func TestPageShowsTheLab(t *testing.T) {
 	t.Run("rates rise while a ping runs", p.checkRates)
 	t.Run("a deleted lease goes within 2s", p.checkLeaseDeleted)
 	t.Run("a rejected lease", p.checkRejected)
+	t.Run("a drift repair", p.checkRepair)
 	t.Run("paths match weftctl explain", p.checkPaths)
 	t.Run("content security policy holds in the browser", p.checkCSP)
 	t.Run("phone width", p.checkPhone)
@@ -272,6 +273,27 @@ func (p *page) checkRejected(t *testing.T) {
 	}
 	if s := eval[string](t, p.ctx, `document.querySelector('#nodes-layer [data-node="192.168.77.201"] text.name').textContent`); !strings.HasPrefix(s, "⊘") {
 		t.Errorf("rejected lease drawn as %q, want it marked ⊘", s)
+	}
+}
+
+// checkRepair deletes node1's route to node3's subnet by hand: weftd
+// puts it back and the page logs the repair and counts it.
+func (p *page) checkRepair(t *testing.T) {
+	ls, _, err := inspect.EtcdLeases(context.Background(), p.lab.Client(), p.lab.State.EtcdPfx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1, _ := p.lab.State.Node("node1")
+	n3, _ := p.lab.State.Node("node3")
+	sub := leaseOf(t, ls, n3.Addr.String()).Subnet.String()
+	before := eval[string](t, p.ctx, `document.querySelector('[data-repairs="node1"]').textContent`)
+	if out, err := exec.Command("ip", "netns", "exec", n1.NS, "ip", "route", "del", sub).CombinedOutput(); err != nil {
+		t.Fatalf("ip route del %s on node1: %v\n%s", sub, err, out)
+	}
+	waitFor(t, p.ctx, "the repair logged", `document.getElementById('events').textContent.includes('repair: node1: weftd repaired 1 × route')`, 3*time.Second)
+	after := eval[string](t, p.ctx, `document.querySelector('[data-repairs="node1"]').textContent`)
+	if !strings.Contains(after, "route ") || after == before {
+		t.Errorf("node1's repairs: %q before, %q after", before, after)
 	}
 }
 
