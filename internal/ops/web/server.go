@@ -40,9 +40,10 @@ type Server struct {
 	// (the rest is leases and kernel state).
 	Redact []string
 
-	mu   sync.Mutex
-	last []byte        // the latest snapshot, JSON
-	next chan struct{} // closed when last is replaced
+	mu      sync.Mutex
+	last    []byte        // the latest snapshot, JSON
+	lastErr string        // the last read error logged (each is logged once in a row)
+	next    chan struct{} // closed when last is replaced
 }
 
 // CheckListen refuses an address that is not loopback unless remote is
@@ -146,8 +147,14 @@ func (s *Server) refresh(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		s.log().Warn("read the overlay", "err", err)
+		if err.Error() != s.lastErr {
+			s.log().Warn("read the overlay", "err", err)
+		}
+		s.lastErr = err.Error()
 		snap = &Snapshot{Time: time.Now(), Nodes: []Node{}, Links: []Link{}, Rejected: []Rejected{}, Errors: []string{err.Error()}}
+	}
+	if err == nil {
+		s.lastErr = ""
 	}
 	for i, e := range snap.Errors {
 		snap.Errors[i] = s.scrub(e)
