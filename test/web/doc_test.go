@@ -4,6 +4,7 @@
 // DevTools protocol (github.com/chromedp/chromedp). The checks are what a
 // person sees: every node, pod and link; rates rising while a ping runs; a
 // lease deleted in etcd gone from the page within 2 s; a rejected lease; a
-// drift repair logged; a packet's path equal to `weftctl explain`'s. With
+// drift repair logged; a packet's path equal to `weftctl explain`'s;
+// `weftctl web` run inside a node as on a real node (etcd flags, no --lab). With
 // WEFT_WEB_SCREENSHOTS=1 it writes docs/web-1280.png and docs/web-phone.png.
 package web

@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/weft-net/weft/internal/namespace"
 	"github.com/weft-net/weft/internal/ops/inspect"
 	"github.com/weft-net/weft/internal/ops/lab"
 	"github.com/weft-net/weft/internal/ops/web"
@@ -97,6 +99,7 @@ func TestPageShowsTheLab(t *testing.T) {
 	t.Run("paths match weftctl explain", p.checkPaths)
 	t.Run("content security policy holds in the browser", p.checkCSP)
 	t.Run("phone width", p.checkPhone)
+	t.Run("weftctl web on a node", p.checkOnNode)
 	t.Run("screenshots", p.screenshots)
 }
 
@@ -473,4 +476,86 @@ func (p *page) screenshots(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	screenshot(t, p.ctx, "web-1280.png", 1280, 800, false)
 	screenshot(t, p.ctx, "web-phone.png", 390, 844, false)
+}
+
+// checkOnNode runs `weftctl web` inside node1's namespace as on a real
+// node (etcd flags, no --lab) and reads its snapshot and a path there:
+// node1 observed through its own kernel and weftd, the others drawn from
+// their leases, the path read on node1 as explain reads it.
+func (p *page) checkOnNode(t *testing.T) {
+	n1, _ := p.lab.State.Node("node1")
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", n1.NS, p.ctl, "web", "--etcd-endpoints", p.lab.State.Etcd,
+		"--etcd-prefix", p.lab.State.EtcdPfx, "--listen", "127.0.0.1:0", "--node-name", "node1")
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); cmd.Wait() }()
+	serving := regexp.MustCompile(`serving (http://127\.0\.0\.1:\d+/)`)
+	deadline := time.Now().Add(10 * time.Second)
+	for !serving.MatchString(out.String()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("weftctl web in node1 does not serve:\n%s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	url := serving.FindStringSubmatch(out.String())[1]
+	ns, err := lab.OpenNS(n1.NS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Handle.Close()
+	var snap web.Snapshot
+	getJSON(t, ns, url+"api/snapshot", &snap)
+	if len(snap.Nodes) != 3 || snap.Source != "etcd" {
+		t.Fatalf("snapshot on node1: %+v", snap)
+	}
+	for _, n := range snap.Nodes {
+		switch {
+		case n.Underlay == n1.Addr.String():
+			if n.Name != "node1" || !n.Observed || n.Counters == nil || !n.Counters.Ready || len(n.Peers) != 2 || n.Error != "" {
+				t.Errorf("node1 seen from itself: %+v", n)
+			}
+			for _, peer := range n.Peers {
+				if peer.Verdict != inspect.OK {
+					t.Errorf("node1's peer %s: %s", peer.Subnet, peer.Verdict)
+				}
+			}
+		case n.Observed || n.Name != n.Underlay:
+			t.Errorf("node %s (%s) observed from node1: %+v", n.Name, n.Underlay, n)
+		}
+	}
+	if raw := fetch(t, ns, url+"api/snapshot"); strings.Contains(raw, p.lab.State.Etcd) {
+		t.Errorf("the snapshot names the etcd endpoint %s", p.lab.State.Etcd)
+	}
+	var path web.PathView
+	src, dst := p.pods["node1-pod1"].IP.String(), p.pods["node3-pod1"].IP.String()
+	getJSON(t, ns, url+"api/path?src="+src+"&dst="+dst, &path)
+	want := p.explain(t, src, dst)
+	if path.ReadOn != "node1" || len(path.Hops) != len(want) || path.Problems != 0 {
+		t.Fatalf("path %s → %s read on node1: %+v\nexplain: %q", src, dst, path, want)
+	}
+	for i, w := range want {
+		if h := path.Hops[i]; h.Step != w[0] || h.Detail != w[1] {
+			t.Errorf("hop %d: %q %q, explain %q", i+1, h.Step, h.Detail, w)
+		}
+	}
+}
+
+func fetch(t *testing.T, ns *namespace.NS, url string) string {
+	t.Helper()
+	code, body, err := ns.HTTPGet(url)
+	if err != nil || code != 200 {
+		t.Fatalf("GET %s in %s: %d %v\n%s", url, ns.Name, code, err, body)
+	}
+	return body
+}
+
+func getJSON(t *testing.T, ns *namespace.NS, url string, v any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(fetch(t, ns, url)), v); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
 }
