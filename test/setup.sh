@@ -13,14 +13,16 @@ need_pkgs=()
 # The container runtimes of test/runtimes (Docker, Podman with its CNI
 # backend, containerd with runc), busybox-static for the images they run,
 # Debian's CNI plugins (portmap, loopback), systemd-analyze for dist/, a C
-# compiler for flanneld (its udp backend is cgo), and promtool (Debian's
+# compiler for flanneld (its udp backend is cgo), promtool (Debian's
 # prometheus package; its service is not started, see policy-rc.d below)
-# for the alerting rules in kube-manifests/alerts. clang, llvm (llvm-strip)
-# and libbpf-dev compile uvxlan's fast path (backend/uvxlan/bpf): only to
-# regenerate its committed objects, which a test compares with the source.
+# for the alerting rules in kube-manifests/alerts, and chromium, the
+# headless browser test/web opens `weftctl web`'s page in. clang, llvm
+# (llvm-strip) and libbpf-dev compile uvxlan's fast path (backend/uvxlan/bpf):
+# only to regenerate its committed objects, which a test compares with the
+# source.
 for p in iproute2 iputils-ping iperf3 ethtool tcpdump nftables conntrack \
 	docker.io podman containerd runc busybox-static containernetworking-plugins iptables systemd \
-	gcc libc6-dev prometheus clang llvm libbpf-dev; do
+	gcc libc6-dev prometheus chromium clang llvm libbpf-dev; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/weft-net/weft/internal/ops/lab"
 )
 
@@ -58,6 +60,9 @@ func runLabUp(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&o.Timeout, "timeout", 90*time.Second, "how long the lab may take to come up")
 	dir := stateDirFlag(fs)
 	verbose := fs.Bool("v", false, "log each step")
+	withWeb := fs.Bool("web", false, "also serve the live page of the lab (see \"weftctl web\"), on --listen")
+	var wf webFlags
+	wf.register(fs)
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -76,7 +81,18 @@ func runLabUp(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := o.FindBinaries(selfPath()); err != nil {
 		return err
 	}
-	return lab.Up(ctx, o)
+	if !*withWeb {
+		return lab.Up(ctx, o)
+	}
+	serve, err := listenWeb(ctx, labWebSource(o.StateDir, logger(stderr)), wf, explicitListen(fs), nil, stdout, logger(stderr))
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	wctx, stop := context.WithCancel(gctx)
+	g.Go(func() error { return serve(wctx) })
+	g.Go(func() error { defer stop(); return lab.Up(gctx, o) })
+	return g.Wait()
 }
 
 func runLabDown(_ context.Context, args []string, stdout, stderr io.Writer) error {

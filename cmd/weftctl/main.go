@@ -45,12 +45,13 @@ the Kubernetes API; --lab for the local lab):
   doctor                     check this node for what breaks an overlay; probe every peer
   connectivity               pod-to-pod and node-to-node matrix: loss, round trip, TCP
                              (Kubernetes: through probe DaemonSets it creates and deletes)
+  web [--listen 127.0.0.1:9471]  a live page of the overlay and a packet's path (read-only)
 
 A plain Docker host:
   docker-opts [-f subnet-file] [-d env-file] [-daemon-json file]   dockerd's --bip, --mtu, --ip-masq
 
 The local lab (network namespaces on this machine, removed by "lab down"):
-  lab up [--nodes N] [--pods-per-node M] [--backend vxlan|uvxlan|mixed]
+  lab up [--nodes N] [--pods-per-node M] [--backend vxlan|uvxlan|mixed] [--web]
   lab status | lab down | lab exec <node|pod> -- <command…>
 
 Run "weftctl <command> -h" for the flags of a command; "weftctl version" for the version.
@@ -68,6 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"lab":          runLab,
 		"doctor":       runDoctor,
 		"connectivity": runConnectivity,
+		"web":          runWeb,
 	}
 	cmds["docker-opts"] = runDockerOpts
 	switch args[0] {

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/weft-net/weft/internal/testkit/nettest"
 )
@@ -56,6 +57,10 @@ func TestRunArguments(t *testing.T) {
 		{"lab up --pods-per-node -1", []string{"lab", "up", "--pods-per-node", "-1"}, "--pods-per-node -1: must be 0 or more", 1},
 		{"doctor bad output", []string{"doctor", "-o", "yaml"}, `-o "yaml"`, 1},
 		{"lab status of no lab", []string{"lab", "status", "--state-dir", "/nonexistent/lab"}, "no lab", 1},
+		{"web -h", []string{"web", "-h"}, flag.ErrHelp.Error(), 0},
+		{"web of no lab", []string{"web", "--lab", "--state-dir", "/nonexistent/lab"}, "no lab", 1},
+		{"web --listen without port", []string{"web", "--listen", "127.0.0.1"}, "missing port", 1},
+		{"web --interval too short", []string{"web", "--interval", "10ms"}, "--interval 10ms: must be at least 100ms", 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -111,5 +116,21 @@ func TestBinaryHelp(t *testing.T) {
 		if err != nil || strings.Contains(string(out), "help requested") || strings.Contains(string(out), "weftctl: ") {
 			t.Errorf("weftctl %v: %v:\n%s", args, err, out)
 		}
+	}
+}
+
+// TestWebListenFromEnvironment: WEFT_WEB_LISTEN may move the page to
+// another loopback port, never to a non-local address; that takes
+// --listen on the command line.
+func TestWebListenFromEnvironment(t *testing.T) {
+	// 192.0.2.1 (TEST-NET-1) is no address of this host: should the check
+	// let it through, listening fails instead of opening a port.
+	t.Setenv("WEFT_WEB_LISTEN", "192.0.2.1:9471")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	err := run(ctx, []string{"web"}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "not a loopback address") {
+		t.Errorf("web with WEFT_WEB_LISTEN=192.0.2.1:9471: %v, want a refusal", err)
 	}
 }

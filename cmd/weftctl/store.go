@@ -62,6 +62,21 @@ func (s *store) labState() (*lab.State, error) {
 	return st, nil
 }
 
+// kind names the datastore without its address or credentials.
+func (s *store) kind() string {
+	if s.kubeconfig != "" {
+		return "Kubernetes API"
+	}
+	return "etcd"
+}
+
+// secrets are the datastore settings no page may show: credentials,
+// key and certificate paths, endpoints, the kubeconfig path.
+func (s *store) secrets() []string {
+	e := s.etcd
+	return []string{e.Password, e.Username, e.KeyFile, e.CertFile, e.CAFile, e.Endpoints, s.kubeconfig}
+}
+
 func (s *store) etcdClient() (*clientv3.Client, error) {
 	return etcd.NewClient(s.etcd.ClientConfig())
 }

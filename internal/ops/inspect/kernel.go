@@ -96,3 +96,14 @@ func (k *Kernel) OwnSubnetAddr() (netip.Addr, bool) {
 	}
 	return netip.Addr{}, false
 }
+
+// PodLink is how a pod is wired to its node: the pod's interface holding
+// its address, the node's end of the veth pair, and the bridge that end is
+// a port of.
+type PodLink struct {
+	Iface    string       // in the pod, usually eth0
+	Addr     netip.Prefix // the pod's address on Iface
+	Gateway  netip.Addr   // the pod's default gateway (invalid: none)
+	HostVeth string       // in the node
+	Bridge   string       // in the node ("" when the veth is on no bridge)
+}
