@@ -126,7 +126,7 @@ func (p *page) checkLayout(t *testing.T) {
 	}
 	nodeRows := rows(t, ctx, "#nodes-table")
 	for _, n := range p.lab.State.Nodes {
-		l := leaseOf(t, ls, n.Addr.String())
+		l := leaseOf(t, inspect.Leases(ls), n.Addr.String())
 		i := slices.IndexFunc(nodeRows, func(r []string) bool { return r[0] == n.Name })
 		if i < 0 {
 			t.Errorf("no row for %s in the nodes table: %v", n.Name, nodeRows)
