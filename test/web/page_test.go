@@ -288,7 +288,7 @@ func (p *page) checkRepair(t *testing.T) {
 	}
 	n1, _ := p.lab.State.Node("node1")
 	n3, _ := p.lab.State.Node("node3")
-	sub := leaseOf(t, ls, n3.Addr.String()).Subnet.String()
+	sub := leaseOf(t, inspect.Leases(ls), n3.Addr.String()).Subnet.String()
 	before := eval[string](t, p.ctx, `document.querySelector('[data-repairs="node1"]').textContent`)
 	if out, err := exec.Command("ip", "netns", "exec", n1.NS, "ip", "route", "del", sub).CombinedOutput(); err != nil {
 		t.Fatalf("ip route del %s on node1: %v\n%s", sub, err, out)
