@@ -117,10 +117,9 @@ type Config struct {
 
 // Presence is a claim on the node's public addresses (etcd.Presence).
 type Presence interface {
-	// Claimed is closed once the addresses are claimed.
-	Claimed() <-chan struct{}
-	// Err says why they are not claimed yet.
-	Err() error
+	// Held reports whether the claim is ours and alive; err says why not
+	// (subnet.ErrPublicIPTaken: another running node holds an address).
+	Held() (bool, error)
 }
 
 // PolicyReporter is told how NetworkPolicy enforcement goes.

@@ -130,11 +130,13 @@ func startDaemon(t *testing.T, reg *fakeRegistry, file string) (*Daemon, *fakeBa
 	return d, fb
 }
 
-func startDaemonMetrics(t *testing.T, reg *fakeRegistry, file string) (*Daemon, *fakeBackend, *prometheus.Registry) {
+// startDaemonMetrics starts a daemon on reg with a fake backend; mods
+// change its Config first.
+func startDaemonMetrics(t *testing.T, reg *fakeRegistry, file string, mods ...func(*Config)) (*Daemon, *fakeBackend, *prometheus.Registry) {
 	t.Helper()
 	fb := newFakeBackend()
 	preg := prometheus.NewRegistry()
-	d, err := New(Config{
+	cfg := Config{
 		Registry:      reg,
 		Node:          Node{PublicIP: netip.MustParseAddr("192.168.77.1"), UnderlayMTU: 1500},
 		SubnetFile:    file,
@@ -148,7 +150,11 @@ func startDaemonMetrics(t *testing.T, reg *fakeRegistry, file string) (*Daemon, 
 			}
 			return Dataplane{Backend: fb}, nil
 		}},
-	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	d, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

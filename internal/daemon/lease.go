@@ -195,6 +195,7 @@ func (d *Daemon) session(ctx context.Context, cfg *subnet.Config, typ string, le
 	}
 	g.Go(func() error { return d.watch(gctx, cfg, lease, dp.Backend) })
 	g.Go(func() error { return d.renew(gctx, lease) })
+	g.Go(func() error { return d.watchPresence(gctx) })
 	g.Go(func() error { return d.awaitReady(gctx, dp.Backend, note) })
 	return g.Wait()
 }
@@ -417,6 +418,9 @@ func (d *Daemon) MoveLease(ctx context.Context, addr netip.Addr) error {
 	return nil
 }
 
+// presenceCheck is how often the presence claim is looked at.
+const presenceCheck = 250 * time.Millisecond
+
 // awaitPresence waits until the node's public addresses are claimed (no
 // other running node advertises them), saying meanwhile why in Waiting.
 func (d *Daemon) awaitPresence(ctx context.Context) error {
@@ -424,17 +428,48 @@ func (d *Daemon) awaitPresence(ctx context.Context) error {
 	if p == nil {
 		return nil
 	}
-	tick := time.NewTicker(250 * time.Millisecond)
+	tick := time.NewTicker(presenceCheck)
 	defer tick.Stop()
 	for {
-		select {
-		case <-p.Claimed():
+		held, err := p.Held()
+		if held {
 			d.setWaiting(nil)
 			return nil
+		}
+		d.setWaiting(err)
+		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
-			d.setWaiting(p.Err())
+		}
+	}
+}
+
+// errPresenceLost ends a session whose public address another running node
+// claimed while this one's claim had lapsed (etcd out of reach for longer
+// than its TTL): the two would share the subnet found by that address.
+var errPresenceLost = fmt.Errorf("another running node claimed this node's public IP: %w", errLeaseLost)
+
+// watchPresence returns errPresenceLost once another node holds the claim;
+// a claim that lapsed and is not taken (etcd out of reach) keeps the
+// session.
+func (d *Daemon) watchPresence(ctx context.Context) error {
+	p := d.cfg.Presence
+	if p == nil {
+		return nil
+	}
+	tick := time.NewTicker(presenceCheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		if held, err := p.Held(); !held && errors.Is(err, subnet.ErrPublicIPTaken) {
+			d.log.Error("another running node claimed this node's public IP while its claim had lapsed; stopping the lease's session until the address is ours again",
+				"err", err)
+			return errPresenceLost
 		}
 	}
 }

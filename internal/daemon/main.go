@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +11,8 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -263,8 +267,39 @@ func newPresence(c *config, client *clientv3.Client, node Node, log *slog.Logger
 			return nil, fmt.Errorf("this node's name for its presence record: %w (set --node-name)", err)
 		}
 	}
-	return etcd.NewPresence(client, name, []netip.Addr{node.PublicIP, node.PublicIPv6},
+	token, err := instanceToken(filepath.Join(filepath.Dir(c.subnetFile), "weft-instance"), log)
+	if err != nil {
+		return nil, err
+	}
+	return etcd.NewPresence(client, etcd.PresenceOwner{Node: name, Instance: token}, []netip.Addr{node.PublicIP, node.PublicIPv6},
 		etcd.PresenceOptions{Prefix: c.etcd.Prefix, TTL: c.presenceTTL}, log)
+}
+
+// instanceToken is this machine's weftd instance (etcd.PresenceOwner): read
+// from path, beside the subnet file under /run, which weftd's restarts keep
+// and a reboot or a cloned machine does not; made and written there when
+// absent. A token that cannot be kept still works for this process: a
+// restart then waits for its own record to expire, which weftd logs.
+func instanceToken(path string, log *slog.Logger) (string, error) {
+	if b, err := os.ReadFile(path); err == nil {
+		if t := strings.TrimSpace(string(b)); len(t) == 32 && strings.Trim(t, "0123456789abcdef") == "" {
+			return t, nil
+		}
+		log.Warn("replacing an instance token that is not 32 hex digits", "path", path)
+	}
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("instance token: %w", err)
+	}
+	t := hex.EncodeToString(b[:])
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		log.Warn("cannot keep the instance token; a restart of weftd waits for its presence record to expire", "path", path, "err", err)
+		return t, nil
+	}
+	if err := os.WriteFile(path, []byte(t+"\n"), 0o644); err != nil {
+		log.Warn("cannot keep the instance token; a restart of weftd waits for its presence record to expire", "path", path, "err", err)
+	}
+	return t, nil
 }
 
 // presenceOrNil keeps a nil *etcd.Presence a nil interface.

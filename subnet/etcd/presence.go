@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,27 +22,42 @@ const DefaultPresenceTTL = 60 * time.Second
 
 // Presence is the record that a running node advertises its public
 // addresses: one key per address, <prefix>/weft-presence/<address>, holding
-// the node's name, attached to a short etcd lease that the node keeps alive
-// while Run runs (Flannel never reads these keys). Leases are found by
-// public address, so two live nodes that advertise the same one (every
-// Vagrant VM's NAT address) would share a subnet; the second node's claim
-// is refused with subnet.ErrPublicIPTaken until the first stops. A node
-// that is gone stops renewing, and its record expires within the TTL: a new
-// machine that got its address then takes its lease over, as with Flannel.
+// the node's name and instance (PresenceOwner), attached to a short etcd
+// lease that the node keeps alive while Run runs (Flannel never reads these
+// keys). Leases are found by public address, so two live nodes that
+// advertise the same one (every Vagrant VM's NAT address) would share a
+// subnet; a claim on an address whose record names another owner is
+// refused with subnet.ErrPublicIPTaken until that record expires. The
+// record is not deleted when weftd stops: a restart of the same instance
+// takes it back at once, while a duplicate waiting for the address cannot
+// slip in during the restart. A node that is gone stops renewing, and its
+// record expires within the TTL: a machine that replaced it with its
+// address then takes its lease over, as with Flannel.
 type Presence struct {
 	client  *clientv3.Client
 	dir     string
-	node    string
+	owner   PresenceOwner
+	value   string // owner as JSON
 	addrs   []netip.Addr
 	ttl     int64 // seconds
 	timeout time.Duration
 	retry   time.Duration
 	log     *slog.Logger
 
-	claimed chan struct{} // closed at the first claim
-	once    sync.Once
-	mu      sync.Mutex
-	err     error // of the last claim that failed; nil once claimed
+	mu   sync.Mutex
+	held bool  // the record is ours and alive
+	err  error // why it is not held; nil while it is
+}
+
+// PresenceOwner identifies the weftd that holds an address: the node's
+// name and a token of its instance, which a restart of weftd keeps (it is
+// stored beside the subnet file, under /run, so a reboot or a cloned
+// machine gets a new one). A record with the same name but another token
+// is another machine with this name (a clone) or this one before a reboot:
+// it is waited out like any other owner's.
+type PresenceOwner struct {
+	Node     string `json:"node"`
+	Instance string `json:"instance"`
 }
 
 // PresenceOptions tune a Presence. Zero values take the defaults.
@@ -56,12 +72,19 @@ type PresenceOptions struct {
 
 // NewPresence returns the presence record of node for addrs (invalid
 // addresses are left out).
-func NewPresence(client *clientv3.Client, node string, addrs []netip.Addr, opts PresenceOptions, log *slog.Logger) (*Presence, error) {
+func NewPresence(client *clientv3.Client, owner PresenceOwner, addrs []netip.Addr, opts PresenceOptions, log *slog.Logger) (*Presence, error) {
 	if client == nil {
 		return nil, errors.New("etcd presence: no client")
 	}
-	if node == "" {
+	if owner.Node == "" {
 		return nil, errors.New("etcd presence: no node name")
+	}
+	if owner.Instance == "" {
+		return nil, errors.New("etcd presence: no instance token")
+	}
+	value, err := json.Marshal(owner)
+	if err != nil {
+		return nil, fmt.Errorf("etcd presence: %w", err)
 	}
 	if opts.TTL == 0 {
 		opts.TTL = DefaultPresenceTTL
@@ -82,9 +105,9 @@ func NewPresence(client *clientv3.Client, node string, addrs []netip.Addr, opts 
 		log = slog.New(slog.DiscardHandler)
 	}
 	p := &Presence{
-		client: client, dir: strings.TrimRight(opts.Prefix, "/") + "/weft-presence/", node: node,
+		client: client, dir: strings.TrimRight(opts.Prefix, "/") + "/weft-presence/", owner: owner, value: string(value),
 		ttl: int64((opts.TTL + time.Second - 1) / time.Second), timeout: opts.RequestTimeout, retry: opts.Retry,
-		log: log.With("component", "presence"), claimed: make(chan struct{}),
+		log: log.With("component", "presence"), err: errors.New("presence: not claimed yet"),
 	}
 	for _, a := range addrs {
 		if a.IsValid() {
@@ -100,31 +123,32 @@ func NewPresence(client *clientv3.Client, node string, addrs []netip.Addr, opts 
 // Key is the presence key of addr.
 func (p *Presence) Key(addr netip.Addr) string { return p.dir + addr.String() }
 
-// Claimed is closed once the node's addresses were first claimed.
-func (p *Presence) Claimed() <-chan struct{} { return p.claimed }
-
-// Err is why the addresses are not claimed yet (wrapping
-// subnet.ErrPublicIPTaken when another live node holds one); nil once they
-// are.
-func (p *Presence) Err() error {
+// Held reports whether the record is ours and alive; when not, err says
+// why (wrapping subnet.ErrPublicIPTaken when another owner holds an
+// address).
+func (p *Presence) Held() (bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.err
+	return p.held, p.err
+}
+
+func (p *Presence) set(held bool, err error) {
+	p.mu.Lock()
+	p.held, p.err = held, err
+	p.mu.Unlock()
 }
 
 // Run claims the addresses, retrying until the claim succeeds, and keeps
-// the record alive until ctx ends; then it deletes it (revokes its lease),
-// so that a machine that takes this one's place need not wait for the TTL.
-// A record that lapsed (etcd unreachable for longer than the TTL) is
-// claimed again. Run returns nil when ctx ends.
+// the record alive until ctx ends; it leaves the record to expire then. A
+// record that lapsed (etcd out of reach for longer than the TTL) is claimed
+// again, and while another owner holds an address it is not held. Run
+// returns nil when ctx ends.
 func (p *Presence) Run(ctx context.Context) error {
 	var lastErr string
 	for {
 		id, err := p.claim(ctx)
-		p.mu.Lock()
-		p.err = err
-		p.mu.Unlock()
 		if err != nil {
+			p.set(false, err)
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -138,19 +162,15 @@ func (p *Presence) Run(ctx context.Context) error {
 			continue
 		}
 		lastErr = ""
-		p.once.Do(func() { close(p.claimed) })
+		p.set(true, nil)
 		p.log.Info("recorded this node's public address as in use", "addresses", p.addrs, "ttl", time.Duration(p.ttl)*time.Second)
 		p.keepAlive(ctx, id)
 		if ctx.Err() != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.timeout)
-			_, err := p.client.Revoke(rctx, id)
-			cancel()
-			if err != nil {
-				p.log.Warn("cannot delete the presence record; it expires by itself", "err", err, "ttl", time.Duration(p.ttl)*time.Second)
-			}
 			return nil
 		}
+		p.set(false, errors.New("presence: the record lapsed; claiming the address again"))
 		p.log.Warn("the presence record lapsed (etcd out of reach for longer than its TTL?); claiming the address again")
+		p.revoke(ctx, id) // if it is still there, it would only keep a stale record alive
 	}
 }
 
@@ -181,25 +201,23 @@ func (p *Presence) claim(ctx context.Context) (clientv3.LeaseID, error) {
 		key := p.Key(a)
 		resp, err := p.client.Txn(rctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, p.node, clientv3.WithLease(grant.ID))).
+			Then(clientv3.OpPut(key, p.value, clientv3.WithLease(grant.ID))).
 			Else(clientv3.OpGet(key)).Commit()
 		if err == nil && !resp.Succeeded {
 			kvs := resp.Responses[0].GetResponseRange().Kvs
-			if len(kvs) == 1 && string(kvs[0].Value) != p.node {
+			if len(kvs) == 1 && string(kvs[0].Value) != p.value {
 				p.revoke(ctx, grant.ID)
-				return 0, fmt.Errorf("%w: %s is advertised by the running node %q, and this node is %q: "+
-					"two nodes advertise the same address (an address every VM has, such as Vagrant's NAT 10.0.2.15?) and would share one subnet; "+
-					"give this node an address of its own with --public-ip or --iface (if %q is gone, its record %s expires within %s)",
-					subnet.ErrPublicIPTaken, a, kvs[0].Value, p.node, kvs[0].Value, key, time.Duration(p.ttl)*time.Second)
+				return 0, p.taken(a, key, kvs[0].Value)
 			}
-			// Ours, from an earlier run whose record has not expired (or
-			// gone between the two reads): attach it to the new lease.
+			// Ours, from an earlier run of this instance whose record has
+			// not expired (or gone between the two reads): attach it to
+			// the new lease.
 			resp, err = p.client.Txn(rctx).
 				If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-				Then(clientv3.OpPut(key, p.node, clientv3.WithLease(grant.ID))).
+				Then(clientv3.OpPut(key, p.value, clientv3.WithLease(grant.ID))).
 				Else(clientv3.OpTxn(
-					[]clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "=", p.node)},
-					[]clientv3.Op{clientv3.OpPut(key, p.node, clientv3.WithLease(grant.ID))}, nil)).Commit()
+					[]clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "=", p.value)},
+					[]clientv3.Op{clientv3.OpPut(key, p.value, clientv3.WithLease(grant.ID))}, nil)).Commit()
 			if err == nil && !resp.Succeeded && !resp.Responses[0].GetResponseTxn().Succeeded {
 				err = fmt.Errorf("another node took %s meanwhile", key)
 			}
@@ -210,6 +228,25 @@ func (p *Presence) claim(ctx context.Context) (clientv3.LeaseID, error) {
 		}
 	}
 	return grant.ID, nil
+}
+
+// taken is the error for an address whose record (value) names another
+// owner.
+func (p *Presence) taken(a netip.Addr, key string, value []byte) error {
+	var other PresenceOwner
+	if err := json.Unmarshal(value, &other); err != nil || other.Node == "" {
+		other.Node = string(value)
+	}
+	ttl := time.Duration(p.ttl) * time.Second
+	if other.Node == p.owner.Node {
+		return fmt.Errorf("%w: %s is claimed by another instance of node %q (a machine cloned with this name, or this one before a reboot); "+
+			"if that instance is gone, its record %s expires within %s; if it runs, give each node its own name (--node-name) and address (--public-ip or --iface)",
+			subnet.ErrPublicIPTaken, a, other.Node, key, ttl)
+	}
+	return fmt.Errorf("%w: %s is advertised by the running node %q, and this node is %q: "+
+		"two nodes advertise the same address (an address every VM has, such as Vagrant's NAT 10.0.2.15?) and would share one subnet; "+
+		"give this node an address of its own with --public-ip or --iface (if %q is gone, its record %s expires within %s)",
+		subnet.ErrPublicIPTaken, a, other.Node, p.owner.Node, other.Node, key, ttl)
 }
 
 func (p *Presence) revoke(ctx context.Context, id clientv3.LeaseID) {

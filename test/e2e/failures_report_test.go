@@ -64,14 +64,17 @@ var flannelFailures = []failureRow{
 	{ID: "98", Report: "#98 (Vagrant): every node reports 10.0.2.15",
 		Users: "nodes share one subnet, pods collide",
 		Weft: "leases are found by public IP, as Flannel's are, so before taking one weftd (etcd mode) claims its public address under " +
-			"`<prefix>/weft-presence/<address>`: a record naming the node (`--node-name`, else the host name), on an etcd lease of 60 s " +
-			"(`--presence-ttl`) that it keeps alive and deletes when it stops. A second node whose address a running node already claims " +
-			"stays not ready, leaves the lease alone and says why (log, `/readyz`, `weftctl doctor`); a node that died stops renewing, so a " +
-			"machine that replaced it with its address takes its lease over within the TTL, as with Flannel. Kubernetes mode names each lease " +
-			"after its Node and needs none of this",
-		Test: "`TestFlannel98SamePublicIP` (n1 and n2 with `--public-ip=10.0.2.15`; then n1 killed)",
+			"`<prefix>/weft-presence/<address>`: a record naming the node (`--node-name`, else the host name) and its instance (a token " +
+			"kept beside the subnet file under /run, so a restart keeps it and a reboot or a clone does not), on an etcd lease of 60 s " +
+			"(`--presence-ttl`) that it keeps alive and leaves to expire when it stops. A node whose address another owner claims stays " +
+			"not ready, leaves the lease alone and says why (log, `/readyz`, `weftctl doctor`); a restart of the owner takes it back at once; " +
+			"a node that died stops renewing, so a machine that replaced it with its address takes its lease over within the TTL, as with " +
+			"Flannel. A running node whose claim lapsed (etcd out of reach longer than the TTL) and was taken meanwhile stops its session " +
+			"and waits. Kubernetes mode names each lease after its Node and needs none of this",
+		Test: "`TestFlannel98SamePublicIP` (n1 and n2 with `--public-ip=10.0.2.15`; n1 restarted; then n1 killed)",
 		Removed: "the refusal of an address another name holds (`claim` always puts): fails, n2 never refuses; " +
-			"in subnet/etcd, `TestPresenceRefusesALiveNodesAddress` fails too, and without the keep-alive `TestPresenceClaimsAgainAfterALapse`"},
+			"in subnet/etcd, `TestPresenceRefusesALiveNodesAddress` fails too, and without the keep-alive `TestPresenceClaimsAgainAfterALapse`; " +
+			"without the session's watch of the claim, internal/daemon's `TestDaemonFollowsPresence` fails"},
 	{ID: "841", Report: "#841: MTU wrong on jumbo-frame networks",
 		Users:   "large packets black-holed",
 		Weft:    "the overlay MTU (subnet file, `weft.1`, the pods' `eth0`) is the underlay's minus 50",

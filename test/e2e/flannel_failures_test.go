@@ -369,9 +369,10 @@ func TestFlannel841MTU(t *testing.T) {
 // advertises 10.0.2.15 (--public-ip, as a VM's NAT address would be). While
 // n1 runs, n2 must refuse to take n1's lease, leave it untouched, stay not
 // ready and say why in its log and its /readyz answer, and `weftctl doctor`
-// on n2 must fail naming the cause. When n1 dies (SIGKILL: its presence
-// record is not deleted), n2 must take the lease over within the record's
-// TTL (5 s here), as a machine that replaced n1 with its address must.
+// on n2 must fail naming the cause. A restart of n1 must take its address
+// back at once with n2 kept out. When n1 dies, n2 must take the lease over
+// within the record's TTL (5 s here), as a machine that replaced n1 with
+// its address must.
 func TestFlannel98SamePublicIP(t *testing.T) {
 	c := NewCluster(t, Options{})
 	n1 := c.AddNode("n1", "--public-ip=10.0.2.15", "--node-name=n1", "--presence-ttl=5s")
@@ -404,6 +405,18 @@ func TestFlannel98SamePublicIP(t *testing.T) {
 	if err == nil || !strings.Contains(out, "weftd/ready") || !strings.Contains(out, "another running node advertises this node's public IP") {
 		t.Errorf("weftctl doctor on n2 must fail weftd/ready naming the duplicate address (err %v):\n%s", err, out)
 	}
+	// A restart of n1 (its record stays, with its instance token beside
+	// the subnet file) takes the address back at once; n2 stays out.
+	restart := time.Now()
+	n1.Restart()
+	n1.WaitReady()
+	restarted := time.Since(restart)
+	if got := c.get(key); got != before {
+		t.Errorf("n1's lease after its restart: %s, want %s", got, before)
+	}
+	if code, body, err := n2.HTTPGet("http://127.0.0.1:9470/readyz"); err != nil || code != 503 || !strings.Contains(body, why) {
+		t.Errorf("n2 after n1's restart: readyz %d %q %v, want still refused", code, body, err)
+	}
 	n1.Kill()
 	start := time.Now()
 	n2.WaitReady()
@@ -414,8 +427,9 @@ func TestFlannel98SamePublicIP(t *testing.T) {
 	if took > 12*time.Second {
 		t.Errorf("n2 took n1's lease %s after n1 died, want within the 5 s TTL plus n2's 5 s retry", took.Round(time.Millisecond))
 	}
-	recordFailure(t, "98", fmt.Sprintf("n2 refused, not ready, doctor names the cause while n1 runs; n2 held n1's lease %s after n1 was killed (presence TTL 5 s, retry 5 s)",
-		took.Round(100*time.Millisecond)))
+	recordFailure(t, "98", fmt.Sprintf("n2 refused, not ready, doctor names the cause while n1 runs; n1 restarted and ready again in %s with n2 kept out; "+
+		"n2 held n1's lease %s after n1 was killed (presence TTL 5 s, retry 5 s)",
+		restarted.Round(100*time.Millisecond), took.Round(100*time.Millisecond)))
 }
 
 // get returns the value of an etcd key ("" if none).
