@@ -5,9 +5,9 @@
 //	<prefix>/subnets/<key>    one lease per node, "10.244.59.0-24" or
 //	                          "10.244.92.0-24&fd00:10:244:50::-64", its value
 //	                          the LeaseAttrs JSON, attached to an etcd lease
-//	<prefix>/weft-presence/<address>  weft only: the name of the running
-//	                          node that advertises this public address
-//	                          (Presence), on a short etcd lease
+//	<prefix>/weft-presence/<address>  weft only: the node (name and
+//	                          instance) that advertises this public
+//	                          address (Presence), on a short etcd lease
 //
 // A key without an etcd lease is an administrator's reservation: it is only
 // ever handed to the node whose public address it names, and it keeps having
