@@ -16,6 +16,7 @@ import (
 	"github.com/weft-net/weft/internal/flagenv"
 	"github.com/weft-net/weft/internal/ops/inspect"
 	"github.com/weft-net/weft/internal/ops/lab"
+	"github.com/weft-net/weft/internal/ops/web"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/subnet/etcd"
 	"github.com/weft-net/weft/subnet/kube"
@@ -71,10 +72,12 @@ func (s *store) kind() string {
 }
 
 // secrets are the datastore settings no page may show: credentials,
-// key and certificate paths, endpoints, the kubeconfig path.
+// key and certificate paths, each endpoint with its host:port, host and
+// user information, the kubeconfig path.
 func (s *store) secrets() []string {
 	e := s.etcd
-	return []string{e.Password, e.Username, e.KeyFile, e.CertFile, e.CAFile, e.Endpoints, s.kubeconfig}
+	return append([]string{e.Password, e.Username, e.KeyFile, e.CertFile, e.CAFile, e.Endpoints, s.kubeconfig},
+		web.EndpointSecrets(e.Endpoints)...)
 }
 
 func (s *store) etcdClient() (*clientv3.Client, error) {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -60,3 +61,17 @@ func TestKubeLeases(t *testing.T) {
 type fakeNodes struct{ kube.Nodes }
 
 func (fakeNodes) IsWatchListSemanticsUnSupported() bool { return true }
+
+// TestSecretsSplitEndpoints: each of several endpoints is hidden with its
+// host:port, host, socket path and user information, as errors quote them.
+func TestSecretsSplitEndpoints(t *testing.T) {
+	var s store
+	s.etcd.Endpoints = "https://etcd-user:s3cr3t@10.0.0.5:2379,unix:///run/weft/etcd.sock"
+	got := s.secrets()
+	for _, want := range []string{"https://etcd-user:s3cr3t@10.0.0.5:2379", "10.0.0.5:2379", "10.0.0.5", "etcd-user", "s3cr3t",
+		"unix:///run/weft/etcd.sock", "/run/weft/etcd.sock"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("secrets lack %q: %q", want, got)
+		}
+	}
+}

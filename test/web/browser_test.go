@@ -3,10 +3,15 @@ package web
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,32 +20,113 @@ import (
 	"github.com/weft-net/weft/internal/testkit/nettest"
 )
 
-// browser starts a headless Chromium with a fresh profile and returns a
-// tab's context. The flags keep it off the network: no background
-// requests, no component or sync updates, no QUIC.
-func browser(t *testing.T, width, height int) context.Context {
+// browser starts Debian's headless Chromium inside a network namespace of
+// its own that holds only lo, and returns a tab's context and that
+// namespace. The browser reaches nothing but the namespace's loopback, where
+// openPage serves the page (the listener is made inside the namespace).
+// chromedp drives it over a pipe (--remote-debugging-pipe, chromedp's
+// default), so no DevTools port is opened either. The flags are chromedp's
+// defaults plus ours, which also stop background requests. At the end the
+// browser and every process of its group are killed by the browser's PID,
+// before the namespace is deleted.
+func browser(t *testing.T, width, height int) (context.Context, *nettest.NS) {
 	t.Helper()
 	path, err := exec.LookPath("chromium")
 	if err != nil {
 		nettest.CannotRun(t, nettest.SkipTools, "Debian's chromium is needed to check the page in a browser: apt-get install -y chromium (test/setup.sh installs it)")
 	}
-	opts := []chromedp.ExecAllocatorOption{
+	ip, err := exec.LookPath("ip")
+	if err != nil {
+		nettest.CannotRun(t, nettest.SkipTools, "iproute2's ip is needed to start the browser in a namespace")
+	}
+	ns := nettest.NewNS(t, "browser") // deleted last, after the browser is killed
+	var cmd *exec.Cmd
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path),
-		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(width, height),
-	}
+		chromedp.ModifyCmdFunc(func(c *exec.Cmd) {
+			// ip netns exec execs the browser: its PID stays the browser's.
+			c.Path, c.Args = ip, append([]string{"ip", "netns", "exec", ns.Name}, c.Args...)
+			c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+			cmd = c
+		}),
+	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	t.Cleanup(func() { cancel(); cancelAlloc() })
+	t.Cleanup(func() {
+		cancel()
+		cancelAlloc()
+		if cmd != nil && cmd.Process != nil {
+			killGroup(t, cmd.Process.Pid)
+		}
+	})
 	if err := chromedp.Do(ctx); err != nil { // starts the browser
 		t.Fatalf("start chromium: %v", err)
 	}
-	return ctx
+	checkInNamespace(t, cmd.Process.Pid, ns)
+	checkIsolated(t, ctx)
+	return ctx, ns
+}
+
+// checkIsolated serves a page on the machine's loopback and fails the test
+// if the browser loads it: from its namespace, 127.0.0.1 is its own lo.
+func checkIsolated(t *testing.T, ctx context.Context) {
+	t.Helper()
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer srv.Close()
+	c, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := chromedp.Do(c, chromedp.Navigate(srv.URL))
+	if err == nil || hits.Load() != 0 {
+		t.Fatalf("the browser reached %s on the machine's loopback (%d requests, navigation error %v): it is not confined to its namespace", srv.URL, hits.Load(), err)
+	}
+	t.Logf("the machine's loopback from the browser: %v", err)
+}
+
+// checkInNamespace fails the test unless the process pid runs in ns and
+// ns has no link but lo.
+func checkInNamespace(t *testing.T, pid int, ns *nettest.NS) {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(ns.Path, &st); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("net:[%d]", st.Ino); got != want {
+		t.Fatalf("chromium (pid %d) runs in network namespace %s, not in %s (%s)", pid, got, ns.Name, want)
+	}
+	links, err := ns.Handle.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range links {
+		if l.Attrs().Name != "lo" {
+			t.Fatalf("the browser's namespace %s holds link %s: only lo may be there", ns.Name, l.Attrs().Name)
+		}
+	}
+}
+
+// killGroup kills the process group that the browser pid leads (its
+// renderers, zygote and utility processes) and waits until it is gone.
+func killGroup(t *testing.T, pid int) {
+	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("kill chromium's process group %d: %v", pid, err)
+		return
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if err := syscall.Kill(-pid, 0); errors.Is(err, syscall.ESRCH) {
+			return
+		}
+	}
+	t.Errorf("chromium's process group %d still runs 5s after SIGKILL", pid)
 }
 
 // eval evaluates a JavaScript expression in the page and decodes its value.

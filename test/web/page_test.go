@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,12 +34,15 @@ type page struct {
 	pods map[string]lab.PodState
 }
 
-// openPage starts a three-node lab (node2 uvxlan), serves its page on
-// loopback and opens it in Chromium at width×height.
+// openPage starts a three-node lab (node2 uvxlan), serves its page on the
+// loopback of the browser's namespace and opens it in Chromium there at
+// width×height. The server itself runs in the test process: it reads etcd
+// over the lab's unix socket and each node through sockets and netlink
+// handles made inside the node's namespace.
 func openPage(t *testing.T, width, height int) *page {
 	t.Helper()
 	nettest.RequireRoot(t)
-	ctx := browser(t, width, height) // first: a missing chromium fails before the lab is built
+	ctx, bns := browser(t, width, height) // first: a missing chromium fails before the lab is built
 	p := &page{dir: filepath.Join(t.TempDir(), "lab"), ctx: ctx, ctl: nettest.Binary(t, "weftctl"), pods: map[string]lab.PodState{}}
 	o := lab.Options{StateDir: p.dir, Nodes: 3, PodsPerNode: 2, Backend: lab.BackendMixed, Weftd: nettest.Binary(t, "weftd")}
 	o.CNIBin = filepath.Dir(nettest.Binary(t, "weft"))
@@ -66,7 +68,7 @@ func openPage(t *testing.T, width, height int) *page {
 		return inspect.Leases(ls), cfg, err
 	}
 	srv := &web.Server{Source: &web.LabSource{Dir: p.dir, Leases: leases, Source: "etcd"}, Interval: 500 * time.Millisecond}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := bns.Listen("tcp", "127.0.0.1:0") // the browser's loopback, not the machine's
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -35,9 +36,9 @@ type Server struct {
 	// otherwise, which also stops a DNS-rebinding page).
 	AllowRemote bool
 	// Redact are strings no response may carry (etcd credentials, key
-	// and certificate paths, endpoints): each is replaced by "[redacted]"
-	// in every error text sent, the only place where they could appear
-	// (the rest is leases and kernel state).
+	// and certificate paths, endpoints and their parts: EndpointSecrets):
+	// each is replaced by "[redacted]" in every error text sent, the only
+	// place where they could appear (the rest is leases and kernel state).
 	Redact []string
 
 	mu      sync.Mutex
@@ -265,10 +266,13 @@ func (s *Server) jsonError(w http.ResponseWriter, code int, err error) {
 	w.Write(b)
 }
 
-// scrub replaces every Redact string in text.
+// scrub replaces every Redact string in text, the longest first where two
+// start at the same place (an endpoint before its host).
 func (s *Server) scrub(text string) string {
+	rs := slices.Clone(s.Redact)
+	slices.SortStableFunc(rs, func(a, b string) int { return len(b) - len(a) })
 	var pairs []string
-	for _, r := range s.Redact {
+	for _, r := range rs {
 		if r != "" {
 			pairs = append(pairs, r, "[redacted]")
 		}

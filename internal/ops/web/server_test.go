@@ -48,7 +48,12 @@ func (observing) Path(context.Context, netip.Addr, netip.Addr) (*PathView, error
 
 func serve(t *testing.T, src Source) *httptest.Server {
 	t.Helper()
-	s := &Server{Source: src, Interval: 50 * time.Millisecond, Redact: secrets}
+	return serveWith(t, &Server{Source: src, Interval: 50 * time.Millisecond, Redact: secrets})
+}
+
+// serveWith serves s on loopback and polls its source until the test ends.
+func serveWith(t *testing.T, s *Server) *httptest.Server {
+	t.Helper()
 	ts := httptest.NewServer(s.Handler())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
