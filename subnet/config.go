@@ -110,8 +110,11 @@ type BackendConfig struct {
 	// through a node need it; the kernel VXLAN device never checks.
 	AllowForeignSources bool
 	// FastPath has the uvxlan dataplane's traffic to and from peers carried
-	// by tc BPF programs weft loads (uvxlan.Config.FastPath); a node where
-	// they cannot be loaded runs without them.
+	// by tc BPF programs weft loads (uvxlan.Config.FastPath) wherever a node
+	// runs uvxlan: Type uvxlan, a vxlan node that falls back to it, a node
+	// run with --backend uvxlan. On unless the config says "FastPath":
+	// false; a node where the programs cannot be loaded or attached says why
+	// and runs the userspace path.
 	FastPath bool
 
 	// wireguard only (Flannel's names and defaults).
@@ -152,7 +155,7 @@ type rawBackend struct {
 	Learning            bool
 	DirectRouting       bool
 	AllowForeignSources bool
-	FastPath            bool
+	FastPath            *bool
 
 	ListenPort, ListenPortV6    int
 	PSK                         string
@@ -168,6 +171,10 @@ type rawBackend struct {
 func ParseConfig(data []byte) (*Config, error) {
 	var raw rawConfig
 	if err := json.Unmarshal(data, &raw); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return nil, fmt.Errorf("network config: %s: a JSON %s, want a %s: %w", te.Field, te.Value, te.Type, err)
+		}
 		return nil, fmt.Errorf("parse network config: %w", err)
 	}
 	cfg := &Config{
@@ -297,7 +304,7 @@ func (f family) bound(name, s string, network netip.Prefix, subnetLen int, def n
 }
 
 func parseBackend(raw *rawBackend) (BackendConfig, error) {
-	b := BackendConfig{Type: BackendTypeVXLAN, VNI: DefaultVNI, Port: DefaultVXLANPort}
+	b := BackendConfig{Type: BackendTypeVXLAN, VNI: DefaultVNI, Port: DefaultVXLANPort, FastPath: true}
 	if raw == nil {
 		return b, nil
 	}
@@ -323,9 +330,13 @@ func parseBackend(raw *rawBackend) (BackendConfig, error) {
 		return b, fmt.Errorf("Backend.MTU %d: must be between 1280 and 65535, or 0 for the underlay device's MTU", raw.MTU)
 	}
 	b.MTU, b.GBP, b.Learning, b.DirectRouting = raw.MTU, raw.GBP, raw.Learning, raw.DirectRouting
-	b.AllowForeignSources, b.FastPath = raw.AllowForeignSources, raw.FastPath
-	if b.FastPath && b.Type != BackendTypeUVXLAN {
-		return b, fmt.Errorf("Backend.FastPath: only the %q backend has a fast path, not %q", BackendTypeUVXLAN, b.Type)
+	b.AllowForeignSources = raw.AllowForeignSources
+	if raw.FastPath != nil {
+		if b.Type != BackendTypeUVXLAN && b.Type != BackendTypeVXLAN {
+			return b, fmt.Errorf("Backend.FastPath: only the %q backend has a fast path (and %q, which falls back to it), not %q",
+				BackendTypeUVXLAN, BackendTypeVXLAN, b.Type)
+		}
+		b.FastPath = *raw.FastPath
 	}
 	b.PreStartupCommand, b.PostStartupCommand = raw.PreStartupCommand, raw.PostStartupCommand
 	b.SubnetAddCommand, b.SubnetRemoveCommand = raw.SubnetAddCommand, raw.SubnetRemoveCommand

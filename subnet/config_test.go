@@ -25,7 +25,7 @@ func mustAddr(t *testing.T, s string) netip.Addr {
 }
 
 func TestParseConfigDefaults(t *testing.T) {
-	vxlan := BackendConfig{Type: BackendTypeVXLAN, VNI: 1, Port: 8472}
+	vxlan := BackendConfig{Type: BackendTypeVXLAN, VNI: 1, Port: 8472, FastPath: true}
 	tests := []struct {
 		name string
 		json string
@@ -90,21 +90,42 @@ func TestParseConfigDefaults(t *testing.T) {
 			json: `{"network": "10.9.0.0/16", "SUBNETLEN": 26, "subnetmin": "10.9.0.64", "backend": {"type": "VXLAN", "vni": 7, "port": 4789, "mtu": 9000, "gbp": true, "learning": true, "directrouting": true}, "enablenftables": true}`,
 			want: Config{EnableIPv4: true, EnableNFTables: true, Network: mustPrefix(t, "10.9.0.0/16"), SubnetLen: 26,
 				SubnetMin: mustAddr(t, "10.9.0.64"), SubnetMax: mustAddr(t, "10.9.255.192"),
-				Backend: BackendConfig{Type: BackendTypeVXLAN, VNI: 7, Port: 4789, MTU: 9000, GBP: true, Learning: true, DirectRouting: true}},
+				Backend: BackendConfig{Type: BackendTypeVXLAN, VNI: 7, Port: 4789, MTU: 9000, GBP: true, Learning: true, DirectRouting: true, FastPath: true}},
 		},
 		{
 			name: "uvxlan that lets foreign inner sources through",
 			json: `{"Network": "10.9.0.0/16", "Backend": {"Type": "uvxlan", "AllowForeignSources": true}}`,
 			want: Config{EnableIPv4: true, Network: mustPrefix(t, "10.9.0.0/16"), SubnetLen: 24,
 				SubnetMin: mustAddr(t, "10.9.1.0"), SubnetMax: mustAddr(t, "10.9.255.0"),
-				Backend: BackendConfig{Type: BackendTypeUVXLAN, VNI: 1, Port: 8472, AllowForeignSources: true}},
+				Backend: BackendConfig{Type: BackendTypeUVXLAN, VNI: 1, Port: 8472, AllowForeignSources: true, FastPath: true}},
 		},
 		{
-			name: "uvxlan with the fast path",
+			name: "uvxlan with the fast path by default",
+			json: `{"Network": "10.9.0.0/16", "Backend": {"Type": "uvxlan"}}`,
+			want: Config{EnableIPv4: true, Network: mustPrefix(t, "10.9.0.0/16"), SubnetLen: 24,
+				SubnetMin: mustAddr(t, "10.9.1.0"), SubnetMax: mustAddr(t, "10.9.255.0"),
+				Backend: BackendConfig{Type: BackendTypeUVXLAN, VNI: 1, Port: 8472, FastPath: true}},
+		},
+		{
+			name: "uvxlan with the fast path asked for",
 			json: `{"Network": "10.9.0.0/16", "Backend": {"Type": "uvxlan", "fastPath": true}}`,
 			want: Config{EnableIPv4: true, Network: mustPrefix(t, "10.9.0.0/16"), SubnetLen: 24,
 				SubnetMin: mustAddr(t, "10.9.1.0"), SubnetMax: mustAddr(t, "10.9.255.0"),
 				Backend: BackendConfig{Type: BackendTypeUVXLAN, VNI: 1, Port: 8472, FastPath: true}},
+		},
+		{
+			name: "uvxlan with the fast path off",
+			json: `{"Network": "10.9.0.0/16", "Backend": {"Type": "uvxlan", "FastPath": false}}`,
+			want: Config{EnableIPv4: true, Network: mustPrefix(t, "10.9.0.0/16"), SubnetLen: 24,
+				SubnetMin: mustAddr(t, "10.9.1.0"), SubnetMax: mustAddr(t, "10.9.255.0"),
+				Backend: BackendConfig{Type: BackendTypeUVXLAN, VNI: 1, Port: 8472}},
+		},
+		{
+			name: "vxlan whose uvxlan fallback runs without the fast path",
+			json: `{"Network": "10.9.0.0/16", "Backend": {"Type": "vxlan", "FastPath": false}}`,
+			want: Config{EnableIPv4: true, Network: mustPrefix(t, "10.9.0.0/16"), SubnetLen: 24,
+				SubnetMin: mustAddr(t, "10.9.1.0"), SubnetMax: mustAddr(t, "10.9.255.0"),
+				Backend: BackendConfig{Type: BackendTypeVXLAN, VNI: 1, Port: 8472}},
 		},
 		{
 			name: "SubnetMin and SubnetMax in CIDR form",
@@ -117,7 +138,7 @@ func TestParseConfigDefaults(t *testing.T) {
 			json: `{"Network": "10.9.0.0/16", "Backend": {"Type": "uvxlan", "VNI": 0, "Port": 0}}`,
 			want: Config{EnableIPv4: true, Network: mustPrefix(t, "10.9.0.0/16"), SubnetLen: 24,
 				SubnetMin: mustAddr(t, "10.9.1.0"), SubnetMax: mustAddr(t, "10.9.255.0"),
-				Backend: BackendConfig{Type: BackendTypeUVXLAN, VNI: 0, Port: 8472}},
+				Backend: BackendConfig{Type: BackendTypeUVXLAN, VNI: 0, Port: 8472, FastPath: true}},
 		},
 		{
 			name: "explicit IPv6 subnet length and range",
@@ -134,7 +155,7 @@ func TestParseConfigDefaults(t *testing.T) {
 			json: `{"Network": "10.244.0.0/16", "Backend": {"Type": "host-gw"}}`,
 			want: Config{EnableIPv4: true, Network: mustPrefix(t, "10.244.0.0/16"), SubnetLen: 24,
 				SubnetMin: mustAddr(t, "10.244.1.0"), SubnetMax: mustAddr(t, "10.244.255.0"),
-				Backend: BackendConfig{Type: BackendTypeHostGW, VNI: 1, Port: 8472}},
+				Backend: BackendConfig{Type: BackendTypeHostGW, VNI: 1, Port: 8472, FastPath: true}},
 		},
 		{
 			name: "flannel extension example",
@@ -143,7 +164,7 @@ func TestParseConfigDefaults(t *testing.T) {
 				"SubnetRemoveCommand": "ip route del \"$SUBNET\" via \"$PUBLIC_IP\""}}`,
 			want: Config{EnableIPv4: true, Network: mustPrefix(t, "10.0.0.0/16"), SubnetLen: 24,
 				SubnetMin: mustAddr(t, "10.0.1.0"), SubnetMax: mustAddr(t, "10.0.255.0"),
-				Backend: BackendConfig{Type: BackendTypeExtension, VNI: 1, Port: 8472, PreStartupCommand: "cat /x",
+				Backend: BackendConfig{Type: BackendTypeExtension, VNI: 1, Port: 8472, FastPath: true, PreStartupCommand: "cat /x",
 					PostStartupCommand: "echo up", SubnetAddCommand: `ip route add "$SUBNET" via "$PUBLIC_IP"`,
 					SubnetRemoveCommand: `ip route del "$SUBNET" via "$PUBLIC_IP"`}},
 		},
@@ -152,7 +173,7 @@ func TestParseConfigDefaults(t *testing.T) {
 			json: `{"Network": "10.244.0.0/16", "Backend": {"Type": "Alloc"}}`,
 			want: Config{EnableIPv4: true, Network: mustPrefix(t, "10.244.0.0/16"), SubnetLen: 24,
 				SubnetMin: mustAddr(t, "10.244.1.0"), SubnetMax: mustAddr(t, "10.244.255.0"),
-				Backend: BackendConfig{Type: BackendTypeAlloc, VNI: 1, Port: 8472}},
+				Backend: BackendConfig{Type: BackendTypeAlloc, VNI: 1, Port: 8472, FastPath: true}},
 		},
 		{
 			name: "IPv6 /124 gets /126",
@@ -214,7 +235,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{"Port too big", `{"Network": "10.1.0.0/16", "Backend": {"Port": 70000}}`, "Backend.Port 70000: must be between 1 and 65535"},
 		{"MTU too small", `{"Network": "10.1.0.0/16", "Backend": {"MTU": 500}}`, "Backend.MTU 500"},
 		{"uvxlan with GBP", `{"Network": "10.1.0.0/16", "Backend": {"Type": "uvxlan", "GBP": true}}`, "not supported by the uvxlan backend"},
-		{"fast path on vxlan", `{"Network": "10.1.0.0/16", "Backend": {"Type": "vxlan", "FastPath": true}}`, `Backend.FastPath: only the "uvxlan" backend has a fast path, not "vxlan"`},
+		{"fast path on host-gw", `{"Network": "10.1.0.0/16", "Backend": {"Type": "host-gw", "FastPath": false}}`, `Backend.FastPath: only the "uvxlan" backend has a fast path (and "vxlan", which falls back to it), not "host-gw"`},
+		{"fast path a string", `{"Network": "10.1.0.0/16", "Backend": {"Type": "uvxlan", "FastPath": "false"}}`, `network config: Backend.FastPath: a JSON string, want a bool`},
+		{"fast path a number", `{"Network": "10.1.0.0/16", "Backend": {"Type": "uvxlan", "FastPath": 0}}`, `network config: Backend.FastPath: a JSON number, want a bool`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

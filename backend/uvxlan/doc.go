@@ -34,7 +34,8 @@
 //
 // # Fast path
 //
-// With Config.FastPath (IPv4, tcx), Run attaches two tc programs, C in
+// With Config.FastPath (IPv4, tcx; weftd sets it unless the network config
+// says "FastPath": false), Run attaches two tc programs, C in
 // bpf/fastpath.c compiled by bpf2go into the committed fastpath_bpf*.o
 // (bpf/README.md says how to regenerate them), with the node's values set
 // at load. On the TAP's egress one
@@ -48,7 +49,11 @@
 // a peer sends a super-packet of several datagrams, its packets all do
 // (EventFastDemoted), so while the programs may be attached this node's
 // userspace path sends one datagram per send. Programs the kernel refuses
-// to load are loaded again at the next sync (EventFastLoadErrors).
+// to load are loaded again at the next sync (EventFastLoadErrors). A
+// process that cannot create the maps (no CAP_BPF) logs why once and runs
+// the userspace path (EventFastUnavailable); one that cannot attach the
+// programs (no CAP_NET_ADMIN, no tcx) logs why once per reason and keeps
+// trying at each sync.
 //
 // Config.Files keeps the TAP queues and receive sockets open across a
 // restart, so that what arrives meanwhile waits in the kernel's queues for

@@ -344,7 +344,7 @@ func (dp *datapath) fastParams() (progParams, error) {
 // backend runs without it.
 func (b *Backend) openFastPath() {
 	if !b.cfg.Local.Is4() {
-		b.log.Warn("the fast path carries IPv4 only; this IPv6 backend runs without it")
+		b.log.Info("the fast path carries IPv4 only; this IPv6 backend runs without it")
 		return
 	}
 	f, err := newFastPath()
@@ -379,10 +379,11 @@ func (dp *datapath) syncFastPeers(t vtep.Table) {
 
 // addFastStats adds the fast path's counters to s: its frames to TxFrames
 // and RxFrames, and each counter to Events; EventFastUnavailable where
-// Config.FastPath is set but the fast path could not be opened.
+// Config.FastPath is set but an IPv4 backend's fast path could not be
+// opened.
 func (b *Backend) addFastStats(s backend.Stats) backend.Stats {
 	if b.fast == nil {
-		if b.cfg.FastPath {
+		if b.cfg.FastPath && b.cfg.Local.Is4() {
 			s.Events[EventFastUnavailable] = 1
 		}
 		return s

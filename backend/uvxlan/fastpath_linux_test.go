@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -375,17 +376,21 @@ func TestFastPathSetPeers(t *testing.T) {
 	}
 }
 
-// TestFastPathUnavailable: a backend asked for the fast path that cannot
-// have it (IPv6) says so in its counters; one not asked says nothing.
-func TestFastPathUnavailable(t *testing.T) {
+// TestFastPathIPv6Quiet: an IPv6 backend, which the fast path does not
+// carry, reports no fast path counter, asked for it (the default) or not:
+// not being there is no fault to alert on. (A node that cannot have the
+// fast path reports EventFastUnavailable: test/runtimes runs weftd
+// without CAP_BPF.)
+func TestFastPathIPv6Quiet(t *testing.T) {
 	for _, fast := range []bool{true, false} {
 		b, err := New(Config{Local: netip.MustParseAddr("fd77::1"), MAC: subnet.MAC{2, 0, 0, 0, 0, 1}, FastPath: fast}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, ok := b.Stats().Events[EventFastUnavailable]
-		if want := map[bool]uint64{true: 1}[fast]; v != want || ok != fast {
-			t.Errorf("FastPath %v: %s = %d (reported: %v), want %d", fast, EventFastUnavailable, v, ok, want)
+		for k := range b.Stats().Events {
+			if strings.HasPrefix(k, "fastpath_") {
+				t.Errorf("FastPath %v, IPv6: reports %s", fast, k)
+			}
 		}
 	}
 }

@@ -179,8 +179,10 @@ const (
 	EventFastDemoted    = "fastpath_demoted_entries"
 	EventFastOffDevice  = "fastpath_peers_off_device"
 	// EventFastUnavailable is 1 when Config.FastPath asks for the fast path
-	// but the backend runs without it: its maps could not be created (no
-	// CAP_BPF, a kernel without BPF) or the backend is IPv6. It is the only
-	// fast path counter such a backend reports.
+	// but an IPv4 backend runs without it: its maps could not be created
+	// (no CAP_BPF, a kernel without BPF). It is the only fast path counter
+	// such a backend reports. An IPv6 backend, which the fast path does
+	// not carry, reports none (the fast path is on by default, so the IPv6
+	// half of every dual-stack node would report it).
 	EventFastUnavailable = "fastpath_unavailable"
 )

@@ -54,7 +54,7 @@ func runLabUp(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.Nodes, "nodes", 3, "number of nodes (at least 1)")
 	fs.IntVar(&o.PodsPerNode, "pods-per-node", 2, "pods per node (0: bare nodes)")
 	fs.StringVar(&o.Backend, "backend", lab.BackendVXLAN, "dataplane of the nodes: vxlan, uvxlan or mixed (alternating)")
-	fs.BoolVar(&o.FastPath, "fast-path", false, "uvxlan nodes run the fast path (tc programs in the kernel carry the traffic to and from peers)")
+	fastPath := fs.Bool("fast-path", true, "uvxlan nodes run the fast path, tc programs in the kernel that carry the traffic to and from peers, as weft does by default; --fast-path=false leaves it to weftd (the userspace path)")
 	fs.StringVar(&o.Weftd, "weftd", "", "weftd binary (default: next to weftctl, else in PATH)")
 	fs.StringVar(&o.CNIBin, "cni-bin", "", "directory holding the weft CNI plugin (default: next to weftctl, else from PATH)")
 	fs.DurationVar(&o.Timeout, "timeout", 90*time.Second, "how long the lab may take to come up")
@@ -73,6 +73,7 @@ func runLabUp(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("--pods-per-node %d: must be 0 or more (0: nodes without pods)", o.PodsPerNode)
 	}
 	o.StateDir = *dir
+	o.NoFastPath = !*fastPath
 	level := slog.LevelWarn
 	if *verbose {
 		level = slog.LevelInfo

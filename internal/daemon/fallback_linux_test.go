@@ -116,7 +116,8 @@ func (n *fallbackNode) addPod(t *testing.T, label string, mtu int) {
 
 // TestVXLANFallsBackToUVXLAN: a node whose network config asks for vxlan,
 // on a kernel that refuses VXLAN devices as one without the driver does
-// (through vxlan.Config.AddLink), runs uvxlan with the fast path instead,
+// (through vxlan.Config.AddLink), runs uvxlan with the fast path instead
+// (without it when the config says "FastPath": false),
 // leases in Flannel's format exactly as a vxlan node, carries pod traffic
 // both ways with a kernel-VXLAN node, and says why (metrics, the node
 // condition's note). With --backend vxlan it fails with the fix.
@@ -204,6 +205,24 @@ func TestVXLANFallsBackToUVXLAN(t *testing.T) {
 	}
 	if st.Events[uvxlan.EventFastTxFrames] == 0 || st.Events[uvxlan.EventFastRxFrames] == 0 {
 		t.Errorf("node a's pod traffic did not take the fast path: %v", st.Events)
+	}
+
+	// "FastPath": false in the vxlan config: the fallback runs without it
+	// (New only opens the maps; nothing is programmed before Run).
+	off, err := subnet.ParseConfig([]byte(`{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","FastPath":false}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dpOff, err := buildOrFallBack(a.host.Handle, subnet.BackendTypeVXLAN, false, off, *la, 1450,
+		a.ul, nil, site{netns: a.host.Path, addLink: noDriver}, slog.New(slog.DiscardHandler))
+	if err != nil || dpOff.Fallback == nil {
+		t.Fatalf("fallback with FastPath false: %v (fallback %+v)", err, dpOff.Fallback)
+	}
+	if ub, ok := dpOff.Backend.(*uvxlan.Backend); !ok || ub.Config().FastPath {
+		t.Errorf("fallback with \"FastPath\": false runs %T with the fast path", dpOff.Backend)
+	}
+	if ub, _ := dpA.Backend.(*uvxlan.Backend); !ub.Config().FastPath {
+		t.Error("node a's fallback runs without the fast path by default")
 	}
 
 	// --backend vxlan, explicit, fails with the fix.

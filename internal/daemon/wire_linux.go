@@ -241,7 +241,8 @@ const installVXLAN = "install the kernel's vxlan module (Ubuntu and Raspberry Pi
 
 // buildOrFallBack builds typ's dataplane. A node whose network config asks
 // for vxlan (Flannel's default) on a kernel without the VXLAN driver runs
-// uvxlan in its place, with the fast path where it attaches: the lease,
+// uvxlan in its place, with the fast path where it attaches (unless the
+// config says "FastPath": false): the lease,
 // VNI, port, MACs and frames are the same, so peers see no difference. It
 // logs why, once per lease. --backend vxlan (explicit) fails instead.
 func buildOrFallBack(h *netlink.Handle, typ string, explicit bool, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, files *fdstore.Store, at site, log *slog.Logger) (Dataplane, error) {
@@ -254,10 +255,8 @@ func buildOrFallBack(h *netlink.Handle, typ string, explicit bool, cfg *subnet.C
 			"(without --backend, a vxlan network config falls back to uvxlan by itself)", err, installVXLAN)
 	}
 	log.Warn("the kernel cannot make a VXLAN device: this node runs uvxlan in place of vxlan, with the same lease and wire "+
-		"(VNI, port, MACs), and the fast path where it attaches", "reason", err, "fix", installVXLAN)
-	ucfg := *cfg
-	ucfg.Backend.FastPath = true
-	dp, uerr := buildDataplane(h, subnet.BackendTypeUVXLAN, &ucfg, lease, mtu, u, files, at, log)
+		"(VNI, port, MACs)", "fast_path", cfg.Backend.FastPath, "reason", err, "fix", installVXLAN)
+	dp, uerr := buildDataplane(h, subnet.BackendTypeUVXLAN, cfg, lease, mtu, u, files, at, log)
 	if uerr != nil {
 		return dp, fmt.Errorf("%w; uvxlan in its place: %w", err, uerr)
 	}

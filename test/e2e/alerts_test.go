@@ -374,7 +374,7 @@ func TestAlertsFireOnProvokedCauses(t *testing.T) {
 	// Not ready: no network config yet.
 	end := s.waitTicks(8)
 	expect("WeftdNotReady", "no network config in etcd for 8 scrapes", end, "n1", "f1", "f2")
-	c.Put(Prefix+"/config", `{"Network": "10.244.0.0/16", "Backend": {"Type": "uvxlan", "FastPath": true}}`)
+	c.Put(Prefix+"/config", `{"Network": "10.244.0.0/16", "Backend": {"Type": "uvxlan"}}`) // the fast path on by default
 	for _, n := range nodes {
 		n.WaitReady()
 	}

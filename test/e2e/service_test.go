@@ -31,8 +31,8 @@ var svcDataplanes = []struct {
 	confA, confB string
 }{
 	{"vxlan", svcConf(`"Type":"vxlan"`), svcConf(`"Type":"vxlan"`)},
-	{"uvxlan", svcConf(`"Type":"uvxlan"`), svcConf(`"Type":"uvxlan"`)},
-	{"uvxlan-fastpath", svcConf(`"Type":"uvxlan","FastPath":true`), svcConf(`"Type":"uvxlan","FastPath":true`)},
+	{"uvxlan-userspace", svcConf(`"Type":"uvxlan","FastPath":false`), svcConf(`"Type":"uvxlan","FastPath":false`)},
+	{"uvxlan-fastpath", svcConf(`"Type":"uvxlan"`), svcConf(`"Type":"uvxlan"`)}, // the fast path is on by default
 	{"host-gw", svcConf(`"Type":"host-gw"`), svcConf(`"Type":"host-gw"`)},
 	{"wireguard", svcConf(`"Type":"wireguard"`), svcConf(`"Type":"wireguard"`)},
 	{"vxlan-uvxlan", svcConf(`"Type":"vxlan"`), svcConf(`"Type":"uvxlan"`)},

@@ -11,10 +11,12 @@ import (
 )
 
 // TestMixedBackends runs a kernel VXLAN node and a userspace (uvxlan) node
-// in one cluster through the real weftd: pods reach each other both ways and
-// a transfer arrives intact; the uvxlan node's counters move.
+// without the fast path ("FastPath": false) in one cluster through the real
+// weftd: pods reach each other both ways and a transfer arrives intact; the
+// uvxlan node's counters move, its userspace path taking the kernel peer's
+// partial checksums (the fast path leaves them to the receiving stack).
 func TestMixedBackends(t *testing.T) {
-	c := NewCluster(t, Options{Nodes: 0})
+	c := NewCluster(t, Options{Nodes: 0, Config: `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","FastPath":false}}`})
 	k := c.AddNode("kern")
 	u := c.AddNode("user", "--backend", "uvxlan")
 	k.WaitReady()
@@ -170,14 +172,14 @@ func TestFlannelDeviceToUVXLAN(t *testing.T) {
 	}
 }
 
-// TestFastPathThroughWeftd runs uvxlan with the fast path on (from the
-// network config) through the real weftd, with pods behind the CNI
+// TestFastPathThroughWeftd runs uvxlan with the fast path on (the default
+// of a uvxlan network config) through the real weftd, with pods behind the CNI
 // plugin's bridge, next to a kernel VXLAN node: pods reach each other both
 // ways, transfers arrive intact, and the fast path's counters show that it
 // carried them.
 func TestFastPathThroughWeftd(t *testing.T) {
 	c := NewCluster(t, Options{Nodes: 0,
-		Config: `{"Network": "10.244.0.0/16", "Backend": {"Type": "uvxlan", "FastPath": true}}`})
+		Config: `{"Network": "10.244.0.0/16", "Backend": {"Type": "uvxlan"}}`})
 	f1, f2 := c.AddNode("fast1"), c.AddNode("fast2")
 	k := c.AddNode("kern", "--backend", "vxlan")
 	for _, n := range []*Node{f1, f2, k} {

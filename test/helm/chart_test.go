@@ -147,6 +147,20 @@ flannel: {backendPort: 4789, vni: 4096, mtu: 1400, GBP: true, directRouting: tru
 				b.Type == "vxlan" && b.Port == 4789 && b.VNI == 4096 && b.MTU == 1400 && b.GBP && b.DirectRouting
 		},
 	}, {
+		name:   "vxlan, its fallback without the fast path",
+		values: "flannel: {fastPath: false}\n",
+		want:   `{"Network":"10.244.0.0/16","EnableNFTables":false,"Backend":{"Type":"vxlan","FastPath":false}}`,
+		check: func(c *subnet.Config) bool {
+			return c.Backend.Type == "vxlan" && !c.Backend.FastPath
+		},
+	}, {
+		name:   "uvxlan, the fast path asked for",
+		values: "flannel: {backend: uvxlan, fastPath: true}\n",
+		want:   `{"Network":"10.244.0.0/16","EnableNFTables":false,"Backend":{"Type":"uvxlan","FastPath":true}}`,
+		check: func(c *subnet.Config) bool {
+			return c.Backend.Type == "uvxlan" && c.Backend.FastPath
+		},
+	}, {
 		name:   "uvxlan, port 0 is the default",
 		values: "flannel: {backend: uvxlan, backendPort: 0, vni: 0}\n",
 		want:   `{"Network":"10.244.0.0/16","EnableNFTables":false,"Backend":{"Type":"uvxlan","Port":0,"VNI":0}}`,
@@ -289,6 +303,34 @@ flannel:
 			}
 		},
 	}, {
+		name:   "BPF where uvxlan's fast path may run",
+		values: "",
+		check: func(t *testing.T, _ corev1.PodSpec, _ corev1.ConfigMap) {
+			for _, c := range []struct {
+				values string
+				bpf    bool
+			}{
+				{"flannel: {backend: vxlan}", true}, // falls back to uvxlan
+				{"flannel: {backend: uvxlan}", true},
+				{"flannel: {backend: uvxlan, fastPath: true}", true},
+				{"flannel: {backend: uvxlan, fastPath: false}", false},
+				{"flannel: {backend: vxlan, fastPath: false}", false},
+				{"flannel: {backend: host-gw}", false},
+				{"flannel: {backend: wireguard}", false},
+				{"flannel: {backend: alloc}", false},
+			} {
+				var ds appsv1.DaemonSet
+				find(t, h.template(t, c.values), "DaemonSet", &ds)
+				want := []corev1.Capability{"NET_ADMIN", "NET_RAW"}
+				if c.bpf {
+					want = append(want, "BPF")
+				}
+				if sc := ds.Spec.Template.Spec.Containers[0].SecurityContext; sc == nil || sc.Capabilities == nil || !reflect.DeepEqual(sc.Capabilities.Add, want) {
+					t.Errorf("%s: weftd's securityContext %+v, want capabilities %v", c.values, sc, want)
+				}
+			}
+		},
+	}, {
 		name:   "own conflist",
 		values: "flannel:\n  cniConf: '{\"cniVersion\":\"1.0.0\",\"name\":\"pods\",\"plugins\":[{\"type\":\"weft\",\"mtu\":1400}]}'\n",
 		check: func(t *testing.T, _ corev1.PodSpec, cm corev1.ConfigMap) {
@@ -324,6 +366,8 @@ func TestRefused(t *testing.T) {
 		{"network policy image", "netpol: {image: {repository: x}}", "netpol.image"},
 		{"VNI for host-gw", "flannel: {backend: host-gw, vni: 2}", "flannel.vni: has no meaning for backend host-gw"},
 		{"GBP for uvxlan", "flannel: {backend: uvxlan, GBP: false}", "flannel.GBP: has no meaning for backend uvxlan"},
+		{"fastPath for host-gw", "flannel: {backend: host-gw, fastPath: false}", "flannel.fastPath: has no meaning for backend host-gw"},
+		{"fastPath not a bool", "flannel: {fastPath: \"no\"}", "fastPath"},
 		{"PSK for vxlan", "flannel: {psk: aGVsbG8gd29ybGQgaGVsbG8gd29ybGQgaGVsbG8gd28=}", "flannel.psk: has no meaning for backend vxlan"},
 		{"IPv6 port for vxlan", "flannel: {backendPortv6: 1}", "flannel.backendPortv6: has no meaning for backend vxlan"},
 		{"MTU for alloc", "flannel: {backend: alloc, mtu: 1500}", "flannel.mtu: has no meaning for backend alloc"},

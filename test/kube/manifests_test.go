@@ -160,10 +160,15 @@ func TestManifestContents(t *testing.T) {
 	if len(w.Env) == 0 || w.Env[0].Name != "NODE_NAME" || w.Env[0].ValueFrom == nil || w.Env[0].ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
 		t.Errorf("weftd env %+v: want NODE_NAME from spec.nodeName", w.Env)
 	}
+	// BPF because a vxlan node falls back to uvxlan, whose fast path is on
+	// unless the config turns it off.
 	sc := w.SecurityContext
+	if !cfg.Backend.FastPath || (cfg.Backend.Type != subnet.BackendTypeVXLAN && cfg.Backend.Type != subnet.BackendTypeUVXLAN) {
+		t.Errorf("net-conf.json backend %s, fast path %v: the test expects vxlan with uvxlan's fast path", cfg.Backend.Type, cfg.Backend.FastPath)
+	}
 	if sc == nil || (sc.Privileged != nil && *sc.Privileged) || sc.Capabilities == nil ||
-		!reflect.DeepEqual(sc.Capabilities.Add, []corev1.Capability{"NET_ADMIN", "NET_RAW"}) {
-		t.Errorf("weftd securityContext %+v: want NET_ADMIN and NET_RAW, not privileged", sc)
+		!reflect.DeepEqual(sc.Capabilities.Add, []corev1.Capability{"NET_ADMIN", "NET_RAW", "BPF"}) {
+		t.Errorf("weftd securityContext %+v: want NET_ADMIN, NET_RAW and BPF (uvxlan's fast path), not privileged", sc)
 	}
 	for name, p := range map[string]*corev1.Probe{"/healthz": w.LivenessProbe, "/readyz": w.ReadinessProbe} {
 		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != name || p.HTTPGet.Host != "127.0.0.1" || p.HTTPGet.Port.IntValue() != 9470 {

@@ -28,12 +28,27 @@ GBP:
 directRouting:
   vxlan: DirectRouting
   uvxlan: DirectRouting
+fastPath:
+  vxlan: FastPath
+  uvxlan: FastPath
 psk:
   wireguard: PSK
 tunnelMode:
   wireguard: Mode
 keepaliveInterval:
   wireguard: PersistentKeepaliveInterval
+{{- end }}
+
+{{/*
+weft.fastPath: "true" when weftd may run uvxlan with its fast path, and so
+needs CAP_BPF: the backend is uvxlan, or vxlan (which falls back to uvxlan
+on a kernel without the VXLAN driver), and fastPath is not false.
+*/}}
+{{- define "weft.fastPath" -}}
+{{- $f := .Values.flannel -}}
+{{- if and (has $f.backend (list "vxlan" "uvxlan")) (not (and (hasKey $f "fastPath") (eq (toString (index $f "fastPath")) "false"))) -}}
+true
+{{- end -}}
 {{- end }}
 
 {{/*

@@ -55,6 +55,20 @@ func checkFastPathFirewall(s *state) {
 		inspect.FastEgressProgram, s.k.Device.Name, inspect.FastIngressProgram, strings.Join(rules, "; "), port)
 }
 
+// fastPathAttached reports whether this node runs uvxlan with both fast
+// path programs attached (false where they cannot be read).
+func (s *state) fastPathAttached() bool {
+	if s.k == nil || s.k.Device.Kind != inspect.KindTAP {
+		return false
+	}
+	underlay := 0
+	if u, _, err := s.underlay(); err == nil {
+		underlay = u.Attrs().Index
+	}
+	fp, err := inspect.ReadFastPath(s.Do.Run, s.k.Device.Index, underlay)
+	return err == nil && fp.Attached()
+}
+
 // portRules names the nftables rules on the input, output, prerouting and
 // postrouting hooks that compare a UDP or TCP port with port.
 func (s *state) portRules(port int) ([]string, error) {

@@ -39,13 +39,19 @@ type portVerdict struct {
 // or rejects datagrams to it, or a policy drop that no rule before it
 // overrides with an accept of the port (or of everything). Such a chain
 // drops every VXLAN or WireGuard datagram from the peers, whatever weft
-// programs. iptables-legacy's INPUT is not read.
+// programs. iptables-legacy's INPUT is not read. On a uvxlan node whose
+// fast path is attached, tc takes the peers' datagrams before the input
+// hook: firewall/fastpath names the rules they bypass instead.
 func checkInput(s *state) {
 	if s.Config == nil {
 		return
 	}
 	port, what, ok := tunnelPort(s.Config)
 	if !ok {
+		return
+	}
+	if s.fastPathAttached() {
+		s.r.ok("firewall/input", "fast path attached: tc takes the peers' %s datagrams before the input hook (firewall/fastpath names rules on UDP %d)", what, port)
 		return
 	}
 	var found []portVerdict

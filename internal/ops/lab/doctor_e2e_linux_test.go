@@ -225,12 +225,13 @@ func TestDoctorFaults(t *testing.T) {
 	}
 }
 
-// TestDoctorUVXLAN checks doctor and connectivity on userspace VTEPs: a
-// healthy 2-node uvxlan lab passes, and a blocked VXLAN port is named.
+// TestDoctorUVXLAN checks doctor and connectivity on userspace VTEPs
+// without the fast path (--fast-path=false): a healthy 2-node uvxlan lab
+// passes, and a blocked VXLAN port is named.
 func TestDoctorUVXLAN(t *testing.T) {
 	bin := weftctl(t)
 	dir := filepath.Join(t.TempDir(), "lab")
-	labUp(t, bin, dir, "--nodes", "2", "--pods-per-node", "1", "--backend", "uvxlan")
+	labUp(t, bin, dir, "--nodes", "2", "--pods-per-node", "1", "--backend", "uvxlan", "--fast-path=false")
 	st, err := LoadState(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -257,14 +258,15 @@ func TestDoctorUVXLAN(t *testing.T) {
 	expectCheck(t, checks, code, 2, "probe/"+n2.Addr.String(), "fail", "UDP 8472 blocked on the path")
 }
 
-// TestDoctorFastPathFirewall: on a uvxlan lab with the fast path, the
+// TestDoctorFastPathFirewall: on a uvxlan lab with the fast path (the
+// default), the
 // README's tour (drop UDP 8472 on a node with nft) blocks nothing between
 // fast-path peers, and doctor says so: the rule is named as one the fast
 // path bypasses. peers and explain say which path carries the traffic.
 func TestDoctorFastPathFirewall(t *testing.T) {
 	bin := weftctl(t)
 	dir := filepath.Join(t.TempDir(), "lab")
-	labUp(t, bin, dir, "--nodes", "2", "--pods-per-node", "1", "--backend", "uvxlan", "--fast-path")
+	labUp(t, bin, dir, "--nodes", "2", "--pods-per-node", "1", "--backend", "uvxlan") // the fast path is on by default
 	st, err := LoadState(dir)
 	if err != nil {
 		t.Fatal(err)

@@ -131,10 +131,10 @@ func TestLabUpAfterKill(t *testing.T) {
 		t.Fatalf("peers on mixed nodes: exit %d\n%s", code, out)
 	}
 	checkHostileLeaseRejected(t, bin, dir, st2)
-	src, dst := st2.Pods[2], st2.Pods[0] // node2-pod1 (uvxlan) → node1-pod1 (vxlan)
+	src, dst := st2.Pods[2], st2.Pods[0] // node2-pod1 (uvxlan, with the fast path by default) → node1-pod1 (vxlan)
 	out, code = run(t, bin, "explain", "--lab", "--state-dir", dir, src.IP.String(), dst.IP.String())
 	want := fmt.Sprintf("weft-u.1 is a TAP: weftd looks up %s in its own table → %s", vtepMAC(t, st2, 0), st2.Nodes[0].Addr)
-	if code != 0 || !strings.Contains(out, want) || !strings.Contains(out, "weftd wraps the frame") {
+	if code != 0 || !strings.Contains(out, want) || !strings.Contains(out, "the fast path wraps the frame") {
 		t.Fatalf("explain from a uvxlan node: exit %d, want %q:\n%s", code, want, out)
 	}
 	second.cmd.Process.Signal(syscall.SIGINT)

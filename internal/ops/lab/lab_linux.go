@@ -112,9 +112,11 @@ func (l *Lab) startEtcd(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("etcd client: %w", err)
 	}
+	// Each node runs --backend vxlan or uvxlan; the config's fast path
+	// applies to the uvxlan ones.
 	conf := fmt.Sprintf(`{"Network":%q,"Backend":{"Type":"vxlan"}}`, l.opts.Network)
-	if l.opts.FastPath { // only a uvxlan config may ask for it; vxlan nodes run by --backend
-		conf = fmt.Sprintf(`{"Network":%q,"Backend":{"Type":"uvxlan","FastPath":true}}`, l.opts.Network)
+	if l.opts.NoFastPath {
+		conf = fmt.Sprintf(`{"Network":%q,"Backend":{"Type":"vxlan","FastPath":false}}`, l.opts.Network)
 	}
 	if _, err := l.cli.Put(ctx, l.opts.EtcdPrefix+"/config", conf); err != nil {
 		return fmt.Errorf("write network config: %w", err)

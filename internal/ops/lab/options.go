@@ -27,7 +27,7 @@ type Options struct {
 	Nodes       int          // at least 1
 	PodsPerNode int          // 0..50
 	Backend     string       // BackendVXLAN
-	FastPath    bool         // uvxlan nodes run the fast path (the network config's Backend.FastPath)
+	NoFastPath  bool         // uvxlan nodes run without the fast path ("FastPath": false in the network config; weft's default is on)
 	Weftd       string       // path of weftd; see FindBinaries
 	CNIBin      string       // directory holding the weft plugin; see FindBinaries
 	Network     netip.Prefix // 10.244.0.0/16
