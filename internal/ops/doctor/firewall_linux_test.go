@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"context"
+	"encoding/binary"
 	"net/netip"
 	"regexp"
 	"strings"
@@ -89,6 +90,15 @@ func TestPortRule(t *testing.T) {
 	ct := []expr.Any{&expr.Ct{Key: expr.CtKeySTATE, Register: 1},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: []byte{6, 0, 0, 0}, Xor: []byte{0, 0, 0, 0}},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}}}
+	ctState := func(mask byte) []expr.Any {
+		return []expr.Any{&expr.Ct{Key: expr.CtKeySTATE, Register: 1},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binary.NativeEndian.AppendUint32(nil, uint32(mask)), Xor: []byte{0, 0, 0, 0}},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}}}
+	}
+	ctNew, ctUntracked := ctState(8|64), ctState(64)
+	saddr := []expr.Any{&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{1, 2, 3, 4}}}
+	iif := []expr.Any{&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte("eth0\x00")}}
 	for _, tt := range []struct {
 		name string
 		r    *nftables.Rule
@@ -99,6 +109,12 @@ func TestPortRule(t *testing.T) {
 		{"udp dport 8473 accept", rule(expr.VerdictAccept, udp, dport(0x19)), ""},
 		{"tcp dport 8472 accept", rule(expr.VerdictAccept, tcp, dport(0x18)), ""},
 		{"ct state established accept", rule(expr.VerdictAccept, ct), ""},
+		{"ip saddr 1.2.3.4 udp dport 8472 accept", rule(expr.VerdictAccept, saddr, udp, dport(0x18)), ""},
+		{"iifname eth0 udp dport 8472 accept", rule(expr.VerdictAccept, iif, udp, dport(0x18)), ""},
+		{"ip saddr 1.2.3.4 udp dport 8472 drop", rule(expr.VerdictDrop, saddr, udp, dport(0x18)), ""},
+		{"udp dport 8472 ct state new,untracked accept", rule(expr.VerdictAccept, udp, dport(0x18), ctNew), "accept"},
+		{"udp dport 8472 ct state untracked accept", rule(expr.VerdictAccept, udp, dport(0x18), ctUntracked), ""},
+		{"ct state established udp dport 8472 accept", rule(expr.VerdictAccept, ct, udp, dport(0x18)), ""},
 		{"accept", rule(expr.VerdictAccept), "accept"},
 		{"drop", rule(expr.VerdictDrop), "drop"},
 	} {
@@ -111,7 +127,9 @@ func TestPortRule(t *testing.T) {
 // TestCheckInput loads input rulesets into a test namespace and checks
 // what firewall/input says of UDP 8472: firewalld's layout (the public
 // zone for eth0 reached by a per-interface goto, the drop zone as the
-// default, a final reject) with and without the port opened in public, a policy drop, and a rule dropping the port.
+// default, a final reject) with and without the port opened in public, a
+// policy drop with the port accepted from every peer or from one source
+// only, and a rule dropping the port.
 func TestCheckInput(t *testing.T) {
 	firewalld := func(allow string) string {
 		return `table inet firewalld {
@@ -149,7 +167,9 @@ func TestCheckInput(t *testing.T) {
 		{"firewalld, port closed", firewalld(""), Fail, `table inet firewalld chain filter_INPUT drops UDP 8472 \(VXLAN, every VXLAN datagram from the peers\) by rule "drop, matching every packet \(handle \d+\) in chain filter_IN_drop"`},
 		{"policy drop", "table ip filter { chain INPUT { type filter hook input priority 0; policy drop; ct state established accept\n}\n}", Fail,
 			"table ip filter chain INPUT has policy drop and no rule accepting UDP 8472"},
-		{"policy drop, port accepted", "table ip filter { chain INPUT { type filter hook input priority 0; policy drop; ip saddr 192.168.0.0/16 udp dport 8472 accept\n}\n}", OK, "no input chain"},
+		{"policy drop, port accepted", "table ip filter { chain INPUT { type filter hook input priority 0; policy drop; counter udp dport 8472 accept\n}\n}", OK, "no input chain"},
+		{"policy drop, port accepted from one source", "table ip filter { chain INPUT { type filter hook input priority 0; policy drop; ip saddr 1.2.3.4 udp dport 8472 accept\n}\n}", Fail,
+			"table ip filter chain INPUT has policy drop and no rule accepting UDP 8472 from every peer"},
 		{"rule drops the port", "table inet f { chain in { type filter hook input priority 0; udp dport 8472 counter drop\n}\n}", Fail, `table inet f chain in drops UDP 8472 .* by rule "udp dport 8472 drop \(handle \d+\)"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
