@@ -9,6 +9,7 @@ import (
 	"github.com/google/nftables/expr"
 
 	"github.com/weft-net/weft/backend/masq"
+	"github.com/weft-net/weft/internal/ops/inspect"
 	"github.com/weft-net/weft/subnet"
 )
 
@@ -40,7 +41,9 @@ type portVerdict struct {
 // overrides with an accept of the port from every peer (or of everything,
 // see portRule). Such a chain
 // drops every VXLAN or WireGuard datagram from the peers, whatever weft
-// programs. iptables-legacy's INPUT is not read.
+// programs: a failure. With uvxlan's fast path attached it drops only the
+// datagrams of peers on the userspace path (the fast path takes the others
+// before netfilter): a warning. iptables-legacy's INPUT is not read.
 func checkInput(s *state) {
 	if s.Config == nil {
 		return
@@ -85,6 +88,17 @@ func checkInput(s *state) {
 		s.r.add("firewall/input", Warn, "", "read nftables chains: %v", err)
 		return
 	}
+	status, whom, bypass := Fail, "every "+what+" datagram from the peers", ""
+	dropped := "the " + what + " datagrams"
+	if fp, err := s.fastPath(); err == nil && fp.Ingress {
+		// The fast path's ingress program takes the datagrams of the peers
+		// in its map before netfilter: the chain cuts off only the others.
+		// (A node runs uvxlan by its network config or by weftd's
+		// --backend, so the TAP device and the program tell, not the config.)
+		status, whom = Warn, "the datagrams of peers on the userspace path"
+		dropped += " of peers on the userspace path"
+		bypass = fmt.Sprintf("; the fast path (%s on the underlay's ingress) takes the datagrams of the peers it carries before this hook, so they still arrive", inspect.FastIngressProgram)
+	}
 	for _, v := range found {
 		fam := strings.Fields(v.chain.String())[1]
 		fix := fmt.Sprintf("nft insert rule %s %s %s udp dport %d accept", fam, v.chain.table, v.chain.name, port)
@@ -92,12 +106,12 @@ func checkInput(s *state) {
 			fix = fmt.Sprintf("iptables -I INPUT -p udp --dport %d -j ACCEPT", port)
 		}
 		if v.rule != "" {
-			s.r.add("firewall/input", Fail, "delete that rule, or "+fix,
-				"%s drops UDP %d (%s, every %s datagram from the peers) by rule %q", v.chain, port, what, what, v.rule)
+			s.r.add("firewall/input", status, "delete that rule, or "+fix,
+				"%s drops UDP %d (%s, %s) by rule %q%s", v.chain, port, what, whom, v.rule, bypass)
 			continue
 		}
-		s.r.add("firewall/input", Fail, fix,
-			"%s has policy drop and no rule accepting UDP %d from every peer: the %s datagrams no rule accepts are dropped there, whatever other tables accept", v.chain, port, what)
+		s.r.add("firewall/input", status, fix,
+			"%s has policy drop and no rule accepting UDP %d from every peer: %s that no rule accepts are dropped there, whatever other tables accept%s", v.chain, port, dropped, bypass)
 	}
 	if len(found) == 0 {
 		s.r.ok("firewall/input", "no input chain drops UDP %d (%s)", port, what)
