@@ -88,17 +88,7 @@ func checkInput(s *state) {
 		s.r.add("firewall/input", Warn, "", "read nftables chains: %v", err)
 		return
 	}
-	status, whom, bypass := Fail, "every "+what+" datagram from the peers", ""
-	dropped := "the " + what + " datagrams"
-	if fp, err := s.fastPath(); err == nil && fp.Ingress {
-		// The fast path's ingress program takes the datagrams of the peers
-		// in its map before netfilter: the chain cuts off only the others.
-		// (A node runs uvxlan by its network config or by weftd's
-		// --backend, so the TAP device and the program tell, not the config.)
-		status, whom = Warn, "the datagrams of peers on the userspace path"
-		dropped += " of peers on the userspace path"
-		bypass = fmt.Sprintf("; the fast path (%s on the underlay's ingress) takes the datagrams of the peers it carries before this hook, so they still arrive", inspect.FastIngressProgram)
-	}
+	sc := s.inputDropScope(what)
 	for _, v := range found {
 		fam := strings.Fields(v.chain.String())[1]
 		fix := fmt.Sprintf("nft insert rule %s %s %s udp dport %d accept", fam, v.chain.table, v.chain.name, port)
@@ -106,16 +96,41 @@ func checkInput(s *state) {
 			fix = fmt.Sprintf("iptables -I INPUT -p udp --dport %d -j ACCEPT", port)
 		}
 		if v.rule != "" {
-			s.r.add("firewall/input", status, "delete that rule, or "+fix,
-				"%s drops UDP %d (%s, %s) by rule %q%s", v.chain, port, what, whom, v.rule, bypass)
+			s.r.add("firewall/input", sc.status, "delete that rule, or "+fix,
+				"%s drops UDP %d (%s, %s) by rule %q%s", v.chain, port, what, sc.whom, v.rule, sc.bypass)
 			continue
 		}
-		s.r.add("firewall/input", status, fix,
-			"%s has policy drop and no rule accepting UDP %d from every peer: %s that no rule accepts are dropped there, whatever other tables accept%s", v.chain, port, dropped, bypass)
+		s.r.add("firewall/input", sc.status, fix,
+			"%s has policy drop and no rule accepting UDP %d from every peer: %s that no rule accepts are dropped there, whatever other tables accept%s", v.chain, port, sc.dropped, sc.bypass)
 	}
 	if len(found) == 0 {
 		s.r.ok("firewall/input", "no input chain drops UDP %d (%s)", port, what)
 	}
+}
+
+// dropScope is whose datagrams an input chain dropping the tunnel port
+// cuts off, in the report's words, and how severe that is.
+type dropScope struct {
+	status  Status
+	whom    string // "every VXLAN datagram from the peers"
+	dropped string // "the VXLAN datagrams"
+	bypass  string // "" or why some peers' datagrams still arrive
+}
+
+// inputDropScope: every peer's datagrams (a failure), unless uvxlan's fast
+// path has its ingress program on the underlay, which takes the datagrams
+// of the peers in its map before netfilter, so that the chain cuts off
+// only peers on the userspace path (a warning). A node runs uvxlan by its
+// network config or by weftd's --backend: the TAP device and the program
+// tell, not the config.
+func (s *state) inputDropScope(what string) dropScope {
+	sc := dropScope{status: Fail, whom: "every " + what + " datagram from the peers", dropped: "the " + what + " datagrams"}
+	if fp, err := s.fastPath(); err == nil && fp.Ingress {
+		sc.status, sc.whom = Warn, "the datagrams of peers on the userspace path"
+		sc.dropped += " of peers on the userspace path"
+		sc.bypass = fmt.Sprintf("; the fast path (%s on the underlay's ingress) takes the datagrams of the peers it carries before this hook, so they still arrive", inspect.FastIngressProgram)
+	}
+	return sc
 }
 
 // chainVerdict walks the rules of a chain (and the chains its rules jump
