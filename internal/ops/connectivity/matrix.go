@@ -2,6 +2,7 @@ package connectivity
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -57,9 +58,29 @@ func (p Pair) OK() bool {
 }
 
 // BlackHole reports whether small echo requests came back but full-size
-// ones with DF set did not: an MTU black hole on the path (a hop that
-// drops large packets without an ICMP "fragmentation needed").
+// ones with DF set were lost without a word: an MTU black hole on the path
+// (a hop that drops large packets without an ICMP "fragmentation needed").
+// A DF probe refused with "fragmentation needed" is not one: the path
+// reported its smaller MTU (see PathMTUReported).
 func (p Pair) BlackHole() bool {
+	return p.dfFailed() && !errors.As(p.DF.Err, new(*FragNeededError))
+}
+
+// PathMTUReported returns the MTU a hop (or the source's own VXLAN device)
+// announced when it refused the full-size DF probes with "fragmentation
+// needed" (0 when it named none); ok is false unless that is why they
+// failed. Path MTU discovery works, but the overlay's MTU is larger than
+// the path's.
+func (p Pair) PathMTUReported() (mtu int, ok bool) {
+	var fn *FragNeededError
+	if !p.dfFailed() || !errors.As(p.DF.Err, &fn) {
+		return 0, false
+	}
+	return fn.MTU, true
+}
+
+// dfFailed: small echo requests came back, none of the DF ones did.
+func (p Pair) dfFailed() bool {
 	return p.Ping.Received > 0 && p.DFSize > 0 && p.DF.Sent > 0 && p.DF.Received == 0
 }
 
@@ -129,7 +150,8 @@ func (m *Matrix) Failures() int {
 }
 
 // Render prints one line per pair: loss, round trip, the DF probes of the
-// route's MTU and the TCP exchange; an MTU black hole is named.
+// route's MTU and the TCP exchange; a smaller path MTU that the path
+// reported, or an MTU black hole, is named.
 func (m *Matrix) Render(w io.Writer) error {
 	fmt.Fprintf(w, "%s\n", m.Title)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -157,14 +179,25 @@ func (m *Matrix) Render(w io.Writer) error {
 		return err
 	}
 	for _, p := range m.Pairs {
-		if p.BlackHole() {
-			if _, err := fmt.Fprintf(w, "✗ %s → %s: MTU black hole: small packets cross, %d-byte packets with DF set do not (%s); a hop on the path drops large packets without saying so (a lower MTU, or a firewall dropping large VXLAN or WireGuard datagrams): fix the underlay MTU or lower the overlay MTU\n",
-				p.From, p.To, p.DFSize, dfReason(p.DF.Err)); err != nil {
-				return err
-			}
+		if err := renderMTU(w, p); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// renderMTU names what stops a pair's full-size DF probes: a path MTU
+// smaller than the overlay's that the path reported, or a black hole.
+func renderMTU(w io.Writer, p Pair) error {
+	var err error
+	if _, ok := p.PathMTUReported(); ok {
+		_, err = fmt.Fprintf(w, "✗ %s → %s: path MTU smaller than the overlay's, reported by the path: small packets cross, %d-byte packets with DF set are refused (%s); lower Backend.MTU in the network config to the path's MTU (or raise the underlay's MTU)\n",
+			p.From, p.To, p.DFSize, dfReason(p.DF.Err))
+	} else if p.BlackHole() {
+		_, err = fmt.Fprintf(w, "✗ %s → %s: MTU black hole: small packets cross, %d-byte packets with DF set do not (%s); a hop on the path drops large packets without saying so (a lower MTU, or a firewall dropping large VXLAN or WireGuard datagrams): fix the underlay MTU or lower the overlay MTU\n",
+			p.From, p.To, p.DFSize, dfReason(p.DF.Err))
+	}
+	return err
 }
 
 // dfColumn is the DF probes' outcome: "-" when none were sent, else the

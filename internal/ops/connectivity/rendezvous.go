@@ -3,6 +3,7 @@ package connectivity
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"path"
@@ -40,6 +41,10 @@ type PairJSON struct {
 	DFSize             int    `json:",omitempty"`
 	DFSent, DFReceived int    `json:",omitempty"`
 	DFErr              string `json:",omitempty"`
+	// The DF probes were refused with "fragmentation needed" (DFErr is a
+	// FragNeededError), naming DFPathMTU (0: unknown).
+	DFFragNeeded bool `json:",omitempty"`
+	DFPathMTU    int  `json:",omitempty"`
 }
 
 // ToJSON converts pairs for publishing.
@@ -51,6 +56,10 @@ func ToJSON(ps []Pair) []PairJSON {
 			DFSize: p.DFSize, DFSent: p.DF.Sent, DFReceived: p.DF.Received}
 		if p.DF.Err != nil {
 			out[i].DFErr = p.DF.Err.Error()
+		}
+		var fn *FragNeededError
+		if errors.As(p.DF.Err, &fn) {
+			out[i].DFFragNeeded, out[i].DFPathMTU = true, fn.MTU
 		}
 		if p.TCPErr != nil {
 			out[i].TCPErr = p.TCPErr.Error()
@@ -71,6 +80,9 @@ func FromJSON(ps []PairJSON) []Pair {
 			DFSize: p.DFSize, DF: Stats{Sent: p.DFSent, Received: p.DFReceived}}
 		if p.DFErr != "" {
 			out[i].DF.Err = remoteError(p.DFErr)
+		}
+		if p.DFFragNeeded {
+			out[i].DF.Err = &FragNeededError{MTU: p.DFPathMTU}
 		}
 		if p.TCPErr != "" {
 			out[i].TCPErr = remoteError(p.TCPErr)

@@ -26,11 +26,7 @@ func checkFastPathFirewall(s *state) {
 	if s.Config != nil {
 		port = s.Config.Backend.Port
 	}
-	underlay := 0
-	if u, _, err := s.underlay(); err == nil {
-		underlay = u.Attrs().Index
-	}
-	fp, err := inspect.ReadFastPath(s.Do.Run, s.k.Device.Index, underlay)
+	fp, err := s.fastPath()
 	if err != nil {
 		s.r.add("firewall/fastpath", Warn, "run weftctl doctor as root (it queries the tc programs)", "%v", err)
 		return
@@ -55,18 +51,25 @@ func checkFastPathFirewall(s *state) {
 		inspect.FastEgressProgram, s.k.Device.Name, inspect.FastIngressProgram, strings.Join(rules, "; "), port)
 }
 
-// fastPathAttached reports whether this node runs uvxlan with both fast
-// path programs attached (false where they cannot be read).
-func (s *state) fastPathAttached() bool {
-	if s.k == nil || s.k.Device.Kind != inspect.KindTAP {
-		return false
+// fastPath reads, once, which of the uvxlan fast path's programs the node
+// has attached; none on a node whose overlay device is not uvxlan's TAP.
+func (s *state) fastPath() (inspect.FastPath, error) {
+	if s.fp == nil {
+		s.fp = &fastPathRead{}
+		if s.k != nil && s.k.Device.Kind == inspect.KindTAP {
+			underlay := 0
+			if u, _, err := s.underlay(); err == nil {
+				underlay = u.Attrs().Index
+			}
+			s.fp.FastPath, s.fp.err = inspect.ReadFastPath(s.Do.Run, s.k.Device.Index, underlay)
+		}
 	}
-	underlay := 0
-	if u, _, err := s.underlay(); err == nil {
-		underlay = u.Attrs().Index
-	}
-	fp, err := inspect.ReadFastPath(s.Do.Run, s.k.Device.Index, underlay)
-	return err == nil && fp.Attached()
+	return s.fp.FastPath, s.fp.err
+}
+
+type fastPathRead struct {
+	inspect.FastPath
+	err error
 }
 
 // portRules names the nftables rules on the input, output, prerouting and

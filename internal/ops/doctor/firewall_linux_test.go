@@ -1,7 +1,9 @@
 package doctor
 
 import (
+	"cmp"
 	"context"
+	"encoding/binary"
 	"net/netip"
 	"regexp"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"github.com/google/nftables/expr"
 
 	"github.com/weft-net/weft/internal/ops/connectivity"
+	"github.com/weft-net/weft/internal/ops/inspect"
 	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/subnet"
 )
@@ -89,6 +92,15 @@ func TestPortRule(t *testing.T) {
 	ct := []expr.Any{&expr.Ct{Key: expr.CtKeySTATE, Register: 1},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: []byte{6, 0, 0, 0}, Xor: []byte{0, 0, 0, 0}},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}}}
+	ctState := func(mask byte) []expr.Any {
+		return []expr.Any{&expr.Ct{Key: expr.CtKeySTATE, Register: 1},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binary.NativeEndian.AppendUint32(nil, uint32(mask)), Xor: []byte{0, 0, 0, 0}},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}}}
+	}
+	ctNew, ctUntracked := ctState(8|64), ctState(64)
+	saddr := []expr.Any{&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{1, 2, 3, 4}}}
+	iif := []expr.Any{&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte("eth0\x00")}}
 	for _, tt := range []struct {
 		name string
 		r    *nftables.Rule
@@ -99,6 +111,12 @@ func TestPortRule(t *testing.T) {
 		{"udp dport 8473 accept", rule(expr.VerdictAccept, udp, dport(0x19)), ""},
 		{"tcp dport 8472 accept", rule(expr.VerdictAccept, tcp, dport(0x18)), ""},
 		{"ct state established accept", rule(expr.VerdictAccept, ct), ""},
+		{"ip saddr 1.2.3.4 udp dport 8472 accept", rule(expr.VerdictAccept, saddr, udp, dport(0x18)), ""},
+		{"iifname eth0 udp dport 8472 accept", rule(expr.VerdictAccept, iif, udp, dport(0x18)), ""},
+		{"ip saddr 1.2.3.4 udp dport 8472 drop", rule(expr.VerdictDrop, saddr, udp, dport(0x18)), ""},
+		{"udp dport 8472 ct state new,untracked accept", rule(expr.VerdictAccept, udp, dport(0x18), ctNew), "accept"},
+		{"udp dport 8472 ct state untracked accept", rule(expr.VerdictAccept, udp, dport(0x18), ctUntracked), ""},
+		{"ct state established udp dport 8472 accept", rule(expr.VerdictAccept, ct, udp, dport(0x18)), ""},
 		{"accept", rule(expr.VerdictAccept), "accept"},
 		{"drop", rule(expr.VerdictDrop), "drop"},
 	} {
@@ -111,7 +129,10 @@ func TestPortRule(t *testing.T) {
 // TestCheckInput loads input rulesets into a test namespace and checks
 // what firewall/input says of UDP 8472: firewalld's layout (the public
 // zone for eth0 reached by a per-interface goto, the drop zone as the
-// default, a final reject) with and without the port opened in public, a policy drop, and a rule dropping the port.
+// default, a final reject) with and without the port opened in public, a
+// policy drop with the port accepted from every peer or from one source
+// only, and a rule dropping the port; on uvxlan with the fast path's
+// ingress program attached, a drop is a warning naming the fast path.
 func TestCheckInput(t *testing.T) {
 	firewalld := func(allow string) string {
 		return `table inet firewalld {
@@ -140,17 +161,29 @@ func TestCheckInput(t *testing.T) {
 	}
 }`
 	}
+	const dropPort = "table inet f { chain in { type filter hook input priority 0; udp dport 8472 counter drop\n}\n}"
 	for _, tt := range []struct {
 		name, ruleset string
 		status        Status
 		want          string
+		backend       string
+		fastPath      inspect.FastPath // what fastPath reads on the node
 	}{
-		{"firewalld, port open", firewalld("udp dport 8472 ct state new,untracked accept"), OK, "no input chain drops UDP 8472"},
-		{"firewalld, port closed", firewalld(""), Fail, `table inet firewalld chain filter_INPUT drops UDP 8472 \(VXLAN, every VXLAN datagram from the peers\) by rule "drop, matching every packet \(handle \d+\) in chain filter_IN_drop"`},
+		{"firewalld, port open", firewalld("udp dport 8472 ct state new,untracked accept"), OK, "no input chain drops UDP 8472", "", inspect.FastPath{}},
+		{"firewalld, port closed", firewalld(""), Fail, `table inet firewalld chain filter_INPUT drops UDP 8472 \(VXLAN, every VXLAN datagram from the peers\) by rule "drop, matching every packet \(handle \d+\) in chain filter_IN_drop"`, "", inspect.FastPath{}},
 		{"policy drop", "table ip filter { chain INPUT { type filter hook input priority 0; policy drop; ct state established accept\n}\n}", Fail,
-			"table ip filter chain INPUT has policy drop and no rule accepting UDP 8472"},
-		{"policy drop, port accepted", "table ip filter { chain INPUT { type filter hook input priority 0; policy drop; ip saddr 192.168.0.0/16 udp dport 8472 accept\n}\n}", OK, "no input chain"},
-		{"rule drops the port", "table inet f { chain in { type filter hook input priority 0; udp dport 8472 counter drop\n}\n}", Fail, `table inet f chain in drops UDP 8472 .* by rule "udp dport 8472 drop \(handle \d+\)"`},
+			"table ip filter chain INPUT has policy drop and no rule accepting UDP 8472", "", inspect.FastPath{}},
+		{"policy drop, port accepted", "table ip filter { chain INPUT { type filter hook input priority 0; policy drop; counter udp dport 8472 accept\n}\n}", OK, "no input chain", "", inspect.FastPath{}},
+		{"policy drop, port accepted from one source", "table ip filter { chain INPUT { type filter hook input priority 0; policy drop; ip saddr 1.2.3.4 udp dport 8472 accept\n}\n}", Fail,
+			"table ip filter chain INPUT has policy drop and no rule accepting UDP 8472 from every peer", "", inspect.FastPath{}},
+		{"rule drops the port", dropPort, Fail, `table inet f chain in drops UDP 8472 .* by rule "udp dport 8472 drop \(handle \d+\)"`, "", inspect.FastPath{}},
+		{"uvxlan config, no fast path ingress, rule drops the port", dropPort, Fail, `table inet f chain in drops UDP 8472 \(VXLAN, every VXLAN datagram from the peers\) by rule "udp dport 8472 drop \(handle \d+\)"$`,
+			subnet.BackendTypeUVXLAN, inspect.FastPath{Egress: true}},
+		{"fast path, rule drops the port", dropPort, Warn, `table inet f chain in drops UDP 8472 \(VXLAN, the datagrams of peers on the userspace path\) by rule "udp dport 8472 drop \(handle \d+\)"; ` +
+			`the fast path \(weft_fp_ingress on the underlay's ingress\) takes the datagrams of the peers it carries before this hook`, "", inspect.FastPath{Egress: true, Ingress: true}},
+		{"fast path, policy drop", "table ip filter { chain INPUT { type filter hook input priority 0; policy drop; ct state established accept\n}\n}", Warn,
+			"table ip filter chain INPUT has policy drop and no rule accepting UDP 8472 from every peer: the VXLAN datagrams of peers on the userspace path that no rule accepts are dropped there, whatever other tables accept; the fast path",
+			"", inspect.FastPath{Egress: true, Ingress: true}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ns := nettest.NewNS(t, "doctorin")
@@ -159,7 +192,9 @@ func TestCheckInput(t *testing.T) {
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("nft -f: %v\n%s", err, out)
 			}
-			s := &state{Node: Node{Do: connectivity.Do(ns.Do), Config: &subnet.Config{Backend: subnet.BackendConfig{Type: subnet.BackendTypeVXLAN, Port: 8472}}}, r: &Report{}}
+			backend := cmp.Or(tt.backend, subnet.BackendTypeVXLAN)
+			s := &state{Node: Node{Do: connectivity.Do(ns.Do), Config: &subnet.Config{Backend: subnet.BackendConfig{Type: backend, Port: 8472}}}, r: &Report{},
+				fp: &fastPathRead{FastPath: tt.fastPath}}
 			checkInput(s)
 			if len(s.r.Checks) != 1 || s.r.Checks[0].Status != tt.status || !regexp.MustCompile(tt.want).MatchString(s.r.Checks[0].Evidence) {
 				t.Fatalf("got %+v, want %s with %q", s.r.Checks, tt.status, tt.want)

@@ -9,6 +9,7 @@ import (
 	"github.com/google/nftables/expr"
 
 	"github.com/weft-net/weft/backend/masq"
+	"github.com/weft-net/weft/internal/ops/inspect"
 	"github.com/weft-net/weft/subnet"
 )
 
@@ -37,21 +38,18 @@ type portVerdict struct {
 // checkInput looks for nftables chains on the input hook (native ones and
 // iptables-nft's INPUT) that drop the overlay's UDP port: a rule that drops
 // or rejects datagrams to it, or a policy drop that no rule before it
-// overrides with an accept of the port (or of everything). Such a chain
+// overrides with an accept of the port from every peer (or of everything,
+// see portRule). Such a chain
 // drops every VXLAN or WireGuard datagram from the peers, whatever weft
-// programs. iptables-legacy's INPUT is not read. On a uvxlan node whose
-// fast path is attached, tc takes the peers' datagrams before the input
-// hook: firewall/fastpath names the rules they bypass instead.
+// programs: a failure. With uvxlan's fast path attached it drops only the
+// datagrams of peers on the userspace path (the fast path takes the others
+// before netfilter): a warning. iptables-legacy's INPUT is not read.
 func checkInput(s *state) {
 	if s.Config == nil {
 		return
 	}
 	port, what, ok := tunnelPort(s.Config)
 	if !ok {
-		return
-	}
-	if s.fastPathAttached() {
-		s.r.ok("firewall/input", "fast path attached: tc takes the peers' %s datagrams before the input hook (firewall/fastpath names rules on UDP %d)", what, port)
 		return
 	}
 	var found []portVerdict
@@ -90,6 +88,7 @@ func checkInput(s *state) {
 		s.r.add("firewall/input", Warn, "", "read nftables chains: %v", err)
 		return
 	}
+	sc := s.inputDropScope(what)
 	for _, v := range found {
 		fam := strings.Fields(v.chain.String())[1]
 		fix := fmt.Sprintf("nft insert rule %s %s %s udp dport %d accept", fam, v.chain.table, v.chain.name, port)
@@ -97,16 +96,41 @@ func checkInput(s *state) {
 			fix = fmt.Sprintf("iptables -I INPUT -p udp --dport %d -j ACCEPT", port)
 		}
 		if v.rule != "" {
-			s.r.add("firewall/input", Fail, "delete that rule, or "+fix,
-				"%s drops UDP %d (%s, every %s datagram from the peers) by rule %q", v.chain, port, what, what, v.rule)
+			s.r.add("firewall/input", sc.status, "delete that rule, or "+fix,
+				"%s drops UDP %d (%s, %s) by rule %q%s", v.chain, port, what, sc.whom, v.rule, sc.bypass)
 			continue
 		}
-		s.r.add("firewall/input", Fail, fix,
-			"%s has policy drop and no rule accepting UDP %d: every %s datagram from the peers is dropped there, whatever other tables accept", v.chain, port, what)
+		s.r.add("firewall/input", sc.status, fix,
+			"%s has policy drop and no rule accepting UDP %d from every peer: %s that no rule accepts are dropped there, whatever other tables accept%s", v.chain, port, sc.dropped, sc.bypass)
 	}
 	if len(found) == 0 {
 		s.r.ok("firewall/input", "no input chain drops UDP %d (%s)", port, what)
 	}
+}
+
+// dropScope is whose datagrams an input chain dropping the tunnel port
+// cuts off, in the report's words, and how severe that is.
+type dropScope struct {
+	status  Status
+	whom    string // "every VXLAN datagram from the peers"
+	dropped string // "the VXLAN datagrams"
+	bypass  string // "" or why some peers' datagrams still arrive
+}
+
+// inputDropScope: every peer's datagrams (a failure), unless uvxlan's fast
+// path has its ingress program on the underlay, which takes the datagrams
+// of the peers in its map before netfilter, so that the chain cuts off
+// only peers on the userspace path (a warning). A node runs uvxlan by its
+// network config or by weftd's --backend: the TAP device and the program
+// tell, not the config.
+func (s *state) inputDropScope(what string) dropScope {
+	sc := dropScope{status: Fail, whom: "every " + what + " datagram from the peers", dropped: "the " + what + " datagrams"}
+	if fp, err := s.fastPath(); err == nil && fp.Ingress {
+		sc.status, sc.whom = Warn, "the datagrams of peers on the userspace path"
+		sc.dropped += " of peers on the userspace path"
+		sc.bypass = fmt.Sprintf("; the fast path (%s on the underlay's ingress) takes the datagrams of the peers it carries before this hook, so they still arrive", inspect.FastIngressProgram)
+	}
+	return sc
 }
 
 // chainVerdict walks the rules of a chain (and the chains its rules jump
@@ -168,39 +192,81 @@ func ruleJump(r *nftables.Rule) (target string, matches bool) {
 }
 
 // portRule says what a rule does with a UDP datagram to port: "accept"
-// when it accepts everything or matches the port (and UDP, if it names a
-// protocol) and accepts; "drop" when it drops or rejects everything, or
-// the port and nothing else; "" when it does not decide (other matches, such as conntrack
-// state, which does not cover VXLAN's hashed source ports).
+// when it accepts everything, or matches the port (and UDP, if it names a
+// protocol) and nothing narrower and accepts; "drop" when it drops or
+// rejects everything, or the port and nothing else; "" when it does not
+// decide for every peer's datagrams. An accept limited to some sources,
+// interfaces or marks (`ip saddr 1.2.3.4 udp dport 8472 accept`) leaves
+// the other peers to the rules after it and the policy. A conntrack state
+// match that includes new (firewalld's `ct state new,untracked`) does not
+// narrow an accept: VXLAN's hashed source ports open new flows, and the
+// chains that use it accept established ones before. A drop with any other
+// match does not decide (conntrack state does not cover VXLAN's hashed
+// source ports).
 func portRule(r *nftables.Rule, port uint16) string {
-	matches, portMatch, other := 0, false, false
-	verdict := ""
-	var proto bool // the last load was the layer-4 protocol
-	var dport bool // the last load was the transport destination port
+	const (
+		loadNone = iota
+		loadOther
+		loadProto   // the layer-4 protocol
+		loadDport   // the transport destination port
+		loadCtState // conntrack's state bits
+	)
+	var (
+		matches   int
+		portMatch bool
+		other     bool // a match besides the protocol and the port
+		narrow    bool // one that may leave out some peers' datagrams
+		verdict   string
+		load      = loadNone // what the last load put in a register
+		ctMask    uint32
+	)
 	for _, e := range r.Exprs {
 		switch e := e.(type) {
-		case *expr.Counter:
+		case *expr.Counter, *expr.Log:
 		case *expr.Meta:
-			proto, dport = e.Key == expr.MetaKeyL4PROTO, false
-			other = other || !proto
+			load = loadOther
+			if e.Key == expr.MetaKeyL4PROTO {
+				load = loadProto
+			}
 		case *expr.Payload:
-			proto = e.Base == expr.PayloadBaseNetworkHeader && e.Offset == 9 && e.Len == 1
-			dport = e.Base == expr.PayloadBaseTransportHeader && e.Offset == 2 && e.Len == 2
-			other = other || !proto && !dport
+			switch {
+			case e.Base == expr.PayloadBaseNetworkHeader && e.Offset == 9 && e.Len == 1:
+				load = loadProto
+			case e.Base == expr.PayloadBaseTransportHeader && e.Offset == 2 && e.Len == 2:
+				load = loadDport
+			default:
+				load = loadOther
+			}
+		case *expr.Ct:
+			load = loadOther
+			if e.Key == expr.CtKeySTATE {
+				load, ctMask = loadCtState, ^uint32(0)
+			}
+		case *expr.Bitwise:
+			if load == loadCtState && len(e.Mask) == 4 {
+				ctMask &= binary.NativeEndian.Uint32(e.Mask)
+			} else {
+				load = loadOther
+			}
 		case *expr.Cmp:
 			matches++
-			switch {
-			case proto:
+			switch load {
+			case loadProto:
 				if e.Op != expr.CmpOpEq || len(e.Data) != 1 || e.Data[0] != 17 {
 					return "" // not UDP
 				}
-			case dport:
+			case loadDport:
 				if e.Op != expr.CmpOpEq || len(e.Data) != 2 || binary.BigEndian.Uint16(e.Data) != port {
 					return "" // another port
 				}
 				portMatch = true
+			case loadCtState:
+				other = true
+				narrow = narrow || e.Op != expr.CmpOpNeq || !allZero(e.Data) || ctMask&ctStateNew == 0
+			default:
+				other, narrow = true, true
 			}
-			proto, dport = false, false
+			load = loadNone
 		case *expr.Verdict:
 			switch e.Kind {
 			case expr.VerdictAccept:
@@ -210,19 +276,31 @@ func portRule(r *nftables.Rule, port uint16) string {
 			}
 		case *expr.Reject:
 			verdict = "drop"
-		default:
-			other = true
+		default: // a set lookup, a range, a match of iptables' xtables...
+			other, narrow = true, true
 		}
 	}
 	switch {
 	case matches == 0 && !other:
 		return verdict // accepts or drops everything
-	case portMatch && verdict == "accept":
+	case portMatch && verdict == "accept" && !narrow:
 		return "accept"
 	case portMatch && verdict == "drop" && !other:
 		return "drop"
 	}
 	return ""
+}
+
+// ctStateNew is conntrack's new state bit in `ct state` (IP_CT_NEW's).
+const ctStateNew = 1 << 3
+
+func allZero(b []byte) bool {
+	for _, x := range b {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // describeRule names a dropping rule by what it matched and its handle.

@@ -83,6 +83,10 @@ func (s *state) report(res probeResult) {
 	case res.small.Received == 0:
 		s.r.add(name, Fail, "check that the node is up and reachable on the underlay, then run weftctl doctor on it",
 			"node %s (subnet %s) answers neither over the overlay (VTEP %s) nor on the underlay: %v", p.Attrs.PublicIP, p.Subnet, vtep, res.underlay.Err)
+	case res.df.Received == 0 && errors.As(res.df.Err, new(*connectivity.FragNeededError)):
+		// PMTU discovery works: a hop (or this node's own device) said so.
+		s.r.add(name, Fail, "lower Backend.MTU in the network config to the path's MTU (or raise the underlay's MTU) and restart weftd",
+			"path MTU smaller than the overlay's, reported by the path: small probes to %s come back (%s) but a %d-byte probe with DF set is refused (%s)", vtep, rtt(res.small), res.dfSize, dfErr(res.df.Err))
 	case res.df.Received == 0:
 		s.r.add(name, Fail, "lower the overlay MTU: set the underlay MTU right on every node and restart weftd, or find the hop with the smaller MTU",
 			"MTU black hole: small probes to %s come back (%s) but a %d-byte probe with DF set does not (%v)", vtep, rtt(res.small), res.dfSize, dfErr(res.df.Err))

@@ -24,6 +24,7 @@ type state struct {
 	// fallback is weftd's weft_backend_fallback series (its labels), ""
 	// when weftd runs the configured dataplane or its metrics are unread.
 	fallback string
+	fp       *fastPathRead // see fastPath; nil until read
 }
 
 // Run runs every check on n and returns the report. It fails only in its

@@ -38,21 +38,37 @@ func doctor(t *testing.T, bin, dir, node string) (int, []doctorCheck) {
 // other check failed or warned.
 func expectCheck(t *testing.T, checks []doctorCheck, code, wantCode int, name, status, re string) {
 	t.Helper()
-	found := false
+	expectChecks(t, checks, code, wantCode, wantCheck{name, status, re})
+}
+
+// wantCheck is a check that expectChecks looks for.
+type wantCheck struct{ name, status, re string }
+
+// expectChecks asserts that each wanted check is there (one of them, for
+// repeated names) with its status and evidence, and that no other check
+// failed or warned.
+func expectChecks(t *testing.T, checks []doctorCheck, code, wantCode int, want ...wantCheck) {
+	t.Helper()
+	found := make([]bool, len(want))
+next:
 	for _, c := range checks {
-		if c.Name == name && c.Status == status && regexp.MustCompile(re).MatchString(c.Evidence) {
-			found = true
-			if c.Fix == "" {
-				t.Errorf("%s: %s without a fix", name, status)
+		for i, w := range want {
+			if c.Name == w.name && c.Status == w.status && regexp.MustCompile(w.re).MatchString(c.Evidence) {
+				found[i] = true
+				if c.Fix == "" {
+					t.Errorf("%s: %s without a fix", w.name, w.status)
+				}
+				continue next
 			}
-			continue
 		}
 		if c.Status != "ok" {
 			t.Errorf("unexpected %s %s: %s", c.Status, c.Name, c.Evidence)
 		}
 	}
-	if !found || code != wantCode {
-		t.Errorf("want %s %s matching %q and exit %d; got exit %d:\n%+v", status, name, re, wantCode, code, checks)
+	for i, w := range want {
+		if !found[i] || code != wantCode {
+			t.Errorf("want %s %s matching %q and exit %d; got exit %d:\n%+v", w.status, w.name, w.re, wantCode, code, checks)
+		}
 	}
 }
 
@@ -256,13 +272,20 @@ func TestDoctorUVXLAN(t *testing.T) {
 	defer ipIn(t, n2.NS, "nft", "delete table inet wefttest")
 	code, checks := doctor(t, bin, dir, n1.Name)
 	expectCheck(t, checks, code, 2, "probe/"+n2.Addr.String(), "fail", "UDP 8472 blocked on the path")
+	// Without the fast path every peer's datagrams meet the rule: the node
+	// that holds it fails firewall/input.
+	code, checks = doctor(t, bin, dir, n2.Name)
+	expectChecks(t, checks, code, 2, wantCheck{"probe/" + n1.Addr.String(), "fail", "UDP 8472 blocked on the path"},
+		wantCheck{"firewall/input", "fail", `table inet wefttest chain in drops UDP 8472 \(VXLAN, every VXLAN datagram from the peers\) by rule "udp dport 8472 drop`})
 }
 
 // TestDoctorFastPathFirewall: on a uvxlan lab with the fast path (the
 // default), the
 // README's tour (drop UDP 8472 on a node with nft) blocks nothing between
 // fast-path peers, and doctor says so: the rule is named as one the fast
-// path bypasses. peers and explain say which path carries the traffic.
+// path bypasses, and firewall/input warns (it cuts off only peers on the
+// userspace path) where TestDoctorUVXLAN, without the fast path, fails it.
+// peers and explain say which path carries the traffic.
 func TestDoctorFastPathFirewall(t *testing.T) {
 	bin := weftctl(t)
 	dir := filepath.Join(t.TempDir(), "lab")
@@ -306,7 +329,9 @@ func TestDoctorFastPathFirewall(t *testing.T) {
 	ipIn(t, n2.NS, "nft", "add table inet wefttest; add chain inet wefttest in { type filter hook input priority 0; }; add rule inet wefttest in udp dport 8472 drop")
 	defer ipIn(t, n2.NS, "nft", "delete table inet wefttest")
 	code, checks := doctor(t, bin, dir, n2.Name)
-	expectCheck(t, checks, code, 1, "firewall/fastpath", "warn", `table inet wefttest chain in rule \d+ match UDP 8472 but do not apply to the peers it carries`)
+	expectChecks(t, checks, code, 1, wantCheck{"firewall/fastpath", "warn", `table inet wefttest chain in rule \d+ match UDP 8472 but do not apply to the peers it carries`},
+		wantCheck{"firewall/input", "warn", `table inet wefttest chain in drops UDP 8472 \(VXLAN, the datagrams of peers on the userspace path\) by rule "udp dport 8472 drop \(handle \d+\)"; ` +
+			`the fast path \(weft_fp_ingress on the underlay's ingress\) takes the datagrams of the peers it carries before this hook`})
 	out, code = run(t, bin, "connectivity", "--lab", "--state-dir", dir)
 	if code != 0 || strings.Count(out, "2/2 pairs ok") != 2 {
 		t.Errorf("connectivity with UDP 8472 dropped on %s: exit %d (fast-path peers bypass the rule):\n%s", n2.Name, code, out)
