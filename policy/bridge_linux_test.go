@@ -2,6 +2,8 @@ package policy
 
 import (
 	"errors"
+	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -229,4 +231,99 @@ func TestPortsFromStore(t *testing.T) {
 	if _, err := PortsFromStore(dir + "/missing"); err == nil {
 		t.Error("a missing store: no error")
 	}
+}
+
+// TestBroadcastToIsolatedPodDropped is the review's hole: the inet
+// table's ingress check matches packets by destination address, so a
+// broadcast (10.9.0.255), an IPv4 multicast (224.0.0.1) or an IPv6
+// multicast from a global source (ff02::1 from fd09::2) reached a pod
+// isolated for ingress. With the bridge table's forward chain they are
+// dropped on the isolated pod's port, while the unisolated pod still
+// receives the same datagrams from its neighbour, and ARP and neighbour
+// discovery keep working (the isolated pod still reaches out).
+func TestBroadcastToIsolatedPodDropped(t *testing.T) {
+	node, p1, p2 := bridgePods(t)
+	if _, err := os.Stat("/proc/sys/net/bridge"); err != nil {
+		nettest.CannotRun(t, "kernel", "br_netfilter is not loaded")
+	}
+	nettest.MustRun(t, node, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1", "net.bridge.bridge-nf-call-ip6tables=1")
+	for _, p := range []*nettest.NS{p1, p2} {
+		nettest.MustRun(t, p, "ip", "route", "add", "224.0.0.0/4", "dev", "eth0")
+		nettest.MustRun(t, p, "ip", "route", "add", "255.255.255.255/32", "dev", "eth0")
+	}
+	v4 := Plan{IngressIsolated: []netip.Addr{ip("10.9.0.3")}, Ports: []PodPort{{ip("10.9.0.2"), "v1"}, {ip("10.9.0.3"), "v2"}}}
+	v6 := Plan{V6: true, IngressIsolated: []netip.Addr{ip("fd09::3")}, Ports: []PodPort{{ip("fd09::2"), "v1"}, {ip("fd09::3"), "v2"}}}
+	if err := Program(node.Path, v4, v6); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, network, src, dst string
+	}{
+		{"broadcast", "udp4", "", "10.9.0.255:9999"},
+		{"limited broadcast", "udp4", "", "255.255.255.255:9999"},
+		{"IPv4 multicast", "udp4", "", "224.0.0.1:9999"},
+		{"IPv6 multicast from a global source", "udp6", "[fd09::%s]:0", "[ff02::1%eth0]:9999"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// p2 (isolated) must not receive from p1; p1 (not isolated) does
+			// receive the same from p2.
+			if got := datagram(t, p1, "2", p2, c.network, c.src, c.dst); got {
+				t.Errorf("the isolated pod received a %s", c.name)
+			}
+			if got := datagram(t, p2, "3", p1, c.network, c.src, c.dst); !got {
+				t.Errorf("the unisolated pod did not receive a %s (the test's own check)", c.name)
+			}
+		})
+	}
+	if err := ping(p2, "10.9.0.2"); err != nil {
+		t.Errorf("the isolated pod cannot reach its neighbour over IPv4 (ARP): %v", err)
+	}
+	if err := ping(p2, "fd09::2"); err != nil {
+		t.Errorf("the isolated pod cannot reach its neighbour over IPv6 (neighbour discovery): %v", err)
+	}
+}
+
+// datagram sends UDP datagrams from `from` (src: a format of the local
+// address taking the sender's last digit, "" for any) to dst, and says
+// whether a socket bound to the wildcard address on port 9999 in `to`
+// received one.
+func datagram(t *testing.T, from *nettest.NS, last string, to *nettest.NS, network, src, dst string) bool {
+	t.Helper()
+	var rc net.PacketConn
+	if err := to.Do(func() (err error) { rc, err = net.ListenPacket(network, ":9999"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	var sc net.Conn
+	if err := from.Do(func() error {
+		d := net.Dialer{}
+		if src != "" {
+			la, err := net.ResolveUDPAddr(network, fmt.Sprintf(src, last))
+			if err != nil {
+				return err
+			}
+			d.LocalAddr = la
+		}
+		var err error
+		sc, err = d.Dial(network, dst)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	got := make(chan bool, 1)
+	go func() {
+		buf := make([]byte, 64)
+		rc.SetReadDeadline(time.Now().Add(time.Second))
+		_, _, err := rc.ReadFrom(buf)
+		got <- err == nil
+	}()
+	for i := 0; i < 5; i++ {
+		if _, err := sc.Write([]byte("hello")); err != nil {
+			t.Fatalf("send to %s: %v", dst, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return <-got
 }

@@ -53,5 +53,10 @@
 // (PortsFromStore). A frame from a listed port whose IPv4, IPv6 (not
 // link-local or ::) or ARP sender address is not that port's pod's is
 // dropped, as are VLAN-tagged frames; so a pod cannot pass a policy by
-// forging another pod's address. Unlisted ports are not checked.
+// forging another pod's address. Unlisted ports are not checked. A chain
+// of that table on the bridge's forward hook drops the IPv4 and IPv6
+// frames bridged to the port of a pod isolated for ingress whose
+// destination is not that pod's address (broadcasts, multicast), which
+// the inet table's check by destination address cannot see; ARP and IPv6
+// neighbour discovery pass.
 package policy

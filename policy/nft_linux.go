@@ -457,6 +457,59 @@ func buildAntiSpoof(conn *nftables.Conn, t *nftables.Table, plans []Plan) error 
 	add("weft: IPv6 source not the pod's", fromPod, etherType(unix.ETH_P_IPV6), notPortAddr(ipv6.saddr, 16, v6), drop)
 	add("weft: VLAN-tagged frame from a pod", fromPod, etherType(unix.ETH_P_8021Q), drop)
 	add("weft: VLAN-tagged frame from a pod", fromPod, etherType(unix.ETH_P_8021AD), drop)
+	return isolateBroadcast(conn, t, plans, v4, v6)
+}
+
+// isolateBroadcast adds to t (family bridge) a chain on the forward hook,
+// where a frame that the bridge sends out of one port to another (the
+// flooded copies of a broadcast or multicast frame each pass it, with the
+// port they leave by) is dropped when it goes to the port of a pod
+// isolated for ingress and its IPv4 or IPv6 destination is not that pod's
+// address (in pod-addrs, v6-pod-addrs): broadcasts, multicast and any
+// other packet the pod would take without being its destination, which
+// the inet table's ingress check (by destination address) never matches.
+// ARP and IPv6 neighbour solicitations and advertisements pass.
+func isolateBroadcast(conn *nftables.Conn, t *nftables.Table, plans []Plan, v4, v6 *nftables.Set) error {
+	iso := &nftables.Set{Table: t, Name: "ingress-isolated-ports", KeyType: nftables.TypeIFName}
+	var els []nftables.SetElement
+	seen := map[string]bool{}
+	for _, p := range plans {
+		for _, pp := range p.Ports {
+			if !seen[pp.Port] && slices.Contains(p.IngressIsolated, pp.Addr) {
+				seen[pp.Port] = true
+				els = append(els, nftables.SetElement{Key: ifname(pp.Port)})
+			}
+		}
+	}
+	if err := conn.AddSet(iso, els); err != nil {
+		return fmt.Errorf("set %s: %w", iso.Name, err)
+	}
+	c := conn.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})
+	add := func(note string, exprs ...[]expr.Any) {
+		conn.AddRule(&nftables.Rule{Table: t, Chain: c, Exprs: join(exprs...), UserData: userdata.AppendString(nil, userdata.TypeComment, note)})
+	}
+	toIsolated := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+		&expr.Lookup{SourceRegister: 1, SetName: iso.Name, SetID: iso.ID},
+	}
+	etherType := func(typ uint16) []expr.Any {
+		return []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseLLHeader, Offset: 12, Len: 2},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(typ)},
+		}
+	}
+	notPortDest := func(off, n uint32, s *nftables.Set) []expr.Any {
+		return []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+			&expr.Payload{DestRegister: 2, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
+			&expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID, Invert: true},
+		}
+	}
+	drop := join(counted(), verdict(expr.VerdictDrop))
+	add("weft: to a pod isolated for ingress, not its IPv4 address", toIsolated, etherType(unix.ETH_P_IP), notPortDest(ipv4.daddr, 4, v4), drop)
+	add("weft: IPv6 neighbour discovery", toIsolated, etherType(unix.ETH_P_IPV6), neighbourDiscovery(), verdict(expr.VerdictAccept))
+	add("weft: to a pod isolated for ingress, not its IPv6 address", toIsolated, etherType(unix.ETH_P_IPV6), notPortDest(ipv6.daddr, 16, v6), drop)
 	return nil
 }
 
