@@ -146,15 +146,32 @@ type Daemon struct {
 	notified atomic.Bool // READY=1 sent
 	lease    atomic.Pointer[subnet.Lease]
 	waiting  atomic.Pointer[string] // see Waiting
-	policy   policyState
+	// policy is the NetworkPolicy state of the current session (nil
+	// before the first, or with policy off).
+	policy atomic.Pointer[policySession]
 }
 
-// policyState is the readiness of NetworkPolicy enforcement.
-type policyState struct {
+// policySession is the readiness of NetworkPolicy enforcement during one
+// lease's session: each session starts with nothing committed, so a lost
+// lease never lends the new session its controller's commit. It is the
+// PolicyReporter that session's controller is given.
+type policySession struct {
+	d         *Daemon
 	committed atomic.Bool   // the last transaction committed
 	cannot    atomic.Bool   // CannotEnforce was said
 	first     chan struct{} // closed at the first commit
 	once      sync.Once
+}
+
+var _ PolicyReporter = (*policySession)(nil)
+
+// newPolicySession makes a fresh policy state the current one.
+func (d *Daemon) newPolicySession() *policySession {
+	s := &policySession{d: d, first: make(chan struct{})}
+	d.policy.Store(s)
+	d.cfg.Metrics.policyUnknown()
+	d.cfg.Metrics.setReady(d.Ready())
+	return s
 }
 
 // New returns a daemon; Run starts it.
@@ -183,37 +200,47 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 	if cfg.Factories.Policy != nil {
 		cfg.Metrics.policyEnabled()
 	}
-	return &Daemon{cfg: cfg, log: log.With("component", "daemon"), policy: policyState{first: make(chan struct{})}}, nil
+	return &Daemon{cfg: cfg, log: log.With("component", "daemon")}, nil
 }
 
 // Ready reports whether the subnet file is written, the dataplane has
-// programmed its first table and, when NetworkPolicy is enforced, its last
-// transaction committed.
+// programmed its first table and, when NetworkPolicy is enforced, the last
+// transaction of the current session's controller committed.
 func (d *Daemon) Ready() bool {
-	return d.ready.Load() && (d.cfg.Factories.Policy == nil || d.policy.committed.Load())
+	if d.cfg.Factories.Policy == nil {
+		return d.ready.Load()
+	}
+	s := d.policy.Load()
+	return d.ready.Load() && s != nil && s.committed.Load()
 }
+
+// current says whether s is the current session's state: a controller of
+// an ended session has no say in readiness.
+func (s *policySession) current() bool { return s.d.policy.Load() == s }
 
 // Programmed records the outcome of a network policy transaction
 // (PolicyReporter): readiness follows it.
-func (d *Daemon) Programmed(err error) {
+func (s *policySession) Programmed(err error) {
+	d := s.d
 	d.cfg.Metrics.policyProgrammed(err)
 	if err != nil {
-		if d.policy.committed.Swap(false) && d.ready.Load() {
+		if s.committed.Swap(false) && d.ready.Load() && s.current() {
 			d.log.Error("not ready: network policy cannot be programmed (retrying)", "err", err)
 		}
 	} else {
-		d.policy.committed.Store(true)
-		d.policy.once.Do(func() { close(d.policy.first) })
+		s.committed.Store(true)
+		s.once.Do(func() { close(s.first) })
 	}
 	d.cfg.Metrics.setReady(d.Ready())
 }
 
 // CannotEnforce records that this node cannot enforce network policy
 // (PolicyReporter): said once; the daemon stays not ready.
-func (d *Daemon) CannotEnforce(err error) {
-	d.policy.committed.Store(false)
+func (s *policySession) CannotEnforce(err error) {
+	d := s.d
+	s.committed.Store(false)
 	d.cfg.Metrics.policyCannot()
-	if !d.policy.cannot.Swap(true) {
+	if !s.cannot.Swap(true) && s.current() {
 		d.log.Error("network policy cannot be enforced on this node: the dataplane runs, weftd reports not ready", "err", err)
 	}
 	d.cfg.Metrics.setReady(d.Ready())

@@ -111,6 +111,13 @@ func (m *Metrics) policyProgrammed(err error) {
 	}
 }
 
+// policyUnknown: a new session's controller has committed nothing yet.
+func (m *Metrics) policyUnknown() {
+	if m != nil {
+		m.policyReady.Set(0)
+	}
+}
+
 func (m *Metrics) policyCannot() {
 	if m != nil {
 		m.policyReady.Set(0)
