@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -326,4 +327,52 @@ func datagram(t *testing.T, from *nettest.NS, last string, to *nettest.NS, netwo
 		time.Sleep(20 * time.Millisecond)
 	}
 	return <-got
+}
+
+// TestBridgeTableRefusedKeepsEnforcing is the review's fail-open case: on
+// a kernel without nftables' bridge family the bridge table, in the same
+// transaction as the inet table, made every transaction fail, so nothing
+// was enforced. The test has the kernel refuse the bridge table by
+// holding one of that name owned by another socket (flags owner):
+// Program then commits the inet table alone (the isolated pod is
+// unreachable) and says so with ErrNoSourceChecks.
+func TestBridgeTableRefusedKeepsEnforcing(t *testing.T) {
+	node, p1, _ := bridgePods(t)
+	if _, err := os.Stat("/proc/sys/net/bridge"); err != nil {
+		nettest.CannotRun(t, "kernel", "br_netfilter is not loaded")
+	}
+	nettest.MustRun(t, node, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1", "net.bridge.bridge-nf-call-ip6tables=1")
+	// nft -i keeps its socket, and so its table, until its input ends.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	nft := node.Command(ctx, "nft", "-i")
+	in, err := nft.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nft.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { in.Close(); nft.Wait() }()
+	if _, err := fmt.Fprintf(in, "add table bridge %s { flags owner; }\n", Table); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(nettest.MustRun(t, node, "nft", "list", "tables"), "bridge "+Table) {
+		if time.Now().After(deadline) {
+			t.Fatal("nft -i made no owned bridge table")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	plan := Plan{IngressIsolated: []netip.Addr{ip("10.9.0.3")}, Ports: []PodPort{{ip("10.9.0.2"), "v1"}, {ip("10.9.0.3"), "v2"}}}
+	err = Program(node.Path, plan)
+	if !errors.Is(err, ErrNoSourceChecks) {
+		t.Errorf("Program with the bridge table refused: %v, want ErrNoSourceChecks", err)
+	}
+	if err := ping(p1, "10.9.0.3"); err == nil {
+		t.Error("the isolated pod answered: the inet table was not committed")
+	}
+	if err := Program(node.Path, Plan{}); err != nil { // no ports: no bridge table, no error
+		t.Errorf("Program without ports: %v", err)
+	}
 }

@@ -47,7 +47,9 @@
 // requires. So is Service traffic that kube-proxy's IPVS mode forwards (it
 // leaves from the node itself): not enforced yet.
 //
-// A second table (family bridge, same name, same transaction) checks the
+// A second table (family bridge, same name, same transaction; if the
+// kernel refuses it, Program commits the inet table alone and says so with
+// ErrNoSourceChecks, and the controller tells its Reporter) checks the
 // source addresses of the pods' frames on their bridge ports: the plans'
 // Ports, which the controller reads from the CNI plugin's address store
 // (PortsFromStore). A frame from a listed port whose IPv4, IPv6 (not

@@ -20,18 +20,44 @@ import (
 // policy rules.
 const Table = "weft-policy"
 
+// ErrNoSourceChecks says that Program committed the inet table but not
+// the bridge table of the source checks, which the kernel refused (as one
+// without nftables' bridge family, CONFIG_NF_TABLES_BRIDGE, does): policy
+// is enforced, but not the checks of that table.
+var ErrNoSourceChecks = errors.New("bridge table refused: pods' source addresses, and broadcasts to pods isolated for ingress, are not checked")
+
 // Program replaces the policy table in the namespace at netns ("" for the
 // current one) by the one plans describe (at most one plan per family), in
 // one nftables transaction: the kernel switches from the old rules to the
 // new ones at once; when a plan lists pods' bridge ports, the bridge table
 // of their source checks (buildAntiSpoof) is replaced in the same
-// transaction. IPv6 packets with a link-local source or destination
-// that the node forwards (pods of the node bridging to each other through
-// br_netfilter) are dropped whatever the plans, except neighbour discovery.
+// transaction. If the kernel refuses that transaction but takes the inet
+// table alone, Program commits the inet table alone and returns an error
+// wrapping ErrNoSourceChecks. IPv6 packets with a link-local source or
+// destination that the node forwards (pods of one node bridging to each
+// other through br_netfilter) are dropped whatever the plans, except
+// neighbour discovery.
 func Program(netns string, plans ...Plan) error {
 	if len(plans) > 2 || len(plans) == 2 && plans[0].V6 == plans[1].V6 {
 		return errors.New("program network policy: more than one plan of a family")
 	}
+	// Only with ports: a node run without the address store needs no
+	// bridge table to enforce the rest. A table left with no ports
+	// listed stays: its entries name veths that are gone.
+	withBridge := slices.ContainsFunc(plans, func(p Plan) bool { return len(p.Ports) > 0 })
+	err := program(netns, plans, withBridge)
+	if err == nil || !withBridge {
+		return err
+	}
+	if errInet := program(netns, plans, false); errInet != nil {
+		return err // the inet table is refused too: the first error says why
+	}
+	return fmt.Errorf("%w: %w", ErrNoSourceChecks, err)
+}
+
+// program writes the inet table of plans and, if withBridge, their bridge
+// table, in one transaction.
+func program(netns string, plans []Plan, withBridge bool) error {
 	conn, closeNS, err := dial(netns)
 	if err != nil {
 		return err
@@ -47,11 +73,7 @@ func Program(netns string, plans ...Plan) error {
 	if err := build(conn, t, plans); err != nil {
 		return err
 	}
-	if slices.ContainsFunc(plans, func(p Plan) bool { return len(p.Ports) > 0 }) {
-		// Only then: a kernel without nftables' bridge family, or a node
-		// run without the address store, needs no bridge table to enforce
-		// the rest. A table left with no ports listed stays: its entries
-		// name veths that are gone.
+	if withBridge {
 		bt := &nftables.Table{Name: Table, Family: nftables.TableFamilyBridge}
 		conn.AddTable(bt)
 		conn.DelTable(bt)

@@ -131,6 +131,10 @@ type PolicyReporter interface {
 	// CannotEnforce says that policy cannot be enforced on this node at
 	// all, and why; the dataplane runs on, the daemon is not ready.
 	CannotEnforce(err error)
+	// SourceChecks follows each committed transaction: nil when pods'
+	// source addresses are checked, else why not (the controller logs
+	// it); the daemon stays ready, a metric says it.
+	SourceChecks(err error)
 }
 
 // Notifier sends notifications to the service manager (sd_notify(3)).
@@ -233,6 +237,10 @@ func (s *policySession) Programmed(err error) {
 	}
 	d.cfg.Metrics.setReady(d.Ready())
 }
+
+// SourceChecks records whether pods' source addresses are checked
+// (PolicyReporter).
+func (s *policySession) SourceChecks(err error) { s.d.cfg.Metrics.policySourceChecks(err) }
 
 // CannotEnforce records that this node cannot enforce network policy
 // (PolicyReporter): said once; the daemon stays not ready.

@@ -149,6 +149,15 @@ func TestPolicyGatesReadiness(t *testing.T) {
 	if gauge(t, preg, "weft_network_policy_ready") != 1 {
 		t.Error("weft_network_policy_ready is not 1 after a commit")
 	}
+	rep.SourceChecks(errors.New("bridge table refused"))
+	if !d.Ready() || gauge(t, preg, "weft_network_policy_source_checks_degraded") != 1 {
+		t.Errorf("source checks off: ready %v (want true), weft_network_policy_source_checks_degraded %v (want 1)",
+			d.Ready(), gauge(t, preg, "weft_network_policy_source_checks_degraded"))
+	}
+	rep.SourceChecks(nil)
+	if gauge(t, preg, "weft_network_policy_source_checks_degraded") != 0 {
+		t.Error("weft_network_policy_source_checks_degraded stays 1 once the checks are on")
+	}
 	rep.Programmed(errors.New("transaction refused"))
 	if d.Ready() || gauge(t, preg, "weft_ready") != 0 || gauge(t, preg, "weft_network_policy_ready") != 0 {
 		t.Error("still ready after a failed transaction")
