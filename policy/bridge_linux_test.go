@@ -100,20 +100,33 @@ func TestSameNodeNeedsBridgeNetfilter(t *testing.T) {
 // TestIPv6LinkLocalDropped is the review's bypass: in an IPv4-only
 // cluster, a pod reached an isolated pod of the same node over their IPv6
 // link-local addresses, which the ip-family table never saw. The inet
-// table drops forwarded link-local IPv6 (after letting neighbour discovery
-// through), so the ping that worked before the table fails after it, while
-// the IPv4 of an unisolated pod still works.
+// table drops link-local IPv6 that the pod bridge forwards (after letting
+// neighbour discovery through), so the ping that worked before the table
+// fails after it, while the IPv4 of an unisolated pod still works. The
+// drop once hit every bridge of the host: two hosts on a second bridge of
+// the node still ping each other's link-local addresses.
 func TestIPv6LinkLocalDropped(t *testing.T) {
 	node, p1, p2 := bridgePods(t)
 	if _, err := os.Stat("/proc/sys/net/bridge"); err != nil {
 		nettest.CannotRun(t, "kernel", "br_netfilter is not loaded")
 	}
 	nettest.MustRun(t, node, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1", "net.bridge.bridge-nf-call-ip6tables=1")
-	ll := linkLocalOf(t, p2)
+	h1, h2 := nettest.NewNS(t, "npbrh1"), nettest.NewNS(t, "npbrh2")
+	nettest.Veth(t, node, "w1", h1, "eth0")
+	nettest.Veth(t, node, "w2", h2, "eth0")
+	for _, argv := range [][]string{
+		{"ip", "link", "add", "br1", "type", "bridge"},
+		{"ip", "link", "set", "br1", "up"},
+		{"ip", "link", "set", "w1", "master", "br1"},
+		{"ip", "link", "set", "w2", "master", "br1"},
+	} {
+		nettest.MustRun(t, node, argv...)
+	}
+	ll, other := linkLocalOf(t, p2), linkLocalOf(t, h2)
 	if err := ping(p1, ll); err != nil {
 		t.Fatalf("link-local ping before any policy: %v", err)
 	}
-	if err := Program(node.Path, Plan{IngressIsolated: []netip.Addr{ip("10.9.0.3")}}); err != nil {
+	if err := Program(node.Path, Plan{IngressIsolated: []netip.Addr{ip("10.9.0.3")}, Bridge: "br0"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := ping(p1, ll); err == nil {
@@ -124,6 +137,12 @@ func TestIPv6LinkLocalDropped(t *testing.T) {
 	}
 	if err := ping(p2, "10.9.0.2"); err != nil {
 		t.Errorf("the isolated pod cannot reach an unisolated one: %v", err)
+	}
+	if err := ping(h1, other); err != nil {
+		t.Errorf("link-local ping on another bridge of the node: %v", err)
+	}
+	if err := Program(node.Path, Plan{Bridge: "br0"}, Plan{Bridge: "br1", V6: true}); err == nil {
+		t.Error("plans naming two bridges: no error")
 	}
 }
 

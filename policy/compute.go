@@ -31,6 +31,10 @@ type Plan struct {
 	// a source address (IP, or ARP sender) not among its port's is dropped.
 	// Compute leaves it empty (the controller reads the address store).
 	Ports []PodPort
+	// Bridge is the name of the node's pod bridge (empty: DefaultBridge),
+	// whose bridged IPv6 link-local traffic is dropped; the plans of one
+	// node name the same bridge.
+	Bridge string
 	// Errors are the policies that could not be read (a selector or a
 	// port the API should have refused). Their pods stay isolated as the
 	// policy's types say, with none of its rules: closed, not open.

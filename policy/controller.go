@@ -48,6 +48,9 @@ type Config struct {
 	// read at each round to check the source addresses of the pods'
 	// frames on their bridge ports; empty: no source checks.
 	AddressStore string
+	// Bridge is the CNI plugin's bridge (empty: DefaultBridge): see
+	// Plan.Bridge.
+	Bridge string
 	// MaxBackoff bounds the wait between the attempts after a failed
 	// transaction, which starts at 100ms and doubles (0: 30s).
 	MaxBackoff time.Duration
@@ -280,7 +283,9 @@ func (c *Controller) sync(pods, nss, nps cache.Store) error {
 			continue
 		}
 		in.Local = local
-		plans = append(plans, Compute(in))
+		p := Compute(in)
+		p.Bridge = c.cfg.Bridge
+		plans = append(plans, p)
 	}
 	var srcErr error
 	if c.cfg.AddressStore != "" {

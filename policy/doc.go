@@ -13,9 +13,11 @@
 //
 //   - a chain on the forward hook: established and related traffic is
 //     accepted; IPv6 neighbour solicitations and advertisements are
-//     accepted, then any other forwarded IPv6 packet with a link-local
-//     source or destination is dropped (pods of one node bridging to each
-//     other over fe80:: addresses, which no policy names); per family,
+//     accepted, then any other IPv6 packet with a link-local source or
+//     destination that the pod bridge (Config.Bridge, cni0) forwards is
+//     dropped (pods of one node bridging to each other over fe80::
+//     addresses, which no policy names; other bridges are not touched);
+//     per family,
 //     packets from a pod isolated for egress jump to the egress chain,
 //     then packets to a pod isolated for ingress to the ingress chain.
 //     Pods no policy selects are not touched otherwise.

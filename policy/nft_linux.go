@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -19,6 +20,10 @@ import (
 // Table is the nftables table (family inet: IPv4 and IPv6) that holds the
 // policy rules.
 const Table = "weft-policy"
+
+// DefaultBridge is the pod bridge of a plan that names none: the CNI
+// plugin's default.
+const DefaultBridge = "cni0"
 
 // ErrNoSourceChecks says that Program committed the inet table but not
 // the bridge table of the source checks, which the kernel refused (as one
@@ -34,9 +39,9 @@ var ErrNoSourceChecks = errors.New("bridge table refused: pods' source addresses
 // transaction. If the kernel refuses that transaction but takes the inet
 // table alone, Program commits the inet table alone and returns an error
 // wrapping ErrNoSourceChecks. IPv6 packets with a link-local source or
-// destination that the node forwards (pods of one node bridging to each
-// other through br_netfilter) are dropped whatever the plans, except
-// neighbour discovery.
+// destination that the pod bridge forwards (pods of one node bridging to
+// each other through br_netfilter) are dropped whatever the plans, except
+// neighbour discovery; other bridges of the node are not touched.
 func Program(netns string, plans ...Plan) error {
 	if len(plans) > 2 || len(plans) == 2 && plans[0].V6 == plans[1].V6 {
 		return errors.New("program network policy: more than one plan of a family")
@@ -137,7 +142,8 @@ func familyOf(p Plan) family {
 //
 //	forward (hook forward): ct state established,related accept
 //	                        ipv6 neighbour solicitation and advertisement accept
-//	                        ip6 saddr fe80::/10 drop, ip6 daddr fe80::/10 drop
+//	                        iifname <pod bridge> ip6 saddr fe80::/10 drop,
+//	                        iifname <pod bridge> ip6 daddr fe80::/10 drop
 //	                        per family: saddr @egress-isolated jump egress
 //	                                    daddr @ingress-isolated jump ingress
 //	egress:  one rule per allowing rule, verdict return; then drop
@@ -145,6 +151,10 @@ func familyOf(p Plan) family {
 //
 // The chains and sets of IPv6 have names starting "v6-".
 func build(conn *nftables.Conn, t *nftables.Table, plans []Plan) error {
+	bridge, err := bridgeOf(plans)
+	if err != nil {
+		return err
+	}
 	fwd := conn.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})
 	add := func(c *nftables.Chain, note string, exprs ...[]expr.Any) {
@@ -156,8 +166,14 @@ func build(conn *nftables.Conn, t *nftables.Table, plans []Plan) error {
 	}
 	add(fwd, "weft: replies and related traffic", ctEstablished(), verdict(expr.VerdictAccept))
 	add(fwd, "weft: IPv6 neighbour discovery", isFamily(ipv6), neighbourDiscovery(), verdict(expr.VerdictAccept))
-	add(fwd, "weft: IPv6 link-local between pods", isFamily(ipv6), linkLocal(ipv6.saddr), counted(), verdict(expr.VerdictDrop))
-	add(fwd, "weft: IPv6 link-local between pods", isFamily(ipv6), linkLocal(ipv6.daddr), counted(), verdict(expr.VerdictDrop))
+	// Bridged through br_netfilter, a packet's input and output device in
+	// the forward hook is the bridge itself: only the pod bridge's.
+	fromBridge := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(bridge)},
+	}
+	add(fwd, "weft: IPv6 link-local between pods", fromBridge, isFamily(ipv6), linkLocal(ipv6.saddr), counted(), verdict(expr.VerdictDrop))
+	add(fwd, "weft: IPv6 link-local between pods", fromBridge, isFamily(ipv6), linkLocal(ipv6.daddr), counted(), verdict(expr.VerdictDrop))
 	for _, plan := range plans {
 		f := familyOf(plan)
 		egress := conn.AddChain(&nftables.Chain{Name: f.prefix + "egress", Table: t})
@@ -189,6 +205,27 @@ func build(conn *nftables.Conn, t *nftables.Table, plans []Plan) error {
 		add(ingress, "weft: no policy allows it", counted(), verdict(expr.VerdictDrop))
 	}
 	return nil
+}
+
+// bridgeOf is the pod bridge the plans name.
+func bridgeOf(plans []Plan) (string, error) {
+	bridge := ""
+	for _, p := range plans {
+		if p.Bridge == "" {
+			continue
+		}
+		if bridge != "" && p.Bridge != bridge {
+			return "", fmt.Errorf("program network policy: plans name two pod bridges, %s and %s", bridge, p.Bridge)
+		}
+		bridge = p.Bridge
+	}
+	if bridge == "" {
+		bridge = DefaultBridge
+	}
+	if len(bridge) >= 16 || strings.ContainsAny(bridge, "/ \x00") {
+		return "", fmt.Errorf("program network policy: pod bridge %q: not an interface name", bridge)
+	}
+	return bridge, nil
 }
 
 type ruleSetsOf struct{ local, peers, ports, named *nftables.Set }
