@@ -7,8 +7,9 @@
 // per address family the node has a pod subnet of (Compute: pure, from the
 // API objects) and writes them with Program, which replaces the whole table
 // in one nftables transaction, so the kernel goes from the old rules to the
-// new ones at once. It tells its Reporter the outcome of each transaction;
-// a failed one is retried with backoff (100ms doubling, up to 30s by
+// new ones at once. It tells its Reporter the outcome of each transaction,
+// and after each commit whether the pods' source addresses are checked; a
+// failed one is retried with backoff (100ms doubling, up to 30s by
 // default) until it commits. The table holds:
 //
 //   - a chain on the forward hook: established and related traffic is

@@ -3,10 +3,13 @@
 // the Kubernetes API unless built with -tags weft_nokube) and the factories
 // of the configured dataplane, and serves health and metrics. The loop
 // (Daemon) leases this node's subnet from the registry, writes the subnet
-// file, keeps the lease renewed (and acquires again if it is lost), turns
-// the peers' leases into a vtep.Table and hands it to the dataplane; once
-// that is programmed (and, with NetworkPolicy on, the first policy
-// transaction committed) it tells the service manager (READY=1). The
+// file (with NetworkPolicy on, once the session's policy controller has
+// committed its first table, so that no pod is wired before), keeps the
+// lease renewed (and acquires again if it is lost: a new session, whose
+// readiness starts over), turns the peers' leases into a vtep.Table and
+// hands it to the dataplane; once that is programmed (and, with
+// NetworkPolicy on, the first policy transaction committed) it tells the
+// service manager (READY=1). The
 // loop itself knows no datastore and no kernel: it sees the Registry and
 // Dataplane interfaces, which its tests fake. cmd/weftd is a one-line main.
 //
