@@ -302,6 +302,21 @@ func TestBroadcastToIsolatedPodDropped(t *testing.T) {
 	if err := ping(p2, "fd09::2"); err != nil {
 		t.Errorf("the isolated pod cannot reach its neighbour over IPv6 (neighbour discovery): %v", err)
 	}
+	// Allowed ingress needs the neighbour solicitation, multicast, to reach
+	// the isolated pod.
+	allow := func(p Plan, peer, local string) Plan {
+		p.Rules = []Rule{{Name: "t/allow ingress 0", Local: []netip.Addr{ip(local)}, AllPorts: true, Peers: []Range{{ip(peer), ip(peer)}}}}
+		return p
+	}
+	if err := Program(node.Path, allow(v4, "10.9.0.2", "10.9.0.3"), allow(v6, "fd09::2", "fd09::3")); err != nil {
+		t.Fatal(err)
+	}
+	nettest.MustRun(t, p1, "ip", "neigh", "flush", "dev", "eth0")
+	for _, dst := range []string{"10.9.0.3", "fd09::3"} {
+		if err := ping(p1, dst); err != nil {
+			t.Errorf("allowed ping to the isolated pod's %s (ARP, neighbour solicitation): %v", dst, err)
+		}
+	}
 }
 
 // datagram sends UDP datagrams from `from` (src: a format of the local
