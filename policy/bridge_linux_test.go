@@ -1,7 +1,10 @@
 package policy
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -97,20 +100,33 @@ func TestSameNodeNeedsBridgeNetfilter(t *testing.T) {
 // TestIPv6LinkLocalDropped is the review's bypass: in an IPv4-only
 // cluster, a pod reached an isolated pod of the same node over their IPv6
 // link-local addresses, which the ip-family table never saw. The inet
-// table drops forwarded link-local IPv6 (after letting neighbour discovery
-// through), so the ping that worked before the table fails after it, while
-// the IPv4 of an unisolated pod still works.
+// table drops link-local IPv6 that the pod bridge forwards (after letting
+// neighbour discovery through), so the ping that worked before the table
+// fails after it, while the IPv4 of an unisolated pod still works. The
+// drop once hit every bridge of the host: two hosts on a second bridge of
+// the node still ping each other's link-local addresses.
 func TestIPv6LinkLocalDropped(t *testing.T) {
 	node, p1, p2 := bridgePods(t)
 	if _, err := os.Stat("/proc/sys/net/bridge"); err != nil {
 		nettest.CannotRun(t, "kernel", "br_netfilter is not loaded")
 	}
 	nettest.MustRun(t, node, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1", "net.bridge.bridge-nf-call-ip6tables=1")
-	ll := linkLocalOf(t, p2)
+	h1, h2 := nettest.NewNS(t, "npbrh1"), nettest.NewNS(t, "npbrh2")
+	nettest.Veth(t, node, "w1", h1, "eth0")
+	nettest.Veth(t, node, "w2", h2, "eth0")
+	for _, argv := range [][]string{
+		{"ip", "link", "add", "br1", "type", "bridge"},
+		{"ip", "link", "set", "br1", "up"},
+		{"ip", "link", "set", "w1", "master", "br1"},
+		{"ip", "link", "set", "w2", "master", "br1"},
+	} {
+		nettest.MustRun(t, node, argv...)
+	}
+	ll, other := linkLocalOf(t, p2), linkLocalOf(t, h2)
 	if err := ping(p1, ll); err != nil {
 		t.Fatalf("link-local ping before any policy: %v", err)
 	}
-	if err := Program(node.Path, Plan{IngressIsolated: []netip.Addr{ip("10.9.0.3")}}); err != nil {
+	if err := Program(node.Path, Plan{IngressIsolated: []netip.Addr{ip("10.9.0.3")}, Bridge: "br0"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := ping(p1, ll); err == nil {
@@ -121,6 +137,12 @@ func TestIPv6LinkLocalDropped(t *testing.T) {
 	}
 	if err := ping(p2, "10.9.0.2"); err != nil {
 		t.Errorf("the isolated pod cannot reach an unisolated one: %v", err)
+	}
+	if err := ping(h1, other); err != nil {
+		t.Errorf("link-local ping on another bridge of the node: %v", err)
+	}
+	if err := Program(node.Path, Plan{Bridge: "br0"}, Plan{Bridge: "br1", V6: true}); err == nil {
+		t.Error("plans naming two bridges: no error")
 	}
 }
 
@@ -228,5 +250,163 @@ func TestPortsFromStore(t *testing.T) {
 	}
 	if _, err := PortsFromStore(dir + "/missing"); err == nil {
 		t.Error("a missing store: no error")
+	}
+}
+
+// TestBroadcastToIsolatedPodDropped is the review's hole: the inet
+// table's ingress check matches packets by destination address, so a
+// broadcast (10.9.0.255), an IPv4 multicast (224.0.0.1) or an IPv6
+// multicast from a global source (ff02::1 from fd09::2) reached a pod
+// isolated for ingress. With the bridge table's forward chain they are
+// dropped on the isolated pod's port, while the unisolated pod still
+// receives the same datagrams from its neighbour, and ARP and neighbour
+// discovery keep working (the isolated pod still reaches out).
+func TestBroadcastToIsolatedPodDropped(t *testing.T) {
+	node, p1, p2 := bridgePods(t)
+	if _, err := os.Stat("/proc/sys/net/bridge"); err != nil {
+		nettest.CannotRun(t, "kernel", "br_netfilter is not loaded")
+	}
+	nettest.MustRun(t, node, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1", "net.bridge.bridge-nf-call-ip6tables=1")
+	for _, p := range []*nettest.NS{p1, p2} {
+		nettest.MustRun(t, p, "ip", "route", "add", "224.0.0.0/4", "dev", "eth0")
+		nettest.MustRun(t, p, "ip", "route", "add", "255.255.255.255/32", "dev", "eth0")
+	}
+	v4 := Plan{IngressIsolated: []netip.Addr{ip("10.9.0.3")}, Ports: []PodPort{{ip("10.9.0.2"), "v1"}, {ip("10.9.0.3"), "v2"}}}
+	v6 := Plan{V6: true, IngressIsolated: []netip.Addr{ip("fd09::3")}, Ports: []PodPort{{ip("fd09::2"), "v1"}, {ip("fd09::3"), "v2"}}}
+	if err := Program(node.Path, v4, v6); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, network, src, dst string
+	}{
+		{"broadcast", "udp4", "", "10.9.0.255:9999"},
+		{"limited broadcast", "udp4", "", "255.255.255.255:9999"},
+		{"IPv4 multicast", "udp4", "", "224.0.0.1:9999"},
+		{"IPv6 multicast from a global source", "udp6", "[fd09::%s]:0", "[ff02::1%eth0]:9999"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// p2 (isolated) must not receive from p1; p1 (not isolated) does
+			// receive the same from p2.
+			if got := datagram(t, p1, "2", p2, c.network, c.src, c.dst); got {
+				t.Errorf("the isolated pod received a %s", c.name)
+			}
+			if got := datagram(t, p2, "3", p1, c.network, c.src, c.dst); !got {
+				t.Errorf("the unisolated pod did not receive a %s (the test's own check)", c.name)
+			}
+		})
+	}
+	if err := ping(p2, "10.9.0.2"); err != nil {
+		t.Errorf("the isolated pod cannot reach its neighbour over IPv4 (ARP): %v", err)
+	}
+	if err := ping(p2, "fd09::2"); err != nil {
+		t.Errorf("the isolated pod cannot reach its neighbour over IPv6 (neighbour discovery): %v", err)
+	}
+	// Allowed ingress needs the neighbour solicitation, multicast, to reach
+	// the isolated pod.
+	allow := func(p Plan, peer, local string) Plan {
+		p.Rules = []Rule{{Name: "t/allow ingress 0", Local: []netip.Addr{ip(local)}, AllPorts: true, Peers: []Range{{ip(peer), ip(peer)}}}}
+		return p
+	}
+	if err := Program(node.Path, allow(v4, "10.9.0.2", "10.9.0.3"), allow(v6, "fd09::2", "fd09::3")); err != nil {
+		t.Fatal(err)
+	}
+	nettest.MustRun(t, p1, "ip", "neigh", "flush", "dev", "eth0")
+	for _, dst := range []string{"10.9.0.3", "fd09::3"} {
+		if err := ping(p1, dst); err != nil {
+			t.Errorf("allowed ping to the isolated pod's %s (ARP, neighbour solicitation): %v", dst, err)
+		}
+	}
+}
+
+// datagram sends UDP datagrams from `from` (src: a format of the local
+// address taking the sender's last digit, "" for any) to dst, and says
+// whether a socket bound to the wildcard address on port 9999 in `to`
+// received one.
+func datagram(t *testing.T, from *nettest.NS, last string, to *nettest.NS, network, src, dst string) bool {
+	t.Helper()
+	var rc net.PacketConn
+	if err := to.Do(func() (err error) { rc, err = net.ListenPacket(network, ":9999"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	var sc net.Conn
+	if err := from.Do(func() error {
+		d := net.Dialer{}
+		if src != "" {
+			la, err := net.ResolveUDPAddr(network, fmt.Sprintf(src, last))
+			if err != nil {
+				return err
+			}
+			d.LocalAddr = la
+		}
+		var err error
+		sc, err = d.Dial(network, dst)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	got := make(chan bool, 1)
+	go func() {
+		buf := make([]byte, 64)
+		rc.SetReadDeadline(time.Now().Add(time.Second))
+		_, _, err := rc.ReadFrom(buf)
+		got <- err == nil
+	}()
+	for i := 0; i < 5; i++ {
+		if _, err := sc.Write([]byte("hello")); err != nil {
+			t.Fatalf("send to %s: %v", dst, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return <-got
+}
+
+// TestBridgeTableRefusedKeepsEnforcing is the review's fail-open case: on
+// a kernel without nftables' bridge family the bridge table, in the same
+// transaction as the inet table, made every transaction fail, so nothing
+// was enforced. The test has the kernel refuse the bridge table by
+// holding one of that name owned by another socket (flags owner):
+// Program then commits the inet table alone (the isolated pod is
+// unreachable) and says so with ErrNoSourceChecks.
+func TestBridgeTableRefusedKeepsEnforcing(t *testing.T) {
+	node, p1, _ := bridgePods(t)
+	if _, err := os.Stat("/proc/sys/net/bridge"); err != nil {
+		nettest.CannotRun(t, "kernel", "br_netfilter is not loaded")
+	}
+	nettest.MustRun(t, node, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1", "net.bridge.bridge-nf-call-ip6tables=1")
+	// nft -i keeps its socket, and so its table, until its input ends.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	nft := node.Command(ctx, "nft", "-i")
+	in, err := nft.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nft.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { in.Close(); nft.Wait() }()
+	if _, err := fmt.Fprintf(in, "add table bridge %s { flags owner; }\n", Table); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(nettest.MustRun(t, node, "nft", "list", "tables"), "bridge "+Table) {
+		if time.Now().After(deadline) {
+			t.Fatal("nft -i made no owned bridge table")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	plan := Plan{IngressIsolated: []netip.Addr{ip("10.9.0.3")}, Ports: []PodPort{{ip("10.9.0.2"), "v1"}, {ip("10.9.0.3"), "v2"}}}
+	err = Program(node.Path, plan)
+	if !errors.Is(err, ErrNoSourceChecks) {
+		t.Errorf("Program with the bridge table refused: %v, want ErrNoSourceChecks", err)
+	}
+	if err := ping(p1, "10.9.0.3"); err == nil {
+		t.Error("the isolated pod answered: the inet table was not committed")
+	}
+	if err := Program(node.Path, Plan{}); err != nil { // no ports: no bridge table, no error
+		t.Errorf("Program without ports: %v", err)
 	}
 }

@@ -31,9 +31,15 @@ type Plan struct {
 	// a source address (IP, or ARP sender) not among its port's is dropped.
 	// Compute leaves it empty (the controller reads the address store).
 	Ports []PodPort
+	// Bridge is the name of the node's pod bridge (empty: DefaultBridge),
+	// whose bridged IPv6 link-local traffic is dropped; the plans of one
+	// node name the same bridge.
+	Bridge string
 	// Errors are the policies that could not be read (a selector or a
 	// port the API should have refused). Their pods stay isolated as the
-	// policy's types say, with none of its rules: closed, not open.
+	// policy's types say, with none of its rules: closed, not open. When
+	// the podSelector itself cannot be read, every pod of the policy's
+	// namespace is isolated.
 	Errors []error
 }
 
@@ -205,11 +211,13 @@ func selector(ls *metav1.LabelSelector) (labels.Selector, error) {
 }
 
 // policyRules is the rules of one policy and the local pods it isolates for
-// ingress and for egress.
+// ingress and for egress. A policy that cannot be read has no rules; one
+// whose podSelector cannot be read isolates every pod of its namespace,
+// as the pods it meant are not known.
 func policyRules(np *networkingv1.NetworkPolicy, pods []pod, nsLabels map[string]labels.Set, local netip.Prefix) (rules []Rule, ing, eg []netip.Addr, err error) {
 	sel, err := selector(&np.Spec.PodSelector)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("podSelector: %w", err)
+		sel, err = labels.Everything(), fmt.Errorf("podSelector: %w", err)
 	}
 	var targets []pod
 	for _, p := range pods {
@@ -219,7 +227,7 @@ func policyRules(np *networkingv1.NetworkPolicy, pods []pod, nsLabels map[string
 	}
 	wantIn, wantEg := policyTypes(np)
 	name := np.Namespace + "/" + np.Name
-	if wantIn {
+	if wantIn && err == nil {
 		for i, r := range np.Spec.Ingress {
 			rule, rerr := makeRule(fmt.Sprintf("%s ingress %d", name, i), false, targets, r.From, r.Ports, np.Namespace, pods, nsLabels, allOf(local.Addr()))
 			if rerr != nil {

@@ -106,6 +106,26 @@ func TestBadPolicyIsolates(t *testing.T) {
 	}
 }
 
+// TestBadPodSelectorIsolatesNamespace: a policy whose podSelector cannot
+// be read (an operator the API should have refused) isolated nothing; it
+// isolates every pod of its namespace (ingress and egress, as its types
+// say), with none of its rules, and no pod of another namespace.
+func TestBadPodSelectorIsolatesNamespace(t *testing.T) {
+	in := Input{Local: netip.MustParsePrefix("10.244.1.0/24"),
+		Pods: []*corev1.Pod{testPod("x", "a", "10.244.1.2", 80), testPod("x", "b", "10.244.1.3", 80), testPod("y", "c", "10.244.1.4", 80)},
+		Policies: []*networkingv1.NetworkPolicy{{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "p"},
+			Spec: networkingv1.NetworkPolicySpec{
+				PodSelector: metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Bogus"}}},
+				PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+				Ingress:     []networkingv1.NetworkPolicyIngressRule{{}},
+			}}}}
+	plan := Compute(in)
+	want := []netip.Addr{ip("10.244.1.2"), ip("10.244.1.3")}
+	if len(plan.Errors) != 1 || len(plan.Rules) != 0 || !reflect.DeepEqual(plan.IngressIsolated, want) || !reflect.DeepEqual(plan.EgressIsolated, want) {
+		t.Errorf("plan %+v, want namespace x's pods %v isolated both ways with no rules and one error", plan, want)
+	}
+}
+
 // TestStalePodLendsNoLabels: the peers of "allow from role=trusted" are
 // decided by the pod that holds an address now. A finished pod (Succeeded
 // or Failed) whose status still lists an address, and an older pod that

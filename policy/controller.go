@@ -48,6 +48,9 @@ type Config struct {
 	// read at each round to check the source addresses of the pods'
 	// frames on their bridge ports; empty: no source checks.
 	AddressStore string
+	// Bridge is the CNI plugin's bridge (empty: DefaultBridge): see
+	// Plan.Bridge.
+	Bridge string
 	// MaxBackoff bounds the wait between the attempts after a failed
 	// transaction, which starts at 100ms and doubles (0: 30s).
 	MaxBackoff time.Duration
@@ -59,15 +62,20 @@ type Config struct {
 // then).
 type Reporter interface {
 	Programmed(err error)
+	// SourceChecks follows each committed transaction: nil when the
+	// pods' source addresses are checked (or the address store is
+	// turned off), else why they are not (the address store cannot be
+	// read, or ErrNoSourceChecks).
+	SourceChecks(err error)
 }
 
 // Controller keeps the policy table of this node equal to what the
 // cluster's NetworkPolicies, Pods and Namespaces say.
 type Controller struct {
-	cfg      Config
-	log      *slog.Logger
-	wake     chan struct{}
-	storeErr string // the last problem reading the address store, said once
+	cfg    Config
+	log    *slog.Logger
+	wake   chan struct{}
+	srcErr string // the last problem with the source checks, said once
 }
 
 // New validates cfg; nothing is watched or programmed until Run.
@@ -275,11 +283,14 @@ func (c *Controller) sync(pods, nss, nps cache.Store) error {
 			continue
 		}
 		in.Local = local
-		plans = append(plans, Compute(in))
+		p := Compute(in)
+		p.Bridge = c.cfg.Bridge
+		plans = append(plans, p)
 	}
+	var srcErr error
 	if c.cfg.AddressStore != "" {
 		ports, err := PortsFromStore(c.cfg.AddressStore)
-		c.storeProblem(err)
+		srcErr = err
 		for i := range plans {
 			for _, pp := range ports {
 				if pp.Addr.Is4() != plans[i].V6 {
@@ -291,9 +302,14 @@ func (c *Controller) sync(pods, nss, nps cache.Store) error {
 	for _, err := range plans[0].Errors { // the same in both families: said once
 		c.log.Error("network policy not understood: its pods are isolated and none of its rules applied", "err", err)
 	}
-	if err := c.cfg.Program(plans...); err != nil {
+	err := c.cfg.Program(plans...)
+	if errors.Is(err, ErrNoSourceChecks) {
+		srcErr, err = err, nil // the inet table committed
+	}
+	if err != nil {
 		return err
 	}
+	c.sourceChecks(srcErr)
 	var rules, ing, eg int
 	for _, p := range plans {
 		rules, ing, eg = rules+len(p.Rules), ing+len(p.IngressIsolated), eg+len(p.EgressIsolated)
@@ -303,22 +319,25 @@ func (c *Controller) sync(pods, nss, nps cache.Store) error {
 	return nil
 }
 
-// storeProblem logs a new problem reading the address store once, and
-// its end.
-func (c *Controller) storeProblem(err error) {
+// sourceChecks tells the reporter whether the pods' source addresses are
+// checked, and logs a new problem once, and its end.
+func (c *Controller) sourceChecks(err error) {
+	if c.cfg.Reporter != nil {
+		c.cfg.Reporter.SourceChecks(err)
+	}
 	msg := ""
 	if err != nil {
 		msg = err.Error()
 	}
-	if msg == c.storeErr {
+	if msg == c.srcErr {
 		return
 	}
 	if err != nil {
-		c.log.Warn("network policy: pods' source addresses are not checked: cannot read the CNI address store", "err", err)
-	} else {
+		c.log.Error("network policy is enforced, but not every pod's source addresses are checked on its bridge port", "err", err)
+	} else if c.cfg.AddressStore != "" {
 		c.log.Info("network policy: checking pods' source addresses on their bridge ports", "store", c.cfg.AddressStore)
 	}
-	c.storeErr = msg
+	c.srcErr = msg
 }
 
 // trimPod keeps of a pod what policy needs: namespace, name, labels, host

@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,12 +60,19 @@ type reports struct {
 	mu  sync.Mutex
 	at  []time.Time
 	err []error
+	src []error // SourceChecks
 }
 
 func (r *reports) Programmed(err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.at, r.err = append(r.at, time.Now()), append(r.err, err)
+}
+
+func (r *reports) SourceChecks(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.src = append(r.src, err)
 }
 
 func (r *reports) get() ([]time.Time, []error) {
@@ -188,4 +196,54 @@ func TestProgramsAfterSync(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestSourceChecksReported: a transaction whose bridge table the kernel
+// refused (ErrNoSourceChecks) counts as committed, and the reporter hears
+// that the source checks are off; so it does when the address store
+// cannot be read; and that they are on again once both are fine.
+func TestSourceChecksReported(t *testing.T) {
+	rep := &reports{}
+	store := filepath.Join(t.TempDir(), "store")
+	var refuse atomic.Bool
+	refuse.Store(true)
+	cfg := Config{Client: fakeAPI(t), Subnet: netip.MustParsePrefix("10.244.1.0/24"), Reporter: rep, AddressStore: store,
+		Resync: 50 * time.Millisecond,
+		Program: func(...Plan) error {
+			if refuse.Load() {
+				return fmt.Errorf("%w: operation not supported", ErrNoSourceChecks)
+			}
+			return nil
+		}}
+	runController(t, cfg)
+	last := func() (prog, src error, n int) {
+		rep.mu.Lock()
+		defer rep.mu.Unlock()
+		if len(rep.src) == 0 {
+			return nil, nil, 0
+		}
+		return rep.err[len(rep.err)-1], rep.src[len(rep.src)-1], len(rep.src)
+	}
+	waitUntil := func(what string, ok func(prog, src error, n int) bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !ok(last()) {
+			if time.Now().After(deadline) {
+				prog, src, n := last()
+				t.Fatalf("%s: last reports Programmed(%v), SourceChecks(%v) of %d", what, prog, src, n)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitUntil("bridge table refused", func(prog, src error, n int) bool {
+		return n > 0 && prog == nil && errors.Is(src, ErrNoSourceChecks)
+	})
+	refuse.Store(false) // the store does not exist yet
+	waitUntil("address store missing", func(prog, src error, n int) bool {
+		return n > 0 && prog == nil && src != nil && !errors.Is(src, ErrNoSourceChecks)
+	})
+	if err := os.Mkdir(store, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil("all fine", func(prog, src error, n int) bool { return n > 0 && prog == nil && src == nil })
 }

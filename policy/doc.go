@@ -7,15 +7,18 @@
 // per address family the node has a pod subnet of (Compute: pure, from the
 // API objects) and writes them with Program, which replaces the whole table
 // in one nftables transaction, so the kernel goes from the old rules to the
-// new ones at once. It tells its Reporter the outcome of each transaction;
-// a failed one is retried with backoff (100ms doubling, up to 30s by
+// new ones at once. It tells its Reporter the outcome of each transaction,
+// and after each commit whether the pods' source addresses are checked; a
+// failed one is retried with backoff (100ms doubling, up to 30s by
 // default) until it commits. The table holds:
 //
 //   - a chain on the forward hook: established and related traffic is
 //     accepted; IPv6 neighbour solicitations and advertisements are
-//     accepted, then any other forwarded IPv6 packet with a link-local
-//     source or destination is dropped (pods of one node bridging to each
-//     other over fe80:: addresses, which no policy names); per family,
+//     accepted, then any other IPv6 packet with a link-local source or
+//     destination that the pod bridge (Config.Bridge, cni0) forwards is
+//     dropped (pods of one node bridging to each other over fe80::
+//     addresses, which no policy names; other bridges are not touched);
+//     per family,
 //     packets from a pod isolated for egress jump to the egress chain,
 //     then packets to a pod isolated for ingress to the ingress chain.
 //     Pods no policy selects are not touched otherwise.
@@ -47,11 +50,18 @@
 // requires. So is Service traffic that kube-proxy's IPVS mode forwards (it
 // leaves from the node itself): not enforced yet.
 //
-// A second table (family bridge, same name, same transaction) checks the
+// A second table (family bridge, same name, same transaction; if the
+// kernel refuses it, Program commits the inet table alone and says so with
+// ErrNoSourceChecks, and the controller tells its Reporter) checks the
 // source addresses of the pods' frames on their bridge ports: the plans'
 // Ports, which the controller reads from the CNI plugin's address store
 // (PortsFromStore). A frame from a listed port whose IPv4, IPv6 (not
 // link-local or ::) or ARP sender address is not that port's pod's is
 // dropped, as are VLAN-tagged frames; so a pod cannot pass a policy by
-// forging another pod's address. Unlisted ports are not checked.
+// forging another pod's address. Unlisted ports are not checked. A chain
+// of that table on the bridge's forward hook drops the IPv4 and IPv6
+// frames bridged to the port of a pod isolated for ingress whose
+// destination is not that pod's address (broadcasts, multicast), which
+// the inet table's check by destination address cannot see; ARP and IPv6
+// neighbour discovery pass.
 package policy

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -20,18 +21,48 @@ import (
 // policy rules.
 const Table = "weft-policy"
 
+// DefaultBridge is the pod bridge of a plan that names none: the CNI
+// plugin's default.
+const DefaultBridge = "cni0"
+
+// ErrNoSourceChecks says that Program committed the inet table but not
+// the bridge table of the source checks, which the kernel refused (as one
+// without nftables' bridge family, CONFIG_NF_TABLES_BRIDGE, does): policy
+// is enforced, but not the checks of that table.
+var ErrNoSourceChecks = errors.New("bridge table refused: pods' source addresses, and broadcasts to pods isolated for ingress, are not checked")
+
 // Program replaces the policy table in the namespace at netns ("" for the
 // current one) by the one plans describe (at most one plan per family), in
 // one nftables transaction: the kernel switches from the old rules to the
 // new ones at once; when a plan lists pods' bridge ports, the bridge table
 // of their source checks (buildAntiSpoof) is replaced in the same
-// transaction. IPv6 packets with a link-local source or destination
-// that the node forwards (pods of the node bridging to each other through
-// br_netfilter) are dropped whatever the plans, except neighbour discovery.
+// transaction. If the kernel refuses that transaction but takes the inet
+// table alone, Program commits the inet table alone and returns an error
+// wrapping ErrNoSourceChecks. IPv6 packets with a link-local source or
+// destination that the pod bridge forwards (pods of one node bridging to
+// each other through br_netfilter) are dropped whatever the plans, except
+// neighbour discovery; other bridges of the node are not touched.
 func Program(netns string, plans ...Plan) error {
 	if len(plans) > 2 || len(plans) == 2 && plans[0].V6 == plans[1].V6 {
 		return errors.New("program network policy: more than one plan of a family")
 	}
+	// Only with ports: a node run without the address store needs no
+	// bridge table to enforce the rest. A table left with no ports
+	// listed stays: its entries name veths that are gone.
+	withBridge := slices.ContainsFunc(plans, func(p Plan) bool { return len(p.Ports) > 0 })
+	err := program(netns, plans, withBridge)
+	if err == nil || !withBridge {
+		return err
+	}
+	if errInet := program(netns, plans, false); errInet != nil {
+		return err // the inet table is refused too: the first error says why
+	}
+	return fmt.Errorf("%w: %w", ErrNoSourceChecks, err)
+}
+
+// program writes the inet table of plans and, if withBridge, their bridge
+// table, in one transaction.
+func program(netns string, plans []Plan, withBridge bool) error {
 	conn, closeNS, err := dial(netns)
 	if err != nil {
 		return err
@@ -47,11 +78,7 @@ func Program(netns string, plans ...Plan) error {
 	if err := build(conn, t, plans); err != nil {
 		return err
 	}
-	if slices.ContainsFunc(plans, func(p Plan) bool { return len(p.Ports) > 0 }) {
-		// Only then: a kernel without nftables' bridge family, or a node
-		// run without the address store, needs no bridge table to enforce
-		// the rest. A table left with no ports listed stays: its entries
-		// name veths that are gone.
+	if withBridge {
 		bt := &nftables.Table{Name: Table, Family: nftables.TableFamilyBridge}
 		conn.AddTable(bt)
 		conn.DelTable(bt)
@@ -115,7 +142,8 @@ func familyOf(p Plan) family {
 //
 //	forward (hook forward): ct state established,related accept
 //	                        ipv6 neighbour solicitation and advertisement accept
-//	                        ip6 saddr fe80::/10 drop, ip6 daddr fe80::/10 drop
+//	                        iifname <pod bridge> ip6 saddr fe80::/10 drop,
+//	                        iifname <pod bridge> ip6 daddr fe80::/10 drop
 //	                        per family: saddr @egress-isolated jump egress
 //	                                    daddr @ingress-isolated jump ingress
 //	egress:  one rule per allowing rule, verdict return; then drop
@@ -123,6 +151,10 @@ func familyOf(p Plan) family {
 //
 // The chains and sets of IPv6 have names starting "v6-".
 func build(conn *nftables.Conn, t *nftables.Table, plans []Plan) error {
+	bridge, err := bridgeOf(plans)
+	if err != nil {
+		return err
+	}
 	fwd := conn.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})
 	add := func(c *nftables.Chain, note string, exprs ...[]expr.Any) {
@@ -134,8 +166,14 @@ func build(conn *nftables.Conn, t *nftables.Table, plans []Plan) error {
 	}
 	add(fwd, "weft: replies and related traffic", ctEstablished(), verdict(expr.VerdictAccept))
 	add(fwd, "weft: IPv6 neighbour discovery", isFamily(ipv6), neighbourDiscovery(), verdict(expr.VerdictAccept))
-	add(fwd, "weft: IPv6 link-local between pods", isFamily(ipv6), linkLocal(ipv6.saddr), counted(), verdict(expr.VerdictDrop))
-	add(fwd, "weft: IPv6 link-local between pods", isFamily(ipv6), linkLocal(ipv6.daddr), counted(), verdict(expr.VerdictDrop))
+	// Bridged through br_netfilter, a packet's input and output device in
+	// the forward hook is the bridge itself: only the pod bridge's.
+	fromBridge := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(bridge)},
+	}
+	add(fwd, "weft: IPv6 link-local between pods", fromBridge, isFamily(ipv6), linkLocal(ipv6.saddr), counted(), verdict(expr.VerdictDrop))
+	add(fwd, "weft: IPv6 link-local between pods", fromBridge, isFamily(ipv6), linkLocal(ipv6.daddr), counted(), verdict(expr.VerdictDrop))
 	for _, plan := range plans {
 		f := familyOf(plan)
 		egress := conn.AddChain(&nftables.Chain{Name: f.prefix + "egress", Table: t})
@@ -167,6 +205,27 @@ func build(conn *nftables.Conn, t *nftables.Table, plans []Plan) error {
 		add(ingress, "weft: no policy allows it", counted(), verdict(expr.VerdictDrop))
 	}
 	return nil
+}
+
+// bridgeOf is the pod bridge the plans name.
+func bridgeOf(plans []Plan) (string, error) {
+	bridge := ""
+	for _, p := range plans {
+		if p.Bridge == "" {
+			continue
+		}
+		if bridge != "" && p.Bridge != bridge {
+			return "", fmt.Errorf("program network policy: plans name two pod bridges, %s and %s", bridge, p.Bridge)
+		}
+		bridge = p.Bridge
+	}
+	if bridge == "" {
+		bridge = DefaultBridge
+	}
+	if len(bridge) >= 16 || strings.ContainsAny(bridge, "/ \x00") {
+		return "", fmt.Errorf("program network policy: pod bridge %q: not an interface name", bridge)
+	}
+	return bridge, nil
 }
 
 type ruleSetsOf struct{ local, peers, ports, named *nftables.Set }
@@ -457,6 +516,59 @@ func buildAntiSpoof(conn *nftables.Conn, t *nftables.Table, plans []Plan) error 
 	add("weft: IPv6 source not the pod's", fromPod, etherType(unix.ETH_P_IPV6), notPortAddr(ipv6.saddr, 16, v6), drop)
 	add("weft: VLAN-tagged frame from a pod", fromPod, etherType(unix.ETH_P_8021Q), drop)
 	add("weft: VLAN-tagged frame from a pod", fromPod, etherType(unix.ETH_P_8021AD), drop)
+	return isolateBroadcast(conn, t, plans, v4, v6)
+}
+
+// isolateBroadcast adds to t (family bridge) a chain on the forward hook,
+// where a frame that the bridge sends out of one port to another (the
+// flooded copies of a broadcast or multicast frame each pass it, with the
+// port they leave by) is dropped when it goes to the port of a pod
+// isolated for ingress and its IPv4 or IPv6 destination is not that pod's
+// address (in pod-addrs, v6-pod-addrs): broadcasts, multicast and any
+// other packet the pod would take without being its destination, which
+// the inet table's ingress check (by destination address) never matches.
+// ARP and IPv6 neighbour solicitations and advertisements pass.
+func isolateBroadcast(conn *nftables.Conn, t *nftables.Table, plans []Plan, v4, v6 *nftables.Set) error {
+	iso := &nftables.Set{Table: t, Name: "ingress-isolated-ports", KeyType: nftables.TypeIFName}
+	var els []nftables.SetElement
+	seen := map[string]bool{}
+	for _, p := range plans {
+		for _, pp := range p.Ports {
+			if !seen[pp.Port] && slices.Contains(p.IngressIsolated, pp.Addr) {
+				seen[pp.Port] = true
+				els = append(els, nftables.SetElement{Key: ifname(pp.Port)})
+			}
+		}
+	}
+	if err := conn.AddSet(iso, els); err != nil {
+		return fmt.Errorf("set %s: %w", iso.Name, err)
+	}
+	c := conn.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})
+	add := func(note string, exprs ...[]expr.Any) {
+		conn.AddRule(&nftables.Rule{Table: t, Chain: c, Exprs: join(exprs...), UserData: userdata.AppendString(nil, userdata.TypeComment, note)})
+	}
+	toIsolated := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+		&expr.Lookup{SourceRegister: 1, SetName: iso.Name, SetID: iso.ID},
+	}
+	etherType := func(typ uint16) []expr.Any {
+		return []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseLLHeader, Offset: 12, Len: 2},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(typ)},
+		}
+	}
+	notPortDest := func(off, n uint32, s *nftables.Set) []expr.Any {
+		return []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+			&expr.Payload{DestRegister: 2, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
+			&expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID, Invert: true},
+		}
+	}
+	drop := join(counted(), verdict(expr.VerdictDrop))
+	add("weft: to a pod isolated for ingress, not its IPv4 address", toIsolated, etherType(unix.ETH_P_IP), notPortDest(ipv4.daddr, 4, v4), drop)
+	add("weft: IPv6 neighbour discovery", toIsolated, etherType(unix.ETH_P_IPV6), neighbourDiscovery(), verdict(expr.VerdictAccept))
+	add("weft: to a pod isolated for ingress, not its IPv6 address", toIsolated, etherType(unix.ETH_P_IPV6), notPortDest(ipv6.daddr, 16, v6), drop)
 	return nil
 }
 

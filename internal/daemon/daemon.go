@@ -3,10 +3,13 @@
 // the Kubernetes API unless built with -tags weft_nokube) and the factories
 // of the configured dataplane, and serves health and metrics. The loop
 // (Daemon) leases this node's subnet from the registry, writes the subnet
-// file, keeps the lease renewed (and acquires again if it is lost), turns
-// the peers' leases into a vtep.Table and hands it to the dataplane; once
-// that is programmed (and, with NetworkPolicy on, the first policy
-// transaction committed) it tells the service manager (READY=1). The
+// file (with NetworkPolicy on, once the session's policy controller has
+// committed its first table, so that no pod is wired before), keeps the
+// lease renewed (and acquires again if it is lost: a new session, whose
+// readiness starts over), turns the peers' leases into a vtep.Table and
+// hands it to the dataplane; once that is programmed (and, with
+// NetworkPolicy on, the first policy transaction committed) it tells the
+// service manager (READY=1). The
 // loop itself knows no datastore and no kernel: it sees the Registry and
 // Dataplane interfaces, which its tests fake. cmd/weftd is a one-line main.
 //
@@ -130,6 +133,10 @@ type PolicyReporter interface {
 	// CannotEnforce says that policy cannot be enforced on this node at
 	// all, and why; the dataplane runs on, the daemon is not ready.
 	CannotEnforce(err error)
+	// SourceChecks follows each committed transaction: nil when pods'
+	// source addresses are checked, else why not (the controller logs
+	// it); the daemon stays ready, a metric says it.
+	SourceChecks(err error)
 }
 
 // Notifier sends notifications to the service manager (sd_notify(3)).
@@ -145,15 +152,32 @@ type Daemon struct {
 	notified atomic.Bool // READY=1 sent
 	lease    atomic.Pointer[subnet.Lease]
 	waiting  atomic.Pointer[string] // see Waiting
-	policy   policyState
+	// policy is the NetworkPolicy state of the current session (nil
+	// before the first, or with policy off).
+	policy atomic.Pointer[policySession]
 }
 
-// policyState is the readiness of NetworkPolicy enforcement.
-type policyState struct {
+// policySession is the readiness of NetworkPolicy enforcement during one
+// lease's session: each session starts with nothing committed, so a lost
+// lease never lends the new session its controller's commit. It is the
+// PolicyReporter that session's controller is given.
+type policySession struct {
+	d         *Daemon
 	committed atomic.Bool   // the last transaction committed
 	cannot    atomic.Bool   // CannotEnforce was said
 	first     chan struct{} // closed at the first commit
 	once      sync.Once
+}
+
+var _ PolicyReporter = (*policySession)(nil)
+
+// newPolicySession makes a fresh policy state the current one.
+func (d *Daemon) newPolicySession() *policySession {
+	s := &policySession{d: d, first: make(chan struct{})}
+	d.policy.Store(s)
+	d.cfg.Metrics.policyUnknown()
+	d.cfg.Metrics.setReady(d.Ready())
+	return s
 }
 
 // New returns a daemon; Run starts it.
@@ -182,37 +206,51 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 	if cfg.Factories.Policy != nil {
 		cfg.Metrics.policyEnabled()
 	}
-	return &Daemon{cfg: cfg, log: log.With("component", "daemon"), policy: policyState{first: make(chan struct{})}}, nil
+	return &Daemon{cfg: cfg, log: log.With("component", "daemon")}, nil
 }
 
 // Ready reports whether the subnet file is written, the dataplane has
-// programmed its first table and, when NetworkPolicy is enforced, its last
-// transaction committed.
+// programmed its first table and, when NetworkPolicy is enforced, the last
+// transaction of the current session's controller committed.
 func (d *Daemon) Ready() bool {
-	return d.ready.Load() && (d.cfg.Factories.Policy == nil || d.policy.committed.Load())
+	if d.cfg.Factories.Policy == nil {
+		return d.ready.Load()
+	}
+	s := d.policy.Load()
+	return d.ready.Load() && s != nil && s.committed.Load()
 }
+
+// current says whether s is the current session's state: a controller of
+// an ended session has no say in readiness.
+func (s *policySession) current() bool { return s.d.policy.Load() == s }
 
 // Programmed records the outcome of a network policy transaction
 // (PolicyReporter): readiness follows it.
-func (d *Daemon) Programmed(err error) {
+func (s *policySession) Programmed(err error) {
+	d := s.d
 	d.cfg.Metrics.policyProgrammed(err)
 	if err != nil {
-		if d.policy.committed.Swap(false) && d.ready.Load() {
+		if s.committed.Swap(false) && d.ready.Load() && s.current() {
 			d.log.Error("not ready: network policy cannot be programmed (retrying)", "err", err)
 		}
 	} else {
-		d.policy.committed.Store(true)
-		d.policy.once.Do(func() { close(d.policy.first) })
+		s.committed.Store(true)
+		s.once.Do(func() { close(s.first) })
 	}
 	d.cfg.Metrics.setReady(d.Ready())
 }
 
+// SourceChecks records whether pods' source addresses are checked
+// (PolicyReporter).
+func (s *policySession) SourceChecks(err error) { s.d.cfg.Metrics.policySourceChecks(err) }
+
 // CannotEnforce records that this node cannot enforce network policy
 // (PolicyReporter): said once; the daemon stays not ready.
-func (d *Daemon) CannotEnforce(err error) {
-	d.policy.committed.Store(false)
+func (s *policySession) CannotEnforce(err error) {
+	d := s.d
+	s.committed.Store(false)
 	d.cfg.Metrics.policyCannot()
-	if !d.policy.cannot.Swap(true) {
+	if !s.cannot.Swap(true) && s.current() {
 		d.log.Error("network policy cannot be enforced on this node: the dataplane runs, weftd reports not ready", "err", err)
 	}
 	d.cfg.Metrics.setReady(d.Ready())

@@ -85,7 +85,7 @@ func policyFactory(c *config, log *slog.Logger) (func(*subnet.Config, subnet.Lea
 			return cannotEnforce{err, rep}, nil
 		}
 		ctl, err := policy.New(policy.Config{Client: rc, Subnet: lease.Subnet, IPv6Subnet: lease.IPv6Subnet, Reporter: rep,
-			AddressStore: c.addressStore}, log)
+			AddressStore: c.addressStore, Bridge: c.podBridge}, log)
 		if err != nil {
 			return cannotEnforce{err, rep}, nil
 		}

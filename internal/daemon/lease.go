@@ -161,17 +161,6 @@ func (d *Daemon) session(ctx context.Context, cfg *subnet.Config, typ string, le
 			d.log.Warn("cannot remove the other backend's state", "err", err)
 		}
 	}
-	file := subnet.File{MTU: mtu, IPMasq: d.cfg.IPMasq}
-	if lease.Subnet.IsValid() {
-		file.Network, file.Subnet = cfg.Network, subnet.GatewayPrefix(lease.Subnet)
-	}
-	if lease.IPv6Subnet.IsValid() {
-		file.IPv6Network, file.IPv6Subnet = cfg.IPv6Network, subnet.GatewayPrefix(lease.IPv6Subnet)
-	}
-	if err := subnet.WriteFile(d.cfg.SubnetFile, file); err != nil {
-		return fmt.Errorf("daemon: %w", err)
-	}
-	d.log.Info("wrote subnet file", "path", d.cfg.SubnetFile, "subnet", file.Subnet, "mtu", mtu)
 	d.lease.Store(&lease)
 
 	g, gctx := errgroup.WithContext(ctx)
@@ -182,12 +171,35 @@ func (d *Daemon) session(ctx context.Context, cfg *subnet.Config, typ string, le
 		}
 		g.Go(func() error { return masq.Run(gctx) })
 	}
+	written := make(chan struct{}) // closed once the subnet file is written
+	var ps *policySession
 	if d.cfg.Factories.Policy != nil {
-		pol, err := d.cfg.Factories.Policy(cfg, lease, d)
+		// The CNI plugin wires no pod before the subnet file exists: with
+		// policy on it is written once the first table committed, so no
+		// pod starts (and opens connections that conntrack then keeps)
+		// before the node enforces its policies. The controller does not
+		// need the file.
+		ps = d.newPolicySession()
+		pol, err := d.cfg.Factories.Policy(cfg, lease, ps)
 		if err != nil {
 			return fmt.Errorf("daemon: network policy: %w", err)
 		}
 		g.Go(func() error { return pol.Run(gctx) })
+		g.Go(func() error {
+			if d.awaitPolicy(gctx, ps) != nil {
+				return nil
+			}
+			if err := d.writeSubnetFile(cfg, lease, mtu); err != nil {
+				return err
+			}
+			close(written)
+			return nil
+		})
+	} else {
+		if err := d.writeSubnetFile(cfg, lease, mtu); err != nil {
+			return err
+		}
+		close(written)
 	}
 	g.Go(func() error { return dp.Backend.Run(gctx) })
 	for _, r := range dp.Runners {
@@ -196,19 +208,33 @@ func (d *Daemon) session(ctx context.Context, cfg *subnet.Config, typ string, le
 	g.Go(func() error { return d.watch(gctx, cfg, lease, dp.Backend) })
 	g.Go(func() error { return d.renew(gctx, lease) })
 	g.Go(func() error { return d.watchPresence(gctx) })
-	g.Go(func() error { return d.awaitReady(gctx, dp.Backend, note) })
+	g.Go(func() error { return d.awaitReady(gctx, dp.Backend, written, note) })
 	return g.Wait()
 }
 
-func (d *Daemon) awaitReady(ctx context.Context, b backend.Backend, note string) error {
-	select {
-	case <-ctx.Done():
-		return nil
-	case <-b.Ready():
+// writeSubnetFile writes the subnet file of lease, which tells the CNI
+// plugin the node's subnets and MTU.
+func (d *Daemon) writeSubnetFile(cfg *subnet.Config, lease subnet.Lease, mtu int) error {
+	file := subnet.File{MTU: mtu, IPMasq: d.cfg.IPMasq}
+	if lease.Subnet.IsValid() {
+		file.Network, file.Subnet = cfg.Network, subnet.GatewayPrefix(lease.Subnet)
 	}
-	if d.cfg.Factories.Policy != nil {
-		if err := d.awaitPolicy(ctx); err != nil {
+	if lease.IPv6Subnet.IsValid() {
+		file.IPv6Network, file.IPv6Subnet = cfg.IPv6Network, subnet.GatewayPrefix(lease.IPv6Subnet)
+	}
+	if err := subnet.WriteFile(d.cfg.SubnetFile, file); err != nil {
+		return fmt.Errorf("daemon: %w", err)
+	}
+	d.log.Info("wrote subnet file", "path", d.cfg.SubnetFile, "subnet", file.Subnet, "ipv6Subnet", file.IPv6Subnet, "mtu", mtu)
+	return nil
+}
+
+func (d *Daemon) awaitReady(ctx context.Context, b backend.Backend, written <-chan struct{}, note string) error {
+	for _, ch := range []<-chan struct{}{b.Ready(), written} {
+		select {
+		case <-ctx.Done():
 			return nil
+		case <-ch:
 		}
 	}
 	if na, ok := d.cfg.Registry.(networkAvailabler); ok {
@@ -236,17 +262,17 @@ func (d *Daemon) awaitReady(ctx context.Context, b backend.Backend, note string)
 
 // awaitPolicy waits for the first network policy transaction that
 // committed the cluster's state, saying every minute that it waits.
-func (d *Daemon) awaitPolicy(ctx context.Context) error {
+func (d *Daemon) awaitPolicy(ctx context.Context, ps *policySession) error {
 	tick := time.NewTicker(time.Minute)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-d.policy.first:
+		case <-ps.first:
 			return nil
 		case <-tick.C:
-			d.log.Warn("dataplane programmed; not ready until network policy is programmed from the API server's state")
+			d.log.Warn("not ready, and no subnet file for the CNI plugin, until network policy is programmed from the API server's state")
 		}
 	}
 }

@@ -22,6 +22,7 @@ type Metrics struct {
 	fallback      *prometheus.GaugeVec
 	policyOn      prometheus.Gauge
 	policyReady   prometheus.Gauge
+	policyNoSrc   prometheus.Gauge
 	policyFailed  prometheus.Counter
 }
 
@@ -59,7 +60,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "1 when the last network policy transaction committed the cluster's state; 0 before the first, after a failure, or when policy cannot be enforced on this node."})
 	m.policyFailed = prometheus.NewCounter(prometheus.CounterOpts{Name: "weft_network_policy_program_failures_total",
 		Help: "Network policy transactions the kernel refused (each is retried with backoff)."})
-	reg.MustRegister(m.policyOn, m.policyReady, m.policyFailed)
+	m.policyNoSrc = prometheus.NewGauge(prometheus.GaugeOpts{Name: "weft_network_policy_source_checks_degraded",
+		Help: "1 when network policy is enforced but not every pod's source addresses are checked on its bridge port: the CNI address store cannot be read (new pods go unchecked) or the kernel refuses nftables' bridge family; weftd's log says which."})
+	reg.MustRegister(m.policyOn, m.policyReady, m.policyFailed, m.policyNoSrc)
 	reg.MustRegister(m.fallback, m.rejected, m.leases, m.peers, m.acquisitions, m.leaseLost, m.renewals, m.renewFailures, m.ready, m.events, m.tableUpdate)
 	return m
 }
@@ -108,6 +111,19 @@ func (m *Metrics) policyProgrammed(err error) {
 		m.policyReady.Set(0)
 	} else {
 		m.policyReady.Set(1)
+	}
+}
+
+func (m *Metrics) policySourceChecks(err error) {
+	if m != nil {
+		m.policyNoSrc.Set(map[bool]float64{true: 1}[err != nil])
+	}
+}
+
+// policyUnknown: a new session's controller has committed nothing yet.
+func (m *Metrics) policyUnknown() {
+	if m != nil {
+		m.policyReady.Set(0)
 	}
 }
 

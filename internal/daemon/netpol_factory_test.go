@@ -22,6 +22,7 @@ type recReporter struct{ programmed, cannot chan error }
 
 func (r recReporter) Programmed(err error)    { r.programmed <- err }
 func (r recReporter) CannotEnforce(err error) { r.cannot <- err }
+func (r recReporter) SourceChecks(error)      {}
 
 // TestPolicyFactoryNeverFails: the causes of the old crash loops. Without
 // br_netfilter (an empty procSys) the factory still builds a runner, which

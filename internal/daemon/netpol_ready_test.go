@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -49,9 +50,12 @@ func (n *recNotifier) count() int {
 	return len(n.states)
 }
 
-// policyRunner is a fake policy controller: it hands the test its
-// reporter and runs until the session ends.
-type policyRunner struct{ running atomic.Bool }
+// policyRunner is a fake policy controller: it runs until the session
+// ends; reps has the reporter of each session's controller.
+type policyRunner struct {
+	running atomic.Bool
+	reps    chan PolicyReporter
+}
 
 func (p *policyRunner) Run(ctx context.Context) error {
 	p.running.Store(true)
@@ -68,8 +72,7 @@ func startPolicyDaemon(t *testing.T) (*Daemon, *fakeBackend, *availRegistry, *re
 	reg := &availRegistry{fakeRegistry: fakeRegistry{cfg: testConfig(t)}}
 	notes := &recNotifier{}
 	preg := prometheus.NewRegistry()
-	reps := make(chan PolicyReporter, 1)
-	pr := &policyRunner{}
+	pr := &policyRunner{reps: make(chan PolicyReporter, 4)}
 	d, err := New(Config{
 		Registry:      reg,
 		Node:          Node{PublicIP: netip.MustParseAddr("192.168.77.1"), UnderlayMTU: 1500},
@@ -80,7 +83,7 @@ func startPolicyDaemon(t *testing.T) (*Daemon, *fakeBackend, *availRegistry, *re
 		Factories: Factories{
 			Dataplane: func(string, *subnet.Config, subnet.Lease, int) (Dataplane, error) { return Dataplane{Backend: fb}, nil },
 			Policy: func(_ *subnet.Config, _ subnet.Lease, rep PolicyReporter) (Runner, error) {
-				reps <- rep
+				pr.reps <- rep
 				return pr, nil
 			},
 		},
@@ -98,7 +101,7 @@ func startPolicyDaemon(t *testing.T) (*Daemon, *fakeBackend, *availRegistry, *re
 		}
 	})
 	select {
-	case rep := <-reps:
+	case rep := <-pr.reps:
 		return d, fb, reg, notes, preg, rep, pr
 	case <-time.After(5 * time.Second):
 		t.Fatal("no policy runner built")
@@ -108,7 +111,8 @@ func startPolicyDaemon(t *testing.T) (*Daemon, *fakeBackend, *availRegistry, *re
 
 // TestPolicyGatesReadiness: with NetworkPolicy on, a programmed dataplane
 // is not enough: /readyz (Ready), weft_ready, READY=1 and the Node's
-// network condition wait for the first committed policy transaction; a
+// network condition wait for the first committed policy transaction, and
+// so does the subnet file, without which the CNI plugin wires no pod; a
 // failed one makes the daemon not ready (and is counted) until the next
 // commits.
 func TestPolicyGatesReadiness(t *testing.T) {
@@ -122,17 +126,37 @@ func TestPolicyGatesReadiness(t *testing.T) {
 		t.Fatalf("before any policy transaction: ready %v, weft_ready %v, notified %d, node available %d",
 			d.Ready(), gauge(t, preg, "weft_ready"), notes.count(), reg.available.Load())
 	}
+	noFile := func(when string) {
+		t.Helper()
+		if _, err := os.Stat(d.cfg.SubnetFile); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s: subnet file there (or %v): the CNI plugin could wire pods before policy is enforced", when, err)
+		}
+	}
+	noFile("before any policy transaction")
 	rep.Programmed(errors.New("transaction refused"))
 	time.Sleep(100 * time.Millisecond)
 	if d.Ready() || notes.count() != 0 || reg.available.Load() != 0 {
 		t.Fatal("ready after a failed first transaction")
 	}
+	noFile("after a failed first transaction")
 	rep.Programmed(nil)
 	waitFor(t, func() bool {
 		return d.Ready() && gauge(t, preg, "weft_ready") == 1 && notes.count() == 1 && reg.available.Load() == 1
 	})
+	if _, err := subnet.ReadFile(d.cfg.SubnetFile); err != nil {
+		t.Errorf("no subnet file after the first commit: %v", err)
+	}
 	if gauge(t, preg, "weft_network_policy_ready") != 1 {
 		t.Error("weft_network_policy_ready is not 1 after a commit")
+	}
+	rep.SourceChecks(errors.New("bridge table refused"))
+	if !d.Ready() || gauge(t, preg, "weft_network_policy_source_checks_degraded") != 1 {
+		t.Errorf("source checks off: ready %v (want true), weft_network_policy_source_checks_degraded %v (want 1)",
+			d.Ready(), gauge(t, preg, "weft_network_policy_source_checks_degraded"))
+	}
+	rep.SourceChecks(nil)
+	if gauge(t, preg, "weft_network_policy_source_checks_degraded") != 0 {
+		t.Error("weft_network_policy_source_checks_degraded stays 1 once the checks are on")
 	}
 	rep.Programmed(errors.New("transaction refused"))
 	if d.Ready() || gauge(t, preg, "weft_ready") != 0 || gauge(t, preg, "weft_network_policy_ready") != 0 {
@@ -163,4 +187,31 @@ func TestPolicyCannotEnforceKeepsRunning(t *testing.T) {
 	if d.Lease() == nil || !pr.running.Load() {
 		t.Error("the session stopped")
 	}
+}
+
+// TestPolicyReadinessAfterLostLease: the session of a lost lease ends and
+// the next one starts with a new controller, which has committed nothing
+// yet: the daemon is not ready until that controller commits, whatever
+// the old one did (the review found the new session ready at once on the
+// old controller's commit).
+func TestPolicyReadinessAfterLostLease(t *testing.T) {
+	d, fb, reg, _, preg, rep, pr := startPolicyDaemon(t)
+	fb.markReady()
+	rep.Programmed(nil)
+	waitFor(t, func() bool { return d.Ready() })
+	self := *d.Lease()
+	reg.send(t, subnet.Event{Type: subnet.EventRemoved, Lease: self})
+	var rep2 PolicyReporter
+	select {
+	case rep2 = <-pr.reps:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no new session after the lease was lost")
+	}
+	time.Sleep(300 * time.Millisecond)
+	if d.Ready() || gauge(t, preg, "weft_ready") != 0 || gauge(t, preg, "weft_network_policy_ready") != 0 {
+		t.Fatalf("new session before its controller committed: ready %v, weft_ready %v, weft_network_policy_ready %v",
+			d.Ready(), gauge(t, preg, "weft_ready"), gauge(t, preg, "weft_network_policy_ready"))
+	}
+	rep2.Programmed(nil)
+	waitFor(t, func() bool { return d.Ready() && gauge(t, preg, "weft_ready") == 1 })
 }

@@ -18,11 +18,12 @@ import (
 
 // TestNetworkPolicyNotReadyUntilProgrammed is the review's fail-open case:
 // weftd whose ServiceAccount may not list NetworkPolicies (its informer
-// never syncs) used to report ready with every pod open. Now it programs
-// its dataplane (the subnet file is written, pods get addresses) but stays
-// not ready: /readyz 503, weft_ready and weft_network_policy_ready 0, the
-// Node's NetworkUnavailable not cleared. Once the permission is back it
-// lists, commits its table and becomes ready.
+// never syncs) used to report ready with every pod open. Now it stays not
+// ready (/readyz 503, weft_ready and weft_network_policy_ready 0, the
+// Node's NetworkUnavailable not cleared) and writes no subnet file, so the
+// CNI plugin wires no pod (it used to wire them with nothing programmed).
+// Once the permission is back it lists, commits its table, writes the
+// subnet file (a pod gets an address) and becomes ready.
 func TestNetworkPolicyNotReadyUntilProgrammed(t *testing.T) {
 	k := kubetest.Start(t)
 	k.StartControllers(t, "nodeipam")
@@ -54,15 +55,22 @@ func TestNetworkPolicyNotReadyUntilProgrammed(t *testing.T) {
 	createNode(ctx, t, k, "n1")
 	n1 := c.AddNode("n1", "--kube-subnet-mgr", "--kubeconfig", kubeconfig, "--node-name", "n1", "--net-config-path", netConf)
 
-	Eventually(t, 30*time.Second, "subnet file written", func() error {
-		_, err := os.Stat(n1.SubnetFile)
+	Eventually(t, 30*time.Second, "weftd serving metrics", func() error {
+		_, err := n1.Metric("weft_network_policy_enabled")
 		return err
 	})
-	pod := n1.CNI.AddPod(t, "a") // the dataplane serves pods meanwhile
-	if !pod.IP.IsValid() {
-		t.Fatal("no address for a pod")
-	}
 	time.Sleep(5 * time.Second)
+	// No subnet file, so the CNI plugin wires no pod: none can open a
+	// connection that conntrack would keep once the table comes.
+	if _, err := os.Stat(n1.SubnetFile); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("subnet file written before any policy table (%v)", err)
+	}
+	if p, err := n1.CNI.Add(nettest.NewNS(t, "a0"), "pod-a0"); err == nil {
+		t.Errorf("a pod was wired (%s) while no policy table was programmed", p.IP)
+		if err := n1.CNI.Del(p); err != nil {
+			t.Error(err)
+		}
+	}
 	if code, _, err := n1.HTTPGet("http://127.0.0.1:9470/readyz"); err != nil || code != 503 {
 		t.Errorf("/readyz without a policy table: %d %v, want 503", code, err)
 	}
@@ -93,6 +101,12 @@ func TestNetworkPolicyNotReadyUntilProgrammed(t *testing.T) {
 	}
 	if out, err := n1.NS.Run("nft", "list", "table", "inet", "weft-policy"); err != nil {
 		t.Errorf("no policy table once ready: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(n1.SubnetFile); err != nil {
+		t.Errorf("no subnet file once ready: %v", err)
+	}
+	if pod := n1.CNI.AddPod(t, "a"); !pod.IP.IsValid() {
+		t.Error("no address for a pod once ready")
 	}
 }
 
