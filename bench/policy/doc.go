@@ -3,8 +3,8 @@
 // first byte the server sends) and single-stream throughput (iperf3) from
 // a client pod on one node to a server pod on another, with no policy
 // selecting the server, with one policy that selects it and allows the
-// client, and with that policy among 1,000 others (selecting 1,000 other
-// pods of the server's node). It runs a real kube-apiserver and two nodes
+// client, with that policy among 1,000 others (selecting 1,000 other
+// pods of the server's node), and with weftd's enforcement off. It runs a real kube-apiserver and two nodes
 // running weftd with --network-policy, and plays the kubelet, as the
 // NetworkPolicy tests in test/e2e do. Run it as root:
 //

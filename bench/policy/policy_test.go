@@ -48,16 +48,25 @@ const (
 	none  condition = iota // no policy selects the server
 	allow                  // one policy selects the server and allows the client
 	many                   // that policy and 1,000 others, each selecting one of 1,000 other pods of the server's node
+	off                    // weftd runs with --network-policy=false: no policy table at all
 	nConditions
 )
 
 func (c condition) String() string {
-	return [...]string{"no policy", "allowing policy", "allowing policy + 1,000 others"}[c]
+	return [...]string{"no policy", "allowing policy", "allowing policy + 1,000 others", "enforcement off"}[c]
 }
 
 // wantRules is the number of policy rules in the server node's ingress
 // chain under c.
-func (c condition) wantRules() int { return [...]int{0, 1, 1 + others}[c] }
+func (c condition) wantRules() int { return [...]int{0, 1, 1 + others, 0}[c] }
+
+// policies is the condition whose policies the API holds under c.
+func (c condition) policies() condition {
+	if c == off {
+		return none
+	}
+	return c
+}
 
 // BenchmarkPolicyVXLAN measures on two kernel VXLAN nodes.
 func BenchmarkPolicyVXLAN(b *testing.B) { bench(b, "vxlan") }
@@ -96,7 +105,8 @@ type env struct {
 	cs             kubernetes.Interface
 	c              *e2e.Cluster
 	client, server *plugintest.Pod
-	cur            condition
+	cur            condition // the policies in the API (none, allow or many)
+	enforcing      bool      // weftd runs with --network-policy
 }
 
 func newEnv(b *testing.B, args ...string) *env {
@@ -115,7 +125,7 @@ func newEnv(b *testing.B, args ...string) *env {
 	if err := os.WriteFile(conf, []byte(netConf), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	e := &env{b: b, ctx: ctx, cs: cs, c: e2e.NewCluster(b, e2e.Options{Nodes: 0})}
+	e := &env{b: b, ctx: ctx, cs: cs, c: e2e.NewCluster(b, e2e.Options{Nodes: 0}), enforcing: true}
 	apiserver := strings.TrimPrefix(k.Admin.Host, "https://")
 	e.c.OnNode = func(n *e2e.Node) { nettest.ForwardLoopback(b, n, apiserver) }
 	for _, n := range []struct{ name, cidr string }{{"n1", clientCIDR}, {"n2", serverCIDR}} {
@@ -124,8 +134,8 @@ func newEnv(b *testing.B, args ...string) *env {
 			b.Fatal(err)
 		}
 		store := filepath.Join(e.c.Dir, n.name, "cni", "weft")
-		e.c.AddNode(n.name, append([]string{"--kube-subnet-mgr", "--kubeconfig", k.Kubeconfig(), "--node-name", n.name,
-			"--net-config-path", conf, "--network-policy", "--pod-address-store", store}, args...)...)
+		e.c.AddNode(n.name, append([]string{"--network-policy=true", "--kube-subnet-mgr", "--kubeconfig", k.Kubeconfig(), "--node-name", n.name,
+			"--net-config-path", conf, "--pod-address-store", store}, args...)...)
 	}
 	for _, n := range e.c.Nodes {
 		n.WaitReady()
@@ -276,9 +286,51 @@ func (e *env) serve() {
 	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 }
 
-// set makes the policies of the cluster those of c and waits until the
-// server's node has programmed them and the client gets through.
+// set makes the cluster's policies and weftd's enforcement those of c and
+// waits until the server's node has programmed them and the client gets
+// through.
 func (e *env) set(c condition) {
+	if c == off {
+		e.setPolicies(none)
+		e.enforce(false)
+	} else {
+		e.enforce(true)
+		e.setPolicies(c)
+	}
+	e2e.Eventually(e.b, 10*time.Second, "client reaches server", func() error { _, err := e.dial(); return err })
+	e.checkIsolated(c)
+	time.Sleep(time.Second) // let weftd's work on the change end
+}
+
+// enforce restarts weftd on both nodes with --network-policy=on unless
+// it runs so already, and waits until it is ready (with policy on: its
+// first table committed) and n2's table is there or gone.
+func (e *env) enforce(on bool) {
+	if on == e.enforcing {
+		return
+	}
+	for _, n := range e.c.Nodes {
+		n.Stop()
+		n.Args[0] = fmt.Sprintf("--network-policy=%t", on)
+		n.Start()
+	}
+	for _, n := range e.c.Nodes {
+		n.WaitReady()
+	}
+	e.enforcing = on
+	e2e.Eventually(e.b, 30*time.Second, fmt.Sprintf("n2's policy table there: %t", on), func() error {
+		_, err := e.c.Nodes[1].NS.Run("nft", "list", "table", "inet", "weft-policy")
+		if (err == nil) != on {
+			return fmt.Errorf("nft list table: %v", err)
+		}
+		return nil
+	})
+}
+
+// setPolicies makes the policies in the API those of c (none, allow or
+// many) and, with enforcement on, waits until n2's ingress chain has
+// their rules.
+func (e *env) setPolicies(c condition) {
 	b := e.b
 	if c == e.cur {
 		return
@@ -311,6 +363,9 @@ func (e *env) set(c condition) {
 		b.Fatal(err)
 	}
 	e.cur = c
+	if !e.enforcing {
+		return
+	}
 	e2e.Eventually(b, 2*time.Minute, fmt.Sprintf("%d policy rules on n2", c.wantRules()), func() error {
 		rules, _, err := e.ingressRules()
 		if err != nil {
@@ -321,9 +376,6 @@ func (e *env) set(c condition) {
 		}
 		return nil
 	})
-	e2e.Eventually(b, 10*time.Second, "client reaches server", func() error { _, err := e.dial(); return err })
-	e.checkIsolated(c)
-	time.Sleep(time.Second) // let weftd's work on the change end
 }
 
 // checkIsolated fails the benchmark unless the server is isolated exactly
@@ -345,7 +397,7 @@ func (e *env) checkIsolated(c condition) {
 	var ne net.Error
 	dropped := errors.As(err, &ne) && ne.Timeout()
 	refused := errors.Is(err, syscall.ECONNREFUSED)
-	if isolated := c != none; isolated != dropped || dropped == refused {
+	if isolated := c == allow || c == many; isolated != dropped || dropped == refused {
 		e.b.Fatalf("%s: client → server port %d: %v (want %s)", c, closedPort, err, map[bool]string{true: "no answer", false: "refused"}[isolated])
 	}
 }

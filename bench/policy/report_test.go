@@ -120,7 +120,7 @@ func write(b *testing.B, name string, conns, secs int, rounds []round) []byte {
 		for _, c := range r.order {
 			s := r.connect[c]
 			pos := "–"
-			if c != none {
+			if c == allow || c == many {
 				pos = fmt.Sprintf("%d of %d", r.pos[c], c.wantRules())
 			}
 			fmt.Fprintf(&w, "| %d | %s | %s | %s | %.3f | %.3f | %d of %d | %.2f | %s |\n",
