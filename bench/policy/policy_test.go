@@ -302,9 +302,9 @@ func (e *env) set(c condition) {
 	time.Sleep(time.Second) // let weftd's work on the change end
 }
 
-// enforce restarts weftd on both nodes with --network-policy=on unless
+// enforce restarts weftd on both nodes with --network-policy=<on>, unless
 // it runs so already, and waits until it is ready (with policy on: its
-// first table committed) and n2's table is there or gone.
+// first table committed) and n2's table is there (on) or gone (off).
 func (e *env) enforce(on bool) {
 	if on == e.enforcing {
 		return
