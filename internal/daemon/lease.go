@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
+	"os"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -179,6 +181,13 @@ func (d *Daemon) session(ctx context.Context, cfg *subnet.Config, typ string, le
 		// pod starts (and opens connections that conntrack then keeps)
 		// before the node enforces its policies. The controller does not
 		// need the file.
+		// An earlier run's (or session's) file would let the plugin wire
+		// pods meanwhile: it goes until then.
+		if err := os.Remove(d.cfg.SubnetFile); err == nil {
+			d.log.Info("removed the subnet file until the network policy table commits", "path", d.cfg.SubnetFile)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("daemon: remove the subnet file until the policy table commits: %w", err)
+		}
 		ps = d.newPolicySession()
 		pol, err := d.cfg.Factories.Policy(cfg, lease, ps)
 		if err != nil {

@@ -73,10 +73,16 @@ func startPolicyDaemon(t *testing.T) (*Daemon, *fakeBackend, *availRegistry, *re
 	notes := &recNotifier{}
 	preg := prometheus.NewRegistry()
 	pr := &policyRunner{reps: make(chan PolicyReporter, 4)}
+	// An earlier run's subnet file, as a restarted weftd finds it: the
+	// CNI plugin would wire pods by it before the new table commits.
+	file := filepath.Join(t.TempDir(), "subnet.env")
+	if err := os.WriteFile(file, []byte("FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.7.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=false\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	d, err := New(Config{
 		Registry:      reg,
 		Node:          Node{PublicIP: netip.MustParseAddr("192.168.77.1"), UnderlayMTU: 1500},
-		SubnetFile:    filepath.Join(t.TempDir(), "subnet.env"),
+		SubnetFile:    file,
 		RetryInterval: 20 * time.Millisecond,
 		Metrics:       NewMetrics(preg),
 		Notifier:      notes,
