@@ -267,7 +267,7 @@ func newPresence(c *config, client *clientv3.Client, node Node, log *slog.Logger
 			return nil, fmt.Errorf("this node's name for its presence record: %w (set --node-name)", err)
 		}
 	}
-	token, err := instanceToken(filepath.Join(filepath.Dir(c.subnetFile), "weft-instance"), log)
+	token, err := instanceToken(c.subnetFile+".instance", bootID(), log)
 	if err != nil {
 		return nil, err
 	}
@@ -275,31 +275,62 @@ func newPresence(c *config, client *clientv3.Client, node Node, log *slog.Logger
 		etcd.PresenceOptions{Prefix: c.etcd.Prefix, TTL: c.presenceTTL}, log)
 }
 
-// instanceToken is this machine's weftd instance (etcd.PresenceOwner): read
-// from path, beside the subnet file under /run, which weftd's restarts keep
-// and a reboot or a cloned machine does not; made and written there when
-// absent. A token that cannot be kept still works for this process: a
-// restart then waits for its own record to expire, which weftd logs.
-func instanceToken(path string, log *slog.Logger) (string, error) {
+// instanceToken is this weftd's instance (etcd.PresenceOwner): kept in
+// path (the subnet file's name plus ".instance", so two weftd with their
+// own subnet files have their own) with the boot it was made in, so that
+// weftd's restarts keep it and a reboot, or a machine cloned from this
+// one's disk, makes a new one. A token that cannot be kept still works for
+// this process: a restart then waits for its own record to expire, which
+// weftd logs.
+func instanceToken(path, bootID string, log *slog.Logger) (string, error) {
 	if b, err := os.ReadFile(path); err == nil {
-		if t := strings.TrimSpace(string(b)); len(t) == 32 && strings.Trim(t, "0123456789abcdef") == "" {
+		boot, t, ok := strings.Cut(strings.TrimSpace(string(b)), " ")
+		if ok && boot == bootID && len(t) == 32 && strings.Trim(t, "0123456789abcdef") == "" {
 			return t, nil
 		}
-		log.Warn("replacing an instance token that is not 32 hex digits", "path", path)
 	}
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", fmt.Errorf("instance token: %w", err)
 	}
 	t := hex.EncodeToString(b[:])
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		log.Warn("cannot keep the instance token; a restart of weftd waits for its presence record to expire", "path", path, "err", err)
-		return t, nil
-	}
-	if err := os.WriteFile(path, []byte(t+"\n"), 0o644); err != nil {
+	if err := writeAtomic(path, []byte(bootID+" "+t+"\n")); err != nil {
 		log.Warn("cannot keep the instance token; a restart of weftd waits for its presence record to expire", "path", path, "err", err)
 	}
 	return t, nil
+}
+
+// writeAtomic writes data to path through a temporary file renamed over
+// it, so that a reader sees the old content or the new.
+func writeAtomic(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(data)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(f.Name(), path)
+	}
+	if werr != nil {
+		os.Remove(f.Name())
+	}
+	return werr
+}
+
+// bootID is the kernel's identifier of this boot ("unknown" where it
+// cannot be read: the token then lives as long as its file).
+func bootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil || len(strings.Fields(string(b))) != 1 {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // presenceOrNil keeps a nil *etcd.Presence a nil interface.

@@ -50,11 +50,11 @@ type Presence struct {
 }
 
 // PresenceOwner identifies the weftd that holds an address: the node's
-// name and a token of its instance, which a restart of weftd keeps (it is
-// stored beside the subnet file, under /run, so a reboot or a cloned
-// machine gets a new one). A record with the same name but another token
-// is another machine with this name (a clone) or this one before a reboot:
-// it is waited out like any other owner's.
+// name and a token of its instance, which weftd's restarts keep and a
+// reboot or a cloned machine does not (internal/daemon keeps it with the
+// boot id beside the subnet file). A record with the same name but another
+// token is another machine with this name (a clone) or this one before a
+// reboot: it is waited out like any other owner's.
 type PresenceOwner struct {
 	Node     string `json:"node"`
 	Instance string `json:"instance"`

@@ -65,7 +65,7 @@ var flannelFailures = []failureRow{
 		Users: "nodes share one subnet, pods collide",
 		Weft: "leases are found by public IP, as Flannel's are, so before taking one weftd (etcd mode) claims its public address under " +
 			"`<prefix>/weft-presence/<address>`: a record naming the node (`--node-name`, else the host name) and its instance (a token " +
-			"kept beside the subnet file under /run, so a restart keeps it and a reboot or a clone does not), on an etcd lease of 60 s " +
+			"kept in `<subnet file>.instance` with the boot it was made in, so a restart keeps it and a reboot or a clone does not), on an etcd lease of 60 s " +
 			"(`--presence-ttl`) that it keeps alive and leaves to expire when it stops. A node whose address another owner claims stays " +
 			"not ready, leaves the lease alone and says why (log, `/readyz`, `weftctl doctor`); a restart of the owner takes it back at once; " +
 			"a node that died stops renewing, so a machine that replaced it with its address takes its lease over within the TTL, as with " +

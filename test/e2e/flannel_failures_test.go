@@ -405,12 +405,16 @@ func TestFlannel98SamePublicIP(t *testing.T) {
 	if err == nil || !strings.Contains(out, "weftd/ready") || !strings.Contains(out, "another running node advertises this node's public IP") {
 		t.Errorf("weftctl doctor on n2 must fail weftd/ready naming the duplicate address (err %v):\n%s", err, out)
 	}
-	// A restart of n1 (its record stays, with its instance token beside
-	// the subnet file) takes the address back at once; n2 stays out.
+	// A restart of n1 (its record stays, and its instance token in
+	// <subnet file>.instance) takes the address back at once; n2 stays out.
+	logged, _ := os.ReadFile(n1.LogFile)
 	restart := time.Now()
 	n1.Restart()
 	n1.WaitReady()
 	restarted := time.Since(restart)
+	if after, _ := os.ReadFile(n1.LogFile); strings.Contains(string(after[len(logged):]), "cannot record this node's public address") {
+		t.Errorf("n1 was refused its own address after a restart (its instance token not kept): it waits out its own record")
+	}
 	if got := c.get(key); got != before {
 		t.Errorf("n1's lease after its restart: %s, want %s", got, before)
 	}
