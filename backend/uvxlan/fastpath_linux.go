@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"net/netip"
 	"runtime"
@@ -12,10 +13,12 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/vtep"
+	"golang.org/x/sys/unix"
 )
 
 // fastPath is the kernel fast path of one backend (Config.FastPath): two tc
@@ -347,6 +350,16 @@ func (b *Backend) openFastPath() {
 		b.log.Info("the fast path carries IPv4 only; this IPv6 backend runs without it")
 		return
 	}
+	probe := b.cfg.haveTCX
+	if probe == nil {
+		probe = haveTCX
+	}
+	// Without tcx (before Linux 6.6) the programs can never attach; the
+	// maps would only keep the receive sockets from asking for UDP GRO.
+	if err := probe(); err != nil {
+		b.log.Warn("fast path unavailable: the kernel cannot attach tc programs by tcx (Linux 6.6 and later); using the userspace path only", "err", err)
+		return
+	}
 	f, err := newFastPath()
 	if err != nil {
 		b.log.Warn("fast path unavailable; using the userspace path only", "err", err)
@@ -510,3 +523,26 @@ func (dp *datapath) detachFast() {
 // across a restart: the kernel marks merged datagrams only for a socket
 // that still asks.)
 func (dp *datapath) rxGRO() bool { return dp.vnet && dp.b.fast == nil }
+
+// haveTCX reports whether the kernel attaches tc programs by tcx: nil, or
+// an error wrapping ebpf.ErrNotSupported (or why it could not tell). It
+// attaches a program that does nothing to an interface index that cannot
+// exist, which a kernel with tcx refuses with ENODEV.
+func haveTCX() error {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "Apache-2.0",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
+	if err != nil {
+		return fmt.Errorf("load a probe program: %w", err)
+	}
+	defer prog.Close()
+	l, err := link.AttachTCX(link.TCXOptions{Interface: math.MaxInt32, Program: prog, Attach: ebpf.AttachTCXIngress})
+	switch {
+	case err == nil:
+		l.Close()
+		return nil
+	case errors.Is(err, unix.ENODEV):
+		return nil
+	default:
+		return err
+	}
+}

@@ -3,6 +3,7 @@ package uvxlan
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
@@ -392,5 +393,31 @@ func TestFastPathIPv6Quiet(t *testing.T) {
 				t.Errorf("FastPath %v, IPv6: reports %s", fast, k)
 			}
 		}
+	}
+}
+
+// TestHaveTCX: this kernel (6.6 or later, as the fast path tests need) has
+// tcx; a backend whose kernel has none opens no fast path maps, so that its
+// receive sockets keep asking for UDP GRO, and reports the fast path
+// unavailable.
+func TestHaveTCX(t *testing.T) {
+	nettest.RequireRoot(t)
+	if err := haveTCX(); err != nil {
+		t.Fatalf("haveTCX on this kernel: %v", err)
+	}
+	u := nettest.NewUnderlay(t, netip.MustParsePrefix("192.168.77.0/24"), 1500)
+	n := newUVNodeRun(t, u, "notcx", netip.MustParsePrefix("10.244.1.0/24"), func(c *Config) {
+		c.FastPath = true
+		c.haveTCX = func() error { return fmt.Errorf("probe: %w", ebpf.ErrNotSupported) }
+	}, slog.New(slog.DiscardHandler), nil)
+	if n.b.fast != nil {
+		t.Fatal("fast path maps opened on a kernel without tcx")
+	}
+	dp := &datapath{b: n.b, vnet: true}
+	if !dp.rxGRO() {
+		t.Error("receive sockets do not ask for UDP GRO without a fast path")
+	}
+	if got := n.b.Stats().Events[EventFastUnavailable]; got != 1 {
+		t.Errorf("%s = %d, want 1", EventFastUnavailable, got)
 	}
 }

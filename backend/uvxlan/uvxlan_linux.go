@@ -92,6 +92,10 @@ type Config struct {
 	// packet loops of a run that took files over start once the first
 	// table is programmed, so the frames that waited find their peers.
 	Files Files
+
+	// haveTCX, if set, stands for the kernel's answer to whether it has
+	// tcx (haveTCX): a test seam.
+	haveTCX func() error
 }
 
 // DeviceName is the default name of the TAP device for vni ("weft-u.1").
