@@ -57,7 +57,32 @@ func Program(netns string, plans ...Plan) error {
 	if errInet := program(netns, plans, false); errInet != nil {
 		return err // the inet table is refused too: the first error says why
 	}
+	// A bridge table of an earlier commit would go on applying old ports
+	// and isolation: it goes, where the kernel lets it.
+	if derr := delBridge(netns); derr != nil {
+		return fmt.Errorf("%w: %w (and an earlier bridge table may be left in place: %w)", ErrNoSourceChecks, err, derr)
+	}
 	return fmt.Errorf("%w: %w", ErrNoSourceChecks, err)
+}
+
+// delBridge deletes the bridge table, if there is one.
+func delBridge(netns string) error {
+	conn, closeNS, err := dial(netns)
+	if err != nil {
+		return err
+	}
+	defer closeNS()
+	tables, err := conn.ListTablesOfFamily(nftables.TableFamilyBridge)
+	if err != nil {
+		return nil // no bridge family: no table of it either
+	}
+	for _, t := range tables {
+		if t.Name == Table {
+			conn.DelTable(t)
+			return conn.Flush()
+		}
+	}
+	return nil
 }
 
 // program writes the inet table of plans and, if withBridge, their bridge
