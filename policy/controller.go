@@ -1,10 +1,12 @@
 package policy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -76,6 +78,9 @@ type Controller struct {
 	log    *slog.Logger
 	wake   chan struct{}
 	srcErr string // the last problem with the source checks, said once
+	// noBridge: the pod bridge was missing while the address store listed
+	// pods, said once
+	noBridge bool
 }
 
 // New validates cfg; nothing is watched or programmed until Run.
@@ -310,6 +315,7 @@ func (c *Controller) sync(pods, nss, nps cache.Store) error {
 		return err
 	}
 	c.sourceChecks(srcErr)
+	c.checkBridge(plans)
 	var rules, ing, eg int
 	for _, p := range plans {
 		rules, ing, eg = rules+len(p.Rules), ing+len(p.IngressIsolated), eg+len(p.EgressIsolated)
@@ -359,4 +365,19 @@ func trimPod(obj any) (any, error) {
 		}
 	}
 	return t, nil
+}
+
+// checkBridge warns once when the address store lists pods but the pod
+// bridge (Config.Bridge) is not there: the plugin's bridge has another
+// name, and link-local IPv6 between pods of this node is not dropped.
+func (c *Controller) checkBridge(plans []Plan) {
+	if c.noBridge || !slices.ContainsFunc(plans, func(p Plan) bool { return len(p.Ports) > 0 }) {
+		return
+	}
+	name := cmp.Or(c.cfg.Bridge, DefaultBridge)
+	if _, err := net.InterfaceByName(name); err != nil {
+		c.noBridge = true
+		c.log.Warn("network policy: the pod bridge is not on this node although the CNI address store lists pods; "+
+			"link-local IPv6 between pods is not dropped: set --pod-bridge to the CNI plugin's bridge", "bridge", name, "err", err)
+	}
 }
