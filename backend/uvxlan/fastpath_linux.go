@@ -18,7 +18,6 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/vtep"
-	"golang.org/x/sys/unix"
 )
 
 // fastPath is the kernel fast path of one backend (Config.FastPath): two tc
@@ -524,15 +523,17 @@ func (dp *datapath) detachFast() {
 // that still asks.)
 func (dp *datapath) rxGRO() bool { return dp.vnet && dp.b.fast == nil }
 
-// haveTCX reports whether the kernel attaches tc programs by tcx: nil, or
-// an error wrapping ebpf.ErrNotSupported (or why it could not tell). It
-// attaches a program that does nothing to an interface index that cannot
-// exist, which a kernel with tcx refuses with ENODEV.
+// haveTCX reports whether the kernel attaches tc programs by tcx: an error
+// wrapping ebpf.ErrNotSupported when it does not. It attaches a program
+// that does nothing to an interface index that cannot exist, which a
+// kernel with tcx refuses with ENODEV. Where the probe cannot even be
+// loaded (no CAP_BPF), it cannot tell, and says nil: creating the maps
+// then fails with the reason.
 func haveTCX() error {
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "Apache-2.0",
 		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
 	if err != nil {
-		return fmt.Errorf("load a probe program: %w", err)
+		return nil
 	}
 	defer prog.Close()
 	l, err := link.AttachTCX(link.TCXOptions{Interface: math.MaxInt32, Program: prog, Attach: ebpf.AttachTCXIngress})
@@ -540,9 +541,9 @@ func haveTCX() error {
 	case err == nil:
 		l.Close()
 		return nil
-	case errors.Is(err, unix.ENODEV):
-		return nil
-	default:
+	case errors.Is(err, ebpf.ErrNotSupported):
 		return err
+	default: // ENODEV, or an answer that says nothing of tcx
+		return nil
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -40,7 +41,11 @@ func browser(t *testing.T, width, height int) (context.Context, *nettest.NS) {
 		nettest.CannotRun(t, nettest.SkipTools, "iproute2's ip is needed to start the browser in a namespace")
 	}
 	ns := nettest.NewNS(t, "browser") // deleted last, after the browser is killed
-	var cmd *exec.Cmd
+	var (
+		cmdMu sync.Mutex
+		cmd   *exec.Cmd // set by chromedp's goroutine when it starts the browser
+	)
+	browserCmd := func() *exec.Cmd { cmdMu.Lock(); defer cmdMu.Unlock(); return cmd }
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path),
 		chromedp.NoSandbox, chromedp.DisableGPU,
@@ -52,7 +57,9 @@ func browser(t *testing.T, width, height int) (context.Context, *nettest.NS) {
 			// ip netns exec execs the browser: its PID stays the browser's.
 			c.Path, c.Args = ip, append([]string{"ip", "netns", "exec", ns.Name}, c.Args...)
 			c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+			cmdMu.Lock()
 			cmd = c
+			cmdMu.Unlock()
 		}),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
@@ -60,14 +67,18 @@ func browser(t *testing.T, width, height int) (context.Context, *nettest.NS) {
 	t.Cleanup(func() {
 		cancel()
 		cancelAlloc()
-		if cmd != nil && cmd.Process != nil {
-			killGroup(t, cmd.Process.Pid)
+		if c := browserCmd(); c != nil && c.Process != nil {
+			killGroup(t, c.Process.Pid)
 		}
 	})
 	if err := chromedp.Do(ctx); err != nil { // starts the browser
 		t.Fatalf("start chromium: %v", err)
 	}
-	checkInNamespace(t, cmd.Process.Pid, ns)
+	c := browserCmd()
+	if c == nil || c.Process == nil {
+		t.Fatal("chromedp started no browser process of this test's command: its namespace cannot be checked")
+	}
+	checkInNamespace(t, c.Process.Pid, ns)
 	checkIsolated(t, ctx)
 	return ctx, ns
 }

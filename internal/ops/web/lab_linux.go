@@ -91,7 +91,9 @@ func readNode(ctx context.Context, h *netlink.Handle, get func(context.Context) 
 		return nil, c, kerr
 	}
 	if l, err := h.LinkByIndex(k.Device.Index); err == nil && l.Attrs().Statistics != nil {
-		c.TxBytes, c.RxBytes = l.Attrs().Statistics.TxBytes, l.Attrs().Statistics.RxBytes
+		// The fast path's frames pass the TAP by: its counters see only
+		// the userspace path's.
+		c.TxBytes, c.RxBytes = l.Attrs().Statistics.TxBytes+c.fastTx, l.Attrs().Statistics.RxBytes+c.fastRx
 	}
 	return k, c, nil
 }

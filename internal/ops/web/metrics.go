@@ -10,7 +10,8 @@ import (
 )
 
 // ParseCounters reads the dataplane counters from weftd's /metrics text:
-// weft_dataplane_frames_total by direction, weft_repairs_total by kind,
+// weft_dataplane_frames_total by direction, the bytes uvxlan's fast path
+// carried (which the overlay device does not count), weft_repairs_total by kind,
 // weft_leases_rejected_total summed, and weft_ready.
 func ParseCounters(text string) (*Counters, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
@@ -25,6 +26,14 @@ func ParseCounters(text string) (*Counters, error) {
 			c.TxFrames = uint64(v)
 		case "rx":
 			c.RxFrames = uint64(v)
+		}
+	})
+	each(fams["weft_dataplane_events_total"], func(labels map[string]string, v float64) {
+		switch labels["event"] {
+		case "fastpath_tx_bytes":
+			c.fastTx = uint64(v)
+		case "fastpath_rx_bytes":
+			c.fastRx = uint64(v)
 		}
 	})
 	each(fams["weft_repairs_total"], func(labels map[string]string, v float64) { c.Repairs[labels["kind"]] += uint64(v) })

@@ -52,7 +52,9 @@ type Pod struct {
 
 // Counters are a node's dataplane counters: frames from weftd's /metrics
 // (weft_dataplane_frames_total), bytes from the overlay device's kernel
-// counters, repairs by kind (weft_repairs_total) and leases weftd rejected
+// counters plus those uvxlan's fast path carried past the device
+// (weft_dataplane_events_total's fastpath_tx_bytes and fastpath_rx_bytes),
+// repairs by kind (weft_repairs_total) and leases weftd rejected
 // (weft_leases_rejected_total).
 type Counters struct {
 	TxFrames uint64            `json:"txFrames"`
@@ -62,6 +64,8 @@ type Counters struct {
 	Repairs  map[string]uint64 `json:"repairs"`
 	Rejected uint64            `json:"rejected"`
 	Ready    bool              `json:"ready"`
+
+	fastTx, fastRx uint64 // bytes the fast path carried, added to the device's
 }
 
 // Peer is what an observed node programmed for one remote subnet

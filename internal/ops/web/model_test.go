@@ -22,6 +22,10 @@ weft_leases_rejected_total{reason="prefix_length"} 3
 weft_leases_rejected_total{reason="public_ip"} 1
 # TYPE weft_ready gauge
 weft_ready 1
+# TYPE weft_dataplane_events_total counter
+weft_dataplane_events_total{event="fastpath_tx_bytes"} 5000
+weft_dataplane_events_total{event="fastpath_rx_bytes"} 7000
+weft_dataplane_events_total{event="fastpath_attaches"} 1
 `
 	c, err := ParseCounters(text)
 	if err != nil {
@@ -29,6 +33,9 @@ weft_ready 1
 	}
 	if c.TxFrames != 30 || c.RxFrames != 12 || c.Repairs["route"] != 2 || c.Repairs["fdb"] != 1 || c.Rejected != 4 || !c.Ready {
 		t.Errorf("counters: %+v", c)
+	}
+	if c.fastTx != 5000 || c.fastRx != 7000 {
+		t.Errorf("fast path bytes tx %d rx %d, want 5000 and 7000", c.fastTx, c.fastRx)
 	}
 	if _, err := ParseCounters("weft_ready{ 1\n"); err == nil {
 		t.Error("a broken exposition parsed")
