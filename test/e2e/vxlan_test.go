@@ -131,6 +131,9 @@ func TestDriftIsRepaired(t *testing.T) {
 	gw := peer.Addr()
 	macBefore := linkMAC(t, n1)
 	peerMAC := linkMAC(t, n2)
+	// Ready is a node's own lease and dataplane: n1 may learn n2's lease
+	// from its watch a moment later.
+	Eventually(t, 5*time.Second, "a reaches b", func() error { return Ping(a.NS, b.IP, "-W", "1") })
 	tests := []struct {
 		name string
 		cmd  []string
