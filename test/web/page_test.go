@@ -21,6 +21,7 @@ import (
 	"github.com/weft-net/weft/internal/ops/lab"
 	"github.com/weft-net/weft/internal/ops/web"
 	"github.com/weft-net/weft/internal/testkit/nettest"
+	"github.com/weft-net/weft/internal/testkit/testlog"
 	"github.com/weft-net/weft/subnet"
 )
 
@@ -489,7 +490,7 @@ func (p *page) checkOnNode(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", n1.NS, p.ctl, "web", "--etcd-endpoints", p.lab.State.Etcd,
 		"--etcd-prefix", p.lab.State.EtcdPfx, "--listen", "127.0.0.1:0", "--node-name", "node1")
-	out := &strings.Builder{}
+	out := &testlog.Buffer{} // written by exec's copying goroutine as it is read here
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
