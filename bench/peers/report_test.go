@@ -2,19 +2,17 @@ package peers
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"io"
 	"math"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/weft-net/weft/internal/testkit/benchreport"
 	"github.com/weft-net/weft/test/e2e"
 )
 
@@ -118,8 +116,8 @@ func (s section) write(w io.Writer, b *testing.B) {
 	host, _ := os.Hostname()
 	rel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	fmt.Fprintf(w, "Made on %s at commit %s on %s (%d CPUs, Linux %s) by\n\n    %s\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), commit(b), host, runtime.NumCPU(),
-		strings.TrimSpace(string(rel)), command())
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), benchreport.Commit(e2e.ModuleRootDir(b)), host, runtime.NumCPU(),
+		strings.TrimSpace(string(rel)), benchreport.Command("./bench/peers"))
 	for _, p := range s.intro {
 		fmt.Fprintf(w, "%s\n\n", p)
 	}
@@ -188,70 +186,15 @@ func report(b *testing.B, s section) {
 	var buf bytes.Buffer
 	s.write(&buf, b)
 	fmt.Printf("\n%s\n", buf.String())
-	path := os.Getenv("WEFT_BENCH_REPORT")
+	path := benchreport.Path(e2e.ModuleRootDir(b))
 	if path == "" {
 		return
 	}
-	if !filepath.IsAbs(path) {
-		path = filepath.Join(e2e.ModuleRootDir(b), path)
-	}
-	begin := fmt.Sprintf("<!-- bench/peers %s report: begin (written by the benchmark; do not edit) -->", s.name)
-	end := fmt.Sprintf("<!-- bench/peers %s report: end -->", s.name)
-	old, err := os.ReadFile(path)
-	if err != nil {
-		b.Errorf("report: %v", err)
-		return
-	}
-	i, j := bytes.Index(old, []byte(begin)), bytes.Index(old, []byte(end))
-	if i < 0 || j < i {
-		b.Errorf("report: %s has no markers %q and %q", path, begin, end)
-		return
-	}
-	var out bytes.Buffer
-	out.Write(old[:i+len(begin)])
-	out.WriteString("\n\n")
-	out.Write(buf.Bytes())
-	out.WriteString("\n")
-	out.Write(old[j:])
-	if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
-		b.Errorf("report: %v", err)
+	if err := benchreport.WriteSection(path, "peers", s.name, buf.Bytes()); err != nil {
+		b.Error(err)
 		return
 	}
 	fmt.Printf("report written to %s\n", path)
-}
-
-// commit is the tree's commit, with "+changes" when tracked files differ
-// from it.
-func commit(b *testing.B) string {
-	root := e2e.ModuleRootDir(b)
-	out, err := exec.Command("git", "-C", root, "rev-parse", "--short", "HEAD").Output()
-	if err != nil {
-		return "unknown (no git)"
-	}
-	c := strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", "-C", root, "status", "--porcelain", "--untracked-files=no").Output(); err != nil || len(bytes.TrimSpace(st)) > 0 {
-		c += "+changes"
-	}
-	return c
-}
-
-// command is the go test command line that runs this benchmark as it
-// runs now, with the WEFT_BENCH_ variables set.
-func command() string {
-	var parts []string
-	for _, e := range os.Environ() {
-		if strings.HasPrefix(e, "WEFT_BENCH_") {
-			parts = append(parts, e)
-		}
-	}
-	slices.Sort(parts)
-	parts = append(parts, "go test -run '^$'")
-	for _, f := range []string{"bench", "benchtime", "timeout"} {
-		if fl := flag.Lookup("test." + f); fl != nil && fl.Value.String() != fl.DefValue {
-			parts = append(parts, fmt.Sprintf("-%s '%s'", f, fl.Value.String()))
-		}
-	}
-	return strings.Join(append(parts, "./bench/peers"), " ")
 }
 
 // loadAvg is the machine's load averages over 1, 5 and 15 minutes.

@@ -2,17 +2,15 @@ package policy
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/weft-net/weft/internal/testkit/benchreport"
 	"github.com/weft-net/weft/test/e2e"
 )
 
@@ -105,7 +103,7 @@ func write(b *testing.B, name string, conns, secs int, rounds []round) []byte {
 	rel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	cpus := strings.Count(readFile("/proc/cpuinfo"), "processor\t:")
 	fmt.Fprintf(&w, "### %s\n\nMade on %s at commit %s on %s (%d CPUs, Linux %s) by\n\n    %s\n\n",
-		name, time.Now().UTC().Format("2006-01-02 15:04 UTC"), commit(b), host, cpus, strings.TrimSpace(string(rel)), command())
+		name, time.Now().UTC().Format("2006-01-02 15:04 UTC"), benchreport.Commit(e2e.ModuleRootDir(b)), host, cpus, strings.TrimSpace(string(rel)), benchreport.Command("./bench/policy"))
 	fmt.Fprintf(&w, "%d rounds; in each, every condition once (the order rotates from round to round): %d connections one after the other, then one iperf3 stream for %d s. "+
 		"Medians over the rounds, lowest–highest in brackets; a ratio is the condition's figure over the no-policy figure of the same round.\n\n",
 		len(rounds), conns, secs)
@@ -164,31 +162,12 @@ func report(b *testing.B, name string, conns, secs int, rounds []round) {
 	}
 	out := write(b, name, conns, secs, rounds)
 	fmt.Printf("\n%s\n", out)
-	path := os.Getenv("WEFT_BENCH_REPORT")
+	path := benchreport.Path(e2e.ModuleRootDir(b))
 	if path == "" {
 		return
 	}
-	if !filepath.IsAbs(path) {
-		path = filepath.Join(e2e.ModuleRootDir(b), path)
-	}
-	begin := fmt.Sprintf("<!-- bench/policy %s report: begin (written by the benchmark; do not edit) -->", name)
-	end := fmt.Sprintf("<!-- bench/policy %s report: end -->", name)
-	old, err := os.ReadFile(path)
-	if err != nil {
-		b.Fatalf("report: %v", err)
-	}
-	i, j := bytes.Index(old, []byte(begin)), bytes.Index(old, []byte(end))
-	if i < 0 || j < i {
-		b.Fatalf("report: %s has no markers %q and %q", path, begin, end)
-	}
-	var buf bytes.Buffer
-	buf.Write(old[:i+len(begin)])
-	buf.WriteString("\n\n")
-	buf.Write(out)
-	buf.WriteString("\n")
-	buf.Write(old[j:])
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-		b.Fatalf("report: %v", err)
+	if err := benchreport.WriteSection(path, "policy", name, out); err != nil {
+		b.Fatal(err)
 	}
 	fmt.Printf("report written to %s\n", path)
 }
@@ -196,48 +175,4 @@ func report(b *testing.B, name string, conns, secs int, rounds []round) {
 func readFile(path string) string {
 	raw, _ := os.ReadFile(path)
 	return string(raw)
-}
-
-// commit is the tree's commit, with "+changes" when tracked files other
-// than the report (which an earlier section of the run may have written)
-// differ from it.
-func commit(b *testing.B) string {
-	root := e2e.ModuleRootDir(b)
-	status := []string{"-C", root, "status", "--porcelain", "--untracked-files=no"}
-	if path := os.Getenv("WEFT_BENCH_REPORT"); path != "" {
-		if filepath.IsAbs(path) {
-			if rel, err := filepath.Rel(root, path); err == nil {
-				path = rel
-			}
-		}
-		status = append(status, "--", ".", ":(exclude)"+path)
-	}
-	out, err := exec.Command("git", "-C", root, "rev-parse", "--short", "HEAD").Output()
-	if err != nil {
-		return "unknown (no git)"
-	}
-	c := strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", status...).Output(); err != nil || len(bytes.TrimSpace(st)) > 0 {
-		c += "+changes"
-	}
-	return c
-}
-
-// command is the go test command line that runs the benchmark as it runs
-// now, with the WEFT_BENCH_ variables set.
-func command() string {
-	var parts []string
-	for _, e := range os.Environ() {
-		if strings.HasPrefix(e, "WEFT_BENCH_") {
-			parts = append(parts, e)
-		}
-	}
-	slices.Sort(parts)
-	parts = append(parts, "go test -run '^$'")
-	for _, f := range []string{"bench", "benchtime", "timeout"} {
-		if fl := flag.Lookup("test." + f); fl != nil && fl.Value.String() != fl.DefValue {
-			parts = append(parts, fmt.Sprintf("-%s '%s'", f, fl.Value.String()))
-		}
-	}
-	return strings.Join(append(parts, "./bench/policy"), " ")
 }
