@@ -182,13 +182,7 @@ func build(conn *nftables.Conn, t *nftables.Table, plans []Plan) error {
 	}
 	fwd := conn.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})
-	add := func(c *nftables.Chain, note string, exprs ...[]expr.Any) {
-		var all []expr.Any
-		for _, e := range exprs {
-			all = append(all, e...)
-		}
-		conn.AddRule(&nftables.Rule{Table: t, Chain: c, Exprs: all, UserData: userdata.AppendString(nil, userdata.TypeComment, note)})
-	}
+	add := func(c *nftables.Chain, note string, exprs ...[]expr.Any) { commentedRules(conn, t, c)(note, exprs...) }
 	add(fwd, "weft: replies and related traffic", ctEstablished(), verdict(expr.VerdictAccept))
 	add(fwd, "weft: IPv6 neighbour discovery", isFamily(ipv6), neighbourDiscovery(), verdict(expr.VerdictAccept))
 	// Bridged through br_netfilter, a packet's input and output device in
@@ -503,28 +497,12 @@ func buildAntiSpoof(conn *nftables.Conn, t *nftables.Table, plans []Plan) error 
 			return fmt.Errorf("set %s: %w", x.s.Name, err)
 		}
 	}
-	add := func(note string, exprs ...[]expr.Any) {
-		conn.AddRule(&nftables.Rule{Table: t, Chain: c, Exprs: join(exprs...), UserData: userdata.AppendString(nil, userdata.TypeComment, note)})
-	}
+	add := commentedRules(conn, t, c)
 	fromPod := []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
 		&expr.Lookup{SourceRegister: 1, SetName: ports.Name, SetID: ports.ID},
 	}
-	etherType := func(typ uint16) []expr.Any {
-		return []expr.Any{
-			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseLLHeader, Offset: 12, Len: 2},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(typ)},
-		}
-	}
-	// notPortAddr: the port . the address at off (len n) of the network
-	// header is not in s.
-	notPortAddr := func(off, n uint32, s *nftables.Set) []expr.Any {
-		return []expr.Any{
-			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
-			&expr.Payload{DestRegister: 2, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
-			&expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID, Invert: true},
-		}
-	}
+	notPortAddr := func(off, n uint32, s *nftables.Set) []expr.Any { return portAddrNotIn(expr.MetaKeyIIFNAME, off, n, s) }
 	drop := join(counted(), verdict(expr.VerdictDrop))
 	add("weft: ARP sender not the pod's", fromPod, etherType(unix.ETH_P_ARP),
 		[]expr.Any{
@@ -570,31 +548,43 @@ func isolateBroadcast(conn *nftables.Conn, t *nftables.Table, plans []Plan, v4, 
 	}
 	c := conn.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})
-	add := func(note string, exprs ...[]expr.Any) {
-		conn.AddRule(&nftables.Rule{Table: t, Chain: c, Exprs: join(exprs...), UserData: userdata.AppendString(nil, userdata.TypeComment, note)})
-	}
+	add := commentedRules(conn, t, c)
 	toIsolated := []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
 		&expr.Lookup{SourceRegister: 1, SetName: iso.Name, SetID: iso.ID},
 	}
-	etherType := func(typ uint16) []expr.Any {
-		return []expr.Any{
-			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseLLHeader, Offset: 12, Len: 2},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(typ)},
-		}
-	}
-	notPortDest := func(off, n uint32, s *nftables.Set) []expr.Any {
-		return []expr.Any{
-			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
-			&expr.Payload{DestRegister: 2, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
-			&expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID, Invert: true},
-		}
-	}
+	notPortDest := func(off, n uint32, s *nftables.Set) []expr.Any { return portAddrNotIn(expr.MetaKeyOIFNAME, off, n, s) }
 	drop := join(counted(), verdict(expr.VerdictDrop))
 	add("weft: to a pod isolated for ingress, not its IPv4 address", toIsolated, etherType(unix.ETH_P_IP), notPortDest(ipv4.daddr, 4, v4), drop)
 	add("weft: IPv6 neighbour discovery", toIsolated, etherType(unix.ETH_P_IPV6), neighbourDiscovery(), verdict(expr.VerdictAccept))
 	add("weft: to a pod isolated for ingress, not its IPv6 address", toIsolated, etherType(unix.ETH_P_IPV6), notPortDest(ipv6.daddr, 16, v6), drop)
 	return nil
+}
+
+// commentedRules returns a function that appends to chain c of t a rule
+// made of exprs, with note as its comment.
+func commentedRules(conn *nftables.Conn, t *nftables.Table, c *nftables.Chain) func(note string, exprs ...[]expr.Any) {
+	return func(note string, exprs ...[]expr.Any) {
+		conn.AddRule(&nftables.Rule{Table: t, Chain: c, Exprs: join(exprs...), UserData: userdata.AppendString(nil, userdata.TypeComment, note)})
+	}
+}
+
+// etherType matches frames of EtherType typ (bridge family).
+func etherType(typ uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseLLHeader, Offset: 12, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(typ)},
+	}
+}
+
+// portAddrNotIn matches when the port (the input or output interface,
+// key) . the address at off (len n) of the network header is not in s.
+func portAddrNotIn(key expr.MetaKey, off, n uint32, s *nftables.Set) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: key, Register: 1},
+		&expr.Payload{DestRegister: 2, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
+		&expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID, Invert: true},
+	}
 }
 
 // ifname is an interface name as nftables keys hold it: 16 bytes, zero
