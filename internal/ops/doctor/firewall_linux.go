@@ -68,9 +68,10 @@ func checkFirewall(s *state) {
 	}
 }
 
-func (s *state) forwardDropChains() ([]dropChain, error) {
-	var out []dropChain
-	err := s.Do.Run(func() error {
+// hookChains calls f, in the node's namespace, for each nftables base
+// chain on hook that is not in weft's masquerade tables.
+func (s *state) hookChains(hook *nftables.ChainHook, f func(c *nftables.Conn, ch *nftables.Chain) error) error {
+	return s.Do.Run(func() error {
 		c, err := nftables.New()
 		if err != nil {
 			return err
@@ -80,27 +81,37 @@ func (s *state) forwardDropChains() ([]dropChain, error) {
 			return err
 		}
 		for _, ch := range chains {
-			if ch.Hooknum == nil || *ch.Hooknum != *nftables.ChainHookForward || ch.Policy == nil || *ch.Policy != nftables.ChainPolicyDrop {
+			if ch.Hooknum == nil || *ch.Hooknum != *hook || ch.Table.Name == masq.TableIPv4 || ch.Table.Name == masq.TableIPv6 {
 				continue
 			}
-			if ch.Table.Name == masq.TableIPv4 || ch.Table.Name == masq.TableIPv6 {
-				continue
+			if err := f(c, ch); err != nil {
+				return err
 			}
-			d := dropChain{family: ch.Table.Family, table: ch.Table.Name, name: ch.Name}
-			rules, err := c.GetRules(ch.Table, ch)
+		}
+		return nil
+	})
+}
+
+func (s *state) forwardDropChains() ([]dropChain, error) {
+	var out []dropChain
+	err := s.hookChains(nftables.ChainHookForward, func(c *nftables.Conn, ch *nftables.Chain) error {
+		if ch.Policy == nil || *ch.Policy != nftables.ChainPolicyDrop {
+			return nil
+		}
+		d := dropChain{family: ch.Table.Family, table: ch.Table.Name, name: ch.Name}
+		rules, err := c.GetRules(ch.Table, ch)
+		if err != nil {
+			return err
+		}
+		d.accepts = s.Config != nil && acceptsNetwork(rules, s.Config.Network)
+		for _, target := range jumpTargets(rules) { // weft's -j WEFT-FWD, Flannel's -j FLANNEL-FWD
+			sub, err := c.GetRules(ch.Table, &nftables.Chain{Name: target, Table: ch.Table})
 			if err != nil {
 				return err
 			}
-			d.accepts = s.Config != nil && acceptsNetwork(rules, s.Config.Network)
-			for _, target := range jumpTargets(rules) { // weft's -j WEFT-FWD, Flannel's -j FLANNEL-FWD
-				sub, err := c.GetRules(ch.Table, &nftables.Chain{Name: target, Table: ch.Table})
-				if err != nil {
-					return err
-				}
-				d.accepts = d.accepts || s.Config != nil && acceptsNetwork(sub, s.Config.Network)
-			}
-			out = append(out, d)
+			d.accepts = d.accepts || s.Config != nil && acceptsNetwork(sub, s.Config.Network)
 		}
+		out = append(out, d)
 		return nil
 	})
 	return out, err

@@ -8,7 +8,6 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 
-	"github.com/weft-net/weft/backend/masq"
 	"github.com/weft-net/weft/internal/ops/inspect"
 	"github.com/weft-net/weft/subnet"
 )
@@ -53,34 +52,21 @@ func checkInput(s *state) {
 		return
 	}
 	var found []portVerdict
-	err := s.Do.Run(func() error {
-		c, err := nftables.New()
+	err := s.hookChains(nftables.ChainHookInput, func(c *nftables.Conn, ch *nftables.Chain) error {
+		if ch.Type != nftables.ChainTypeFilter || ch.Table.Family == nftables.TableFamilyIPv6 {
+			return nil
+		}
+		v := portVerdict{chain: dropChain{family: ch.Table.Family, table: ch.Table.Name, name: ch.Name},
+			policy: ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop}
+		decided, err := chainVerdict(c, ch.Table, ch.Name, uint16(port), &v, 0)
 		if err != nil {
 			return err
 		}
-		chains, err := c.ListChains()
-		if err != nil {
-			return err
+		if !decided && v.policy {
+			v.drops = true
 		}
-		for _, ch := range chains {
-			if ch.Hooknum == nil || *ch.Hooknum != *nftables.ChainHookInput || ch.Type != nftables.ChainTypeFilter {
-				continue
-			}
-			if ch.Table.Name == masq.TableIPv4 || ch.Table.Name == masq.TableIPv6 || ch.Table.Family == nftables.TableFamilyIPv6 {
-				continue
-			}
-			v := portVerdict{chain: dropChain{family: ch.Table.Family, table: ch.Table.Name, name: ch.Name},
-				policy: ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop}
-			decided, err := chainVerdict(c, ch.Table, ch.Name, uint16(port), &v, 0)
-			if err != nil {
-				return err
-			}
-			if !decided && v.policy {
-				v.drops = true
-			}
-			if v.drops {
-				found = append(found, v)
-			}
+		if v.drops {
+			found = append(found, v)
 		}
 		return nil
 	})
