@@ -101,27 +101,69 @@ func TestPortRule(t *testing.T) {
 	saddr := []expr.Any{&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{1, 2, 3, 4}}}
 	iif := []expr.Any{&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte("eth0\x00")}}
+	// nfproto is what nft writes in an inet table before an ip or ip6
+	// payload match (and for meta nfproto): NFPROTO_IPV4 2, NFPROTO_IPV6 10.
+	nfproto := func(op expr.CmpOp, fam byte) []expr.Any {
+		return []expr.Any{&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1}, &expr.Cmp{Op: op, Register: 1, Data: []byte{fam}}}
+	}
+	ipv4, ipv6 := nfproto(expr.CmpOpEq, 2), nfproto(expr.CmpOpEq, 10)
+	etherIPv6 := []expr.Any{&expr.Meta{Key: expr.MetaKeyPROTOCOL, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0x86, 0xdd}}}
+	// src is nft's ip saddr <prefix> (the leading bytes, masked when the
+	// length is not a multiple of 8) or iptables-nft's -s (all 4 bytes
+	// under a mask); off is 12 for IPv4, 8 for IPv6.
+	src := func(off uint32, op expr.CmpOp, data, mask []byte) []expr.Any {
+		out := []expr.Any{&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: uint32(len(data))}}
+		if mask != nil {
+			out = append(out, &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: uint32(len(data)), Mask: mask, Xor: make([]byte, len(data))})
+		}
+		return append(out, &expr.Cmp{Op: op, Register: 1, Data: data})
+	}
+	nexthdrUDP := []expr.Any{&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 6, Len: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{17}}}
 	for _, tt := range []struct {
 		name string
 		r    *nftables.Rule
+		v6   bool // the datagrams evaluated are IPv6
 		want string
+		from string // the source prefix an accept is limited to
 	}{
-		{"udp dport 8472 accept", rule(expr.VerdictAccept, udp, dport(0x18)), "accept"},
-		{"udp dport 8472 drop", rule(expr.VerdictDrop, udp, dport(0x18)), "drop"},
-		{"udp dport 8473 accept", rule(expr.VerdictAccept, udp, dport(0x19)), ""},
-		{"tcp dport 8472 accept", rule(expr.VerdictAccept, tcp, dport(0x18)), ""},
-		{"ct state established accept", rule(expr.VerdictAccept, ct), ""},
-		{"ip saddr 1.2.3.4 udp dport 8472 accept", rule(expr.VerdictAccept, saddr, udp, dport(0x18)), ""},
-		{"iifname eth0 udp dport 8472 accept", rule(expr.VerdictAccept, iif, udp, dport(0x18)), ""},
-		{"ip saddr 1.2.3.4 udp dport 8472 drop", rule(expr.VerdictDrop, saddr, udp, dport(0x18)), ""},
-		{"udp dport 8472 ct state new,untracked accept", rule(expr.VerdictAccept, udp, dport(0x18), ctNew), "accept"},
-		{"udp dport 8472 ct state untracked accept", rule(expr.VerdictAccept, udp, dport(0x18), ctUntracked), ""},
-		{"ct state established udp dport 8472 accept", rule(expr.VerdictAccept, ct, udp, dport(0x18)), ""},
-		{"accept", rule(expr.VerdictAccept), "accept"},
-		{"drop", rule(expr.VerdictDrop), "drop"},
+		{"udp dport 8472 accept", rule(expr.VerdictAccept, udp, dport(0x18)), false, "accept", ""},
+		{"udp dport 8472 drop", rule(expr.VerdictDrop, udp, dport(0x18)), false, "drop", ""},
+		{"udp dport 8473 accept", rule(expr.VerdictAccept, udp, dport(0x19)), false, "", ""},
+		{"tcp dport 8472 accept", rule(expr.VerdictAccept, tcp, dport(0x18)), false, "", ""},
+		{"ct state established accept", rule(expr.VerdictAccept, ct), false, "", ""},
+		{"ip saddr 1.2.3.4 udp dport 8472 accept", rule(expr.VerdictAccept, saddr, udp, dport(0x18)), false, "accept", "1.2.3.4/32"},
+		{"iifname eth0 udp dport 8472 accept", rule(expr.VerdictAccept, iif, udp, dport(0x18)), false, "", ""},
+		{"ip saddr 1.2.3.4 udp dport 8472 drop", rule(expr.VerdictDrop, saddr, udp, dport(0x18)), false, "", ""},
+		{"udp dport 8472 ct state new,untracked accept", rule(expr.VerdictAccept, udp, dport(0x18), ctNew), false, "accept", ""},
+		{"udp dport 8472 ct state untracked accept", rule(expr.VerdictAccept, udp, dport(0x18), ctUntracked), false, "", ""},
+		{"ct state established udp dport 8472 accept", rule(expr.VerdictAccept, ct, udp, dport(0x18)), false, "", ""},
+		{"accept", rule(expr.VerdictAccept), false, "accept", ""},
+		{"drop", rule(expr.VerdictDrop), false, "drop", ""},
+		// Sources.
+		{"nft ip saddr 192.168.77.0/24 udp dport 8472 accept", rule(expr.VerdictAccept, ipv4, src(12, expr.CmpOpEq, []byte{192, 168, 77}, nil), udp, dport(0x18)), false, "accept", "192.168.77.0/24"},
+		{"nft ip saddr 192.168.64.0/20 accept (no port)", rule(expr.VerdictAccept, src(12, expr.CmpOpEq, []byte{192, 168, 64}, []byte{255, 255, 240}), udp), false, "accept", "192.168.64.0/20"},
+		{"iptables -s 192.168.64.0/20 -p udp --dport 8472 -j ACCEPT", rule(expr.VerdictAccept, src(12, expr.CmpOpEq, []byte{192, 168, 64, 0}, []byte{255, 255, 240, 0}), udp, dport(0x18)), false, "accept", "192.168.64.0/20"},
+		{"ip saddr != 1.2.3.4 udp dport 8472 accept", rule(expr.VerdictAccept, src(12, expr.CmpOpNeq, []byte{1, 2, 3, 4}, nil), udp, dport(0x18)), false, "", ""},
+		{"ip saddr 1.2.3.4 iifname eth0 udp dport 8472 accept", rule(expr.VerdictAccept, saddr, iif, udp, dport(0x18)), false, "", ""},
+		{"ip6 saddr fd77::/64 udp dport 8472 accept, IPv6", rule(expr.VerdictAccept, ipv6, src(8, expr.CmpOpEq, []byte{0xfd, 0x77, 0, 0, 0, 0, 0, 0}, nil), udp, dport(0x18)), true, "accept", "fd77::/64"},
+		{"ip6 saddr fd77::/64 udp dport 8472 accept, IPv4", rule(expr.VerdictAccept, ipv6, src(8, expr.CmpOpEq, []byte{0xfd, 0x77, 0, 0, 0, 0, 0, 0}, nil), udp, dport(0x18)), false, "", ""},
+		// Families.
+		{"meta nfproto ipv6 udp dport 8472 drop, IPv4", rule(expr.VerdictDrop, ipv6, udp, dport(0x18)), false, "", ""},
+		{"meta nfproto ipv6 udp dport 8472 drop, IPv6", rule(expr.VerdictDrop, ipv6, udp, dport(0x18)), true, "drop", ""},
+		{"meta nfproto ipv4 udp dport 8472 drop, IPv6", rule(expr.VerdictDrop, ipv4, udp, dport(0x18)), true, "", ""},
+		{"meta nfproto != ipv4 drop, IPv4", rule(expr.VerdictDrop, nfproto(expr.CmpOpNeq, 2)), false, "", ""},
+		{"meta nfproto != ipv4 drop, IPv6", rule(expr.VerdictDrop, nfproto(expr.CmpOpNeq, 2)), true, "drop", ""},
+		{"meta protocol ip6 udp dport 8472 drop, IPv4", rule(expr.VerdictDrop, etherIPv6, udp, dport(0x18)), false, "", ""},
+		{"ip6 nexthdr udp udp dport 8472 accept, IPv6", rule(expr.VerdictAccept, ipv6, nexthdrUDP, dport(0x18)), true, "accept", ""},
 	} {
-		if got := portRule(tt.r, 8472); got != tt.want {
-			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
+		got, from := portRule(tt.r, tt.v6, 8472)
+		wantFrom := netip.Prefix{}
+		if tt.from != "" {
+			wantFrom = netip.MustParsePrefix(tt.from)
+		}
+		if got != tt.want || from != wantFrom {
+			t.Errorf("%s: %q from %v, want %q from %v", tt.name, got, from, tt.want, wantFrom)
 		}
 	}
 }

@@ -3,6 +3,8 @@ package doctor
 import (
 	"encoding/binary"
 	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/google/nftables"
@@ -25,20 +27,30 @@ func tunnelPort(cfg *subnet.Config) (port int, name string, ok bool) {
 }
 
 // portVerdict is what an input chain does with the overlay's UDP
-// datagrams: accept, drop (by a rule, named in rule, or by the policy), or
-// nothing said (the next hook or the default accept).
+// datagrams of one underlay family: accept, drop (by a rule, named in
+// rule, or by the policy), or nothing said (the next hook or the default
+// accept).
 type portVerdict struct {
 	chain  dropChain
+	family underlayFamily
 	drops  bool
 	rule   string // the rule that decided, in nft's words; "" for the policy
 	policy bool   // the chain's policy is drop
+	// uncovered are the peers that rules accepting the port from some
+	// sources only left out (nil when no such rule came first).
+	uncovered []underlayPeer
+	both      bool // the same verdict holds for IPv4 and IPv6
 }
 
 // checkInput looks for nftables chains on the input hook (native ones and
-// iptables-nft's INPUT) that drop the overlay's UDP port: a rule that drops
-// or rejects datagrams to it, or a policy drop that no rule before it
-// overrides with an accept of the port from every peer (or of everything,
-// see portRule). Such a chain
+// iptables-nft's INPUT and ip6tables-nft's) that drop the overlay's UDP
+// port, for each underlay family of the node (see underlayFamilies): in
+// ip tables for IPv4, ip6 tables for IPv6, inet tables for both, where a
+// rule's family match (meta nfproto) limits it to one. A chain drops
+// the port by a rule that drops or rejects datagrams to it, or by a policy
+// drop that no rule before it overrides with an accept of the port from
+// every peer: from everywhere, or from sources that together hold every
+// peer's underlay address of the family (see portRule). Such a chain
 // drops every VXLAN or WireGuard datagram from the peers, whatever weft
 // programs: a failure. With uvxlan's fast path attached it drops only the
 // datagrams of peers on the userspace path (the fast path takes the others
@@ -51,22 +63,30 @@ func checkInput(s *state) {
 	if !ok {
 		return
 	}
+	families := s.underlayFamilies(port)
 	var found []portVerdict
 	err := s.hookChains(nftables.ChainHookInput, func(c *nftables.Conn, ch *nftables.Chain) error {
-		if ch.Type != nftables.ChainTypeFilter || ch.Table.Family == nftables.TableFamilyIPv6 {
+		if ch.Type != nftables.ChainTypeFilter {
 			return nil
 		}
-		v := portVerdict{chain: dropChain{family: ch.Table.Family, table: ch.Table.Name, name: ch.Name},
-			policy: ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop}
-		decided, err := chainVerdict(c, ch.Table, ch.Name, uint16(port), &v, 0)
-		if err != nil {
-			return err
-		}
-		if !decided && v.policy {
-			v.drops = true
-		}
-		if v.drops {
-			found = append(found, v)
+		for _, f := range families {
+			if !f.applies(ch.Table.Family) {
+				continue
+			}
+			v := portVerdict{chain: dropChain{family: ch.Table.Family, table: ch.Table.Name, name: ch.Name}, family: f,
+				policy: ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop}
+			w := &inputWalk{c: c, t: ch.Table, f: f, open: f.peers}
+			decided, err := w.chainVerdict(ch.Name, &v, 0)
+			if err != nil {
+				return err
+			}
+			if !decided && v.policy {
+				v.drops = true
+			}
+			if v.drops {
+				v.uncovered = w.uncovered()
+				found = mergeFamilies(found, v)
+			}
 		}
 		return nil
 	})
@@ -75,23 +95,72 @@ func checkInput(s *state) {
 		return
 	}
 	sc := s.inputDropScope(what)
+	over := func(v portVerdict) string { // "" on an IPv4-only node, as before dual-stack
+		switch {
+		case v.both:
+			return " over IPv4 and IPv6"
+		case len(families) > 1 || v.family.v6:
+			return " over " + v.family.String()
+		}
+		return ""
+	}
 	for _, v := range found {
-		fam := strings.Fields(v.chain.String())[1]
-		fix := fmt.Sprintf("nft insert rule %s %s %s udp dport %d accept", fam, v.chain.table, v.chain.name, port)
+		fix := fmt.Sprintf("nft insert rule %s %s %s udp dport %d accept", familyName(v.chain.family), v.chain.table, v.chain.name, v.family.port)
 		if v.chain.table == "filter" && v.chain.name == "INPUT" {
-			fix = fmt.Sprintf("iptables -I INPUT -p udp --dport %d -j ACCEPT", port)
+			fix = fmt.Sprintf("%s -I INPUT -p udp --dport %d -j ACCEPT", map[bool]string{false: "iptables", true: "ip6tables"}[v.chain.family == nftables.TableFamilyIPv6], v.family.port)
+		}
+		left := ""
+		if len(v.uncovered) > 0 {
+			fix = acceptSources(v)
+			left = fmt.Sprintf(" (rules before it accept UDP %d only from sources that leave out %s)", v.family.port, peerList(v.uncovered))
 		}
 		if v.rule != "" {
 			s.r.add("firewall/input", sc.status, "delete that rule, or "+fix,
-				"%s drops UDP %d (%s, %s) by rule %q%s", v.chain, port, what, sc.whom, v.rule, sc.bypass)
+				"%s drops UDP %d%s (%s, %s) by rule %q%s%s", v.chain, v.family.port, over(v), what, sc.whom, v.rule, left, sc.bypass)
 			continue
 		}
+		if left != "" {
+			left = fmt.Sprintf(" (rules accept it only from sources that leave out %s)", peerList(v.uncovered))
+		}
 		s.r.add("firewall/input", sc.status, fix,
-			"%s has policy drop and no rule accepting UDP %d from every peer: %s that no rule accepts are dropped there, whatever other tables accept%s", v.chain, port, sc.dropped, sc.bypass)
+			"%s has policy drop and no rule accepting UDP %d%s from every peer%s: %s that no rule accepts are dropped there, whatever other tables accept%s", v.chain, v.family.port, over(v), left, sc.dropped, sc.bypass)
 	}
 	if len(found) == 0 {
-		s.r.ok("firewall/input", "no input chain drops UDP %d (%s)", port, what)
+		fams := make([]string, len(families))
+		for i, f := range families {
+			fams[i] = f.String()
+		}
+		on := ""
+		if len(families) > 1 || families[0].v6 {
+			on = " over " + strings.Join(fams, " and ")
+		}
+		s.r.ok("firewall/input", "no input chain drops UDP %d (%s)%s", port, what, on)
 	}
+}
+
+// mergeFamilies adds v to found, or marks the verdict found for the other
+// family in the same chain as holding for both when it is the same.
+func mergeFamilies(found []portVerdict, v portVerdict) []portVerdict {
+	for i, o := range found {
+		if o.chain == v.chain && o.family.v6 != v.family.v6 && o.family.port == v.family.port && o.rule == v.rule &&
+			len(o.uncovered) == 0 && len(v.uncovered) == 0 {
+			found[i].both = true
+			return found
+		}
+	}
+	return append(found, v)
+}
+
+func peerList(ps []underlayPeer) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	word := "peer "
+	if len(ps) > 1 {
+		word = "peers "
+	}
+	return word + strings.Join(s, ", ")
 }
 
 // dropScope is whose datagrams an input chain dropping the tunnel port
@@ -119,24 +188,59 @@ func (s *state) inputDropScope(what string) dropScope {
 	return sc
 }
 
+// inputWalk follows one family's datagrams through the chains of a table.
+type inputWalk struct {
+	c        *nftables.Conn
+	t        *nftables.Table
+	f        underlayFamily
+	open     []underlayPeer // the peers no rule has accepted yet
+	bySource bool           // a rule accepted the port from some sources only
+}
+
+// acceptFrom takes the peers inside src out of the open ones and reports
+// whether none is left. A node that knows no peer cannot tell what a
+// source limit leaves out: such an accept decides nothing.
+func (w *inputWalk) acceptFrom(src netip.Prefix) bool {
+	if len(w.f.peers) == 0 {
+		return false
+	}
+	w.bySource = true
+	w.open = slices.DeleteFunc(slices.Clone(w.open), func(p underlayPeer) bool { return src.Contains(p.addr.Unmap()) })
+	return len(w.open) == 0
+}
+
+// uncovered are the peers that accepts limited to sources left out.
+func (w *inputWalk) uncovered() []underlayPeer {
+	if !w.bySource {
+		return nil
+	}
+	return w.open
+}
+
 // chainVerdict walks the rules of a chain (and the chains its rules jump
 // or go to, a few levels deep) and records in v the first rule that
-// accepts or drops the port; decided is false when none did. A jump that
-// has matches of its own (firewalld's per-interface zones, ufw's chains)
-// is taken as passing the port's datagrams: an accept in its chain
-// decides, a drop there does not (the match may not cover them).
-func chainVerdict(c *nftables.Conn, t *nftables.Table, name string, port uint16, v *portVerdict, depth int) (bool, error) {
+// accepts or drops the port; decided is false when none did. Rules that
+// accept the port from some sources only decide once they have accepted
+// every peer. A jump that has matches of its own (firewalld's
+// per-interface zones, ufw's chains) is taken as passing the port's
+// datagrams: an accept in its chain decides, a drop there does not (the
+// match may not cover them). A jump only for the other family is not
+// followed.
+func (w *inputWalk) chainVerdict(name string, v *portVerdict, depth int) (bool, error) {
 	if depth > 6 {
 		return false, nil
 	}
-	rules, err := c.GetRules(t, &nftables.Chain{Name: name, Table: t})
+	rules, err := w.c.GetRules(w.t, &nftables.Chain{Name: name, Table: w.t})
 	if err != nil {
-		return false, fmt.Errorf("rules of %s %s: %w", t.Name, name, err)
+		return false, fmt.Errorf("rules of %s %s: %w", w.t.Name, name, err)
 	}
 	for _, r := range rules {
 		if target, matches := ruleJump(r); target != "" {
+			if excludesFamily(r.Exprs, w.f.v6) {
+				continue
+			}
 			var sub portVerdict
-			decided, err := chainVerdict(c, t, target, port, &sub, depth+1)
+			decided, err := w.chainVerdict(target, &sub, depth+1)
 			if err != nil {
 				return false, err
 			}
@@ -146,11 +250,16 @@ func chainVerdict(c *nftables.Conn, t *nftables.Table, name string, port uint16,
 			}
 			continue
 		}
-		switch portRule(r, port) {
-		case "accept":
+		verdict, from := portRule(r, w.f.v6, w.f.port)
+		switch {
+		case verdict == "accept" && !from.IsValid():
 			return true, nil
-		case "drop":
-			v.drops, v.rule = true, describeRule(r, port)
+		case verdict == "accept":
+			if w.acceptFrom(from) {
+				return true, nil
+			}
+		case verdict == "drop":
+			v.drops, v.rule = true, describeRule(r, w.f.port)
 			if depth > 0 {
 				v.rule += " in chain " + name
 			}
@@ -177,51 +286,64 @@ func ruleJump(r *nftables.Rule) (target string, matches bool) {
 	return target, matches
 }
 
-// portRule says what a rule does with a UDP datagram to port: "accept"
-// when it accepts everything, or matches the port (and UDP, if it names a
-// protocol) and nothing narrower and accepts; "drop" when it drops or
-// rejects everything, or the port and nothing else; "" when it does not
-// decide for every peer's datagrams. An accept limited to some sources,
-// interfaces or marks (`ip saddr 1.2.3.4 udp dport 8472 accept`) leaves
-// the other peers to the rules after it and the policy. A conntrack state
-// match that includes new (firewalld's `ct state new,untracked`) does not
-// narrow an accept: VXLAN's hashed source ports open new flows, and the
-// chains that use it accept established ones before. A drop with any other
-// match does not decide (conntrack state does not cover VXLAN's hashed
-// source ports).
-func portRule(r *nftables.Rule, port uint16) string {
+// portRule says what a rule does with a UDP datagram of a family (IPv6
+// when v6) to port: "accept" when it accepts everything, or matches the
+// port (and UDP, if it names a protocol) and nothing narrower and accepts;
+// "drop" when it drops or rejects everything, or the port and nothing
+// else; "" when it does not decide for every peer's datagrams, and for
+// every datagram when its family match (meta nfproto) names the other
+// family. An accept limited to one source prefix (`ip saddr
+// 192.168.77.0/24 udp dport 8472 accept`, or with no port: the underlay
+// trusted) is "accept" from that prefix (from is invalid for an accept
+// from everywhere); one limited to interfaces or marks, or to a set of
+// sources, leaves the peers to the rules after it and the policy. A
+// conntrack state match that includes new (firewalld's `ct state
+// new,untracked`) does not narrow an accept: VXLAN's hashed source ports
+// open new flows, and the chains that use it accept established ones
+// before. A drop with any other match does not decide (conntrack state
+// does not cover VXLAN's hashed source ports).
+func portRule(r *nftables.Rule, v6 bool, port uint16) (verdict string, from netip.Prefix) {
+	if excludesFamily(r.Exprs, v6) {
+		return "", netip.Prefix{}
+	}
 	const (
 		loadNone = iota
 		loadOther
+		loadFamily  // the packet's family: excludesFamily matched it
 		loadProto   // the layer-4 protocol
 		loadDport   // the transport destination port
 		loadCtState // conntrack's state bits
+		loadSaddr   // the network source address
 	)
 	var (
 		matches   int
 		portMatch bool
-		other     bool // a match besides the protocol and the port
-		narrow    bool // one that may leave out some peers' datagrams
-		verdict   string
+		other     bool       // a match besides the protocol and the port
+		narrow    bool       // one that may leave out some peers' datagrams
 		load      = loadNone // what the last load put in a register
 		ctMask    uint32
+		mask      []byte // the mask applied to a loaded source address
 	)
 	for _, e := range r.Exprs {
 		switch e := e.(type) {
 		case *expr.Counter, *expr.Log:
 		case *expr.Meta:
 			load = loadOther
-			if e.Key == expr.MetaKeyL4PROTO {
+			switch {
+			case e.Key == expr.MetaKeyL4PROTO:
 				load = loadProto
+			case familyLoad(e):
+				load = loadFamily
 			}
 		case *expr.Payload:
-			switch {
-			case e.Base == expr.PayloadBaseNetworkHeader && e.Offset == 9 && e.Len == 1:
+			load = loadOther
+			switch proto, saddr := networkField(e, v6); {
+			case e.Base == expr.PayloadBaseNetworkHeader && proto:
 				load = loadProto
+			case e.Base == expr.PayloadBaseNetworkHeader && saddr:
+				load, mask = loadSaddr, nil
 			case e.Base == expr.PayloadBaseTransportHeader && e.Offset == 2 && e.Len == 2:
 				load = loadDport
-			default:
-				load = loadOther
 			}
 		case *expr.Ct:
 			load = loadOther
@@ -229,26 +351,40 @@ func portRule(r *nftables.Rule, port uint16) string {
 				load, ctMask = loadCtState, ^uint32(0)
 			}
 		case *expr.Bitwise:
-			if load == loadCtState && len(e.Mask) == 4 {
+			switch {
+			case load == loadCtState && len(e.Mask) == 4:
 				ctMask &= binary.NativeEndian.Uint32(e.Mask)
-			} else {
+			case load == loadSaddr && mask == nil && allZero(e.Xor):
+				mask = e.Mask
+			default:
 				load = loadOther
 			}
 		case *expr.Cmp:
+			if load == loadFamily {
+				load = loadNone
+				continue
+			}
 			matches++
 			switch load {
 			case loadProto:
 				if e.Op != expr.CmpOpEq || len(e.Data) != 1 || e.Data[0] != 17 {
-					return "" // not UDP
+					return "", netip.Prefix{} // not UDP
 				}
 			case loadDport:
 				if e.Op != expr.CmpOpEq || len(e.Data) != 2 || binary.BigEndian.Uint16(e.Data) != port {
-					return "" // another port
+					return "", netip.Prefix{} // another port
 				}
 				portMatch = true
 			case loadCtState:
 				other = true
 				narrow = narrow || e.Op != expr.CmpOpNeq || !allZero(e.Data) || ctMask&ctStateNew == 0
+			case loadSaddr:
+				other = true
+				p, ok := sourcePrefix(e.Data, mask, v6)
+				if e.Op != expr.CmpOpEq || !ok || from.IsValid() {
+					narrow = true // a negation, a second source match
+				}
+				from = p
 			default:
 				other, narrow = true, true
 			}
@@ -268,13 +404,13 @@ func portRule(r *nftables.Rule, port uint16) string {
 	}
 	switch {
 	case matches == 0 && !other:
-		return verdict // accepts or drops everything
-	case portMatch && verdict == "accept" && !narrow:
-		return "accept"
+		return verdict, netip.Prefix{} // accepts or drops everything
+	case verdict == "accept" && !narrow && (portMatch || from.IsValid()):
+		return "accept", from
 	case portMatch && verdict == "drop" && !other:
-		return "drop"
+		return "drop", netip.Prefix{}
 	}
-	return ""
+	return "", netip.Prefix{}
 }
 
 // ctStateNew is conntrack's new state bit in `ct state` (IP_CT_NEW's).
