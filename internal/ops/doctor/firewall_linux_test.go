@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"net/netip"
 	"regexp"
 	"strings"
@@ -228,19 +229,107 @@ func TestCheckInput(t *testing.T) {
 			"", inspect.FastPath{Egress: true, Ingress: true}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			ns := nettest.NewNS(t, "doctorin")
-			cmd := ns.Command(context.Background(), "nft", "-f", "-")
-			cmd.Stdin = strings.NewReader(tt.ruleset)
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("nft -f: %v\n%s", err, out)
-			}
-			backend := cmp.Or(tt.backend, subnet.BackendTypeVXLAN)
-			s := &state{Node: Node{Do: connectivity.Do(ns.Do), Config: &subnet.Config{Backend: subnet.BackendConfig{Type: backend, Port: 8472}}}, r: &Report{},
-				fp: &fastPathRead{FastPath: tt.fastPath}}
-			checkInput(s)
-			if len(s.r.Checks) != 1 || s.r.Checks[0].Status != tt.status || !regexp.MustCompile(tt.want).MatchString(s.r.Checks[0].Evidence) {
-				t.Fatalf("got %+v, want %s with %q", s.r.Checks, tt.status, tt.want)
-			}
+			runInput(t, tt.ruleset, tt.backend, tt.fastPath, "", tt.status, tt.want, "")
 		})
+	}
+}
+
+// TestCheckInputFamilies loads input rulesets into a test namespace and
+// checks what firewall/input says of UDP 8472 on nodes whose underlay is
+// IPv4, IPv6 or both (by their leases): an ip6 table counts for IPv6 only,
+// an ip table for IPv4 only, an inet rule limited to one family (meta
+// nfproto) for that family only; and accepts limited to sources open the
+// port when they hold every peer's underlay address, else the report names
+// the peers left out and the fix accepts them.
+func TestCheckInputFamilies(t *testing.T) {
+	const (
+		ip6Drop   = "table ip6 f { chain in { type filter hook input priority 0; udp dport 8472 drop\n}\n}"
+		inetDrop  = "table inet f { chain in { type filter hook input priority 0; udp dport 8472 drop\n}\n}"
+		inetDrop6 = "table inet f { chain in { type filter hook input priority 0; meta nfproto ipv6 udp dport 8472 drop\n}\n}"
+		inetDrop4 = "table inet f { chain in { type filter hook input priority 0; ip protocol udp udp dport 8472 drop\n}\n}"
+	)
+	policyDrop := func(fam string, rules ...string) string {
+		return "table " + fam + " filter { chain INPUT { type filter hook input priority 0; policy drop; ct state established accept\n" + strings.Join(rules, "\n") + "\n}\n}"
+	}
+	dropAfter := func(rule string) string {
+		return "table inet f { chain in { type filter hook input priority 0; " + rule + "\nudp dport 8472 counter drop\n}\n}"
+	}
+	for _, tt := range []struct {
+		name, ruleset, underlay string // underlay: v4, v6 or dual (see inputNode)
+		status                  Status
+		want, fix               string
+	}{
+		{"ip6 table drops the port, IPv6 underlay", ip6Drop, "v6", Fail, `^table ip6 f chain in drops UDP 8472 over IPv6 \(VXLAN, every VXLAN datagram from the peers\) by rule "udp dport 8472 drop \(handle \d+\)"$`, "nft insert rule ip6 f in udp dport 8472 accept"},
+		{"ip6 table drops the port, IPv4 underlay", ip6Drop, "v4", OK, `^no input chain drops UDP 8472 \(VXLAN\)$`, ""},
+		{"ip table policy drop, IPv6 underlay", policyDrop("ip"), "v6", OK, `^no input chain drops UDP 8472 \(VXLAN\) over IPv6$`, ""},
+		{"inet rule drops IPv6 only, IPv4 underlay", inetDrop6, "v4", OK, "no input chain drops UDP 8472", ""},
+		{"inet rule drops IPv6 only, dual stack", inetDrop6, "dual", Fail, `^table inet f chain in drops UDP 8472 over IPv6 \(`, ""},
+		{"inet rule drops IPv4 only, IPv6 underlay", inetDrop4, "v6", OK, "no input chain drops UDP 8472", ""},
+		{"inet rule drops IPv4 only, dual stack", inetDrop4, "dual", Fail, `^table inet f chain in drops UDP 8472 over IPv4 \(`, ""},
+		{"inet rule drops the port, dual stack", inetDrop, "dual", Fail, `^table inet f chain in drops UDP 8472 over IPv4 and IPv6 \(`, ""},
+		{"ip6tables-nft policy drop, IPv6 underlay", policyDrop("ip6"), "v6", Fail, `^table ip6 filter chain INPUT has policy drop and no rule accepting UDP 8472 over IPv6 from every peer:`, `^ip6tables -I INPUT -p udp --dport 8472 -j ACCEPT$`},
+		// Accepts limited to sources.
+		{"policy drop, a source prefix holds every peer", policyDrop("ip", "ip saddr 192.168.77.0/24 udp dport 8472 accept"), "v4", OK, "no input chain drops UDP 8472", ""},
+		{"policy drop, two sources hold every peer", policyDrop("ip", "ip saddr 192.168.77.2 udp dport 8472 accept", "ip saddr 192.168.77.9 accept"), "v4", OK, "no input chain drops UDP 8472", ""},
+		{"policy drop, sources leave out a peer", policyDrop("ip", "ip saddr 192.168.77.0/29 udp dport 8472 accept"), "v4", Fail,
+			`^table ip filter chain INPUT has policy drop and no rule accepting UDP 8472 from every peer \(rules accept it only from sources that leave out peer 192\.168\.77\.9 \(10\.244\.9\.0/24\)\): `,
+			`^iptables -I INPUT -s 192\.168\.77\.9 -p udp --dport 8472 -j ACCEPT$`},
+		{"ip6 policy drop, a source prefix holds every peer", policyDrop("ip6", "ip6 saddr fd77::/64 udp dport 8472 accept"), "v6", OK, "no input chain drops UDP 8472", ""},
+		{"ip6 policy drop, sources leave out every peer", policyDrop("ip6", "ip6 saddr fd78::/64 udp dport 8472 accept"), "v6", Fail,
+			`leave out peers fd77::2 \(fd00:10:244:2::/64\), fd77::9 \(fd00:10:244:9::/64\)\)`, `^ip6tables -I INPUT -s fd77::2,fd77::9 -p udp`},
+		{"drop after sources that hold every peer", dropAfter("ip saddr 192.168.77.0/24 udp dport 8472 accept"), "v4", OK, "no input chain drops UDP 8472", ""},
+		{"drop after sources that leave out a peer", dropAfter("ip saddr 192.168.77.2 udp dport 8472 accept"), "v4", Fail,
+			`^table inet f chain in drops UDP 8472 \(VXLAN, every VXLAN datagram from the peers\) by rule "udp dport 8472 drop \(handle \d+\)" \(rules before it accept UDP 8472 only from sources that leave out peer 192\.168\.77\.9 \(10\.244\.9\.0/24\)\)$`,
+			`^delete that rule, or nft insert rule inet f in ip saddr \{ 192\.168\.77\.9 \} udp dport 8472 accept$`},
+		{"dual stack, IPv4 sources hold every IPv4 peer", dropAfter("ip saddr 192.168.77.0/24 udp dport 8472 accept"), "dual", Fail,
+			`^table inet f chain in drops UDP 8472 over IPv6 .*by rule "udp dport 8472 drop \(handle \d+\)"$`, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			runInput(t, tt.ruleset, "", inspect.FastPath{}, tt.underlay, tt.status, tt.want, tt.fix)
+		})
+	}
+}
+
+// inputNode is a node's state with the leases of an underlay of IPv4
+// (this node 192.168.77.1, peers .2 and .9), IPv6 (fd77::1, ::2, ::9) or
+// both ("dual"); none for "".
+func inputNode(underlay string) (self *subnet.Lease, leases []subnet.Lease) {
+	for _, n := range []byte{1, 2, 9} {
+		l := subnet.Lease{Subnet: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, n, 0}), 24),
+			IPv6Subnet: netip.MustParsePrefix(fmt.Sprintf("fd00:10:244:%d::/64", n))}
+		if underlay == "v4" || underlay == "dual" {
+			l.Attrs.PublicIP = netip.AddrFrom4([4]byte{192, 168, 77, n})
+		}
+		if underlay == "v6" || underlay == "dual" {
+			l.Attrs.PublicIPv6 = netip.MustParseAddr(fmt.Sprintf("fd77::%d", n))
+		}
+		if underlay != "" {
+			leases = append(leases, l)
+		}
+	}
+	if len(leases) > 0 {
+		self = &leases[0]
+	}
+	return self, leases
+}
+
+// runInput loads ruleset into a test namespace, runs checkInput on it and
+// checks its one result (and its fix, when fix is set).
+func runInput(t *testing.T, ruleset, backend string, fastPath inspect.FastPath, underlay string, status Status, want, fix string) {
+	t.Helper()
+	ns := nettest.NewNS(t, "doctorin")
+	cmd := ns.Command(context.Background(), "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(ruleset)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nft -f: %v\n%s", err, out)
+	}
+	self, leases := inputNode(underlay)
+	s := &state{Node: Node{Do: connectivity.Do(ns.Do), Leases: leases,
+		Config: &subnet.Config{Backend: subnet.BackendConfig{Type: cmp.Or(backend, subnet.BackendTypeVXLAN), Port: 8472}}},
+		r: &Report{}, self: self, fp: &fastPathRead{FastPath: fastPath}}
+	checkInput(s)
+	if len(s.r.Checks) != 1 || s.r.Checks[0].Status != status || !regexp.MustCompile(want).MatchString(s.r.Checks[0].Evidence) ||
+		fix != "" && !regexp.MustCompile(fix).MatchString(s.r.Checks[0].Fix) {
+		t.Fatalf("got %+v, want %s with %q (fix %q)", s.r.Checks, status, want, fix)
 	}
 }
