@@ -2,9 +2,11 @@ package lab
 
 import (
 	"encoding/json"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -171,6 +173,26 @@ func TestDoctorFaults(t *testing.T) {
 		}
 		if strings.Count(out, "2/6 pairs ok") != 2 {
 			t.Errorf("want 4 of 6 pairs failing in both matrices:\n%s", out)
+		}
+	})
+	t.Run("UDP 8472 accepted from some sources only", func(t *testing.T) {
+		// node2 accepts the port from node1 alone before a drop: node3's
+		// datagrams are dropped, and doctor names node3 as the peer left out.
+		ipIn(t, n2.NS, "nft", "add table inet wefttest; add chain inet wefttest in { type filter hook input priority 0; }; "+
+			"add rule inet wefttest in ip saddr "+n1.Addr.String()+" udp dport 8472 accept; add rule inet wefttest in udp dport 8472 drop")
+		defer ipIn(t, n2.NS, "nft", "delete table inet wefttest")
+		code, checks := doctor(t, bin, dir, n2.Name)
+		expectChecks(t, checks, code, 2, wantCheck{"probe/" + n3.Addr.String(), "fail", "UDP 8472 blocked on the path"},
+			wantCheck{"firewall/input", "fail", `table inet wefttest chain in drops UDP 8472 \(VXLAN, every VXLAN datagram from the peers\) by rule "udp dport 8472 drop \(handle \d+\)" ` +
+				`\(rules before it accept UDP 8472 only from sources that leave out peer ` + regexp.QuoteMeta(n3.Addr.String()) + ` \(`})
+		// The underlay's prefix holds every peer: the port is open to all
+		// of them, as the probes show, and firewall/input says so.
+		underlay := netip.PrefixFrom(n1.Addr, 24).Masked()
+		ipIn(t, n2.NS, "nft", "insert rule inet wefttest in ip saddr "+underlay.String()+" udp dport 8472 accept")
+		code, checks = doctor(t, bin, dir, n2.Name)
+		expectChecks(t, checks, code, 0)
+		if !slices.ContainsFunc(checks, func(c doctorCheck) bool { return c.Name == "firewall/input" && c.Status == "ok" }) {
+			t.Errorf("no ok firewall/input with the underlay accepted:\n%+v", checks)
 		}
 	})
 	t.Run("underlay MTU lowered", func(t *testing.T) {
