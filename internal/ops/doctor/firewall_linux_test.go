@@ -254,6 +254,9 @@ func TestCheckInputFamilies(t *testing.T) {
 	dropAfter := func(rule string) string {
 		return "table inet f { chain in { type filter hook input priority 0; " + rule + "\nudp dport 8472 counter drop\n}\n}"
 	}
+	jumpFor := func(family, policy, rule string) string { // an inet chain that jumps to sub for one family
+		return "table inet f { chain in { type filter hook input priority 0; " + policy + " meta nfproto " + family + " jump sub\n}\nchain sub { " + rule + "\n}\n}"
+	}
 	for _, tt := range []struct {
 		name, ruleset, underlay string // underlay: v4, v6 or dual (see inputNode)
 		status                  Status
@@ -268,6 +271,11 @@ func TestCheckInputFamilies(t *testing.T) {
 		{"inet rule drops IPv4 only, dual stack", inetDrop4, "dual", Fail, `^table inet f chain in drops UDP 8472 over IPv4 \(`, ""},
 		{"inet rule drops the port, dual stack", inetDrop, "dual", Fail, `^table inet f chain in drops UDP 8472 over IPv4 and IPv6 \(`, ""},
 		{"ip6tables-nft policy drop, IPv6 underlay", policyDrop("ip6"), "v6", Fail, `^table ip6 filter chain INPUT has policy drop and no rule accepting UDP 8472 over IPv6 from every peer:`, `^ip6tables -I INPUT -p udp --dport 8472 -j ACCEPT$`},
+		{"inet jump for IPv4 only to a chain that drops, dual stack", jumpFor("ipv4", "", "udp dport 8472 drop"), "dual", Fail,
+			`^table inet f chain in drops UDP 8472 over IPv4 \(.*by rule "udp dport 8472 drop \(handle \d+\) in chain sub"$`, ""},
+		{"inet jump for IPv6 only to a chain that accepts, IPv4 underlay", jumpFor("ipv6", "policy drop;", "udp dport 8472 accept"), "v4", Fail,
+			`^table inet f chain in has policy drop and no rule accepting UDP 8472 from every peer:`, ""},
+		{"inet jump for IPv6 only to a chain that accepts, IPv6 underlay", jumpFor("ipv6", "policy drop;", "udp dport 8472 accept"), "v6", OK, "no input chain drops UDP 8472", ""},
 		// Accepts limited to sources.
 		{"policy drop, a source prefix holds every peer", policyDrop("ip", "ip saddr 192.168.77.0/24 udp dport 8472 accept"), "v4", OK, "no input chain drops UDP 8472", ""},
 		{"policy drop, two sources hold every peer", policyDrop("ip", "ip saddr 192.168.77.2 udp dport 8472 accept", "ip saddr 192.168.77.9 accept"), "v4", OK, "no input chain drops UDP 8472", ""},

@@ -106,7 +106,7 @@ func checkInput(s *state) {
 	}
 	for _, v := range found {
 		fix := fmt.Sprintf("nft insert rule %s %s %s udp dport %d accept", familyName(v.chain.family), v.chain.table, v.chain.name, v.family.port)
-		if v.chain.table == "filter" && v.chain.name == "INPUT" {
+		if iptablesInput(v.chain) {
 			fix = fmt.Sprintf("%s -I INPUT -p udp --dport %d -j ACCEPT", map[bool]string{false: "iptables", true: "ip6tables"}[v.chain.family == nftables.TableFamilyIPv6], v.family.port)
 		}
 		left := ""
@@ -224,8 +224,9 @@ func (w *inputWalk) uncovered() []underlayPeer {
 // every peer. A jump that has matches of its own (firewalld's
 // per-interface zones, ufw's chains) is taken as passing the port's
 // datagrams: an accept in its chain decides, a drop there does not (the
-// match may not cover them). A jump only for the other family is not
-// followed.
+// match may not cover them). A match of the family alone (meta nfproto)
+// is not one of those: a jump only for the evaluated family counts as
+// unconditional, one only for the other family is not followed.
 func (w *inputWalk) chainVerdict(name string, v *portVerdict, depth int) (bool, error) {
 	if depth > 6 {
 		return false, nil
@@ -270,11 +271,18 @@ func (w *inputWalk) chainVerdict(name string, v *portVerdict, depth int) (bool, 
 }
 
 // ruleJump returns the chain a rule jumps or goes to ("" for none) and
-// whether the rule has matches (anything but a counter and the verdict).
+// whether the rule has matches (anything but a counter, a match of the
+// packet's family and the verdict).
 func ruleJump(r *nftables.Rule) (target string, matches bool) {
+	family := false // the last expression loaded the family
 	for _, e := range r.Exprs {
 		switch e := e.(type) {
 		case *expr.Counter:
+		case *expr.Meta:
+			family, matches = familyLoad(e), matches || !familyLoad(e)
+			continue
+		case *expr.Cmp:
+			matches = matches || !family
 		case *expr.Verdict:
 			if e.Kind == expr.VerdictJump || e.Kind == expr.VerdictGoto {
 				target = e.Chain
@@ -282,6 +290,7 @@ func ruleJump(r *nftables.Rule) (target string, matches bool) {
 		default:
 			matches = true
 		}
+		family = false
 	}
 	return target, matches
 }

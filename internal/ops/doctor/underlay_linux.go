@@ -37,14 +37,16 @@ func (f underlayFamily) String() string {
 }
 
 // applies reports whether the input chains of a table of family tf see
-// this family's datagrams: ip tables IPv4's, ip6 tables IPv6's, the others
-// (inet and the rest) both.
+// this family's datagrams: ip tables IPv4's, ip6 tables IPv6's, inet and
+// bridge tables both, arp tables none.
 func (f underlayFamily) applies(tf nftables.TableFamily) bool {
 	switch tf {
 	case nftables.TableFamilyIPv4:
 		return !f.v6
 	case nftables.TableFamilyIPv6:
 		return f.v6
+	case nftables.TableFamilyARP:
+		return false
 	}
 	return true
 }
@@ -207,9 +209,15 @@ func acceptSources(v portVerdict) string {
 	for i, p := range v.uncovered {
 		addrs[i] = p.addr.String()
 	}
-	if v.chain.table == "filter" && v.chain.name == "INPUT" {
+	if iptablesInput(v.chain) {
 		return fmt.Sprintf("%s -I INPUT -s %s -p udp --dport %d -j ACCEPT", cmd, strings.Join(addrs, ","), v.family.port)
 	}
 	return fmt.Sprintf("nft insert rule %s %s %s %s saddr { %s } udp dport %d accept",
 		familyName(v.chain.family), v.chain.table, v.chain.name, ip, strings.Join(addrs, ", "), v.family.port)
+}
+
+// iptablesInput reports whether c is iptables-nft's (or ip6tables-nft's)
+// INPUT chain, which the iptables commands change.
+func iptablesInput(c dropChain) bool {
+	return c.table == "filter" && c.name == "INPUT" && (c.family == nftables.TableFamilyIPv4 || c.family == nftables.TableFamilyIPv6)
 }
