@@ -64,6 +64,31 @@ func checkInput(s *state) {
 		return
 	}
 	families := s.underlayFamilies(port)
+	found, err := s.inputVerdicts(families)
+	if err != nil {
+		s.r.add("firewall/input", Warn, "", "read nftables chains: %v", err)
+		return
+	}
+	sc := s.inputDropScope(what)
+	for _, v := range found {
+		s.reportInput(v, len(families) > 1, what, sc)
+	}
+	if len(found) == 0 {
+		fams := make([]string, len(families))
+		for i, f := range families {
+			fams[i] = f.String()
+		}
+		on := ""
+		if len(families) > 1 || families[0].v6 {
+			on = " over " + strings.Join(fams, " and ")
+		}
+		s.r.ok("firewall/input", "no input chain drops UDP %d (%s)%s", port, what, on)
+	}
+}
+
+// inputVerdicts walks each filter chain on the input hook for each family
+// whose datagrams it sees and returns the verdicts that drop the port.
+func (s *state) inputVerdicts(families []underlayFamily) ([]portVerdict, error) {
 	var found []portVerdict
 	err := s.hookChains(nftables.ChainHookInput, func(c *nftables.Conn, ch *nftables.Chain) error {
 		if ch.Type != nftables.ChainTypeFilter {
@@ -90,52 +115,43 @@ func checkInput(s *state) {
 		}
 		return nil
 	})
-	if err != nil {
-		s.r.add("firewall/input", Warn, "", "read nftables chains: %v", err)
-		return
+	return found, err
+}
+
+// reportInput reports a chain that drops the port, with the fix: an accept
+// of the port, or of the peers that accepts by source left out. The
+// family is named on a dual-stack or IPv6 node (dual: the node has both).
+func (s *state) reportInput(v portVerdict, dual bool, what string, sc dropScope) {
+	over := ""
+	switch {
+	case v.both:
+		over = " over IPv4 and IPv6"
+	case dual || v.family.v6:
+		over = " over " + v.family.String()
 	}
-	sc := s.inputDropScope(what)
-	over := func(v portVerdict) string { // "" on an IPv4-only node, as before dual-stack
-		switch {
-		case v.both:
-			return " over IPv4 and IPv6"
-		case len(families) > 1 || v.family.v6:
-			return " over " + v.family.String()
-		}
-		return ""
+	fix := fmt.Sprintf("nft insert rule %s %s %s udp dport %d accept", familyName(v.chain.family), v.chain.table, v.chain.name, v.family.port)
+	if iptablesInput(v.chain) {
+		fix = fmt.Sprintf("%s -I INPUT -p udp --dport %d -j ACCEPT", map[bool]string{false: "iptables", true: "ip6tables"}[v.chain.family == nftables.TableFamilyIPv6], v.family.port)
 	}
-	for _, v := range found {
-		fix := fmt.Sprintf("nft insert rule %s %s %s udp dport %d accept", familyName(v.chain.family), v.chain.table, v.chain.name, v.family.port)
-		if iptablesInput(v.chain) {
-			fix = fmt.Sprintf("%s -I INPUT -p udp --dport %d -j ACCEPT", map[bool]string{false: "iptables", true: "ip6tables"}[v.chain.family == nftables.TableFamilyIPv6], v.family.port)
-		}
+	if len(v.uncovered) > 0 {
+		fix = acceptSources(v)
+	}
+	if v.rule != "" {
 		left := ""
 		if len(v.uncovered) > 0 {
-			fix = acceptSources(v)
 			left = fmt.Sprintf(" (rules before it accept UDP %d only from sources that leave out %s)", v.family.port, peerList(v.uncovered))
 		}
-		if v.rule != "" {
-			s.r.add("firewall/input", sc.status, "delete that rule, or "+fix,
-				"%s drops UDP %d%s (%s, %s) by rule %q%s%s", v.chain, v.family.port, over(v), what, sc.whom, v.rule, left, sc.bypass)
-			continue
-		}
-		if left != "" {
-			left = fmt.Sprintf(" (rules accept it only from sources that leave out %s)", peerList(v.uncovered))
-		}
-		s.r.add("firewall/input", sc.status, fix,
-			"%s has policy drop and no rule accepting UDP %d%s from every peer%s: %s that no rule accepts are dropped there, whatever other tables accept%s", v.chain, v.family.port, over(v), left, sc.dropped, sc.bypass)
+		s.r.add("firewall/input", sc.status, "delete that rule, or "+fix,
+			"%s drops UDP %d%s (%s, %s) by rule %q%s%s", v.chain, v.family.port, over, what, sc.whom, v.rule, left, sc.bypass)
+		return
 	}
-	if len(found) == 0 {
-		fams := make([]string, len(families))
-		for i, f := range families {
-			fams[i] = f.String()
-		}
-		on := ""
-		if len(families) > 1 || families[0].v6 {
-			on = " over " + strings.Join(fams, " and ")
-		}
-		s.r.ok("firewall/input", "no input chain drops UDP %d (%s)%s", port, what, on)
+	left := ""
+	if len(v.uncovered) > 0 {
+		left = fmt.Sprintf(" (rules accept it only from sources that leave out %s)", peerList(v.uncovered))
 	}
+	s.r.add("firewall/input", sc.status, fix,
+		"%s has policy drop and no rule accepting UDP %d%s from every peer%s: %s that no rule accepts are dropped there, whatever other tables accept%s",
+		v.chain, v.family.port, over, left, sc.dropped, sc.bypass)
 }
 
 // mergeFamilies adds v to found, or marks the verdict found for the other
@@ -315,15 +331,6 @@ func portRule(r *nftables.Rule, v6 bool, port uint16) (verdict string, from neti
 	if excludesFamily(r.Exprs, v6) {
 		return "", netip.Prefix{}
 	}
-	const (
-		loadNone = iota
-		loadOther
-		loadFamily  // the packet's family: excludesFamily matched it
-		loadProto   // the layer-4 protocol
-		loadDport   // the transport destination port
-		loadCtState // conntrack's state bits
-		loadSaddr   // the network source address
-	)
 	var (
 		matches   int
 		portMatch bool
@@ -336,29 +343,8 @@ func portRule(r *nftables.Rule, v6 bool, port uint16) (verdict string, from neti
 	for _, e := range r.Exprs {
 		switch e := e.(type) {
 		case *expr.Counter, *expr.Log:
-		case *expr.Meta:
-			load = loadOther
-			switch {
-			case e.Key == expr.MetaKeyL4PROTO:
-				load = loadProto
-			case familyLoad(e):
-				load = loadFamily
-			}
-		case *expr.Payload:
-			load = loadOther
-			switch proto, saddr := networkField(e, v6); {
-			case e.Base == expr.PayloadBaseNetworkHeader && proto:
-				load = loadProto
-			case e.Base == expr.PayloadBaseNetworkHeader && saddr:
-				load, mask = loadSaddr, nil
-			case e.Base == expr.PayloadBaseTransportHeader && e.Offset == 2 && e.Len == 2:
-				load = loadDport
-			}
-		case *expr.Ct:
-			load = loadOther
-			if e.Key == expr.CtKeySTATE {
-				load, ctMask = loadCtState, ^uint32(0)
-			}
+		case *expr.Meta, *expr.Payload, *expr.Ct:
+			load, mask, ctMask = loadOf(e, v6), nil, ^uint32(0)
 		case *expr.Bitwise:
 			switch {
 			case load == loadCtState && len(e.Mask) == 4:
@@ -420,6 +406,45 @@ func portRule(r *nftables.Rule, v6 bool, port uint16) (verdict string, from neti
 		return "drop", netip.Prefix{}
 	}
 	return "", netip.Prefix{}
+}
+
+// What a rule's load expression put in a register, for portRule.
+const (
+	loadNone    = iota
+	loadOther   // something portRule does not tell apart
+	loadFamily  // the packet's family: excludesFamily matched it
+	loadProto   // the layer-4 protocol
+	loadDport   // the transport destination port
+	loadCtState // conntrack's state bits
+	loadSaddr   // the network source address
+)
+
+// loadOf is what a meta, payload or ct expression loads, in the header of
+// the evaluated family (IPv6 when v6).
+func loadOf(e expr.Any, v6 bool) int {
+	switch e := e.(type) {
+	case *expr.Meta:
+		switch {
+		case e.Key == expr.MetaKeyL4PROTO:
+			return loadProto
+		case familyLoad(e):
+			return loadFamily
+		}
+	case *expr.Payload:
+		switch proto, saddr := networkField(e, v6); {
+		case e.Base == expr.PayloadBaseNetworkHeader && proto:
+			return loadProto
+		case e.Base == expr.PayloadBaseNetworkHeader && saddr:
+			return loadSaddr
+		case e.Base == expr.PayloadBaseTransportHeader && e.Offset == 2 && e.Len == 2:
+			return loadDport
+		}
+	case *expr.Ct:
+		if e.Key == expr.CtKeySTATE {
+			return loadCtState
+		}
+	}
+	return loadOther
 }
 
 // ctStateNew is conntrack's new state bit in `ct state` (IP_CT_NEW's).
