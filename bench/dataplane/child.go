@@ -11,6 +11,8 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +27,11 @@ import (
 // uvxlan-fast) or tunpath node (uvxlan-tun-proc): its value is the node's
 // nodeSpec in JSON.
 const nodeEnv = "WEFT_BENCH_NODE"
+
+// nodeProfileEnv, when set in the benchmark's environment, makes each node
+// process write a CPU profile of its whole life into that directory
+// (node-<local address>.pprof), for go tool pprof.
+const nodeProfileEnv = "WEFT_BENCH_NODE_CPUPROFILE"
 
 // nodeSpec is what a node process needs: its namespace, its underlay
 // address and subnet, and its one peer.
@@ -55,6 +62,17 @@ func runNode(spec string) error {
 	var s nodeSpec
 	if err := json.Unmarshal([]byte(spec), &s); err != nil {
 		return fmt.Errorf("node spec: %w", err)
+	}
+	if dir := os.Getenv(nodeProfileEnv); dir != "" {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("node-%s.pprof", s.Local)))
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	var (
 		dp  dataplane
