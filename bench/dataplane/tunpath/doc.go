@@ -8,15 +8,21 @@
 // with TSO/USO offloads: wireguard-go's tun cuts the kernel's super-packets
 // into segments on Read and merges segments on Write, in userspace) with the
 // overlay MTU and the address <Subnet>.0/32, and a route per peer subnet
-// through it. It opens one UDP socket pair on the VXLAN port through
-// wireguard-go's conn.StdNetBind (UDP GSO on send, UDP GRO on receive).
+// through it. It receives on the VXLAN port through wireguard-go's
+// conn.StdNetBind (UDP GRO; the bind cuts what the kernel merged back into
+// datagrams), and sends from a UDP socket of its own on an ephemeral port
+// with UDP GSO, each datagram gathered from the buffer the TUN read put it
+// in (the bind's Send would copy every datagram of a send into one buffer;
+// in three interleaved runs the gathered sends moved 2.68–2.80 Gb/s per
+// dataplane core against 2.49–2.65).
 //
 // Egress: each IP packet read from the TUN gets, in the headroom in front
 // of it, the 8-byte VXLAN header (the I flag, the VNI) and an inner
 // Ethernet header synthesised from the peer table (destination the VTEP MAC
 // of the peer whose subnet holds the inner destination, source our own VTEP
 // MAC, the EtherType of the IP version); a batch's packets for one peer go
-// out in one Send. A packet for no peer's subnet is dropped and counted.
+// out in as few UDP GSO sends as their sizes allow. A packet for no peer's
+// subnet is dropped and counted.
 //
 // Ingress: a datagram is taken only from a peer's underlay address, with
 // exactly the I flag, our VNI, an inner frame for our VTEP MAC of IPv4 or

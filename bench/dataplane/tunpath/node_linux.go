@@ -17,6 +17,7 @@ import (
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/conn"
 	"golang.zx2c4.com/wireguard/tun"
 )
@@ -114,6 +115,7 @@ func (n *Node) Run(ctx context.Context) error {
 		dev  tun.Device
 		bind conn.Bind
 		fns  []conn.ReceiveFunc
+		snd  *gsoSender
 	)
 	err := inNS(n.cfg.NetNS, func() (err error) {
 		// Everything that binds to the namespace happens on this thread:
@@ -122,9 +124,14 @@ func (n *Node) Run(ctx context.Context) error {
 		if dev, err = tun.CreateTUN(n.cfg.Name, n.cfg.MTU); err != nil {
 			return fmt.Errorf("create TUN %s: %w", n.cfg.Name, err)
 		}
+		if snd, err = newGSOSender(n.cfg.Local); err != nil {
+			dev.Close()
+			return err
+		}
 		bind = conn.NewStdNetBind()
 		if fns, _, err = bind.Open(n.cfg.Port); err != nil {
 			dev.Close()
+			snd.close()
 			return fmt.Errorf("open UDP port %d: %w", n.cfg.Port, err)
 		}
 		return nil
@@ -134,6 +141,7 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	defer dev.Close()
 	defer bind.Close()
+	defer snd.close()
 	go func() { // wireguard-go's listeners block until their events are taken
 		for range dev.Events() {
 		}
@@ -141,20 +149,18 @@ func (n *Node) Run(ctx context.Context) error {
 	if err := n.configure(); err != nil {
 		return err
 	}
-	eps := make([]conn.Endpoint, len(n.peers))
+	to := make([]unix.Sockaddr, len(n.peers))
 	for i, p := range n.peers {
-		if eps[i], err = bind.ParseEndpoint(netip.AddrPortFrom(p.addr, n.cfg.Port).String()); err != nil {
-			return fmt.Errorf("peer %s: %w", p.addr, err)
-		}
+		to[i] = sockaddr(netip.AddrPortFrom(p.addr, n.cfg.Port))
 	}
 	n.log.Info("ready", "device", n.cfg.Name, "local", n.cfg.Local, "peers", len(n.peers), "batch", dev.BatchSize())
 	close(n.ready)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		<-gctx.Done()
-		return errors.Join(bind.Close(), dev.Close())
+		return errors.Join(bind.Close(), dev.Close(), snd.close())
 	})
-	g.Go(func() error { return n.egress(dev, bind, eps) })
+	g.Go(func() error { return n.egress(dev, snd, to) })
 	for _, f := range fns {
 		g.Go(func() error { return n.ingress(dev, f, bind.BatchSize()) })
 	}
@@ -219,37 +225,45 @@ func handleIn(path string) (h *netlink.Handle, err error) {
 	return h, nil
 }
 
-// bufSize is each batch buffer's size: room for the headers and a whole
-// super-packet, so that the TUN's GRO and the bind's GSO can merge into it.
+// bufSize is the size of each receive buffer: room for a UDP GRO
+// super-datagram, and for the TUN's GRO to merge segments into it.
 const bufSize = headroom + 65535
 
-func newBufs(n int) [][]byte {
+func newBufs(n, size int) [][]byte {
 	bufs := make([][]byte, n)
 	for i := range bufs {
-		bufs[i] = make([]byte, bufSize)
+		bufs[i] = make([]byte, size)
 	}
 	return bufs
 }
 
 // egress reads batches of IP packets from the TUN, puts the headers in
 // front of each and sends each run of packets for one peer in one Send.
-func (n *Node) egress(dev tun.Device, bind conn.Bind, eps []conn.Endpoint) error {
+func (n *Node) egress(dev tun.Device, snd *gsoSender, to []unix.Sockaddr) error {
 	bs := dev.BatchSize()
-	bufs, sizes := newBufs(bs), make([]int, bs)
+	// Each segment in a buffer of its own, sent from there.
+	bufs, sizes := newBufs(bs, headroom+n.cfg.MTU), make([]int, bs)
 	out := make([][]byte, 0, bs)
 	vni := uint32(n.cfg.VNI)
+	last := -1
+	send := func() {
+		lost, err := snd.send(out, to[last])
+		n.tx.Add(uint64(len(out) - lost))
+		if lost > 0 {
+			n.drops[DropSend].Add(uint64(lost))
+			n.log.Debug("send", "err", err)
+		}
+		out = out[:0]
+	}
 	for {
 		cnt, err := dev.Read(bufs, sizes, headroom)
 		switch {
 		case errors.Is(err, os.ErrClosed):
 			return nil
-		case errors.Is(err, tun.ErrTooManySegments):
+		case err != nil: // a packet that the TUN's offload code refused
 			n.drops[DropTUNRead].Add(1)
-		case err != nil:
-			return fmt.Errorf("read TUN: %w", err)
+			n.log.Debug("read TUN", "err", err)
 		}
-		out = out[:0]
-		to := -1
 		for i := range cnt {
 			dst, et, ok := innerDst(bufs[i][headroom : headroom+sizes[i]])
 			if !ok {
@@ -261,32 +275,23 @@ func (n *Node) egress(dev tun.Device, bind conn.Bind, eps []conn.Endpoint) error
 				n.drops[DropNoPeer].Add(1)
 				continue
 			}
-			if pi != to && len(out) > 0 {
-				n.send(bind, out, eps[to])
-				out = out[:0]
+			if pi != last && len(out) > 0 {
+				send()
 			}
-			to = pi
+			last = pi
 			putHeaders(bufs[i][:headroom], vni, n.peers[pi].mac, n.mac, et)
 			out = append(out, bufs[i][:headroom+sizes[i]])
 		}
 		if len(out) > 0 {
-			n.send(bind, out, eps[to])
+			send()
 		}
 	}
-}
-
-func (n *Node) send(bind conn.Bind, out [][]byte, ep conn.Endpoint) {
-	if err := bind.Send(out, ep); err != nil {
-		n.drops[DropSend].Add(uint64(len(out)))
-		return
-	}
-	n.tx.Add(uint64(len(out)))
 }
 
 // ingress receives batches of datagrams, checks each and writes the inner
 // IP packets of those it takes to the TUN in one batch.
 func (n *Node) ingress(dev tun.Device, recv conn.ReceiveFunc, batch int) error {
-	bufs, sizes, eps := newBufs(batch), make([]int, batch), make([]conn.Endpoint, batch)
+	bufs, sizes, eps := newBufs(batch, bufSize), make([]int, batch), make([]conn.Endpoint, batch)
 	out := make([][]byte, 0, batch)
 	vni := uint32(n.cfg.VNI)
 	for {

@@ -38,7 +38,7 @@ const (
 	DropIPHeader      = "ip_header"      // ingress: IP header inconsistent with the frame
 	DropForeignSource = "foreign_source" // ingress: inner source outside the sending peer's subnet
 	DropTUNWrite      = "tun_write"      // ingress: the TUN refused a batch's packet
-	DropTUNRead       = "tun_read"       // egress: the TUN read failed (for example too many segments)
+	DropTUNRead       = "tun_read"       // egress: the TUN's offload code refused a packet read
 )
 
 // peer is one entry of the node's peer table.
