@@ -12,9 +12,8 @@
 // conn.StdNetBind (UDP GRO; the bind cuts what the kernel merged back into
 // datagrams), and sends from a UDP socket of its own on an ephemeral port
 // with UDP GSO, each datagram gathered from the buffer the TUN read put it
-// in (the bind's Send would copy every datagram of a send into one buffer;
-// in three interleaved runs the gathered sends moved 2.68–2.80 Gb/s per
-// dataplane core against 2.49–2.65).
+// in (the bind's Send would copy every datagram of a send into one
+// buffer: bench/dataplane/README.md has the figures).
 //
 // Egress: each IP packet read from the TUN gets, in the headroom in front
 // of it, the 8-byte VXLAN header (the I flag, the VNI) and an inner
