@@ -29,9 +29,13 @@
 // source lies in that peer's subnet; it is cut down to its IP packet and the
 // batch is written to the TUN. Inner checksums are not checked here: the
 // TUN's GRO checks them before it merges, and the kernel's stack checks what
-// it did not merge. The inner checksums a kernel VXLAN sender on a virtual
-// link leaves partial (see docs/uvxlan-design.md) are not repaired, so TCP
-// from such a peer is dropped by the receiving stack; ping works.
+// it did not merge. The inner TCP and UDP checksums that a kernel VXLAN
+// sender on a virtual link leaves partial (see docs/uvxlan-design.md) are
+// completed here, as the TUN's Write cannot ask the kernel to. The same
+// sender hands its TCP super-packets (up to 64 KB) to a peer on a veth
+// unsegmented; the TUN's Write takes no super-packet from its caller, and
+// they are dropped as too long, so TCP from a kernel VXLAN node on a veth
+// to this node stalls (uvxlan takes them).
 //
 // On the wire it is the kernel's VXLAN (VNI, port 8472, VTEP MACs from
 // vtep.DeviceMAC), except that every datagram leaves from the VXLAN port

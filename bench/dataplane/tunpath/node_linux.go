@@ -41,6 +41,10 @@ type Config struct {
 	Peers  []Peer
 }
 
+// EventPartialChecksum counts, in Stats().Events, the partial TCP and UDP
+// checksums of kernel VXLAN senders that the node completed.
+const EventPartialChecksum = "partial_checksum"
+
 // Node is one host's TUN-based VXLAN dataplane.
 type Node struct {
 	cfg   Config
@@ -50,7 +54,9 @@ type Node struct {
 	ready chan struct{}
 	tx    atomic.Uint64
 	rx    atomic.Uint64
-	drops map[string]*atomic.Uint64 // fixed at New: read concurrently
+	// partial counts the partial checksums completed (EventPartialChecksum).
+	partial atomic.Uint64
+	drops   map[string]*atomic.Uint64 // fixed at New: read concurrently
 }
 
 // New checks cfg and returns a node that Run starts.
@@ -99,7 +105,8 @@ func (n *Node) Ready() <-chan struct{} { return n.ready }
 
 // Stats returns the frames sent and received and the drops by reason.
 func (n *Node) Stats() backend.Stats {
-	s := backend.Stats{TxFrames: n.tx.Load(), RxFrames: n.rx.Load(), Drops: map[string]uint64{}}
+	s := backend.Stats{TxFrames: n.tx.Load(), RxFrames: n.rx.Load(), Drops: map[string]uint64{},
+		Events: map[string]uint64{EventPartialChecksum: n.partial.Load()}}
 	for r, c := range n.drops {
 		if v := c.Load(); v > 0 {
 			s.Drops[r] = v
@@ -311,6 +318,9 @@ func (n *Node) ingress(dev tun.Device, recv conn.ReceiveFunc, batch int) error {
 			if drop != "" {
 				n.drops[drop].Add(1)
 				continue
+			}
+			if completePartial(bufs[i][headroom : headroom+l]) {
+				n.partial.Add(1)
 			}
 			out = append(out, bufs[i][:headroom+l])
 		}
