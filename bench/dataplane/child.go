@@ -11,6 +11,8 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,9 +23,15 @@ import (
 	"github.com/weft-net/weft/vtep"
 )
 
-// nodeEnv makes the binary one node's uvxlan dataplane (mode uvxlan-proc):
-// its value is the node's nodeSpec in JSON.
+// nodeEnv makes the binary one node's uvxlan dataplane (modes uvxlan-proc,
+// uvxlan-fast) or tunpath node (uvxlan-tun-proc): its value is the node's
+// nodeSpec in JSON.
 const nodeEnv = "WEFT_BENCH_NODE"
+
+// nodeProfileEnv, when set in the benchmark's environment, makes each node
+// process write a CPU profile of its whole life into that directory
+// (node-<local address>.pprof), for go tool pprof.
+const nodeProfileEnv = "WEFT_BENCH_NODE_CPUPROFILE"
 
 // nodeSpec is what a node process needs: its namespace, its underlay
 // address and subnet, and its one peer.
@@ -35,6 +43,16 @@ type nodeSpec struct {
 	PeerSubnet netip.Prefix `json:"peer_subnet"`
 	Queues     int          `json:"queues"`
 	FastPath   bool         `json:"fast_path"`
+	TUN        bool         `json:"tun"` // run bench/dataplane/tunpath instead of uvxlan
+}
+
+// dataplane is what a node process runs: a uvxlan Backend or a tunpath
+// Node. Ready is closed once it forwards to its peer; Stats may be called
+// after Run has returned.
+type dataplane interface {
+	Run(ctx context.Context) error
+	Ready() <-chan struct{}
+	Stats() backend.Stats
 }
 
 // runNode is the main of a node process: it runs the dataplane, writes
@@ -45,22 +63,45 @@ func runNode(spec string) error {
 	if err := json.Unmarshal([]byte(spec), &s); err != nil {
 		return fmt.Errorf("node spec: %w", err)
 	}
-	b, err := uvxlan.New(uvxlan.Config{NetNS: s.NetNS, Local: s.Local, MAC: vtep.DeviceMAC(s.Local, 1),
-		MTU: overlayMTU, Subnet: s.Subnet, Queues: s.Queues, FastPath: s.FastPath}, slog.New(slog.DiscardHandler))
+	if dir := os.Getenv(nodeProfileEnv); dir != "" {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("node-%s.pprof", s.Local)))
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	var (
+		dp  dataplane
+		ub  *uvxlan.Backend
+		err error
+	)
+	if s.TUN {
+		dp, err = newTUNNode(s)
+	} else {
+		ub, err = uvxlan.New(uvxlan.Config{NetNS: s.NetNS, Local: s.Local, MAC: vtep.DeviceMAC(s.Local, 1),
+			MTU: overlayMTU, Subnet: s.Subnet, Queues: s.Queues, FastPath: s.FastPath}, slog.New(slog.DiscardHandler))
+		dp = ub
+	}
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	exited := make(chan error, 1)
-	go func() { exited <- b.Run(ctx) }()
-	b.Set(vtep.Table{s.PeerSubnet: {MAC: vtep.DeviceMAC(s.PeerAddr, 1), Addr: s.PeerAddr}})
+	go func() { exited <- dp.Run(ctx) }()
+	if ub != nil {
+		ub.Set(vtep.Table{s.PeerSubnet: {MAC: vtep.DeviceMAC(s.PeerAddr, 1), Addr: s.PeerAddr}})
+	}
 	select {
-	case <-b.Ready():
+	case <-dp.Ready():
 	case err := <-exited:
 		cancel()
-		return errors.Join(errors.New("backend stopped"), err)
+		return errors.Join(errors.New("dataplane stopped"), err)
 	}
-	if s.FastPath && b.Stats().Events[uvxlan.EventFastAttaches] == 0 {
+	if s.FastPath && ub.Stats().Events[uvxlan.EventFastAttaches] == 0 {
 		cancel()
 		<-exited
 		return errors.New("the fast path did not attach (see weftd's log for why: run the backend with a logger)")
@@ -71,7 +112,7 @@ func runNode(spec string) error {
 	if err := <-exited; err != nil {
 		return err
 	}
-	return json.NewEncoder(os.Stdout).Encode(b.Stats())
+	return json.NewEncoder(os.Stdout).Encode(dp.Stats())
 }
 
 // nodeProc is a running node process.
@@ -87,12 +128,17 @@ type nodeProc struct {
 // startNode starts a node process for n with peer and waits until it is
 // ready.
 func startNode(n, peer *node, queues int, fast bool) (*nodeProc, error) {
+	return startNodeSpec(nodeSpec{NetNS: n.host.Path, Local: n.addr, Subnet: n.subnet,
+		PeerAddr: peer.addr, PeerSubnet: peer.subnet, Queues: queues, FastPath: fast})
+}
+
+// startNodeSpec starts a node process for s and waits until it is ready.
+func startNodeSpec(s nodeSpec) (*nodeProc, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	spec, err := json.Marshal(nodeSpec{NetNS: n.host.Path, Local: n.addr, Subnet: n.subnet,
-		PeerAddr: peer.addr, PeerSubnet: peer.subnet, Queues: queues, FastPath: fast})
+	spec, err := json.Marshal(s)
 	if err != nil {
 		return nil, err
 	}

@@ -162,6 +162,8 @@ func build(ctx context.Context, mode string, queues int, log *slog.Logger) (t *t
 		err = t.userVXLAN(ctx, mode == "uvxlan-plain", queues, log)
 	case "uvxlan-proc", "uvxlan-fast":
 		err = t.processVXLAN(queues, mode == "uvxlan-fast")
+	case "uvxlan-tun-proc":
+		err = t.tunProcessVXLAN(queues)
 	default:
 		err = fmt.Errorf("unknown mode %q", mode)
 	}
