@@ -86,7 +86,7 @@ func measureOnce(ctx context.Context, mr *modeResult, o options, log *slog.Logge
 	c1, p1 := readCPU(), t.dataplaneCPU()
 	s.busy = c1.busyCores(c0)
 	s.proc = math.NaN()
-	if strings.HasPrefix(mr.mode, "uvxlan") && p0 >= 0 && p1 >= 0 {
+	if userMode(mr.mode) && p0 >= 0 && p1 >= 0 {
 		s.proc = (p1 - p0).Seconds() / c1.wall.Sub(c0.wall).Seconds()
 	}
 	if s.gbps4, err = iperf(ctx, t, 4, o.dur); err != nil {

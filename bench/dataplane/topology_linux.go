@@ -164,6 +164,8 @@ func build(ctx context.Context, mode string, queues int, log *slog.Logger) (t *t
 		err = t.processVXLAN(queues, mode == "uvxlan-fast")
 	case "uvxlan-tun-proc":
 		err = t.tunProcessVXLAN(queues)
+	case "kernel-to-fast", "kernel-to-proc", "fast-to-kernel", "proc-to-kernel":
+		err = t.mixedVXLAN(mode, queues)
 	default:
 		err = fmt.Errorf("unknown mode %q", mode)
 	}
@@ -203,33 +205,41 @@ func (t *topology) addPod(n *node) (err error) {
 // kernelVXLAN builds Flannel's kernel VXLAN setup by hand on both hosts.
 func (t *topology) kernelVXLAN() error {
 	for _, p := range [][2]*node{{t.a, t.b}, {t.b, t.a}} {
-		n, peer := p[0], p[1]
-		mac := vtep.DeviceMAC(n.addr, 1)
-		peerMAC := vtep.DeviceMAC(peer.addr, 1)
-		gw := peer.subnet.Addr().String()
-		for _, c := range [][]string{
-			{"ip", "link", "add", "vx0", "address", mac.String(), "mtu", fmt.Sprint(overlayMTU), "type", "vxlan",
-				"id", "1", "dstport", "8472", "local", n.addr.String(), "dev", "eth0", "nolearning"},
-			{"ip", "addr", "add", n.subnet.Addr().String() + "/32", "dev", "vx0"},
-			{"ip", "link", "set", "vx0", "up"},
-			{"ip", "neigh", "replace", gw, "lladdr", peerMAC.String(), "dev", "vx0", "nud", "permanent"},
-		} {
-			if _, err := n.host.Run(c...); err != nil {
-				return err
-			}
-		}
-		l, err := n.host.Handle.LinkByName("vx0")
-		if err != nil {
+		if err := kernelNode(p[0], p[1]); err != nil {
 			return err
 		}
-		fdb := &netlink.Neigh{LinkIndex: l.Attrs().Index, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT,
-			Flags: netlink.NTF_SELF, IP: peer.addr.AsSlice(), HardwareAddr: peerMAC.HardwareAddr()}
-		if err := n.host.Handle.NeighSet(fdb); err != nil {
-			return fmt.Errorf("add fdb: %w", err)
-		}
-		if _, err := n.host.Run("ip", "route", "replace", peer.subnet.String(), "via", gw, "dev", "vx0", "onlink"); err != nil {
+	}
+	return nil
+}
+
+// kernelNode builds Flannel's kernel VXLAN setup on n's host, with peer as
+// its one peer.
+func kernelNode(n, peer *node) error {
+	mac := vtep.DeviceMAC(n.addr, 1)
+	peerMAC := vtep.DeviceMAC(peer.addr, 1)
+	gw := peer.subnet.Addr().String()
+	for _, c := range [][]string{
+		{"ip", "link", "add", "vx0", "address", mac.String(), "mtu", fmt.Sprint(overlayMTU), "type", "vxlan",
+			"id", "1", "dstport", "8472", "local", n.addr.String(), "dev", "eth0", "nolearning"},
+		{"ip", "addr", "add", n.subnet.Addr().String() + "/32", "dev", "vx0"},
+		{"ip", "link", "set", "vx0", "up"},
+		{"ip", "neigh", "replace", gw, "lladdr", peerMAC.String(), "dev", "vx0", "nud", "permanent"},
+	} {
+		if _, err := n.host.Run(c...); err != nil {
 			return err
 		}
+	}
+	l, err := n.host.Handle.LinkByName("vx0")
+	if err != nil {
+		return err
+	}
+	fdb := &netlink.Neigh{LinkIndex: l.Attrs().Index, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT,
+		Flags: netlink.NTF_SELF, IP: peer.addr.AsSlice(), HardwareAddr: peerMAC.HardwareAddr()}
+	if err := n.host.Handle.NeighSet(fdb); err != nil {
+		return fmt.Errorf("add fdb: %w", err)
+	}
+	if _, err := n.host.Run("ip", "route", "replace", peer.subnet.String(), "via", gw, "dev", "vx0", "onlink"); err != nil {
+		return err
 	}
 	return nil
 }
