@@ -46,17 +46,29 @@ for p in $(go list ./...); do
 	case "$p" in */test/image | */test/runtimes | */test/e2e | */test/helm) continue ;; esac
 	race+=("$p")
 done
-# bench/faults' rows whose weft code all runs in weftd, weftctl and the
-# plugin, built by nettest.Binary without the race detector, are skipped in
-# this pass: under -race they run the same binaries again. Their in-process
-# parts (test/e2e's cluster, pings and streams, the embedded etcd and its
-# restarts) are raced by the rows kept: TestWatchCompaction and
-# TestRegistryStampede (subnet/etcd in this process), TestParallelAddDel
-# and TestKilledAdd (the CNI test kit), TestEtcdClientCertRequired (etcd
-# over the underlay) and TestWeftdRestarts' fd store row (restarts under
-# internal/fdstore's Keeper); internal/etcdlocal's own tests kill and
-# restart members. The names are bench/faults' alone (-skip applies to
-# every package).
-skip='^(TestEtcdCutOff|TestEtcdLeaderKills|TestEtcdOutage|TestHostileDatastore)$'
-skip+='|^TestWeftdRestarts$/^(vxlan|uvxlan)$'
+# Tests whose weft code all runs in weftd, weftctl and the plugin, built by
+# nettest.Binary without the race detector, are skipped in this pass: under
+# -race they would run the same binaries again. What they run in this
+# process is raced by tests kept here: test/e2e's cluster, pings and
+# streams by bench/faults' TestEtcdClientCertRequired (etcd over the
+# underlay) and TestWeftdRestarts' fd store row (restarts under
+# internal/fdstore's Keeper); the registries by TestWatchCompaction and
+# TestRegistryStampede; the embedded etcd's kills and restarts by
+# internal/etcdlocal's tests; kubetest by its own and subnet/kube's; the
+# lab's state files by its unit tests. -skip applies to every package:
+# test/deps' TestRaceSkips checks that each name is one test of the module.
+norace=(
+	# bench/faults: faults injected around weftd.
+	'^(TestEtcdCutOff|TestEtcdLeaderKills|TestEtcdOutage|TestHostileDatastore)$'
+	'^TestWeftdRestarts$/^(vxlan|uvxlan)$'
+	# cmd/weftctl: the weftctl binary against kube-apiserver.
+	'^(TestLeasesKubernetes|TestDoctorKubernetes)$'
+	# internal/ops/lab: weftctl lab up, doctor, peers, explain and
+	# connectivity, run as binaries.
+	'^(TestDoctorFaults|TestDoctorUVXLAN|TestDoctorFastPathFirewall|TestLabUpDown|TestLabUpAfterKill|TestMixedLabTCP)$'
+)
+skip=$(
+	IFS='|'
+	echo "${norace[*]}"
+)
 go test -race -count=1 -timeout 45m -skip "$skip" "$@" "${race[@]}"
