@@ -1,7 +1,9 @@
 // Package deps checks the rules of weft's layout on the import graph, as
 // `go list` reports it: no release binary links a test kit, registries and
 // dataplanes meet only in the daemon, the CNI plugin reads only the data
-// model, and netlink is called only from files built for Linux.
+// model, and netlink is called only from files built for Linux. It also
+// checks that the tests test/run.sh's race pass skips by name are each one
+// test of the module.
 package deps
 
 import (
