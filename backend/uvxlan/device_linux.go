@@ -352,6 +352,27 @@ func (dp *datapath) ensureAddrs(l netlink.Link) (bool, error) {
 
 func equalMAC(a net.HardwareAddr, b []byte) bool { return string(a) == string(b) }
 
+// stopReading makes the packet loops return once they have handled what
+// they read: it sets closing and a read deadline in the past on the TAP
+// queues and receive sockets, which wakes loops that wait and fails their
+// next read. What they have not read stays in the queues.
+func (dp *datapath) stopReading() {
+	dp.closing.Store(true)
+	past := time.Unix(1, 0)
+	for i := range dp.taps {
+		if q := dp.taps[i].Load(); q != nil {
+			if d, ok := q.rw.(interface{ SetReadDeadline(time.Time) error }); ok {
+				d.SetReadDeadline(past) // a TAP without deadlines is stopped by close
+			}
+		}
+	}
+	for i := range dp.rxs {
+		if s := dp.rxs[i].Load(); s != nil {
+			s.conn.SetReadDeadline(past)
+		}
+	}
+}
+
 // close releases what open acquired. The device itself stays (persistent).
 func (dp *datapath) close() {
 	dp.closing.Store(true)

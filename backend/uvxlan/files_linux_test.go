@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/weft-net/weft/internal/testkit/nettest"
+	"github.com/weft-net/weft/vtep"
 	"golang.org/x/sys/unix"
 )
 
@@ -206,4 +208,84 @@ func restartNode(t *testing.T, a, b *testNode, cfg Config) *Backend {
 	t.Cleanup(a.stop)
 	connect(t, a, b)
 	return nb
+}
+
+// TestKeptFilesFastPathFirstTable: with the fast path, a restarted backend
+// that took kept files over starts its packet loops only once they hold
+// the first table, also when that table arrives (Set) while the first sync
+// is under way, after it looked for one: here while it loads the
+// programs. The frames that waited in the kept queues must find their
+// peers, not be dropped as from or to unknown peers. (A sync that
+// programmed the late table as the routes and reported ready while the
+// packet loops still held none lost every ping that waited in
+// bench/faults' TestWeftdRestarts.)
+func TestKeptFilesFastPathFirstTable(t *testing.T) {
+	u := nettest.NewUnderlay(t, netip.MustParsePrefix("192.168.77.0/24"), 1500)
+	files := newMemFiles()
+	t.Cleanup(files.close)
+	a := newUVNodeWith(t, u, "a", subnetA, func(c *Config) { c.Files, c.FastPath = files, true })
+	b := newFastNode(t, u, "b", subnetB)
+	connect(t, a, b)
+	if out, err := ping(a, b.podIP); err != nil {
+		t.Fatalf("ping: %v\n%s", err, out)
+	}
+
+	// Pings from a's pod every 20 ms across a pause of a's backend: the
+	// requests wait in a's TAP queue, the replies in its receive socket.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pinger := a.pod.Command(ctx, "ping", "-n", "-q", "-c", "100", "-i", "0.02", "-W", "5", b.podIP.String())
+	out := make(chan []byte, 1)
+	go func() { o, _ := pinger.CombinedOutput(); out <- o }()
+	time.Sleep(500 * time.Millisecond)
+	a.stop()
+	time.Sleep(500 * time.Millisecond)
+	files.restart(t)
+	cfg := a.b.Config()
+	nb, err := New(cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab := vtep.Table{b.subnet: {MAC: b.mac, Addr: b.host.Addr}}
+	var once sync.Once
+	// The first table arrives while the first sync loads the programs (as
+	// weftd's watch may hand it over); the next sync is slowed down, so
+	// that what the packet loops start with is seen.
+	nb.fast.load = func(name string, p progParams, f *fastPath) (*ebpf.Program, error) {
+		once.Do(func() { nb.Set(tab) })
+		return loadProgram(name, p, f)
+	}
+	var slow sync.Once
+	nb.fast.hold = func() { slow.Do(func() { time.Sleep(300 * time.Millisecond) }) }
+	ready := make(chan int, 1)
+	go func() {
+		<-nb.Ready()
+		ready <- len(nb.peers.Load().byAddr)
+	}()
+	a.b, a.stop = nb, start(t, nb, "a restarted")
+	t.Cleanup(a.stop)
+	select {
+	case n := <-ready:
+		if n != 1 {
+			t.Errorf("ready with %d peers for the packet loops, want 1: the frames that waited meet an empty table", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the restarted backend never became ready")
+	}
+	if dp := nb.dp.Load(); dp == nil || !dp.adopted {
+		t.Fatal("the restarted backend did not take the kept files over")
+	}
+	m := pingStats.FindSubmatch(<-out)
+	if m == nil {
+		t.Fatal("no ping statistics")
+	}
+	sent, _ := strconv.Atoi(string(m[1]))
+	got, _ := strconv.Atoi(string(m[2]))
+	t.Logf("across the restart: %d of %d pings answered", got, sent)
+	if got != sent {
+		t.Errorf("%d of %d pings lost across the restart", sent-got, sent)
+	}
+	if st := nb.Stats(); st.Drops["unknown_mac"]+st.Drops["not_peer"] != 0 {
+		t.Errorf("frames that waited were dropped as from or to unknown peers: %v", st.Drops)
+	}
 }

@@ -17,10 +17,17 @@ import (
 // routes. A full sync reads the kernel and repairs drift; otherwise only
 // the difference from the table programmed last is written.
 func (dp *datapath) sync(full bool) error {
+	// One table for the whole sync: with the fast path, the table it
+	// hands the packet loops must be the one it programs and reports
+	// ready, or a Set during the sync (while the programs load) would
+	// make the first sync of a run report ready with no peers for the
+	// packet loops, which then drop the frames that waited in kept queues
+	// (TestKeptFilesFastPathFirstTable). A later Set kicks the next sync.
+	tp := dp.b.Table()
 	// With the fast path, a new table reaches its maps and then the packet
 	// loops here (see Set); maps that could not take every peer are
 	// written again at each sync.
-	if tp := dp.b.Table(); tp != nil && dp.b.fast != nil && (tp != dp.fastTable || dp.fastMapErr != "") {
+	if tp != nil && dp.b.fast != nil && (tp != dp.fastTable || dp.fastMapErr != "") {
 		dp.syncFastPeers(*tp)
 		if tp != dp.fastTable {
 			dp.b.peers.Store(newPeers(*tp, dp.b.cfg.Port, dp.b.cfg.Local.Is6()))
@@ -48,7 +55,6 @@ func (dp *datapath) sync(full bool) error {
 	// Before the peers: a replaced TAP needs the fast path on it even when
 	// programming the routes fails.
 	dp.syncFast()
-	tp := dp.b.Table()
 	if tp == nil {
 		return nil
 	}

@@ -258,13 +258,30 @@ func (b *Backend) Run(ctx context.Context) error {
 	}
 	err = r.Run(ctx)
 	dp.detachFast()
-	dp.close() // after the reconciler: it may be replacing the TAP
-	loops.Wait()
+	// The packet loops stop reading first and forward what they read; only
+	// then are the files closed (after the reconciler: it may be replacing
+	// the TAP). Closed under them, a loop dropped frames it had read: with
+	// kept files, frames that would otherwise have waited for the next run.
+	// A loop that does not return (one waiting for a TAP the reconciler no
+	// longer opens) is ended by the closing.
+	dp.stopReading()
+	stopped := make(chan struct{})
+	go func() { loops.Wait(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(stopWait):
+	}
+	dp.close()
+	<-stopped
 	if err != nil {
 		return fmt.Errorf("uvxlan backend: %w", err)
 	}
 	return nil
 }
+
+// stopWait bounds how long Run waits for the packet loops to return after
+// they stop reading, before it closes their files.
+const stopWait = time.Second
 
 // adoptedWait bounds how long the packet loops of a run that took over
 // kept files wait for the first programmed table.

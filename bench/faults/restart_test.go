@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,15 +53,20 @@ func restarts(t *testing.T, backend string, fdStore bool) {
 	go func() { stream <- pacedStream(a.NS, b.NS, b.IP, streamFor) }()
 	waitPings := startPingLoss(a.NS, b.IP, streamFor+2*time.Second)
 	start := time.Now()
+	var windows []restartWindow
 	for i := range n {
 		node := c.Nodes[i%2]
+		w := restartWindow{what: node.Label + " SIGTERM", from: time.Now()}
 		if i%4 >= 2 {
+			w.what = node.Label + " SIGKILL"
 			node.Kill()
 			node.Start()
 		} else {
 			node.Restart()
 		}
 		node.WaitReady()
+		w.to = time.Now()
+		windows = append(windows, w)
 		// Spread the restarts over the stream.
 		if left := streamFor - time.Since(start); left > 0 {
 			time.Sleep(min(left/time.Duration(n-i), time.Second)) // pacing, not synchronisation
@@ -69,6 +75,9 @@ func restarts(t *testing.T, backend string, fdStore bool) {
 	p, err := waitPings()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if p.Lost > 0 {
+		t.Logf("lost pings by restart: %s", lostByWindow(p.LostAt, windows))
 	}
 	serr := <-stream
 	how := "backend " + backend
@@ -107,6 +116,37 @@ func restarts(t *testing.T, backend string, fdStore bool) {
 	if serr != nil {
 		t.Log(serr)
 	}
+}
+
+// restartWindow is one restart of weftd: from the signal to ready again.
+type restartWindow struct {
+	what     string
+	from, to time.Time
+}
+
+// lostByWindow says how many of the lost pings were sent during each
+// restart (or in the second after it: a reply can be lost after ready),
+// and how many at other times.
+func lostByWindow(lostAt []time.Time, ws []restartWindow) string {
+	counts := make([]int, len(ws))
+	var other []string
+	for _, at := range lostAt {
+		i := slices.IndexFunc(ws, func(w restartWindow) bool { return !at.Before(w.from) && at.Before(w.to.Add(time.Second)) })
+		if i < 0 {
+			other = append(other, at.Format("15:04:05.000"))
+			continue
+		}
+		counts[i]++
+	}
+	var parts []string
+	for i, w := range ws {
+		parts = append(parts, fmt.Sprintf("%s %s (down to ready %s): %d", w.what, w.from.Format("15:04:05.000"),
+			w.to.Sub(w.from).Round(time.Millisecond), counts[i]))
+	}
+	if len(other) > 0 {
+		parts = append(parts, fmt.Sprintf("outside the restarts: %d at %s", len(other), strings.Join(other, " ")))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // pacedStream sends pseudo-random data over TCP from src to dst at about
