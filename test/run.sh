@@ -56,7 +56,8 @@ done
 # TestRegistryStampede; the embedded etcd's kills and restarts by
 # internal/etcdlocal's tests; kubetest by its own and subnet/kube's; the
 # lab's state files by its unit tests. -skip applies to every package:
-# test/deps' TestRaceSkips checks that each name is one test of the module.
+# test/deps' TestRaceSkips checks that each name is one test of the module,
+# anchored. A -skip among this script's arguments replaces the list.
 norace=(
 	# bench/faults: faults injected around weftd.
 	'^(TestEtcdCutOff|TestEtcdLeaderKills|TestEtcdOutage|TestHostileDatastore)$'

@@ -65,6 +65,15 @@ func TestRunArguments(t *testing.T) {
 	// Cases that wait on an etcd that never answers, which store.listed
 	// would give 15 s: their error names the endpoint either way.
 	waits := map[string]time.Duration{"flags after the arguments": time.Second}
+	for name := range waits {
+		found := false
+		for _, tt := range tests {
+			found = found || tt.name == name
+		}
+		if !found {
+			t.Fatalf("waits names %q, which is no case: a renamed case would wait 15 s again", name)
+		}
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()

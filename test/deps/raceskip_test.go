@@ -65,11 +65,29 @@ func TestRaceSkips(t *testing.T) {
 	name := regexp.MustCompile(`Test\w*`)
 	count := 0
 	for _, p := range patterns {
-		top, _, _ := strings.Cut(p, "/") // the top-level test; subtests after /
-		for _, n := range name.FindAllString(top, -1) {
+		parts := strings.Split(p, "/") // the top-level test, then its subtests
+		for _, part := range parts {
+			// Unanchored, a name would skip every test whose name holds it.
+			if !strings.HasPrefix(part, "^") || !strings.HasSuffix(part, "$") {
+				t.Errorf("norace entry %q: each part must be anchored, ^…$", p)
+			}
+		}
+		for _, n := range name.FindAllString(parts[0], -1) {
 			count++
 			switch files := declared[n]; len(files) {
 			case 1:
+				// A subtest named in the list must be one the test runs.
+				for _, part := range parts[1:] {
+					src, err := os.ReadFile(files[0])
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, sub := range alternatives(part) {
+						if !strings.Contains(string(src), `"`+strings.ReplaceAll(sub, "_", " ")+`"`) {
+							t.Errorf("test/run.sh skips %s/%s under -race, but %s names no such subtest", n, sub, files[0])
+						}
+					}
+				}
 			case 0:
 				t.Errorf("test/run.sh skips %s under -race, but no test of that name is declared", n)
 			default:
@@ -80,4 +98,12 @@ func TestRaceSkips(t *testing.T) {
 	if count == 0 {
 		t.Error("test/run.sh's norace list names no test")
 	}
+}
+
+// alternatives returns the names of an anchored part, ^name$ or
+// ^(a|b|…)$.
+func alternatives(part string) []string {
+	part = strings.TrimSuffix(strings.TrimPrefix(part, "^"), "$")
+	part = strings.TrimSuffix(strings.TrimPrefix(part, "("), ")")
+	return strings.Split(part, "|")
 }

@@ -38,6 +38,7 @@
 // to this node stalls (uvxlan takes them).
 //
 // On the wire it is the kernel's VXLAN (VNI, port 8472, VTEP MACs from
-// vtep.DeviceMAC), except that every datagram leaves from the VXLAN port
-// itself rather than from a source port hashed from the inner flow.
+// vtep.DeviceMAC), except that every datagram of a node leaves from one
+// source port (its send socket's ephemeral port) rather than from one
+// hashed from the inner flow.
 package tunpath
