@@ -157,8 +157,12 @@ func TestPortRule(t *testing.T) {
 		{"meta nfproto != ipv4 drop, IPv6", rule(expr.VerdictDrop, nfproto(expr.CmpOpNeq, 2)), true, "drop", ""},
 		{"meta protocol ip6 udp dport 8472 drop, IPv4", rule(expr.VerdictDrop, etherIPv6, udp, dport(0x18)), false, "", ""},
 		{"ip6 nexthdr udp udp dport 8472 accept, IPv6", rule(expr.VerdictAccept, ipv6, nexthdrUDP, dport(0x18)), true, "accept", ""},
+		// A family compared by order may leave out the evaluated one.
+		{"meta nfproto > ipv4 drop, IPv6", rule(expr.VerdictDrop, nfproto(expr.CmpOpGt, 2)), true, "", ""},
+		{"meta nfproto < ipv6 udp dport 8472 accept, IPv6", rule(expr.VerdictAccept, nfproto(expr.CmpOpLt, 10), udp, dport(0x18)), true, "", ""},
+		{"meta nfproto != ipv4 udp dport 8472 accept, IPv6", rule(expr.VerdictAccept, nfproto(expr.CmpOpNeq, 2), udp, dport(0x18)), true, "accept", ""},
 	} {
-		got, from := portRule(tt.r, tt.v6, 8472)
+		got, from := matchRule(tt.r, tt.v6, 8472).decides()
 		wantFrom := netip.Prefix{}
 		if tt.from != "" {
 			wantFrom = netip.MustParsePrefix(tt.from)
@@ -229,7 +233,7 @@ func TestCheckInput(t *testing.T) {
 			"", inspect.FastPath{Egress: true, Ingress: true}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			runInput(t, tt.ruleset, tt.backend, tt.fastPath, "", tt.status, tt.want, "")
+			runInput(t, tt.ruleset, subnet.BackendConfig{Type: tt.backend}, tt.fastPath, "v4", tt.status, tt.want, "")
 		})
 	}
 }
@@ -277,23 +281,93 @@ func TestCheckInputFamilies(t *testing.T) {
 			`^table inet f chain in has policy drop and no rule accepting UDP 8472 from every peer:`, ""},
 		{"inet jump for IPv6 only to a chain that accepts, IPv6 underlay", jumpFor("ipv6", "policy drop;", "udp dport 8472 accept"), "v6", OK, "no input chain drops UDP 8472", ""},
 		// Accepts limited to sources.
-		{"policy drop, a source prefix holds every peer", policyDrop("ip", "ip saddr 192.168.77.0/24 udp dport 8472 accept"), "v4", OK, "no input chain drops UDP 8472", ""},
+		{"policy drop, a source prefix holds every peer", policyDrop("ip", "ip saddr 192.168.77.0/24 udp dport 8472 accept"), "v4", OK,
+			`^no input chain drops UDP 8472 \(VXLAN\); rules accept it from sources that hold every peer's public address \(a peer whose --public-ip is not its underlay address sends from`, ""},
 		{"policy drop, two sources hold every peer", policyDrop("ip", "ip saddr 192.168.77.2 udp dport 8472 accept", "ip saddr 192.168.77.9 accept"), "v4", OK, "no input chain drops UDP 8472", ""},
 		{"policy drop, sources leave out a peer", policyDrop("ip", "ip saddr 192.168.77.0/29 udp dport 8472 accept"), "v4", Fail,
-			`^table ip filter chain INPUT has policy drop and no rule accepting UDP 8472 from every peer \(rules accept it only from sources that leave out peer 192\.168\.77\.9 \(10\.244\.9\.0/24\)\): `,
+			`^table ip filter chain INPUT has policy drop and no rule accepting UDP 8472 from every peer \(rules accept it only from sources that leave out peer 192\.168\.77\.9 \(10\.244\.9\.0/24\); judged by the peers' public addresses\): `,
 			`^iptables -I INPUT -s 192\.168\.77\.9 -p udp --dport 8472 -j ACCEPT$`},
 		{"ip6 policy drop, a source prefix holds every peer", policyDrop("ip6", "ip6 saddr fd77::/64 udp dport 8472 accept"), "v6", OK, "no input chain drops UDP 8472", ""},
 		{"ip6 policy drop, sources leave out every peer", policyDrop("ip6", "ip6 saddr fd78::/64 udp dport 8472 accept"), "v6", Fail,
-			`leave out peers fd77::2 \(fd00:10:244:2::/64\), fd77::9 \(fd00:10:244:9::/64\)\)`, `^ip6tables -I INPUT -s fd77::2,fd77::9 -p udp`},
+			`leave out peers fd77::2 \(fd00:10:244:2::/64\), fd77::9 \(fd00:10:244:9::/64\);`, `^ip6tables -I INPUT -s fd77::2,fd77::9 -p udp`},
 		{"drop after sources that hold every peer", dropAfter("ip saddr 192.168.77.0/24 udp dport 8472 accept"), "v4", OK, "no input chain drops UDP 8472", ""},
 		{"drop after sources that leave out a peer", dropAfter("ip saddr 192.168.77.2 udp dport 8472 accept"), "v4", Fail,
-			`^table inet f chain in drops UDP 8472 \(VXLAN, every VXLAN datagram from the peers\) by rule "udp dport 8472 drop \(handle \d+\)" \(rules before it accept UDP 8472 only from sources that leave out peer 192\.168\.77\.9 \(10\.244\.9\.0/24\)\)$`,
+			`^table inet f chain in drops UDP 8472 \(VXLAN, every VXLAN datagram from peer 192\.168\.77\.9 \(10\.244\.9\.0/24\)\) by rule "udp dport 8472 drop \(handle \d+\)" \(rules before it accept UDP 8472 only from sources that leave them out; judged by the peers' public addresses\)$`,
 			`^delete that rule, or nft insert rule inet f in ip saddr \{ 192\.168\.77\.9 \} udp dport 8472 accept$`},
 		{"dual stack, IPv4 sources hold every IPv4 peer", dropAfter("ip saddr 192.168.77.0/24 udp dport 8472 accept"), "dual", Fail,
 			`^table inet f chain in drops UDP 8472 over IPv6 .*by rule "udp dport 8472 drop \(handle \d+\)"$`, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			runInput(t, tt.ruleset, "", inspect.FastPath{}, tt.underlay, tt.status, tt.want, tt.fix)
+			runInput(t, tt.ruleset, subnet.BackendConfig{}, inspect.FastPath{}, tt.underlay, tt.status, tt.want, tt.fix)
+		})
+	}
+}
+
+// TestCheckInputJumps checks what firewall/input makes of chains reached
+// by a jump or goto with a match of its own: accepts limited to sources in
+// a chain reached through an interface match decide nothing (the peers
+// may arrive on another interface); a chain reached through a source
+// prefix (firewalld's source zones) accepts only from that prefix, also
+// when it accepts everything or a wider prefix, and its drop drops the
+// peers of that prefix that no rule accepted before; a jump for another
+// protocol is not followed, one for the port alone is unconditional.
+func TestCheckInputJumps(t *testing.T) {
+	// table is an inet table with chain in on the input hook (its policy
+	// and rules in in) and a chain sub.
+	table := func(in, sub string) string {
+		return "table inet f { chain in { type filter hook input priority 0; " + in + "\n}\nchain sub { " + sub + "\n}\n}"
+	}
+	const leftOut9 = `^table inet f chain in has policy drop and no rule accepting UDP 8472 from every peer \(rules accept it only from sources that leave out peer 192\.168\.77\.9 \(10\.244\.9\.0/24\);`
+	for _, tt := range []struct {
+		name, ruleset string
+		status        Status
+		want, fix     string
+	}{
+		{"interface jump to accepts by source, then a drop", table(`iifname "eth1" jump sub`+"\nudp dport 8472 drop", "ip saddr 192.168.77.0/24 udp dport 8472 accept"), Fail,
+			`^table inet f chain in drops UDP 8472 \(VXLAN, every VXLAN datagram from the peers\) by rule "udp dport 8472 drop \(handle \d+\)"$`, ""},
+		{"interface jump to an accept of the port", table(`policy drop; iifname "eth0" jump sub`, "udp dport 8472 accept"), OK, "^no input chain drops UDP 8472", ""},
+		{"source zone holding every peer", table("policy drop; ip saddr 192.168.77.0/24 goto sub", "accept"), OK, "^no input chain drops UDP 8472", ""},
+		{"source zone leaving out a peer", table("policy drop; ip saddr 192.168.77.0/29 goto sub", "accept"), Fail, leftOut9, ""},
+		{"source zone accepting a wider prefix", table("policy drop; ip saddr 192.168.77.0/29 jump sub", "ip saddr 192.168.77.0/24 udp dport 8472 accept"), Fail, leftOut9, ""},
+		{"source zones holding every peer together", table("policy drop; ip saddr 192.168.77.0/29 jump sub\nip saddr 192.168.77.8/29 jump sub", "udp dport 8472 accept"), OK, "^no input chain drops UDP 8472", ""},
+		{"source zone that drops, then an accept", table("ip saddr 192.168.77.0/29 jump sub\nudp dport 8472 accept\ndrop", "udp dport 8472 drop"), Fail,
+			`^table inet f chain in drops UDP 8472 \(VXLAN, every VXLAN datagram from peer 192\.168\.77\.2 \(10\.244\.2\.0/24\)\) by rule "udp dport 8472 drop \(handle \d+\) in chain sub" \(a rule limited to sources that hold them leads there; judged by the peers' public addresses\)$`,
+			`^delete that rule, or nft insert rule inet f in ip saddr \{ 192\.168\.77\.2 \} udp dport 8472 accept$`},
+		{"source zone that drops peers already accepted", table("ip saddr 192.168.77.0/29 accept\nip saddr 192.168.77.0/29 jump sub", "drop"), OK, "^no input chain drops UDP 8472", ""},
+		{"jump for TCP to an accept", table("policy drop; tcp dport 22 jump sub", "accept"), Fail, `^table inet f chain in has policy drop and no rule accepting UDP 8472 from every peer: `, ""},
+		{"jump for the port to a drop", table("udp dport 8472 jump sub\naccept", "drop"), Fail, `^table inet f chain in drops UDP 8472 .* by rule "drop, matching every packet \(handle \d+\) in chain sub"$`, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			runInput(t, tt.ruleset, subnet.BackendConfig{}, inspect.FastPath{}, "v4", tt.status, tt.want, tt.fix)
+		})
+	}
+}
+
+// TestCheckInputPorts checks the families and ports firewall/input
+// evaluates: both families, said so, when neither this node's lease nor a
+// VXLAN device tells the underlay's; WireGuard's own IPv6 port in
+// separate mode.
+func TestCheckInputPorts(t *testing.T) {
+	const (
+		none    = "table inet f { chain in { type filter hook input priority 0;\n}\n}"
+		ip6Drop = "table ip6 f { chain in { type filter hook input priority 0; udp dport 8472 drop\n}\n}"
+		unknown = ` \(no lease for this node and no VXLAN device's local address: the underlay's family is not known, IPv4 and IPv6 checked\)$`
+	)
+	wg := subnet.BackendConfig{Type: subnet.BackendTypeWireGuard, ListenPort: 51820, ListenPortV6: 51821, Mode: subnet.WireGuardSeparate}
+	for _, tt := range []struct {
+		name, ruleset, underlay string
+		b                       subnet.BackendConfig
+		status                  Status
+		want                    string
+	}{
+		{"no lease, nothing dropped", none, "", subnet.BackendConfig{}, OK, `^no input chain drops UDP 8472 \(VXLAN\) over IPv4 and IPv6` + unknown},
+		{"no lease, ip6 table drops the port", ip6Drop, "", subnet.BackendConfig{}, Fail, `^table ip6 f chain in drops UDP 8472 over IPv6 \(VXLAN, every VXLAN datagram from the peers\) by rule "udp dport 8472 drop \(handle \d+\)"` + unknown},
+		{"WireGuard separate, dual stack", none, "dual", wg, OK, `^no input chain drops UDP 51820 over IPv4 or UDP 51821 over IPv6 \(WireGuard\)$`},
+		{"WireGuard separate, IPv6 port dropped", "table inet f { chain in { type filter hook input priority 0; udp dport 51821 drop\n}\n}", "dual", wg, Fail,
+			`^table inet f chain in drops UDP 51821 over IPv6 \(WireGuard, `},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			runInput(t, tt.ruleset, tt.b, inspect.FastPath{}, tt.underlay, tt.status, tt.want, "")
 		})
 	}
 }
@@ -321,9 +395,10 @@ func inputNode(underlay string) (self *subnet.Lease, leases []subnet.Lease) {
 	return self, leases
 }
 
-// runInput loads ruleset into a test namespace, runs checkInput on it and
-// checks its one result (and its fix, when fix is set).
-func runInput(t *testing.T, ruleset, backend string, fastPath inspect.FastPath, underlay string, status Status, want, fix string) {
+// runInput loads ruleset into a test namespace, runs checkInput on it for
+// a node with backend b (VXLAN on port 8472 when not set) and checks its
+// one result (and its fix, when fix is set).
+func runInput(t *testing.T, ruleset string, b subnet.BackendConfig, fastPath inspect.FastPath, underlay string, status Status, want, fix string) {
 	t.Helper()
 	ns := nettest.NewNS(t, "doctorin")
 	cmd := ns.Command(context.Background(), "nft", "-f", "-")
@@ -332,8 +407,9 @@ func runInput(t *testing.T, ruleset, backend string, fastPath inspect.FastPath, 
 		t.Fatalf("nft -f: %v\n%s", err, out)
 	}
 	self, leases := inputNode(underlay)
+	b.Type, b.Port = cmp.Or(b.Type, subnet.BackendTypeVXLAN), cmp.Or(b.Port, 8472)
 	s := &state{Node: Node{Do: connectivity.Do(ns.Do), Leases: leases,
-		Config: &subnet.Config{Backend: subnet.BackendConfig{Type: cmp.Or(backend, subnet.BackendTypeVXLAN), Port: 8472}}},
+		Config: &subnet.Config{Backend: b}},
 		r: &Report{}, self: self, fp: &fastPathRead{FastPath: fastPath}}
 	checkInput(s)
 	if len(s.r.Checks) != 1 || s.r.Checks[0].Status != status || !regexp.MustCompile(want).MatchString(s.r.Checks[0].Evidence) ||

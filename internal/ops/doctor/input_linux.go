@@ -1,14 +1,12 @@
 package doctor
 
 import (
-	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
 
 	"github.com/weft-net/weft/internal/ops/inspect"
 	"github.com/weft-net/weft/subnet"
@@ -39,22 +37,26 @@ type portVerdict struct {
 	// uncovered are the peers that rules accepting the port from some
 	// sources only left out (nil when no such rule came first).
 	uncovered []underlayPeer
-	both      bool // the same verdict holds for IPv4 and IPv6
+	// only are the peers a drop holds when a rule limited to their sources
+	// leads to it (firewalld's source zones); nil for a drop of all.
+	only []underlayPeer
+	both bool // the same verdict holds for IPv4 and IPv6
 }
 
 // checkInput looks for nftables chains on the input hook (native ones and
 // iptables-nft's INPUT and ip6tables-nft's) that drop the overlay's UDP
 // port, for each underlay family of the node (see underlayFamilies): in
-// ip tables for IPv4, ip6 tables for IPv6, inet tables for both, where a
-// rule's family match (meta nfproto) limits it to one. A chain drops
-// the port by a rule that drops or rejects datagrams to it, or by a policy
-// drop that no rule before it overrides with an accept of the port from
-// every peer: from everywhere, or from sources that together hold every
-// peer's underlay address of the family (see portRule). Such a chain
-// drops every VXLAN or WireGuard datagram from the peers, whatever weft
-// programs: a failure. With uvxlan's fast path attached it drops only the
-// datagrams of peers on the userspace path (the fast path takes the others
-// before netfilter): a warning. iptables-legacy's INPUT is not read.
+// ip tables for IPv4, ip6 tables for IPv6, inet and bridge tables for
+// both, where a rule's family match (meta nfproto) limits it to one. A
+// chain drops the port by a rule that drops or rejects datagrams to it, or
+// by a policy drop that no rule before it overrides with an accept of the
+// port from every peer: from everywhere, or from sources that together
+// hold every peer's public address of the family (see ruleMatch.decides and
+// chainVerdict). Such a chain drops the VXLAN or WireGuard datagrams of
+// the peers, whatever weft programs: a failure. With uvxlan's fast path
+// attached it drops only the datagrams of peers on the userspace path
+// (the fast path takes the others before netfilter): a warning.
+// iptables-legacy's INPUT is not read.
 func checkInput(s *state) {
 	if s.Config == nil {
 		return
@@ -63,34 +65,53 @@ func checkInput(s *state) {
 	if !ok {
 		return
 	}
-	families := s.underlayFamilies(port)
-	found, err := s.inputVerdicts(families)
+	families, unknown := s.underlayFamilies(port)
+	found, bySource, err := s.inputVerdicts(families)
 	if err != nil {
 		s.r.add("firewall/input", Warn, "", "read nftables chains: %v", err)
 		return
 	}
+	note := ""
+	if unknown != "" {
+		note = " (" + unknown + ")"
+	}
 	sc := s.inputDropScope(what)
 	for _, v := range found {
-		s.reportInput(v, len(families) > 1, what, sc)
+		s.reportInput(v, len(families) > 1, what, sc, note)
 	}
 	if len(found) == 0 {
-		fams := make([]string, len(families))
-		for i, f := range families {
-			fams[i] = f.String()
+		if bySource {
+			note += "; rules accept it from sources that hold every peer's public address (a peer whose --public-ip is not its underlay address sends from the underlay address, which the lease does not tell)"
 		}
-		on := ""
-		if len(families) > 1 || families[0].v6 {
-			on = " over " + strings.Join(fams, " and ")
-		}
-		s.r.ok("firewall/input", "no input chain drops UDP %d (%s)%s", port, what, on)
+		s.r.ok("firewall/input", "no input chain drops %s%s", portsLine(families, what), note)
 	}
 }
 
+// portsLine names the port of each family, and the families on a
+// dual-stack or IPv6 node: "UDP 8472 (VXLAN) over IPv4 and IPv6", or
+// "UDP 51820 over IPv4 or UDP 51821 over IPv6 (WireGuard)" when their
+// ports differ.
+func portsLine(families []underlayFamily, what string) string {
+	if len(families) == 2 && families[0].port != families[1].port {
+		return fmt.Sprintf("UDP %d over %s or UDP %d over %s (%s)", families[0].port, families[0], families[1].port, families[1], what)
+	}
+	fams := make([]string, len(families))
+	for i, f := range families {
+		fams[i] = f.String()
+	}
+	on := ""
+	if len(families) > 1 || families[0].v6 {
+		on = " over " + strings.Join(fams, " and ")
+	}
+	return fmt.Sprintf("UDP %d (%s)%s", families[0].port, what, on)
+}
+
 // inputVerdicts walks each filter chain on the input hook for each family
-// whose datagrams it sees and returns the verdicts that drop the port.
-func (s *state) inputVerdicts(families []underlayFamily) ([]portVerdict, error) {
-	var found []portVerdict
-	err := s.hookChains(nftables.ChainHookInput, func(c *nftables.Conn, ch *nftables.Chain) error {
+// whose datagrams it sees and returns the verdicts that drop the port;
+// bySource is true when a chain accepts it only through accepts limited
+// to sources.
+func (s *state) inputVerdicts(families []underlayFamily) (found []portVerdict, bySource bool, err error) {
+	err = s.hookChains(nftables.ChainHookInput, func(c *nftables.Conn, ch *nftables.Chain) error {
 		if ch.Type != nftables.ChainTypeFilter {
 			return nil
 		}
@@ -101,7 +122,7 @@ func (s *state) inputVerdicts(families []underlayFamily) ([]portVerdict, error) 
 			v := portVerdict{chain: dropChain{family: ch.Table.Family, table: ch.Table.Name, name: ch.Name}, family: f,
 				policy: ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop}
 			w := &inputWalk{c: c, t: ch.Table, f: f, open: f.peers}
-			decided, err := w.chainVerdict(ch.Name, &v, 0)
+			decided, err := w.chainVerdict(ch.Name, &v, walkScope{}, 0)
 			if err != nil {
 				return err
 			}
@@ -109,19 +130,24 @@ func (s *state) inputVerdicts(families []underlayFamily) ([]portVerdict, error) 
 				v.drops = true
 			}
 			if v.drops {
-				v.uncovered = w.uncovered()
+				if v.only == nil {
+					v.uncovered = w.uncovered()
+				}
 				found = mergeFamilies(found, v)
+			} else if decided && len(w.open) == 0 {
+				bySource = bySource || w.bySource
 			}
 		}
 		return nil
 	})
-	return found, err
+	return found, bySource, err
 }
 
 // reportInput reports a chain that drops the port, with the fix: an accept
 // of the port, or of the peers that accepts by source left out. The
-// family is named on a dual-stack or IPv6 node (dual: the node has both).
-func (s *state) reportInput(v portVerdict, dual bool, what string, sc dropScope) {
+// family is named on a dual-stack or IPv6 node (dual: the node has both);
+// note is added to the evidence.
+func (s *state) reportInput(v portVerdict, dual bool, what string, sc dropScope, note string) {
 	over := ""
 	switch {
 	case v.both:
@@ -133,25 +159,28 @@ func (s *state) reportInput(v portVerdict, dual bool, what string, sc dropScope)
 	if iptablesInput(v.chain) {
 		fix = fmt.Sprintf("%s -I INPUT -p udp --dport %d -j ACCEPT", map[bool]string{false: "iptables", true: "ip6tables"}[v.chain.family == nftables.TableFamilyIPv6], v.family.port)
 	}
-	if len(v.uncovered) > 0 {
-		fix = acceptSources(v)
+	const judged = "; judged by the peers' public addresses"
+	left := ""
+	switch {
+	case len(v.only) > 0:
+		fix, sc = acceptSources(v, v.only), sc.only(v.only, what)
+		left = " (a rule limited to sources that hold them leads there" + judged + ")"
+	case len(v.uncovered) > 0:
+		fix, sc = acceptSources(v, v.uncovered), sc.only(v.uncovered, what)
+		left = fmt.Sprintf(" (rules before it accept UDP %d only from sources that leave them out%s)", v.family.port, judged)
 	}
 	if v.rule != "" {
-		left := ""
-		if len(v.uncovered) > 0 {
-			left = fmt.Sprintf(" (rules before it accept UDP %d only from sources that leave out %s)", v.family.port, peerList(v.uncovered))
-		}
 		s.r.add("firewall/input", sc.status, "delete that rule, or "+fix,
-			"%s drops UDP %d%s (%s, %s) by rule %q%s%s", v.chain, v.family.port, over, what, sc.whom, v.rule, left, sc.bypass)
+			"%s drops UDP %d%s (%s, %s) by rule %q%s%s%s", v.chain, v.family.port, over, what, sc.whom, v.rule, left, sc.bypass, note)
 		return
 	}
-	left := ""
+	left = ""
 	if len(v.uncovered) > 0 {
-		left = fmt.Sprintf(" (rules accept it only from sources that leave out %s)", peerList(v.uncovered))
+		left = fmt.Sprintf(" (rules accept it only from sources that leave out %s%s)", peerList(v.uncovered), judged)
 	}
 	s.r.add("firewall/input", sc.status, fix,
-		"%s has policy drop and no rule accepting UDP %d%s from every peer%s: %s that no rule accepts are dropped there, whatever other tables accept%s",
-		v.chain, v.family.port, over, left, sc.dropped, sc.bypass)
+		"%s has policy drop and no rule accepting UDP %d%s from every peer%s: %s that no rule accepts are dropped there, whatever other tables accept%s%s",
+		v.chain, v.family.port, over, left, sc.dropped, sc.bypass, note)
 }
 
 // mergeFamilies adds v to found, or marks the verdict found for the other
@@ -159,7 +188,7 @@ func (s *state) reportInput(v portVerdict, dual bool, what string, sc dropScope)
 func mergeFamilies(found []portVerdict, v portVerdict) []portVerdict {
 	for i, o := range found {
 		if o.chain == v.chain && o.family.v6 != v.family.v6 && o.family.port == v.family.port && o.rule == v.rule &&
-			len(o.uncovered) == 0 && len(v.uncovered) == 0 {
+			len(o.uncovered) == 0 && len(v.uncovered) == 0 && len(o.only) == 0 && len(v.only) == 0 {
 			found[i].both = true
 			return found
 		}
@@ -204,6 +233,17 @@ func (s *state) inputDropScope(what string) dropScope {
 	return sc
 }
 
+// only is the scope narrowed to the peers that accepts by source left
+// out: "every VXLAN datagram from peer 192.168.77.9 (10.244.9.0/24)".
+func (sc dropScope) only(peers []underlayPeer, what string) dropScope {
+	if sc.status == Warn {
+		sc.whom = "the datagrams of " + peerList(peers) + " when on the userspace path"
+	} else {
+		sc.whom = "every " + what + " datagram from " + peerList(peers)
+	}
+	return sc
+}
+
 // inputWalk follows one family's datagrams through the chains of a table.
 type inputWalk struct {
 	c        *nftables.Conn
@@ -211,6 +251,44 @@ type inputWalk struct {
 	f        underlayFamily
 	open     []underlayPeer // the peers no rule has accepted yet
 	bySource bool           // a rule accepted the port from some sources only
+}
+
+// walkScope is which of the family's datagrams a chain is walked for: all
+// of them (the base chain and chains jumped to unconditionally), those
+// from one source prefix (a jump whose only match is that prefix:
+// firewalld's source zones), or some that a match of another kind
+// selects (narrowed: firewalld's interface zones).
+type walkScope struct {
+	from     netip.Prefix // the source prefix; invalid for all or narrowed
+	narrowed bool
+}
+
+func (sc walkScope) all() bool { return !sc.narrowed && !sc.from.IsValid() }
+
+// within is the scope of a chain jumped to from this one by a rule whose
+// match is m; ok is false when no datagram of the scope reaches it (a
+// source prefix disjoint from the scope's).
+func (sc walkScope) within(m ruleMatch) (walkScope, bool) {
+	switch {
+	case sc.narrowed || m.narrow:
+		return walkScope{narrowed: true}, true
+	case !m.from.IsValid():
+		return sc, true
+	}
+	p, ok := intersect(sc.from, m.from)
+	return walkScope{from: p}, ok
+}
+
+// intersect is the prefix both a and b hold (invalid a holds everything);
+// ok is false when they are disjoint.
+func intersect(a, b netip.Prefix) (netip.Prefix, bool) {
+	switch {
+	case !a.IsValid() || a.Bits() <= b.Bits() && a.Contains(b.Addr()):
+		return b, true
+	case b.Bits() <= a.Bits() && b.Contains(a.Addr()):
+		return a, true
+	}
+	return netip.Prefix{}, false
 }
 
 // acceptFrom takes the peers inside src out of the open ones and reports
@@ -233,17 +311,28 @@ func (w *inputWalk) uncovered() []underlayPeer {
 	return w.open
 }
 
-// chainVerdict walks the rules of a chain (and the chains its rules jump
-// or go to, a few levels deep) and records in v the first rule that
-// accepts or drops the port; decided is false when none did. Rules that
-// accept the port from some sources only decide once they have accepted
-// every peer. A jump that has matches of its own (firewalld's
-// per-interface zones, ufw's chains) is taken as passing the port's
-// datagrams: an accept in its chain decides, a drop there does not (the
-// match may not cover them). A match of the family alone (meta nfproto)
-// is not one of those: a jump only for the evaluated family counts as
-// unconditional, one only for the other family is not followed.
-func (w *inputWalk) chainVerdict(name string, v *portVerdict, depth int) (bool, error) {
+// chainVerdict walks the rules of a chain for the datagrams of a scope
+// (and the chains its rules jump or go to, a few levels deep) and records
+// in v the rule that drops the port; decided is true when the walk
+// decided: an accept of every peer's datagrams (from everywhere, or by
+// accepts limited to sources that together hold every peer), or a drop.
+// In a chain reached by a jump with a match of its own:
+//   - an accept from everywhere accepts the scope's datagrams: from its
+//     source prefix, or, in a narrowed scope, all of them (the match is
+//     taken to be the underlay's: firewalld's per-interface zones, ufw's
+//     chains);
+//   - an accept from a source prefix counts for the part of it inside the
+//     scope's prefix, and not at all in a narrowed scope (the match may
+//     leave out the peers it holds);
+//   - a drop drops the peers inside the scope's source prefix that no
+//     rule accepted yet (recorded in v.only), and ends the walk of the
+//     chain without deciding in a narrowed scope (the match may not cover
+//     the peers' datagrams).
+//
+// A match of the family alone (meta nfproto) or of UDP and the port does
+// not narrow a jump; one only for the other family, another protocol or
+// another port is not followed.
+func (w *inputWalk) chainVerdict(name string, v *portVerdict, sc walkScope, depth int) (bool, error) {
 	if depth > 6 {
 		return false, nil
 	}
@@ -252,29 +341,43 @@ func (w *inputWalk) chainVerdict(name string, v *portVerdict, depth int) (bool, 
 		return false, fmt.Errorf("rules of %s %s: %w", w.t.Name, name, err)
 	}
 	for _, r := range rules {
-		if target, matches := ruleJump(r); target != "" {
-			if excludesFamily(r.Exprs, w.f.v6) {
+		m := matchRule(r, w.f.v6, w.f.port)
+		if m.excluded {
+			continue
+		}
+		if m.jump != "" {
+			sub, ok := sc.within(m)
+			if !ok {
 				continue
 			}
-			var sub portVerdict
-			decided, err := w.chainVerdict(target, &sub, depth+1)
-			if err != nil {
-				return false, err
-			}
-			if decided && (!sub.drops || !matches) {
-				v.drops, v.rule = sub.drops, sub.rule
-				return true, nil
+			decided, err := w.chainVerdict(m.jump, v, sub, depth+1)
+			if err != nil || decided {
+				return decided, err
 			}
 			continue
 		}
-		verdict, from := portRule(r, w.f.v6, w.f.port)
+		verdict, from := m.decides()
 		switch {
 		case verdict == "accept" && !from.IsValid():
+			if sc.from.IsValid() {
+				return w.acceptFrom(sc.from), nil // the walk of this chain ends for the scope's datagrams
+			}
 			return true, nil
-		case verdict == "accept":
-			if w.acceptFrom(from) {
+		case verdict == "accept" && !sc.narrowed:
+			if p, ok := intersect(sc.from, from); ok && w.acceptFrom(p) {
 				return true, nil
 			}
+		case verdict == "drop" && sc.from.IsValid():
+			// Its datagrams that no rule accepted yet are dropped.
+			v.only = slices.DeleteFunc(slices.Clone(w.open), func(p underlayPeer) bool { return !sc.from.Contains(p.addr.Unmap()) })
+			if len(v.only) == 0 {
+				v.only = nil
+				return false, nil
+			}
+			v.drops, v.rule = true, describeRule(r, w.f.port)+" in chain "+name
+			return true, nil
+		case verdict == "drop" && sc.narrowed:
+			return false, nil
 		case verdict == "drop":
 			v.drops, v.rule = true, describeRule(r, w.f.port)
 			if depth > 0 {
@@ -284,187 +387,4 @@ func (w *inputWalk) chainVerdict(name string, v *portVerdict, depth int) (bool, 
 		}
 	}
 	return false, nil
-}
-
-// ruleJump returns the chain a rule jumps or goes to ("" for none) and
-// whether the rule has matches (anything but a counter, a match of the
-// packet's family and the verdict).
-func ruleJump(r *nftables.Rule) (target string, matches bool) {
-	family := false // the last expression loaded the family
-	for _, e := range r.Exprs {
-		switch e := e.(type) {
-		case *expr.Counter:
-		case *expr.Meta:
-			family, matches = familyLoad(e), matches || !familyLoad(e)
-			continue
-		case *expr.Cmp:
-			matches = matches || !family
-		case *expr.Verdict:
-			if e.Kind == expr.VerdictJump || e.Kind == expr.VerdictGoto {
-				target = e.Chain
-			}
-		default:
-			matches = true
-		}
-		family = false
-	}
-	return target, matches
-}
-
-// portRule says what a rule does with a UDP datagram of a family (IPv6
-// when v6) to port: "accept" when it accepts everything, or matches the
-// port (and UDP, if it names a protocol) and nothing narrower and accepts;
-// "drop" when it drops or rejects everything, or the port and nothing
-// else; "" when it does not decide for every peer's datagrams, and for
-// every datagram when its family match (meta nfproto) names the other
-// family. An accept limited to one source prefix (`ip saddr
-// 192.168.77.0/24 udp dport 8472 accept`, or with no port: the underlay
-// trusted) is "accept" from that prefix (from is invalid for an accept
-// from everywhere); one limited to interfaces or marks, or to a set of
-// sources, leaves the peers to the rules after it and the policy. A
-// conntrack state match that includes new (firewalld's `ct state
-// new,untracked`) does not narrow an accept: VXLAN's hashed source ports
-// open new flows, and the chains that use it accept established ones
-// before. A drop with any other match does not decide (conntrack state
-// does not cover VXLAN's hashed source ports).
-func portRule(r *nftables.Rule, v6 bool, port uint16) (verdict string, from netip.Prefix) {
-	if excludesFamily(r.Exprs, v6) {
-		return "", netip.Prefix{}
-	}
-	var (
-		matches   int
-		portMatch bool
-		other     bool       // a match besides the protocol and the port
-		narrow    bool       // one that may leave out some peers' datagrams
-		load      = loadNone // what the last load put in a register
-		ctMask    uint32
-		mask      []byte // the mask applied to a loaded source address
-	)
-	for _, e := range r.Exprs {
-		switch e := e.(type) {
-		case *expr.Counter, *expr.Log:
-		case *expr.Meta, *expr.Payload, *expr.Ct:
-			load, mask, ctMask = loadOf(e, v6), nil, ^uint32(0)
-		case *expr.Bitwise:
-			switch {
-			case load == loadCtState && len(e.Mask) == 4:
-				ctMask &= binary.NativeEndian.Uint32(e.Mask)
-			case load == loadSaddr && mask == nil && allZero(e.Xor):
-				mask = e.Mask
-			default:
-				load = loadOther
-			}
-		case *expr.Cmp:
-			if load == loadFamily {
-				load = loadNone
-				continue
-			}
-			matches++
-			switch load {
-			case loadProto:
-				if e.Op != expr.CmpOpEq || len(e.Data) != 1 || e.Data[0] != 17 {
-					return "", netip.Prefix{} // not UDP
-				}
-			case loadDport:
-				if e.Op != expr.CmpOpEq || len(e.Data) != 2 || binary.BigEndian.Uint16(e.Data) != port {
-					return "", netip.Prefix{} // another port
-				}
-				portMatch = true
-			case loadCtState:
-				other = true
-				narrow = narrow || e.Op != expr.CmpOpNeq || !allZero(e.Data) || ctMask&ctStateNew == 0
-			case loadSaddr:
-				other = true
-				p, ok := sourcePrefix(e.Data, mask, v6)
-				if e.Op != expr.CmpOpEq || !ok || from.IsValid() {
-					narrow = true // a negation, a second source match
-				}
-				from = p
-			default:
-				other, narrow = true, true
-			}
-			load = loadNone
-		case *expr.Verdict:
-			switch e.Kind {
-			case expr.VerdictAccept:
-				verdict = "accept"
-			case expr.VerdictDrop:
-				verdict = "drop"
-			}
-		case *expr.Reject:
-			verdict = "drop"
-		default: // a set lookup, a range, a match of iptables' xtables...
-			other, narrow = true, true
-		}
-	}
-	switch {
-	case matches == 0 && !other:
-		return verdict, netip.Prefix{} // accepts or drops everything
-	case verdict == "accept" && !narrow && (portMatch || from.IsValid()):
-		return "accept", from
-	case portMatch && verdict == "drop" && !other:
-		return "drop", netip.Prefix{}
-	}
-	return "", netip.Prefix{}
-}
-
-// What a rule's load expression put in a register, for portRule.
-const (
-	loadNone    = iota
-	loadOther   // something portRule does not tell apart
-	loadFamily  // the packet's family: excludesFamily matched it
-	loadProto   // the layer-4 protocol
-	loadDport   // the transport destination port
-	loadCtState // conntrack's state bits
-	loadSaddr   // the network source address
-)
-
-// loadOf is what a meta, payload or ct expression loads, in the header of
-// the evaluated family (IPv6 when v6).
-func loadOf(e expr.Any, v6 bool) int {
-	switch e := e.(type) {
-	case *expr.Meta:
-		switch {
-		case e.Key == expr.MetaKeyL4PROTO:
-			return loadProto
-		case familyLoad(e):
-			return loadFamily
-		}
-	case *expr.Payload:
-		switch proto, saddr := networkField(e, v6); {
-		case e.Base == expr.PayloadBaseNetworkHeader && proto:
-			return loadProto
-		case e.Base == expr.PayloadBaseNetworkHeader && saddr:
-			return loadSaddr
-		case e.Base == expr.PayloadBaseTransportHeader && e.Offset == 2 && e.Len == 2:
-			return loadDport
-		}
-	case *expr.Ct:
-		if e.Key == expr.CtKeySTATE {
-			return loadCtState
-		}
-	}
-	return loadOther
-}
-
-// ctStateNew is conntrack's new state bit in `ct state` (IP_CT_NEW's).
-const ctStateNew = 1 << 3
-
-func allZero(b []byte) bool {
-	for _, x := range b {
-		if x != 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// describeRule names a dropping rule by what it matched and its handle.
-func describeRule(r *nftables.Rule, port uint16) string {
-	for _, e := range r.Exprs {
-		if p, ok := e.(*expr.Payload); ok && p.Base == expr.PayloadBaseTransportHeader {
-			return fmt.Sprintf("udp dport %d drop (handle %d)", port, r.Handle)
-		}
-	}
-	return fmt.Sprintf("drop, matching every packet (handle %d)", r.Handle)
 }

@@ -54,10 +54,12 @@ func (f underlayFamily) applies(tf nftables.TableFamily) bool {
 // underlayFamilies are the families this node's overlay datagrams arrive
 // over: those of the public addresses in its lease (IPv4 unless it has
 // none, IPv6 when it has one), else the family of the VXLAN device's local
-// address, else IPv4. A WireGuard node in mode ipv4 or ipv6 uses that
-// family alone, and in separate mode its IPv6 device's port for IPv6.
-// Each family carries the peers' underlay addresses of that family.
-func (s *state) underlayFamilies(port int) []underlayFamily {
+// address. A WireGuard node in mode ipv4 or ipv6 uses that family alone,
+// and in separate mode its IPv6 device's port for IPv6. When nothing
+// tells (no lease for this node, no VXLAN device: a uvxlan TAP, WireGuard
+// in another mode), both families, and unknown says why in the report's
+// words. Each family carries the peers' underlay addresses of that family.
+func (s *state) underlayFamilies(port int) (fams []underlayFamily, unknown string) {
 	var v4, v6 bool
 	switch {
 	case s.self != nil:
@@ -75,7 +77,12 @@ func (s *state) underlayFamilies(port int) []underlayFamily {
 		}
 	}
 	if !v4 && !v6 {
-		v4 = true // nothing tells: the common underlay
+		v4, v6 = true, true
+		unknown = "no lease for this node and no VXLAN device's local address"
+		if s.self != nil {
+			unknown = "this node's lease has no public address"
+		}
+		unknown += ": the underlay's family is not known, IPv4 and IPv6 checked"
 	}
 	var out []underlayFamily
 	if v4 {
@@ -99,7 +106,7 @@ func (s *state) underlayFamilies(port int) []underlayFamily {
 			}
 		}
 	}
-	return out
+	return out, unknown
 }
 
 func usable(a netip.Addr) bool { return a.IsValid() && !a.IsUnspecified() }
@@ -146,9 +153,9 @@ func excludesFamily(exprs []expr.Any, v6 bool) bool {
 	return false
 }
 
-// familyLoad is a load that matches the packet's family (meta nfproto,
-// meta protocol): a match of the family, not a narrowing one, once
-// excludesFamily has ruled out the other family.
+// familyLoad is a load of the packet's family (meta nfproto, meta
+// protocol): once excludesFamily has ruled out the other family, an equal
+// or unequal compare of it matches the evaluated family.
 func familyLoad(e *expr.Meta) bool {
 	return e.Key == expr.MetaKeyNFPROTO || e.Key == expr.MetaKeyPROTOCOL
 }
@@ -198,15 +205,16 @@ func sourcePrefix(data, mask []byte, v6 bool) (netip.Prefix, bool) {
 	return netip.PrefixFrom(a, bits), true
 }
 
-// acceptSources is the fix that accepts the port from the peers left out:
-// in the chain's table, or through iptables for iptables-nft's INPUT.
-func acceptSources(v portVerdict) string {
+// acceptSources is the fix that accepts the port from peers (those left
+// out, or dropped in a chain reached through a source match): in the
+// chain's table, or through iptables for iptables-nft's INPUT.
+func acceptSources(v portVerdict, peers []underlayPeer) string {
 	ip, cmd := "ip", "iptables"
 	if v.family.v6 {
 		ip, cmd = "ip6", "ip6tables"
 	}
-	addrs := make([]string, len(v.uncovered))
-	for i, p := range v.uncovered {
+	addrs := make([]string, len(peers))
+	for i, p := range peers {
 		addrs[i] = p.addr.String()
 	}
 	if iptablesInput(v.chain) {

@@ -183,8 +183,8 @@ func TestDoctorFaults(t *testing.T) {
 		defer ipIn(t, n2.NS, "nft", "delete table inet wefttest")
 		code, checks := doctor(t, bin, dir, n2.Name)
 		expectChecks(t, checks, code, 2, wantCheck{"probe/" + n3.Addr.String(), "fail", "UDP 8472 blocked on the path"},
-			wantCheck{"firewall/input", "fail", `table inet wefttest chain in drops UDP 8472 \(VXLAN, every VXLAN datagram from the peers\) by rule "udp dport 8472 drop \(handle \d+\)" ` +
-				`\(rules before it accept UDP 8472 only from sources that leave out peer ` + regexp.QuoteMeta(n3.Addr.String()) + ` \(`})
+			wantCheck{"firewall/input", "fail", `table inet wefttest chain in drops UDP 8472 \(VXLAN, every VXLAN datagram from peer ` + regexp.QuoteMeta(n3.Addr.String()) + ` \(\S+\)\) ` +
+				`by rule "udp dport 8472 drop \(handle \d+\)" \(rules before it accept UDP 8472 only from sources that leave them out; judged by the peers' public addresses\)`})
 		// The underlay's prefix holds every peer: the port is open to all
 		// of them, as the probes show, and firewall/input says so.
 		underlay := netip.PrefixFrom(n1.Addr, 24).Masked()
@@ -194,6 +194,21 @@ func TestDoctorFaults(t *testing.T) {
 		if !slices.ContainsFunc(checks, func(c doctorCheck) bool { return c.Name == "firewall/input" && c.Status == "ok" }) {
 			t.Errorf("no ok firewall/input with the underlay accepted:\n%+v", checks)
 		}
+	})
+	t.Run("UDP 8472 accepted through another interface only", func(t *testing.T) {
+		// node2 accepts the port from the underlay's prefix in a chain
+		// reached from eth1 only, then drops it: the peers' datagrams
+		// arrive on eth0 and are dropped, and doctor does not take the
+		// accept for theirs.
+		underlay := netip.PrefixFrom(n1.Addr, 24).Masked()
+		ipIn(t, n2.NS, "nft", "add table inet wefttest; add chain inet wefttest in { type filter hook input priority 0; }; add chain inet wefttest trusted; "+
+			"add rule inet wefttest in iifname eth1 jump trusted; add rule inet wefttest trusted ip saddr "+underlay.String()+" udp dport 8472 accept; "+
+			"add rule inet wefttest in udp dport 8472 drop")
+		defer ipIn(t, n2.NS, "nft", "delete table inet wefttest")
+		code, checks := doctor(t, bin, dir, n2.Name)
+		expectChecks(t, checks, code, 2, wantCheck{"probe/" + n1.Addr.String(), "fail", "UDP 8472 blocked on the path"},
+			wantCheck{"probe/" + n3.Addr.String(), "fail", "UDP 8472 blocked on the path"},
+			wantCheck{"firewall/input", "fail", `table inet wefttest chain in drops UDP 8472 \(VXLAN, every VXLAN datagram from the peers\) by rule "udp dport 8472 drop \(handle \d+\)"$`})
 	})
 	t.Run("underlay MTU lowered", func(t *testing.T) {
 		ipIn(t, n1.NS, "ip", "link", "set", "eth0", "mtu", "1400")

@@ -1,0 +1,201 @@
+package doctor
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+)
+
+// ruleMatch is what a rule matches in a UDP datagram of a family to the
+// port, and what it does with it.
+type ruleMatch struct {
+	excluded  bool         // it matches no such datagram: the other family, another protocol or port
+	verdict   string       // "accept", "drop" (or reject), "" for none or another
+	jump      string       // the chain it jumps or goes to
+	matches   int          // compares, besides the family's
+	portMatch bool         // it matches the port
+	other     bool         // a match besides the protocol and the port
+	narrow    bool         // one that may leave out some peers' datagrams
+	from      netip.Prefix // the one source prefix it is limited to
+}
+
+// decides says what a rule does with a UDP datagram of the family to
+// the port: "accept" when it accepts everything, or matches the port (and
+// UDP, if it names a protocol) and nothing narrower and accepts; "drop"
+// when it drops or rejects everything, or the port and nothing else; ""
+// when it does not decide for every peer's datagrams. An accept limited
+// to one source prefix (`ip saddr 192.168.77.0/24 udp dport 8472
+// accept`, or with no port: the underlay trusted) is "accept" from that
+// prefix (from is invalid for an accept from everywhere); one limited to
+// interfaces or marks, or to a set of sources, leaves the peers to the
+// rules after it and the policy. A conntrack state match that includes
+// new (firewalld's `ct state new,untracked`) does not narrow an accept:
+// VXLAN's hashed source ports open new flows, and the chains that use it
+// accept established ones before. A drop with any other match does not
+// decide (conntrack state does not cover VXLAN's hashed source ports).
+func (m ruleMatch) decides() (verdict string, from netip.Prefix) {
+	switch {
+	case m.excluded:
+	case m.matches == 0 && !m.other:
+		return m.verdict, netip.Prefix{} // accepts or drops everything
+	case m.verdict == "accept" && !m.narrow && (m.portMatch || m.from.IsValid()):
+		return "accept", m.from
+	case m.portMatch && m.verdict == "drop" && !m.other:
+		return "drop", netip.Prefix{}
+	}
+	return "", netip.Prefix{}
+}
+
+// matchRule reads what a rule matches in a UDP datagram of a family (IPv6
+// when v6) to port. A family match (meta nfproto, meta protocol) that
+// excludesFamily did not rule out matches the family, unless it compares
+// by order (`meta nfproto > ipv4`): that one narrows.
+func matchRule(r *nftables.Rule, v6 bool, port uint16) ruleMatch {
+	m := ruleMatch{excluded: excludesFamily(r.Exprs, v6)}
+	if m.excluded {
+		return m
+	}
+	var (
+		load   = loadNone // what the last load put in a register
+		ctMask uint32
+		mask   []byte // the mask applied to a loaded source address
+	)
+	for _, e := range r.Exprs {
+		switch e := e.(type) {
+		case *expr.Counter, *expr.Log:
+		case *expr.Meta, *expr.Payload, *expr.Ct:
+			load, mask, ctMask = loadOf(e, v6), nil, ^uint32(0)
+		case *expr.Bitwise:
+			switch {
+			case load == loadCtState && len(e.Mask) == 4:
+				ctMask &= binary.NativeEndian.Uint32(e.Mask)
+			case load == loadSaddr && mask == nil && allZero(e.Xor):
+				mask = e.Mask
+			default:
+				load = loadOther
+			}
+		case *expr.Cmp:
+			if load == loadFamily && (e.Op == expr.CmpOpEq || e.Op == expr.CmpOpNeq) {
+				load = loadNone
+				continue
+			}
+			m.matches++
+			if !m.compare(e, load, ctMask, mask, v6, port) {
+				return ruleMatch{excluded: true}
+			}
+			load = loadNone
+		case *expr.Verdict:
+			switch e.Kind {
+			case expr.VerdictAccept:
+				m.verdict = "accept"
+			case expr.VerdictDrop:
+				m.verdict = "drop"
+			case expr.VerdictJump, expr.VerdictGoto:
+				m.jump = e.Chain
+			}
+		case *expr.Reject:
+			m.verdict = "drop"
+		default: // a set lookup, a range, a match of iptables' xtables...
+			m.other, m.narrow = true, true
+		}
+	}
+	return m
+}
+
+// compare adds a compare of what load put in a register to m; it returns
+// false when the compare rules out the datagrams (another protocol or
+// port).
+func (m *ruleMatch) compare(e *expr.Cmp, load int, ctMask uint32, mask []byte, v6 bool, port uint16) bool {
+	switch load {
+	case loadProto, loadDport:
+		want := []byte{17}
+		if load == loadDport {
+			want = binary.BigEndian.AppendUint16(nil, port)
+		}
+		switch {
+		case e.Op == expr.CmpOpEq && string(e.Data) != string(want):
+			return false
+		case e.Op == expr.CmpOpEq:
+			m.portMatch = m.portMatch || load == loadDport
+		default: // udp dport != 53, a range
+			m.other, m.narrow = true, true
+		}
+	case loadCtState:
+		m.other = true
+		m.narrow = m.narrow || e.Op != expr.CmpOpNeq || !allZero(e.Data) || ctMask&ctStateNew == 0
+	case loadSaddr:
+		m.other = true
+		p, ok := sourcePrefix(e.Data, mask, v6)
+		if e.Op != expr.CmpOpEq || !ok || m.from.IsValid() {
+			m.narrow = true // a negation, a second source match
+		}
+		m.from = p
+	default:
+		m.other, m.narrow = true, true
+	}
+	return true
+}
+
+// What a rule's load expression put in a register, for matchRule.
+const (
+	loadNone    = iota
+	loadOther   // something matchRule does not tell apart
+	loadFamily  // the packet's family: excludesFamily matched it
+	loadProto   // the layer-4 protocol
+	loadDport   // the transport destination port
+	loadCtState // conntrack's state bits
+	loadSaddr   // the network source address
+)
+
+// loadOf is what a meta, payload or ct expression loads, in the header of
+// the evaluated family (IPv6 when v6).
+func loadOf(e expr.Any, v6 bool) int {
+	switch e := e.(type) {
+	case *expr.Meta:
+		switch {
+		case e.Key == expr.MetaKeyL4PROTO:
+			return loadProto
+		case familyLoad(e):
+			return loadFamily
+		}
+	case *expr.Payload:
+		switch proto, saddr := networkField(e, v6); {
+		case e.Base == expr.PayloadBaseNetworkHeader && proto:
+			return loadProto
+		case e.Base == expr.PayloadBaseNetworkHeader && saddr:
+			return loadSaddr
+		case e.Base == expr.PayloadBaseTransportHeader && e.Offset == 2 && e.Len == 2:
+			return loadDport
+		}
+	case *expr.Ct:
+		if e.Key == expr.CtKeySTATE {
+			return loadCtState
+		}
+	}
+	return loadOther
+}
+
+// ctStateNew is conntrack's new state bit in `ct state` (IP_CT_NEW's).
+const ctStateNew = 1 << 3
+
+func allZero(b []byte) bool {
+	for _, x := range b {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// describeRule names a dropping rule by what it matched and its handle.
+func describeRule(r *nftables.Rule, port uint16) string {
+	for _, e := range r.Exprs {
+		if p, ok := e.(*expr.Payload); ok && p.Base == expr.PayloadBaseTransportHeader {
+			return fmt.Sprintf("udp dport %d drop (handle %d)", port, r.Handle)
+		}
+	}
+	return fmt.Sprintf("drop, matching every packet (handle %d)", r.Handle)
+}
