@@ -45,3 +45,65 @@ func TestKeptFilesStopLosesNothing(t *testing.T) {
 		restartNode(t, a, b, cfg)
 	}
 }
+
+// idleRun is a backend's datapath opened in a test host with its packet
+// loops started, as Run does, but without a reconciler: nothing repairs
+// the TAP and no table is programmed. adoptedWait and stopWait are an
+// hour, so that a stop that waits for either does not return within the
+// test.
+type idleRun struct {
+	b       *Backend
+	dp      *datapath
+	host    *nettest.Host
+	loops   *packetLoops
+	stopped bool // stop was called
+}
+
+// newIdleRun starts an idleRun, whose datapath took kept files over if
+// adopted; the loops are stopped at the end unless the test stopped them.
+func newIdleRun(t *testing.T, adopted bool) *idleRun {
+	t.Helper()
+	u := nettest.NewUnderlay(t, netip.MustParsePrefix("192.168.77.0/24"), 1500)
+	r := &idleRun{host: u.AddHost(t, "a", "eth0")}
+	var err error
+	r.b, err = New(Config{Handle: r.host.Handle, NetNS: r.host.Path, Local: r.host.Addr, Subnet: subnetA}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.b.adoptedWait, r.b.stopWait = time.Hour, time.Hour
+	if r.dp, err = r.b.open(); err != nil {
+		t.Fatal(err)
+	}
+	r.dp.adopted = adopted
+	r.loops = r.b.startLoops(r.dp)
+	t.Cleanup(func() {
+		if !r.stopped {
+			r.loops.stop()
+		}
+	})
+	return r
+}
+
+// stop stops the loops as Run's end does and fails the test if that does
+// not return: a stop that waits for a limit (an hour) is caught here, not
+// by its time.
+func (r *idleRun) stop(t *testing.T, what string) {
+	t.Helper()
+	r.stopped = true
+	done := make(chan struct{})
+	go func() { r.loops.stop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the packet loops' stop did not return: %s", what)
+	}
+}
+
+// TestStopBeforeLoopsStart: the packet loops of a run that took kept files
+// over wait for the first table; when Run ends first (its reconciler
+// failed), they return, rather than waiting for adoptedWait and then
+// reading.
+func TestStopBeforeLoopsStart(t *testing.T) {
+	r := newIdleRun(t, true)
+	r.stop(t, "the loops waiting for the first table did not return")
+}
