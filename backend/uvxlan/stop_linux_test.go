@@ -2,6 +2,7 @@ package uvxlan
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"testing"
 	"time"
@@ -97,6 +98,21 @@ func (r *idleRun) stop(t *testing.T, what string) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the packet loops' stop did not return: %s", what)
 	}
+}
+
+// TestStopWakesLoopWaitingForLostTAP: an egress loop whose TAP was deleted
+// waits for the reconciler to open the device again; when Run ends first,
+// the stop wakes it, rather than leaving it to the closing after stopWait.
+func TestStopWakesLoopWaitingForLostTAP(t *testing.T) {
+	r := newIdleRun(t, false)
+	nettest.MustRun(t, r.host, "ip", "link", "del", r.b.cfg.Name)
+	eventually(t, "the egress loop finds its TAP gone", func() error {
+		if !r.dp.tapBroken.Load() {
+			return errors.New("the TAP queue is not reported lost")
+		}
+		return nil
+	})
+	r.stop(t, "the egress loop waiting for its lost TAP was not woken")
 }
 
 // TestStopBeforeLoopsStart: the packet loops of a run that took kept files

@@ -340,7 +340,8 @@ func (l *packetLoops) gate() {
 // first and forward what they read; closed under them, a loop dropped
 // frames it had read: with kept files, frames that would otherwise have
 // waited for the next run. Loops that have not started return without
-// reading (what waits stays in the kept queues). A loop still busy after stopWait (a send
+// reading (what waits stays in the kept queues); an egress loop waiting
+// for a lost TAP is woken. A loop still busy after stopWait (a send
 // waiting for room in a socket buffer, a receive socket being reopened)
 // has its files closed under it.
 func (l *packetLoops) stop() {
