@@ -13,13 +13,15 @@ import (
 // TestKeptFilesStopLosesNothing: with Config.Files, a Run that ends (the
 // process stops on SIGTERM) leaves what it has not read in the kept queues
 // and forwards all it read: no frame is read and then dropped because the
-// TAP or the sockets were closed under the packet loops.
+// TAP or the sockets were closed under the packet loops. The fast path is
+// off, so that the packet loops carry the floods; each stop comes right
+// after their frame counters were seen growing.
 func TestKeptFilesStopLosesNothing(t *testing.T) {
 	u := nettest.NewUnderlay(t, netip.MustParsePrefix("192.168.77.0/24"), 1500)
 	files := newMemFiles()
 	t.Cleanup(files.close)
-	a := newUVNodeWith(t, u, "a", subnetA, func(c *Config) { c.Files, c.FastPath = files, true })
-	b := newFastNode(t, u, "b", subnetB)
+	a := newUVNodeWith(t, u, "a", subnetA, func(c *Config) { c.Files = files })
+	b := newUVNode(t, u, "b", subnetB, false)
 	connect(t, a, b)
 	if out, err := ping(a, b.podIP); err != nil {
 		t.Fatalf("ping: %v\n%s", err, out)
@@ -35,8 +37,13 @@ func TestKeptFilesStopLosesNothing(t *testing.T) {
 	}
 	cfg := a.b.Config()
 	for i := range 10 {
-		time.Sleep(200 * time.Millisecond)
 		old := a.b
+		time.Sleep(100 * time.Millisecond)
+		tx, rx := old.ctr.tx.Load(), old.ctr.rx.Load()
+		time.Sleep(100 * time.Millisecond)
+		if tx2, rx2 := old.ctr.tx.Load(), old.ctr.rx.Load(); tx2 == tx || rx2 == rx {
+			t.Fatalf("stop %d: the packet loops carry no floods: %d frames sent, %d received in 100 ms", i, tx2-tx, rx2-rx)
+		}
 		a.stop()
 		st := old.Stats()
 		if n := st.Drops[DropSend.String()] + st.Drops[DropTAPWrite.String()]; n != 0 {
