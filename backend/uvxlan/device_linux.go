@@ -34,7 +34,7 @@ type datapath struct {
 	tapGen    atomic.Pointer[chan struct{}]
 	rxs       []atomic.Pointer[udpSocket] // bound to the VXLAN port, one per queue
 	tx        []*udpSocket                // one per source port
-	closing   atomic.Bool                 // set by close: the loops' errors are expected
+	closing   atomic.Bool                 // set by stopReading and close: the loops' errors are expected
 	adopted   bool                        // open took over queues or sockets kept by the last run (Config.Files)
 	repair    chan struct{}               // a packet loop asks the reconciler for a full sync
 
@@ -199,16 +199,20 @@ func (dp *datapath) swapTAP(qs []*tapQueue) {
 }
 
 // waitTAP blocks until the TAP queue q is no longer old (the reconciler
-// replaced it) or the datapath closes; it reports whether to go on.
+// replaced it) or the loops stop (stopReading, close); it reports whether
+// to go on. Whoever replaces a queue or sets closing then closes the
+// channel in tapGen, so both are checked after it is loaded.
 func (dp *datapath) waitTAP(q int, old *tapQueue) bool {
-	for !dp.closing.Load() {
+	for {
 		gen := *dp.tapGen.Load()
+		if dp.closing.Load() {
+			return false
+		}
 		if dp.taps[q].Load() != old {
 			return true
 		}
 		<-gen
 	}
-	return false
 }
 
 // lostTAP is called by a packet loop whose TAP queue failed: it asks the
@@ -355,9 +359,15 @@ func equalMAC(a net.HardwareAddr, b []byte) bool { return string(a) == string(b)
 // stopReading makes the packet loops return once they have handled what
 // they read: it sets closing and a read deadline in the past on the TAP
 // queues and receive sockets, which wakes loops that wait and fails their
-// next read. What they have not read stays in the queues.
+// next read, and wakes the egress loops waiting for a lost TAP (waitTAP).
+// What they have not read stays in the queues. It is called once, before
+// close, with the reconciler stopped.
 func (dp *datapath) stopReading() {
 	dp.closing.Store(true)
+	// close closes the channel in tapGen when it runs: put a fresh one in
+	// its place.
+	fresh := make(chan struct{})
+	close(*dp.tapGen.Swap(&fresh))
 	past := time.Unix(1, 0)
 	for i := range dp.taps {
 		if q := dp.taps[i].Load(); q != nil {

@@ -58,6 +58,7 @@
 // Config.Files keeps the TAP queues and receive sockets open across a
 // restart, so that what arrives meanwhile waits in the kernel's queues for
 // the next Run; a Run that ends forwards what its loops read before it
-// closes them. GBP is not supported: it lives in the skb mark, which a TAP
-// cannot see. docs/uvxlan-design.md has longer notes and the history.
+// closes them, if they finish within a second. GBP is not supported: it
+// lives in the skb mark, which a TAP cannot see. docs/uvxlan-design.md has
+// longer notes and the history.
 package uvxlan

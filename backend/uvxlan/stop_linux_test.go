@@ -2,6 +2,7 @@ package uvxlan
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"testing"
 	"time"
@@ -12,13 +13,15 @@ import (
 // TestKeptFilesStopLosesNothing: with Config.Files, a Run that ends (the
 // process stops on SIGTERM) leaves what it has not read in the kept queues
 // and forwards all it read: no frame is read and then dropped because the
-// TAP or the sockets were closed under the packet loops.
+// TAP or the sockets were closed under the packet loops. The fast path is
+// off, so that the packet loops carry the floods; each stop comes right
+// after their frame counters were seen growing.
 func TestKeptFilesStopLosesNothing(t *testing.T) {
 	u := nettest.NewUnderlay(t, netip.MustParsePrefix("192.168.77.0/24"), 1500)
 	files := newMemFiles()
 	t.Cleanup(files.close)
-	a := newUVNodeWith(t, u, "a", subnetA, func(c *Config) { c.Files, c.FastPath = files, true })
-	b := newFastNode(t, u, "b", subnetB)
+	a := newUVNodeWith(t, u, "a", subnetA, func(c *Config) { c.Files = files })
+	b := newUVNode(t, u, "b", subnetB, false)
 	connect(t, a, b)
 	if out, err := ping(a, b.podIP); err != nil {
 		t.Fatalf("ping: %v\n%s", err, out)
@@ -34,8 +37,13 @@ func TestKeptFilesStopLosesNothing(t *testing.T) {
 	}
 	cfg := a.b.Config()
 	for i := range 10 {
-		time.Sleep(200 * time.Millisecond)
 		old := a.b
+		time.Sleep(100 * time.Millisecond)
+		tx, rx := old.ctr.tx.Load(), old.ctr.rx.Load()
+		time.Sleep(100 * time.Millisecond)
+		if tx2, rx2 := old.ctr.tx.Load(), old.ctr.rx.Load(); tx2 == tx || rx2 == rx {
+			t.Fatalf("stop %d: the packet loops carry no floods: %d frames sent, %d received in 100 ms", i, tx2-tx, rx2-rx)
+		}
 		a.stop()
 		st := old.Stats()
 		if n := st.Drops[DropSend.String()] + st.Drops[DropTAPWrite.String()]; n != 0 {
@@ -44,4 +52,81 @@ func TestKeptFilesStopLosesNothing(t *testing.T) {
 		files.restart(t)
 		restartNode(t, a, b, cfg)
 	}
+}
+
+// idleRun is a backend's datapath opened in a test host with its packet
+// loops started, as Run does, but without a reconciler: nothing repairs
+// the TAP and no table is programmed. adoptedWait and stopWait are an
+// hour, so that a stop that waits for either does not return within the
+// test.
+type idleRun struct {
+	b       *Backend
+	dp      *datapath
+	host    *nettest.Host
+	loops   *packetLoops
+	stopped bool // stop was called
+}
+
+// newIdleRun starts an idleRun, whose datapath took kept files over if
+// adopted; the loops are stopped at the end unless the test stopped them.
+func newIdleRun(t *testing.T, adopted bool) *idleRun {
+	t.Helper()
+	u := nettest.NewUnderlay(t, netip.MustParsePrefix("192.168.77.0/24"), 1500)
+	r := &idleRun{host: u.AddHost(t, "a", "eth0")}
+	var err error
+	r.b, err = New(Config{Handle: r.host.Handle, NetNS: r.host.Path, Local: r.host.Addr, Subnet: subnetA}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.b.adoptedWait, r.b.stopWait = time.Hour, time.Hour
+	if r.dp, err = r.b.open(); err != nil {
+		t.Fatal(err)
+	}
+	r.dp.adopted = adopted
+	r.loops = r.b.startLoops(r.dp)
+	t.Cleanup(func() {
+		if !r.stopped {
+			r.loops.stop()
+		}
+	})
+	return r
+}
+
+// stop stops the loops as Run's end does and fails the test if that does
+// not return: a stop that waits for a limit (an hour) is caught here, not
+// by its time.
+func (r *idleRun) stop(t *testing.T, what string) {
+	t.Helper()
+	r.stopped = true
+	done := make(chan struct{})
+	go func() { r.loops.stop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the packet loops' stop did not return: %s", what)
+	}
+}
+
+// TestStopWakesLoopWaitingForLostTAP: an egress loop whose TAP was deleted
+// waits for the reconciler to open the device again; when Run ends first,
+// the stop wakes it, rather than leaving it to the closing after stopWait.
+func TestStopWakesLoopWaitingForLostTAP(t *testing.T) {
+	r := newIdleRun(t, false)
+	nettest.MustRun(t, r.host, "ip", "link", "del", r.b.cfg.Name)
+	eventually(t, "the egress loop finds its TAP gone", func() error {
+		if !r.dp.tapBroken.Load() {
+			return errors.New("the TAP queue is not reported lost")
+		}
+		return nil
+	})
+	r.stop(t, "the egress loop waiting for its lost TAP was not woken")
+}
+
+// TestStopBeforeLoopsStart: the packet loops of a run that took kept files
+// over wait for the first table; when Run ends first (its reconciler
+// failed), they return, rather than waiting for adoptedWait and then
+// reading.
+func TestStopBeforeLoopsStart(t *testing.T) {
+	r := newIdleRun(t, true)
+	r.stop(t, "the loops waiting for the first table did not return")
 }

@@ -173,6 +173,10 @@ type Backend struct {
 	noUDPGSO atomic.Bool
 	running  atomic.Bool
 	dp       atomic.Pointer[datapath] // the running datapath, for tests
+
+	// adoptedWait and stopWait are the constants of those names; tests
+	// lengthen them, so that a wait that ran into its limit shows.
+	adoptedWait, stopWait time.Duration
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -190,6 +194,9 @@ func New(cfg Config, log *slog.Logger) (*Backend, error) {
 		log:     log.With("component", "uvxlan", "dev", cfg.Name),
 		dec:     decoder{vni: uint32(cfg.VNI), mac: cfg.MAC, maxFrame: ethHeaderLen + cfg.MTU},
 		Desired: kernel.NewDesired(),
+
+		adoptedWait: adoptedWait,
+		stopWait:    stopWait,
 	}
 	b.peers.Store(newPeers(nil, cfg.Port, cfg.Local.Is6()))
 	if cfg.FastPath {
@@ -240,13 +247,7 @@ func (b *Backend) Run(ctx context.Context) error {
 	}
 	b.dp.Store(dp)
 	b.releaseUnused()
-	start := make(chan struct{})
-	var loops sync.WaitGroup
-	for q := range b.cfg.Queues {
-		loops.Go(func() { <-start; dp.egress(q) })
-		loops.Go(func() { <-start; dp.ingress(q) })
-	}
-	go b.startLoops(ctx, dp, start)
+	loops := b.startLoops(dp)
 	r := kernel.Reconciler{
 		NetNS:  b.cfg.NetNS,
 		Log:    b.log,
@@ -258,21 +259,7 @@ func (b *Backend) Run(ctx context.Context) error {
 	}
 	err = r.Run(ctx)
 	dp.detachFast()
-	// The packet loops stop reading first and forward what they read; only
-	// then are the files closed (after the reconciler: it may be replacing
-	// the TAP). Closed under them, a loop dropped frames it had read: with
-	// kept files, frames that would otherwise have waited for the next run.
-	// A loop that does not return (one waiting for a TAP the reconciler no
-	// longer opens) is ended by the closing.
-	dp.stopReading()
-	stopped := make(chan struct{})
-	go func() { loops.Wait(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(stopWait):
-	}
-	dp.close()
-	<-stopped
+	loops.stop() // after the reconciler: it may be replacing the TAP
 	if err != nil {
 		return fmt.Errorf("uvxlan backend: %w", err)
 	}
@@ -287,22 +274,88 @@ const stopWait = time.Second
 // kept files wait for the first programmed table.
 const adoptedWait = 10 * time.Second
 
-// startLoops closes start when the packet loops may run: at once, or when
-// dp took over files kept by the last run, once the first table is
+// packetLoops are the egress and ingress goroutines of one Run.
+type packetLoops struct {
+	b     *Backend
+	dp    *datapath
+	start chan struct{} // closed when the loops may read
+	halt  chan struct{} // closed when Run ends
+	wg    sync.WaitGroup
+}
+
+// startLoops starts the packet loops of dp. They read at once, or, when dp
+// took over files kept by the last run, once the first table is
 // programmed (frames that waited in the queues meanwhile need their peers;
-// read earlier they would be dropped as from or to unknown peers).
-func (b *Backend) startLoops(ctx context.Context, dp *datapath, start chan struct{}) {
-	defer close(start)
-	if !dp.adopted {
+// read earlier they would be dropped as from or to unknown peers) or
+// adoptedWait has passed.
+func (b *Backend) startLoops(dp *datapath) *packetLoops {
+	l := &packetLoops{b: b, dp: dp, start: make(chan struct{}), halt: make(chan struct{})}
+	for q := range b.cfg.Queues {
+		l.wg.Go(func() {
+			if l.started() {
+				dp.egress(q)
+			}
+		})
+		l.wg.Go(func() {
+			if l.started() {
+				dp.ingress(q)
+			}
+		})
+	}
+	l.wg.Go(l.gate)
+	return l
+}
+
+// started waits until the loops may read (true) or Run ends first (false).
+func (l *packetLoops) started() bool {
+	select {
+	case <-l.start:
+		return true
+	case <-l.halt:
+		return false
+	}
+}
+
+// gate closes start when the loops may read (see startLoops), unless Run
+// ends first.
+func (l *packetLoops) gate() {
+	if !l.dp.adopted {
+		close(l.start)
 		return
 	}
-	t := time.NewTimer(adoptedWait)
+	t := time.NewTimer(l.b.adoptedWait)
 	defer t.Stop()
 	select {
-	case <-b.Ready():
-		b.log.Info("took over the tap queues and sockets of the last run; forwarding what waited")
+	case <-l.b.Ready():
+		l.b.log.Info("took over the tap queues and sockets of the last run; forwarding what waited")
+		close(l.start)
 	case <-t.C:
-		b.log.Warn("no peer table programmed yet; forwarding anyway", "waited", adoptedWait)
-	case <-ctx.Done():
+		l.b.log.Warn("no peer table programmed yet; forwarding anyway", "waited", l.b.adoptedWait)
+		close(l.start)
+	case <-l.halt:
 	}
+}
+
+// stop ends the loops and then closes dp's files. The loops stop reading
+// first and forward what they read; closed under them, a loop dropped
+// frames it had read: with kept files, frames that would otherwise have
+// waited for the next run. Loops that have not started return without
+// reading (what waits stays in the kept queues); an egress loop waiting
+// for a lost TAP is woken. A loop still busy after stopWait (a send
+// waiting for room in a socket buffer, a receive socket being reopened)
+// has its files closed under it.
+func (l *packetLoops) stop() {
+	close(l.halt)
+	l.dp.stopReading()
+	stopped := make(chan struct{})
+	go func() { l.wg.Wait(); close(stopped) }()
+	t := time.NewTimer(l.b.stopWait)
+	defer t.Stop()
+	select {
+	case <-stopped:
+	case <-t.C:
+		l.b.log.Warn("packet loops still busy; closing their files under them", "waited", l.b.stopWait)
+	}
+	l.dp.close()
+	<-stopped
 }
