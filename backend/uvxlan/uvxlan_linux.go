@@ -345,8 +345,10 @@ func (l *packetLoops) gate() {
 // waiting for room in a socket buffer, a receive socket being reopened)
 // has its files closed under it.
 func (l *packetLoops) stop() {
-	close(l.halt)
+	// Deadlines first: a loop that the gate starts at this very moment
+	// (adoptedWait just passed) then finds its first read failing.
 	l.dp.stopReading()
+	close(l.halt)
 	stopped := make(chan struct{})
 	go func() { l.wg.Wait(); close(stopped) }()
 	t := time.NewTimer(l.b.stopWait)
