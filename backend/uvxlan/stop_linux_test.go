@@ -3,6 +3,7 @@ package uvxlan
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -128,5 +129,13 @@ func TestStopWakesLoopWaitingForLostTAP(t *testing.T) {
 // reading.
 func TestStopBeforeLoopsStart(t *testing.T) {
 	r := newIdleRun(t, true)
+	// A datagram that waits in the kept receive socket: a loop that read
+	// it now would drop it (no peers yet) instead of leaving it there.
+	nettest.MustRun(t, r.host, "bash", "-c", fmt.Sprintf("echo waits >/dev/udp/%s/%d", r.host.Addr, r.b.cfg.Port))
 	r.stop(t, "the loops waiting for the first table did not return")
+	ev := r.b.Stats().Events
+	if n := ev[EventUDPRecvs] + ev[EventTAPReads]; n != 0 {
+		t.Errorf("the loops that had not started made %d reads (receive %d, TAP %d) before they returned; want none",
+			n, ev[EventUDPRecvs], ev[EventTAPReads])
+	}
 }
