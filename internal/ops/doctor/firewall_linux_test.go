@@ -390,9 +390,18 @@ func TestCheckInputLeaving(t *testing.T) {
 
 // TestCheckInputIptables loads iptables-nft rules into a test namespace:
 // a REJECT target (an xtables target, not a native verdict) drops the
-// port; ufw's not-local chain (a return for local destinations by an
-// xtables match, then a drop) is a doubt, not a drop.
+// port; ufw's not-local chain returns the datagrams (a return for local
+// destinations by an xtables match) before its drop; after a return by an
+// xtables match doctor cannot evaluate, the drop is a doubt, not a drop;
+// a comment does not limit an accept.
 func TestCheckInputIptables(t *testing.T) {
+	// notLocal is ufw's not-local chain, by address type (typ: --dst-type
+	// LOCAL as ufw has it), with the port accepted after it.
+	notLocal := func(typ ...string) [][]string {
+		return [][]string{{"-N", "not-local"}, append(append([]string{"-A", "not-local", "-m", "addrtype"}, typ...), "-j", "RETURN"),
+			{"-A", "not-local", "-m", "addrtype", "--dst-type", "BROADCAST", "-j", "RETURN"}, {"-A", "not-local", "-j", "DROP"},
+			{"-P", "INPUT", "DROP"}, {"-A", "INPUT", "-j", "not-local"}, {"-A", "INPUT", "-p", "udp", "--dport", "8472", "-j", "ACCEPT"}}
+	}
 	for _, tt := range []struct {
 		name   string
 		rules  [][]string
@@ -401,9 +410,10 @@ func TestCheckInputIptables(t *testing.T) {
 	}{
 		{"reject", [][]string{{"-A", "INPUT", "-j", "REJECT", "--reject-with", "icmp-host-prohibited"}}, Fail,
 			`^table ip filter chain INPUT drops UDP 8472 \(VXLAN, every VXLAN datagram from the peers\) by rule "drop, matching every packet \(handle \d+\)"$`},
-		{"ufw's not-local", [][]string{{"-N", "not-local"}, {"-A", "not-local", "-m", "addrtype", "--dst-type", "LOCAL", "-j", "RETURN"}, {"-A", "not-local", "-j", "DROP"},
-			{"-P", "INPUT", "DROP"}, {"-A", "INPUT", "-j", "not-local"}, {"-A", "INPUT", "-p", "udp", "--dport", "8472", "-j", "ACCEPT"}}, Warn,
+		{"ufw's not-local", notLocal("--dst-type", "LOCAL"), OK, `^no input chain drops UDP 8472 \(VXLAN\)$`},
+		{"a return by source address type, then a drop", notLocal("--src-type", "LOCAL"), Warn,
 			`^table ip filter chain INPUT: cannot tell whether it lets UDP 8472 \(VXLAN\) through: rule "drop, matching every packet \(handle \d+\)" in chain not-local drops it after a return`},
+		{"a commented accept", [][]string{{"-P", "INPUT", "DROP"}, {"-A", "INPUT", "-p", "udp", "--dport", "8472", "-m", "comment", "--comment", "weft", "-j", "ACCEPT"}}, OK, `^no input chain drops UDP 8472 \(VXLAN\)$`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ns := nettest.NewNS(t, "doctorin")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"github.com/google/nftables/xt"
 )
 
 // ruleMatch is what a rule matches in a UDP datagram of a family to the
@@ -129,6 +130,10 @@ func matchRule(r *nftables.Rule, v6 bool, port uint16) ruleMatch {
 			default:
 				m.other, m.narrow, m.extra = true, true, true
 			}
+		case *expr.Match:
+			if !passesInput(e) {
+				m.other, m.narrow, m.extra = true, true, true
+			}
 		case *expr.Lookup:
 			if e.IsDestRegSet && e.DestRegister == 0 { // udp dport vmap { 8472 : drop }
 				m.vmap = true
@@ -139,6 +144,24 @@ func matchRule(r *nftables.Rule, v6 bool, port uint16) ruleMatch {
 		}
 	}
 	return m
+}
+
+// passesInput is true for an xtables match that every datagram of the
+// overlay on the input hook passes: a comment, or an address type match
+// of the destination alone that includes local addresses (the datagrams
+// are unicast to the node's address: ufw-not-local's `-m addrtype
+// --dst-type LOCAL -j RETURN`).
+func passesInput(e *expr.Match) bool {
+	const invertDest = 2 // XT_ADDRTYPE_INVERT_DEST
+	switch i := e.Info.(type) {
+	case *xt.Comment:
+		return true
+	case *xt.AddrType:
+		return i.Source == 0 && !i.InvertDest && i.Dest&uint16(xt.AddrTypeLocal) != 0
+	case *xt.AddrTypeV1:
+		return i.Source == 0 && i.Flags&invertDest == 0 && i.Dest&uint16(xt.AddrTypeLocal) != 0
+	}
+	return false
 }
 
 // compare adds a compare of what load put in a register to m; it returns
