@@ -60,8 +60,10 @@ type portVerdict struct {
 // chainVerdict). Such a chain drops the VXLAN or WireGuard datagrams of
 // the peers, whatever weft programs: a failure. With uvxlan's fast path
 // attached it drops only the datagrams of peers on the userspace path
-// (the fast path takes the others before netfilter): a warning.
-// iptables-legacy's INPUT is not read.
+// (the fast path takes the others before netfilter): a warning. A chain
+// that drops nothing for certain but whose walk met what doctor cannot
+// evaluate (a verdict map, a drop after a return by such a match) is a
+// warning, never an ok. iptables-legacy's INPUT is not read.
 func checkInput(s *state) {
 	if s.Config == nil {
 		return

@@ -110,40 +110,48 @@ func matchRule(r *nftables.Rule, v6 bool, port uint16) ruleMatch {
 				return ruleMatch{excluded: true}
 			}
 			load = loadNone
-		case *expr.Verdict:
-			switch e.Kind {
-			case expr.VerdictAccept:
-				m.verdict = "accept"
-			case expr.VerdictDrop:
-				m.verdict = "drop"
-			case expr.VerdictReturn:
-				m.verdict = "return"
-			case expr.VerdictJump, expr.VerdictGoto:
-				m.jump, m.isGoto = e.Chain, e.Kind == expr.VerdictGoto
-			}
-		case *expr.Reject:
-			m.verdict = "drop"
-		case *expr.Target: // iptables-nft's -j REJECT (and -j DROP as an xtables target)
-			switch e.Name {
-			case "REJECT", "DROP":
-				m.verdict = "drop"
-			default:
-				m.other, m.narrow, m.extra = true, true, true
-			}
-		case *expr.Match:
-			if !passesInput(e) {
-				m.other, m.narrow, m.extra = true, true, true
-			}
-		case *expr.Lookup:
-			if e.IsDestRegSet && e.DestRegister == 0 { // udp dport vmap { 8472 : drop }
-				m.vmap = true
-			}
-			m.other, m.narrow, m.extra = true, true, true
-		default: // a range, a match of iptables' xtables...
-			m.other, m.narrow, m.extra = true, true, true
+		default:
+			m.statement(e)
 		}
 	}
 	return m
+}
+
+// statement adds to m what an expression other than a load, a bitwise
+// operation or a compare does: a verdict (or a reject, iptables-nft's
+// REJECT and DROP targets, a verdict map), or a match of another kind
+// (a set lookup, a range, an xtables match that passesInput does not
+// pass), which narrows the rule.
+func (m *ruleMatch) statement(e expr.Any) {
+	switch e := e.(type) {
+	case *expr.Verdict:
+		switch e.Kind {
+		case expr.VerdictAccept:
+			m.verdict = "accept"
+		case expr.VerdictDrop:
+			m.verdict = "drop"
+		case expr.VerdictReturn:
+			m.verdict = "return"
+		case expr.VerdictJump, expr.VerdictGoto:
+			m.jump, m.isGoto = e.Chain, e.Kind == expr.VerdictGoto
+		}
+		return
+	case *expr.Reject:
+		m.verdict = "drop"
+		return
+	case *expr.Target:
+		if e.Name == "REJECT" || e.Name == "DROP" {
+			m.verdict = "drop"
+			return
+		}
+	case *expr.Match:
+		if passesInput(e) {
+			return
+		}
+	case *expr.Lookup:
+		m.vmap = m.vmap || e.IsDestRegSet && e.DestRegister == 0 // udp dport vmap { 8472 : drop }
+	}
+	m.other, m.narrow, m.extra = true, true, true
 }
 
 // passesInput is true for an xtables match that every datagram of the
