@@ -278,8 +278,9 @@ type inputWalk struct {
 // elsewhere (a return, a goto) narrow the rest of the chain: to the
 // sources a return leaves out (ip saddr != P return), past the sources a
 // return or goto takes (except), or, when doctor cannot tell which
-// datagrams they take, to some (blind: accepts after it count for no
-// peer; after a return, maybe: a drop may not hold for the peers).
+// datagrams they take, to some (blind: an accept after it may not be
+// reached by the peers' datagrams; after a return, maybe: a drop may not
+// hold for them).
 type walkScope struct {
 	from     netip.Prefix // the source prefix; invalid for all
 	narrowed bool
@@ -381,10 +382,11 @@ func (w *inputWalk) uncovered() []underlayPeer {
 //   - an accept from everywhere accepts the scope's datagrams: from its
 //     source prefix (less its except ones), or, in a narrowed scope, all of
 //     them (the match is taken to be the underlay's: firewalld's
-//     per-interface zones, ufw's chains), and none in a blind scope;
+//     per-interface zones, ufw's chains); in a blind scope an accept is
+//     recorded as a doubt (v.doubt): the peers' datagrams may have left;
 //   - an accept from a source prefix counts for the part of it inside the
-//     scope's, and not at all in a narrowed or blind scope (the match may
-//     leave out the peers it holds);
+//     scope's, and not at all in a narrowed scope (the match may leave out
+//     the peers it holds);
 //   - a drop drops the peers of the scope that no rule accepted yet
 //     (recorded in v.only when the scope is limited by source), ends the
 //     walk of the chain without deciding in a narrowed scope (the match
@@ -444,9 +446,10 @@ func (w *inputWalk) chainVerdict(name string, v *portVerdict, sc walkScope, dept
 // chainVerdict); end is true when the walk of the chain ends there.
 func (w *inputWalk) ruleVerdict(r *nftables.Rule, m ruleMatch, name string, v *portVerdict, sc walkScope, depth int) (decided, end bool) {
 	verdict, from := m.decides()
+	if verdict == "accept" && sc.blind {
+		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule (handle %d) in chain %s accepts it after a return or goto by a match doctor cannot evaluate, which may take the peers' datagrams", r.Handle, name))
+	}
 	switch {
-	case verdict == "accept" && sc.blind:
-		return false, !from.IsValid() // those still here are accepted
 	case verdict == "accept" && !from.IsValid():
 		if sc.from.IsValid() || len(sc.except) > 0 {
 			return w.acceptIn(sc, netip.Prefix{}), true // the walk of this chain ends for the scope's datagrams
