@@ -43,8 +43,9 @@ type portVerdict struct {
 	only []underlayPeer
 	both bool // the same verdict holds for IPv4 and IPv6
 	// doubt is why the walk cannot tell that the chain lets the port
-	// through when it found no drop: a verdict map, or a drop after a
-	// return whose match doctor cannot evaluate.
+	// through when it found no drop: a verdict map, an accept after a
+	// return or goto whose match doctor cannot evaluate, or a drop after
+	// such a return.
 	doubt string
 }
 
@@ -62,8 +63,8 @@ type portVerdict struct {
 // attached it drops only the datagrams of peers on the userspace path
 // (the fast path takes the others before netfilter): a warning. A chain
 // that drops nothing for certain but whose walk met what doctor cannot
-// evaluate (a verdict map, a drop after a return by such a match) is a
-// warning, never an ok. iptables-legacy's INPUT is not read.
+// evaluate (a verdict map, an accept after a return or goto by such a
+// match, a drop after such a return) is a warning, never an ok. iptables-legacy's INPUT is not read.
 func checkInput(s *state) {
 	if s.Config == nil {
 		return
