@@ -343,6 +343,89 @@ func TestCheckInputJumps(t *testing.T) {
 	}
 }
 
+// TestCheckInputLeaving checks what firewall/input makes of rules that
+// send datagrams out of a chain before its end: a return ends the chain
+// for the datagrams it matches (all of them, those of a source prefix, or
+// all but those of one); a goto ends the calling chain for its datagrams,
+// so that rules after it do not accept them; after one whose match doctor
+// cannot evaluate, an accept or (after a return) a drop is a doubt (a
+// warning), neither an ok nor a failure. A verdict map is a doubt too.
+func TestCheckInputLeaving(t *testing.T) {
+	table := func(in, sub string) string {
+		return "table inet f { chain in { type filter hook input priority 0; " + in + "\n}\nchain sub { " + sub + "\n}\n}"
+	}
+	const (
+		policyFail = `^table inet f chain in has policy drop and no rule accepting UDP 8472 from every peer`
+		leftOut2   = policyFail + ` \(rules accept it only from sources that leave out peer 192\.168\.77\.2 \(10\.244\.2\.0/24\);`
+		leftOut9   = policyFail + ` \(rules accept it only from sources that leave out peer 192\.168\.77\.9 \(10\.244\.9\.0/24\);`
+	)
+	for _, tt := range []struct {
+		name, ruleset string
+		status        Status
+		want          string
+	}{
+		{"return before an accept", table("policy drop; jump sub", "return\nudp dport 8472 accept"), Fail, policyFail + ": "},
+		{"return of other sources before an accept", table("policy drop; jump sub", "ip saddr != 192.168.77.0/29 return\nudp dport 8472 accept"), Fail, leftOut9},
+		{"return of a source before an accept", table("policy drop; jump sub", "ip saddr 192.168.77.0/29 return\nudp dport 8472 accept"), Fail, leftOut2},
+		{"return of other sources holding every peer", table("policy drop; jump sub", "ip saddr != 192.168.77.0/24 return\nudp dport 8472 accept"), OK, "^no input chain drops UDP 8472"},
+		{"return by mark before an accept", table("policy drop; jump sub", "meta mark 1 return\nudp dport 8472 accept"), Warn, `^table inet f chain in: cannot tell whether it lets UDP 8472 \(VXLAN\) through: rule \(handle \d+\) in chain sub accepts it after a return or goto by a match doctor cannot evaluate`},
+		{"return by mark before a drop", table("jump sub\nudp dport 8472 accept", "meta mark 1 return\ndrop"), Warn,
+			`^table inet f chain in: cannot tell whether it lets UDP 8472 \(VXLAN\) through: rule "drop, matching every packet \(handle \d+\)" in chain sub drops it after a return whose match doctor cannot evaluate$`},
+		{"goto a source's chain before an accept", table("policy drop; ip saddr 192.168.77.0/29 goto sub\nudp dport 8472 accept", ""), Fail, leftOut2},
+		{"goto before an accept", table("policy drop; goto sub\nudp dport 8472 accept", ""), Fail, policyFail + ": "},
+		{"goto by mark before an accept", table("policy drop; meta mark 1 goto sub\nudp dport 8472 accept", ""), Warn, `^table inet f chain in: cannot tell whether it lets UDP 8472 \(VXLAN\) through: rule \(handle \d+\) in chain in accepts it after a return or goto by a match doctor cannot evaluate`},
+		{"goto another interface's rejecting zone before an accept", table(`policy drop; iifname "virbr0" goto sub`+"\nudp dport 8472 accept\nreject", "reject"), Warn, `^table inet f chain in: cannot tell whether it lets UDP 8472 \(VXLAN\) through: rule \(handle \d+\) in chain in accepts it after a return or goto by a match doctor cannot evaluate`},
+		{"jump for a source and an interface to an accept", table(`policy drop; ip saddr 192.168.77.0/29 iifname "eth0" jump sub`, "udp dport 8472 accept"), Fail, leftOut9},
+		{"source zone to an interface zone", "table inet f { chain in { type filter hook input priority 0; policy drop; ip saddr 192.168.77.0/29 jump zone\n}\n" +
+			`chain zone { iifname "eth0" jump allow` + "\n}\nchain allow { udp dport 8472 accept\n}\n}", Fail, leftOut9},
+		{"interface zone to a source zone", "table inet f { chain in { type filter hook input priority 0; policy drop; " + `iifname "eth0" jump zone` + "\n}\n" +
+			"chain zone { ip saddr 192.168.77.0/29 jump allow\n}\nchain allow { udp dport 8472 accept\n}\n}", Fail, leftOut9},
+		{"verdict map", "table inet f { chain in { type filter hook input priority 0; udp dport vmap { 8472 : drop }\n}\n}", Warn,
+			`^table inet f chain in: cannot tell whether it lets UDP 8472 \(VXLAN\) through: rule \(handle \d+\) in chain in decides by a verdict map, which doctor does not evaluate$`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			runInput(t, tt.ruleset, subnet.BackendConfig{}, inspect.FastPath{}, "v4", tt.status, tt.want, "")
+		})
+	}
+}
+
+// TestCheckInputIptables loads iptables-nft rules into a test namespace:
+// a REJECT target (an xtables target, not a native verdict) drops the
+// port; ufw's not-local chain returns the datagrams (a return for local
+// destinations by an xtables match) before its drop; after a return by an
+// xtables match doctor cannot evaluate, the drop is a doubt, not a drop;
+// a comment does not limit an accept.
+func TestCheckInputIptables(t *testing.T) {
+	// notLocal is ufw's not-local chain, by address type (typ: --dst-type
+	// LOCAL as ufw has it), with the port accepted after it.
+	notLocal := func(typ ...string) [][]string {
+		return [][]string{{"-N", "not-local"}, append(append([]string{"-A", "not-local", "-m", "addrtype"}, typ...), "-j", "RETURN"),
+			{"-A", "not-local", "-m", "addrtype", "--dst-type", "BROADCAST", "-j", "RETURN"}, {"-A", "not-local", "-j", "DROP"},
+			{"-P", "INPUT", "DROP"}, {"-A", "INPUT", "-j", "not-local"}, {"-A", "INPUT", "-p", "udp", "--dport", "8472", "-j", "ACCEPT"}}
+	}
+	for _, tt := range []struct {
+		name   string
+		rules  [][]string
+		status Status
+		want   string
+	}{
+		{"reject", [][]string{{"-A", "INPUT", "-j", "REJECT", "--reject-with", "icmp-host-prohibited"}}, Fail,
+			`^table ip filter chain INPUT drops UDP 8472 \(VXLAN, every VXLAN datagram from the peers\) by rule "drop, matching every packet \(handle \d+\)"$`},
+		{"ufw's not-local", notLocal("--dst-type", "LOCAL"), OK, `^no input chain drops UDP 8472 \(VXLAN\)$`},
+		{"a return by source address type, then a drop", notLocal("--src-type", "LOCAL"), Warn,
+			`^table ip filter chain INPUT: cannot tell whether it lets UDP 8472 \(VXLAN\) through: rule "drop, matching every packet \(handle \d+\)" in chain not-local drops it after a return`},
+		{"a commented accept", [][]string{{"-P", "INPUT", "DROP"}, {"-A", "INPUT", "-p", "udp", "--dport", "8472", "-m", "comment", "--comment", "weft", "-j", "ACCEPT"}}, OK, `^no input chain drops UDP 8472 \(VXLAN\)$`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ns := nettest.NewNS(t, "doctorin")
+			for _, r := range tt.rules {
+				nettest.MustRun(t, ns, append([]string{"iptables-nft"}, r...)...)
+			}
+			checkInputIn(t, ns, subnet.BackendConfig{}, inspect.FastPath{}, "v4", tt.status, tt.want, "")
+		})
+	}
+}
+
 // TestCheckInputPorts checks the families and ports firewall/input
 // evaluates: both families, said so, when neither this node's lease nor a
 // VXLAN device tells the underlay's; WireGuard's own IPv6 port in
@@ -406,6 +489,12 @@ func runInput(t *testing.T, ruleset string, b subnet.BackendConfig, fastPath ins
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("nft -f: %v\n%s", err, out)
 	}
+	checkInputIn(t, ns, b, fastPath, underlay, status, want, fix)
+}
+
+// checkInputIn runs checkInput in ns (see runInput).
+func checkInputIn(t *testing.T, ns *nettest.NS, b subnet.BackendConfig, fastPath inspect.FastPath, underlay string, status Status, want, fix string) {
+	t.Helper()
 	self, leases := inputNode(underlay)
 	b.Type, b.Port = cmp.Or(b.Type, subnet.BackendTypeVXLAN), cmp.Or(b.Port, 8472)
 	s := &state{Node: Node{Do: connectivity.Do(ns.Do), Leases: leases,

@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -41,6 +42,11 @@ type portVerdict struct {
 	// leads to it (firewalld's source zones); nil for a drop of all.
 	only []underlayPeer
 	both bool // the same verdict holds for IPv4 and IPv6
+	// doubt is why the walk cannot tell that the chain lets the port
+	// through when it found no drop: a verdict map, an accept after a
+	// return or goto whose match doctor cannot evaluate, or a drop after
+	// such a return.
+	doubt string
 }
 
 // checkInput looks for nftables chains on the input hook (native ones and
@@ -55,8 +61,10 @@ type portVerdict struct {
 // chainVerdict). Such a chain drops the VXLAN or WireGuard datagrams of
 // the peers, whatever weft programs: a failure. With uvxlan's fast path
 // attached it drops only the datagrams of peers on the userspace path
-// (the fast path takes the others before netfilter): a warning.
-// iptables-legacy's INPUT is not read.
+// (the fast path takes the others before netfilter): a warning. A chain
+// that drops nothing for certain but whose walk met what doctor cannot
+// evaluate (a verdict map, an accept after a return or goto by such a
+// match, a drop after such a return) is a warning, never an ok. iptables-legacy's INPUT is not read.
 func checkInput(s *state) {
 	if s.Config == nil {
 		return
@@ -66,7 +74,7 @@ func checkInput(s *state) {
 		return
 	}
 	families, unknown := s.underlayFamilies(port)
-	found, bySource, err := s.inputVerdicts(families)
+	found, doubts, bySource, err := s.inputVerdicts(families)
 	if err != nil {
 		s.r.add("firewall/input", Warn, "", "read nftables chains: %v", err)
 		return
@@ -79,7 +87,11 @@ func checkInput(s *state) {
 	for _, v := range found {
 		s.reportInput(v, len(families) > 1, what, sc, note)
 	}
-	if len(found) == 0 {
+	for _, d := range doubts {
+		s.r.add("firewall/input", Warn, "check what that rule does with the peers' datagrams, or insert an accept of the port before it",
+			"%s: cannot tell whether it lets %s through: %s%s", d.chain, portsLine(families, what), d.doubt, note)
+	}
+	if len(found) == 0 && len(doubts) == 0 {
 		if bySource {
 			note += "; rules accept it from sources that hold every peer's public address (a peer whose --public-ip is not its underlay address sends from the underlay address, which the lease does not tell)"
 		}
@@ -107,10 +119,11 @@ func portsLine(families []underlayFamily, what string) string {
 }
 
 // inputVerdicts walks each filter chain on the input hook for each family
-// whose datagrams it sees and returns the verdicts that drop the port;
-// bySource is true when a chain accepts it only through accepts limited
-// to sources.
-func (s *state) inputVerdicts(families []underlayFamily) (found []portVerdict, bySource bool, err error) {
+// whose datagrams it sees and returns the verdicts that drop the port,
+// and those of chains that drop nothing for certain but whose walk had a
+// doubt (one a chain); bySource is true when a chain accepts it only
+// through accepts limited to sources.
+func (s *state) inputVerdicts(families []underlayFamily) (found, doubts []portVerdict, bySource bool, err error) {
 	err = s.hookChains(nftables.ChainHookInput, func(c *nftables.Conn, ch *nftables.Chain) error {
 		if ch.Type != nftables.ChainTypeFilter {
 			return nil
@@ -134,13 +147,17 @@ func (s *state) inputVerdicts(families []underlayFamily) (found []portVerdict, b
 					v.uncovered = w.uncovered()
 				}
 				found = mergeFamilies(found, v)
+			} else if v.doubt != "" {
+				if !slices.ContainsFunc(doubts, func(d portVerdict) bool { return d.chain == v.chain }) {
+					doubts = append(doubts, v)
+				}
 			} else if decided && len(w.open) == 0 {
 				bySource = bySource || w.bySource
 			}
 		}
 		return nil
 	})
-	return found, bySource, err
+	return found, doubts, bySource, err
 }
 
 // reportInput reports a chain that drops the port, with the fix: an accept
@@ -257,26 +274,66 @@ type inputWalk struct {
 // of them (the base chain and chains jumped to unconditionally), those
 // from one source prefix (a jump whose only match is that prefix:
 // firewalld's source zones), or some that a match of another kind
-// selects (narrowed: firewalld's interface zones).
+// selects (narrowed: firewalld's interface zones), within the source
+// prefix when the match has one too. Rules that send some datagrams
+// elsewhere (a return, a goto) narrow the rest of the chain: to the
+// sources a return leaves out (ip saddr != P return), past the sources a
+// return or goto takes (except), or, when doctor cannot tell which
+// datagrams they take, to some (blind: an accept after it may not be
+// reached by the peers' datagrams; after a return, maybe: a drop may not
+// hold for them).
 type walkScope struct {
-	from     netip.Prefix // the source prefix; invalid for all or narrowed
+	from     netip.Prefix // the source prefix; invalid for all
 	narrowed bool
+	except   []netip.Prefix
+	blind    bool
+	maybe    bool
 }
-
-func (sc walkScope) all() bool { return !sc.narrowed && !sc.from.IsValid() }
 
 // within is the scope of a chain jumped to from this one by a rule whose
 // match is m; ok is false when no datagram of the scope reaches it (a
 // source prefix disjoint from the scope's).
 func (sc walkScope) within(m ruleMatch) (walkScope, bool) {
-	switch {
-	case sc.narrowed || m.narrow:
-		return walkScope{narrowed: true}, true
-	case !m.from.IsValid():
-		return sc, true
+	sub := sc
+	sub.narrowed = sc.narrowed || m.narrow
+	if m.from.IsValid() {
+		p, ok := intersect(sc.from, m.from)
+		if !ok {
+			return sc, false
+		}
+		sub.from = p
 	}
-	p, ok := intersect(sc.from, m.from)
-	return walkScope{from: p}, ok
+	return sub, true
+}
+
+// leaving is the scope of the rest of a chain after a rule with match m
+// that returns or goes elsewhere (and, for a goto, whose chain did not
+// decide); ok is false when no datagram of the scope is left.
+func (sc walkScope) leaving(m ruleMatch, ret bool) (walkScope, bool) {
+	src, not, only := m.sourceOnly()
+	switch {
+	case m.unconditional():
+		return sc, false
+	case only && not: // ip saddr != P return: P's datagrams stay
+		p, ok := intersect(sc.from, src)
+		sc.from = p
+		return sc, ok
+	case only:
+		sc.except = append(slices.Clip(sc.except), src)
+	default:
+		sc.blind, sc.maybe = true, sc.maybe || ret
+	}
+	return sc, true
+}
+
+// holds is whether the scope holds peer p's datagrams (a narrowed scope
+// is taken to, by its source prefix).
+func (sc walkScope) holds(p underlayPeer) bool {
+	a := p.addr.Unmap()
+	if sc.from.IsValid() && !sc.from.Contains(a) {
+		return false
+	}
+	return !slices.ContainsFunc(sc.except, func(e netip.Prefix) bool { return e.Contains(a) })
 }
 
 // intersect is the prefix both a and b hold (invalid a holds everything);
@@ -291,15 +348,18 @@ func intersect(a, b netip.Prefix) (netip.Prefix, bool) {
 	return netip.Prefix{}, false
 }
 
-// acceptFrom takes the peers inside src out of the open ones and reports
-// whether none is left. A node that knows no peer cannot tell what a
-// source limit leaves out: such an accept decides nothing.
-func (w *inputWalk) acceptFrom(src netip.Prefix) bool {
+// acceptIn takes the open peers of the scope inside src (invalid: from
+// everywhere) out of the open ones and reports whether none is left. A
+// node that knows no peer cannot tell what a source limit leaves out:
+// such an accept decides nothing.
+func (w *inputWalk) acceptIn(sc walkScope, src netip.Prefix) bool {
 	if len(w.f.peers) == 0 {
 		return false
 	}
 	w.bySource = true
-	w.open = slices.DeleteFunc(slices.Clone(w.open), func(p underlayPeer) bool { return src.Contains(p.addr.Unmap()) })
+	w.open = slices.DeleteFunc(slices.Clone(w.open), func(p underlayPeer) bool {
+		return sc.holds(p) && (!src.IsValid() || src.Contains(p.addr.Unmap()))
+	})
 	return len(w.open) == 0
 }
 
@@ -316,22 +376,28 @@ func (w *inputWalk) uncovered() []underlayPeer {
 // in v the rule that drops the port; decided is true when the walk
 // decided: an accept of every peer's datagrams (from everywhere, or by
 // accepts limited to sources that together hold every peer), or a drop.
-// In a chain reached by a jump with a match of its own:
+// A return ends the chain for the datagrams it matches; a goto too, after
+// the chain it goes to (its datagrams go back to the caller's caller).
+// In a chain reached by a jump with a match of its own, or after a return
+// or goto with one:
 //   - an accept from everywhere accepts the scope's datagrams: from its
-//     source prefix, or, in a narrowed scope, all of them (the match is
-//     taken to be the underlay's: firewalld's per-interface zones, ufw's
-//     chains);
+//     source prefix (less its except ones), or, in a narrowed scope, all of
+//     them (the match is taken to be the underlay's: firewalld's
+//     per-interface zones, ufw's chains); in a blind scope an accept is
+//     recorded as a doubt (v.doubt): the peers' datagrams may have left;
 //   - an accept from a source prefix counts for the part of it inside the
-//     scope's prefix, and not at all in a narrowed scope (the match may
-//     leave out the peers it holds);
-//   - a drop drops the peers inside the scope's source prefix that no
-//     rule accepted yet (recorded in v.only), and ends the walk of the
-//     chain without deciding in a narrowed scope (the match may not cover
-//     the peers' datagrams).
+//     scope's, and not at all in a narrowed scope (the match may leave out
+//     the peers it holds);
+//   - a drop drops the peers of the scope that no rule accepted yet
+//     (recorded in v.only when the scope is limited by source), ends the
+//     walk of the chain without deciding in a narrowed scope (the match
+//     may not cover the peers' datagrams), and, after a return doctor
+//     cannot evaluate, is recorded as a doubt (v.doubt) without deciding.
 //
 // A match of the family alone (meta nfproto) or of UDP and the port does
 // not narrow a jump; one only for the other family, another protocol or
-// another port is not followed.
+// another port is not followed. A verdict map on the path is recorded as
+// a doubt.
 func (w *inputWalk) chainVerdict(name string, v *portVerdict, sc walkScope, depth int) (bool, error) {
 	if depth > 6 {
 		return false, nil
@@ -342,10 +408,19 @@ func (w *inputWalk) chainVerdict(name string, v *portVerdict, sc walkScope, dept
 	}
 	for _, r := range rules {
 		m := matchRule(r, w.f.v6, w.f.port)
-		if m.excluded {
+		var ok bool
+		switch {
+		case m.excluded:
 			continue
-		}
-		if m.jump != "" {
+		case m.vmap:
+			v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule (handle %d) in chain %s decides by a verdict map, which doctor does not evaluate", r.Handle, name))
+			continue
+		case m.verdict == "return":
+			if sc, ok = sc.leaving(m, true); !ok {
+				return false, nil
+			}
+			continue
+		case m.jump != "":
 			sub, ok := sc.within(m)
 			if !ok {
 				continue
@@ -354,37 +429,57 @@ func (w *inputWalk) chainVerdict(name string, v *portVerdict, sc walkScope, dept
 			if err != nil || decided {
 				return decided, err
 			}
+			if m.isGoto {
+				if sc, ok = sc.leaving(m, false); !ok {
+					return false, nil
+				}
+			}
 			continue
 		}
-		verdict, from := m.decides()
-		switch {
-		case verdict == "accept" && !from.IsValid():
-			if sc.from.IsValid() {
-				return w.acceptFrom(sc.from), nil // the walk of this chain ends for the scope's datagrams
-			}
-			return true, nil
-		case verdict == "accept" && !sc.narrowed:
-			if p, ok := intersect(sc.from, from); ok && w.acceptFrom(p) {
-				return true, nil
-			}
-		case verdict == "drop" && sc.from.IsValid():
-			// Its datagrams that no rule accepted yet are dropped.
-			v.only = slices.DeleteFunc(slices.Clone(w.open), func(p underlayPeer) bool { return !sc.from.Contains(p.addr.Unmap()) })
-			if len(v.only) == 0 {
-				v.only = nil
-				return false, nil
-			}
-			v.drops, v.rule = true, describeRule(r, w.f.port)+" in chain "+name
-			return true, nil
-		case verdict == "drop" && sc.narrowed:
-			return false, nil
-		case verdict == "drop":
-			v.drops, v.rule = true, describeRule(r, w.f.port)
-			if depth > 0 {
-				v.rule += " in chain " + name
-			}
-			return true, nil
+		if decided, end := w.ruleVerdict(r, m, name, v, sc, depth); end {
+			return decided, nil
 		}
 	}
 	return false, nil
+}
+
+// ruleVerdict applies a rule's accept or drop to the walk of a chain (see
+// chainVerdict); end is true when the walk of the chain ends there.
+func (w *inputWalk) ruleVerdict(r *nftables.Rule, m ruleMatch, name string, v *portVerdict, sc walkScope, depth int) (decided, end bool) {
+	verdict, from := m.decides()
+	if verdict == "accept" && sc.blind {
+		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule (handle %d) in chain %s accepts it after a return or goto by a match doctor cannot evaluate, which may take the peers' datagrams", r.Handle, name))
+	}
+	switch {
+	case verdict == "accept" && !from.IsValid():
+		if sc.from.IsValid() || len(sc.except) > 0 {
+			return w.acceptIn(sc, netip.Prefix{}), true // the walk of this chain ends for the scope's datagrams
+		}
+		return true, true
+	case verdict == "accept" && !sc.narrowed:
+		if p, ok := intersect(sc.from, from); ok && w.acceptIn(sc, p) {
+			return true, true
+		}
+	case verdict == "drop" && sc.narrowed:
+		return false, true
+	case verdict == "drop" && sc.maybe:
+		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule %q in chain %s drops it after a return whose match doctor cannot evaluate", describeRule(r, w.f.port), name))
+		return false, true
+	case verdict == "drop" && (sc.from.IsValid() || len(sc.except) > 0):
+		// Its datagrams that no rule accepted yet are dropped.
+		v.only = slices.DeleteFunc(slices.Clone(w.open), func(p underlayPeer) bool { return !sc.holds(p) })
+		if len(v.only) == 0 {
+			v.only = nil
+			return false, true
+		}
+		v.drops, v.rule = true, describeRule(r, w.f.port)+" in chain "+name
+		return true, true
+	case verdict == "drop":
+		v.drops, v.rule = true, describeRule(r, w.f.port)
+		if depth > 0 {
+			v.rule += " in chain " + name
+		}
+		return true, true
+	}
+	return false, false
 }

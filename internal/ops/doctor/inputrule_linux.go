@@ -7,20 +7,43 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"github.com/google/nftables/xt"
 )
 
 // ruleMatch is what a rule matches in a UDP datagram of a family to the
 // port, and what it does with it.
 type ruleMatch struct {
 	excluded  bool         // it matches no such datagram: the other family, another protocol or port
-	verdict   string       // "accept", "drop" (or reject), "" for none or another
+	verdict   string       // "accept", "drop" (or reject), "return", "" for none or another
 	jump      string       // the chain it jumps or goes to
+	isGoto    bool         // it goes to jump rather than jumping
+	vmap      bool         // a verdict map (a lookup writing the verdict) decides
 	matches   int          // compares, besides the family's
 	portMatch bool         // it matches the port
 	other     bool         // a match besides the protocol and the port
 	narrow    bool         // one that may leave out some peers' datagrams
 	from      netip.Prefix // the one source prefix it is limited to
+	notFrom   netip.Prefix // the one source prefix it leaves out (ip saddr != P)
+	sources   int          // source address compares
+	extra     bool         // a match besides the family, UDP, the port and sources
 }
+
+// sourceOnly is the one source prefix a rule is limited to (not: to the
+// sources outside it) when that is all it matches of the family's UDP
+// datagrams to the port; ok is false when it matches anything else.
+func (m ruleMatch) sourceOnly() (p netip.Prefix, not, ok bool) {
+	if m.extra || m.sources != 1 {
+		return netip.Prefix{}, false, false
+	}
+	if m.notFrom.IsValid() {
+		return m.notFrom, true, true
+	}
+	return m.from, false, m.from.IsValid()
+}
+
+// unconditional is true when a rule matches every UDP datagram of the
+// family to the port.
+func (m ruleMatch) unconditional() bool { return !m.extra && m.sources == 0 }
 
 // decides says what a rule does with a UDP datagram of the family to
 // the port: "accept" when it accepts everything, or matches the port (and
@@ -87,22 +110,66 @@ func matchRule(r *nftables.Rule, v6 bool, port uint16) ruleMatch {
 				return ruleMatch{excluded: true}
 			}
 			load = loadNone
-		case *expr.Verdict:
-			switch e.Kind {
-			case expr.VerdictAccept:
-				m.verdict = "accept"
-			case expr.VerdictDrop:
-				m.verdict = "drop"
-			case expr.VerdictJump, expr.VerdictGoto:
-				m.jump = e.Chain
-			}
-		case *expr.Reject:
-			m.verdict = "drop"
-		default: // a set lookup, a range, a match of iptables' xtables...
-			m.other, m.narrow = true, true
+		default:
+			m.statement(e)
 		}
 	}
 	return m
+}
+
+// statement adds to m what an expression other than a load, a bitwise
+// operation or a compare does: a verdict (or a reject, iptables-nft's
+// REJECT and DROP targets, a verdict map), or a match of another kind
+// (a set lookup, a range, an xtables match that passesInput does not
+// pass), which narrows the rule.
+func (m *ruleMatch) statement(e expr.Any) {
+	switch e := e.(type) {
+	case *expr.Verdict:
+		switch e.Kind {
+		case expr.VerdictAccept:
+			m.verdict = "accept"
+		case expr.VerdictDrop:
+			m.verdict = "drop"
+		case expr.VerdictReturn:
+			m.verdict = "return"
+		case expr.VerdictJump, expr.VerdictGoto:
+			m.jump, m.isGoto = e.Chain, e.Kind == expr.VerdictGoto
+		}
+		return
+	case *expr.Reject:
+		m.verdict = "drop"
+		return
+	case *expr.Target:
+		if e.Name == "REJECT" || e.Name == "DROP" {
+			m.verdict = "drop"
+			return
+		}
+	case *expr.Match:
+		if passesInput(e) {
+			return
+		}
+	case *expr.Lookup:
+		m.vmap = m.vmap || e.IsDestRegSet && e.DestRegister == 0 // udp dport vmap { 8472 : drop }
+	}
+	m.other, m.narrow, m.extra = true, true, true
+}
+
+// passesInput is true for an xtables match that every datagram of the
+// overlay on the input hook passes: a comment, or an address type match
+// of the destination alone that includes local addresses (the datagrams
+// are unicast to the node's address: ufw-not-local's `-m addrtype
+// --dst-type LOCAL -j RETURN`).
+func passesInput(e *expr.Match) bool {
+	const invertDest = 2 // XT_ADDRTYPE_INVERT_DEST
+	switch i := e.Info.(type) {
+	case *xt.Comment:
+		return true
+	case *xt.AddrType:
+		return i.Source == 0 && !i.InvertDest && i.Dest&uint16(xt.AddrTypeLocal) != 0
+	case *xt.AddrTypeV1:
+		return i.Source == 0 && i.Flags&invertDest == 0 && i.Dest&uint16(xt.AddrTypeLocal) != 0
+	}
+	return false
 }
 
 // compare adds a compare of what load put in a register to m; it returns
@@ -121,20 +188,27 @@ func (m *ruleMatch) compare(e *expr.Cmp, load int, ctMask uint32, mask []byte, v
 		case e.Op == expr.CmpOpEq:
 			m.portMatch = m.portMatch || load == loadDport
 		default: // udp dport != 53, a range
-			m.other, m.narrow = true, true
+			m.other, m.narrow, m.extra = true, true, true
 		}
 	case loadCtState:
-		m.other = true
+		m.other, m.extra = true, true
 		m.narrow = m.narrow || e.Op != expr.CmpOpNeq || !allZero(e.Data) || ctMask&ctStateNew == 0
 	case loadSaddr:
 		m.other = true
+		m.sources++
 		p, ok := sourcePrefix(e.Data, mask, v6)
-		if e.Op != expr.CmpOpEq || !ok || m.from.IsValid() {
-			m.narrow = true // a negation, a second source match
+		switch {
+		case !ok || e.Op != expr.CmpOpEq && e.Op != expr.CmpOpNeq:
+			m.narrow, m.extra = true, true
+		case e.Op == expr.CmpOpNeq:
+			m.narrow, m.notFrom = true, p
+		case m.from.IsValid():
+			m.narrow = true // a second source match
+		default:
+			m.from = p
 		}
-		m.from = p
 	default:
-		m.other, m.narrow = true, true
+		m.other, m.narrow, m.extra = true, true, true
 	}
 	return true
 }
