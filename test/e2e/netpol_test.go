@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -407,6 +409,15 @@ const probeTimeout = 600 * time.Millisecond
 // or a UDP datagram answered.
 func try(pr probe) bool { return tryWithin(pr, probeTimeout) }
 
+// UDP probes take their source ports in turn from 20000 to 32767, below the
+// kernel's ephemeral range: thousands of probes pass before one is reused,
+// minutes later, long after conntrack forgot the flow.
+const udpProbePortBase, udpProbePorts = 20000, 12768
+
+var udpProbePort atomic.Uint32
+
+func nextUDPProbePort() int { return udpProbePortBase + int(udpProbePort.Add(1)%udpProbePorts) }
+
 // tryWithin is try with a timeout of its own.
 func tryWithin(pr probe, probeTimeout time.Duration) bool {
 	network := "tcp4"
@@ -415,9 +426,26 @@ func tryWithin(pr probe, probeTimeout time.Duration) bool {
 	}
 	var c net.Conn
 	err := pr.from.net.Do(func() error {
-		var err error
-		c, err = net.DialTimeout(network, netip.AddrPortFrom(pr.to.ip, uint16(pr.port)).String(), probeTimeout)
-		return err
+		d := net.Dialer{Timeout: probeTimeout}
+		if network != "udp4" {
+			var err error
+			c, err = d.Dial(network, netip.AddrPortFrom(pr.to.ip, uint16(pr.port)).String())
+			return err
+		}
+		// Each UDP probe from its own source port: conntrack keeps a UDP
+		// flow for up to 120 s after its last datagram, so a probe that
+		// happened to reuse the ephemeral port of an earlier probe that a
+		// policy then allowed would continue that flow, accepted as
+		// established (TestNetworkPolicyEstablished's case), where the
+		// truth table asks about new flows.
+		for range udpProbePorts {
+			d.LocalAddr = &net.UDPAddr{Port: nextUDPProbePort()}
+			var err error
+			if c, err = d.Dial(network, netip.AddrPortFrom(pr.to.ip, uint16(pr.port)).String()); !errors.Is(err, syscall.EADDRINUSE) {
+				return err
+			}
+		}
+		return errors.New("no free UDP source port for the probe")
 	})
 	if err != nil {
 		return false
