@@ -389,6 +389,39 @@ func TestCheckInputLeaving(t *testing.T) {
 	}
 }
 
+// TestCheckInputMaps checks NixOS's nftables firewall: a ct state
+// verdict map whose new entry jumps to the chain of allowed ports, which
+// accept them by an anonymous set of ports; the policy drop is a drop
+// only when that chain does not accept the port (the overlay's first
+// datagram of a flow is new). After a verdict map doctor does not
+// evaluate, a drop and the policy are doubts, not drops.
+func TestCheckInputMaps(t *testing.T) {
+	nixos := func(allow string) string {
+		return "table inet nixos-fw { chain input { type filter hook input priority 0; policy drop; iifname \"lo\" accept\n" +
+			"ct state vmap { invalid : drop, established : accept, related : accept, new : jump input-allow, untracked : jump input-allow }\n" +
+			"tcp flags syn / fin,syn,rst,ack log prefix \"refused connection: \" level info\n}\n" +
+			"chain input-allow { icmp type echo-request accept\n" + allow + "\n}\n}"
+	}
+	const policyFail = `^table inet nixos-fw chain input has policy drop and no rule accepting UDP 8472 from every peer: `
+	for _, tt := range []struct {
+		name, ruleset string
+		status        Status
+		want          string
+	}{
+		{"NixOS accepting the port", nixos("tcp dport 22 accept\nudp dport { 8472, 51820 } accept"), OK, `^no input chain drops UDP 8472 \(VXLAN\)$`},
+		{"NixOS accepting a range holding the port", nixos("udp dport { 53, 8000-9000 } accept"), OK, `^no input chain drops UDP 8472 \(VXLAN\)$`},
+		{"NixOS accepting other ports", nixos("tcp dport 22 accept\nudp dport { 53, 51820 } accept\nudp dport 8000-8471 accept"), Fail, policyFail},
+		{"verdict map by port, then the policy", "table inet f { chain in { type filter hook input priority 0; policy drop; udp dport vmap { 8472 : accept }\n}\n}", Warn,
+			`^table inet f chain in: cannot tell whether it lets UDP 8472 \(VXLAN\) through: rule \(handle \d+\) in chain in decides by a verdict map`},
+		{"verdict map by port, then a drop", "table inet f { chain in { type filter hook input priority 0; udp dport vmap { 8472 : accept }\ndrop\n}\n}", Warn,
+			`^table inet f chain in: cannot tell whether it lets UDP 8472 \(VXLAN\) through: rule \(handle \d+\) in chain in decides by a verdict map`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			runInput(t, tt.ruleset, subnet.BackendConfig{}, inspect.FastPath{}, "v4", tt.status, tt.want, "")
+		})
+	}
+}
+
 // TestCheckInputIptables loads iptables-nft rules into a test namespace:
 // a REJECT target (an xtables target, not a native verdict) drops the
 // port; ufw's not-local chain returns the datagrams (a return for local

@@ -1,13 +1,16 @@
 package doctor
 
 import (
+	"bytes"
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 
 	"github.com/weft-net/weft/internal/ops/inspect"
 	"github.com/weft-net/weft/subnet"
@@ -139,7 +142,7 @@ func (s *state) inputVerdicts(families []underlayFamily) (found, doubts []portVe
 			if err != nil {
 				return err
 			}
-			if !decided && v.policy {
+			if !decided && v.policy && !w.mapped {
 				v.drops = true
 			}
 			if v.drops {
@@ -268,6 +271,115 @@ type inputWalk struct {
 	f        underlayFamily
 	open     []underlayPeer // the peers no rule has accepted yet
 	bySource bool           // a rule accepted the port from some sources only
+	mapped   bool           // the walk passed a verdict map it did not evaluate
+}
+
+// elementVerdict reads the verdict of a verdict map's element: the
+// nested netlink attributes of the kernel's NFTA_DATA_VERDICT (a code
+// and, for a jump or goto, a chain), which the nftables module leaves in
+// the element's Val.
+func elementVerdict(b []byte) (*expr.Verdict, bool) {
+	const (
+		verdictCode  = 1 // NFTA_VERDICT_CODE
+		verdictChain = 2 // NFTA_VERDICT_CHAIN
+	)
+	var (
+		v    expr.Verdict
+		code bool
+	)
+	for len(b) >= 4 {
+		n, typ := int(binary.NativeEndian.Uint16(b)), binary.NativeEndian.Uint16(b[2:])&0x3fff
+		if n < 4 || n > len(b) {
+			return nil, false
+		}
+		data := b[4:n]
+		switch {
+		case typ == verdictCode && len(data) == 4:
+			v.Kind, code = expr.VerdictKind(int32(binary.BigEndian.Uint32(data))), true
+		case typ == verdictChain:
+			v.Chain = strings.TrimRight(string(data), "\x00")
+		}
+		b = b[min(len(b), (n+3)&^3):]
+	}
+	return &v, code
+}
+
+// inPortSet resolves a lookup of the destination port in a set (NixOS's
+// `udp dport { 8472, 22 } accept`): the rule matches the port when the
+// set holds it, and nothing when it does not. When the set's elements
+// cannot be read the lookup narrows the rule, and the error is in the
+// doubt.
+func (w *inputWalk) inPortSet(m ruleMatch, r *nftables.Rule, name string, v *portVerdict) ruleMatch {
+	set, err := w.c.GetSetByName(w.t, m.portSet)
+	var elems []nftables.SetElement
+	if err == nil {
+		elems, err = w.c.GetSetElements(set)
+	}
+	m.portSet = ""
+	if err != nil {
+		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule (handle %d) in chain %s looks the port up in a set whose elements doctor could not read: %v", r.Handle, name, err))
+		m.other, m.narrow, m.extra = true, true, true
+		return m
+	}
+	want := binary.BigEndian.AppendUint16(nil, w.f.port)
+	in := false
+	if set.Interval {
+		// Interval sets hold each range's start and, flagged, its end
+		// (one past it): the port is in when the nearest element at or
+		// below it is a start.
+		slices.SortFunc(elems, func(a, b nftables.SetElement) int { return bytes.Compare(a.Key, b.Key) })
+		for _, e := range elems {
+			if len(e.Key) != 2 || bytes.Compare(e.Key, want) > 0 {
+				break
+			}
+			in = !e.IntervalEnd
+		}
+	} else {
+		in = slices.ContainsFunc(elems, func(e nftables.SetElement) bool { return bytes.Equal(e.Key, want) })
+	}
+	if !in {
+		m.excluded = true
+		return m
+	}
+	m.portMatch = true
+	return m
+}
+
+// ctNew resolves a verdict map keyed on ct state (NixOS's `ct state vmap {
+// invalid : drop, established : accept, related : accept, new : jump
+// input-allow, untracked : jump input-allow }`) for the overlay's first
+// datagram of a flow (VXLAN's hashed source ports open new ones): the
+// rule becomes the new entry's verdict, jump or goto, or matches nothing
+// when the map has no new entry (established, related and invalid entries
+// do not decide for it). When the map's elements cannot be read the rule
+// stays an unevaluated verdict map, and the error is in the doubt.
+func (w *inputWalk) ctNew(m ruleMatch, r *nftables.Rule, name string, v *portVerdict) ruleMatch {
+	set, err := w.c.GetSetByName(w.t, m.ctMap)
+	var elems []nftables.SetElement
+	if err == nil {
+		elems, err = w.c.GetSetElements(set)
+	}
+	if err != nil {
+		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule (handle %d) in chain %s decides by a ct state verdict map whose elements doctor could not read: %v", r.Handle, name, err))
+		m.ctMap = ""
+		return m
+	}
+	m.vmap, m.ctMap = false, ""
+	for _, e := range elems {
+		if len(e.Key) != 4 || binary.NativeEndian.Uint32(e.Key)&ctStateNew == 0 {
+			continue
+		}
+		verdict, ok := elementVerdict(e.Val)
+		if !ok {
+			v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule (handle %d) in chain %s decides by a ct state verdict map whose new entry doctor could not read", r.Handle, name))
+			m.vmap = true
+			return m
+		}
+		m.statement(verdict)
+		return m
+	}
+	m.excluded = true
+	return m
 }
 
 // walkScope is which of the family's datagrams a chain is walked for: all
@@ -288,6 +400,7 @@ type walkScope struct {
 	except   []netip.Prefix
 	blind    bool
 	maybe    bool
+	mapped   bool // after a verdict map doctor did not evaluate
 }
 
 // within is the scope of a chain jumped to from this one by a rule whose
@@ -408,12 +521,21 @@ func (w *inputWalk) chainVerdict(name string, v *portVerdict, sc walkScope, dept
 	}
 	for _, r := range rules {
 		m := matchRule(r, w.f.v6, w.f.port)
+		if m.ctMap != "" {
+			m = w.ctNew(m, r, name, v)
+		}
+		if m.portSet != "" {
+			m = w.inPortSet(m, r, name, v)
+		}
 		var ok bool
 		switch {
 		case m.excluded:
 			continue
 		case m.vmap:
+			// The map may accept or drop the peers' datagrams: what
+			// follows (a drop, the policy) is a doubt, not a drop.
 			v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule (handle %d) in chain %s decides by a verdict map, which doctor does not evaluate", r.Handle, name))
+			sc.mapped, w.mapped = true, true
 			continue
 		case m.verdict == "return":
 			if sc, ok = sc.leaving(m, true); !ok {
@@ -461,6 +583,9 @@ func (w *inputWalk) ruleVerdict(r *nftables.Rule, m ruleMatch, name string, v *p
 			return true, true
 		}
 	case verdict == "drop" && sc.narrowed:
+		return false, true
+	case verdict == "drop" && sc.mapped:
+		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule %q in chain %s drops it after a verdict map doctor does not evaluate", describeRule(r, w.f.port), name))
 		return false, true
 	case verdict == "drop" && sc.maybe:
 		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule %q in chain %s drops it after a return whose match doctor cannot evaluate", describeRule(r, w.f.port), name))

@@ -18,6 +18,8 @@ type ruleMatch struct {
 	jump      string       // the chain it jumps or goes to
 	isGoto    bool         // it goes to jump rather than jumping
 	vmap      bool         // a verdict map (a lookup writing the verdict) decides
+	ctMap     string       // the verdict map's name when it is keyed on ct state alone
+	portSet   string       // the set a lookup of the destination port is in (udp dport { 8472, 22 })
 	matches   int          // compares, besides the family's
 	portMatch bool         // it matches the port
 	other     bool         // a match besides the protocol and the port
@@ -110,6 +112,17 @@ func matchRule(r *nftables.Rule, v6 bool, port uint16) ruleMatch {
 				return ruleMatch{excluded: true}
 			}
 			load = loadNone
+		case *expr.Lookup:
+			if e.IsDestRegSet && e.DestRegister == 0 && load == loadCtState && ctMask == ^uint32(0) {
+				m.vmap, m.ctMap = true, e.SetName // ct state vmap { ... }: resolved by the walk
+				continue
+			}
+			if !e.IsDestRegSet && !e.Invert && load == loadDport && m.portSet == "" {
+				m.portSet, load = e.SetName, loadNone // resolved by the walk
+				m.matches++
+				continue
+			}
+			m.statement(e)
 		default:
 			m.statement(e)
 		}
