@@ -447,6 +447,12 @@ func TestCheckInputIptables(t *testing.T) {
 		{"ufw's not-local", notLocal("--dst-type", "LOCAL"), OK, `^no input chain drops UDP 8472 \(VXLAN\)$`},
 		{"a return by source address type, then a drop", notLocal("--src-type", "LOCAL"), Warn,
 			`^table ip filter chain INPUT: cannot tell whether it lets UDP 8472 \(VXLAN\) through: rule "drop, matching every packet \(handle \d+\)" in chain not-local drops it after a return`},
+		{"RHEL's accept of new datagrams, then a reject", [][]string{{"-A", "INPUT", "-p", "udp", "-m", "state", "--state", "NEW", "-m", "udp", "--dport", "8472", "-j", "ACCEPT"},
+			{"-A", "INPUT", "-j", "REJECT", "--reject-with", "icmp-host-prohibited"}}, OK, `^no input chain drops UDP 8472 \(VXLAN\)$`},
+		{"an accept of new datagrams by conntrack, then a reject", [][]string{{"-A", "INPUT", "-p", "udp", "-m", "conntrack", "--ctstate", "NEW,UNTRACKED", "-m", "udp", "--dport", "8472", "-j", "ACCEPT"},
+			{"-A", "INPUT", "-j", "REJECT"}}, OK, `^no input chain drops UDP 8472 \(VXLAN\)$`},
+		{"an accept of established datagrams, then a reject", [][]string{{"-A", "INPUT", "-p", "udp", "-m", "conntrack", "--ctstate", "ESTABLISHED", "-m", "udp", "--dport", "8472", "-j", "ACCEPT"},
+			{"-A", "INPUT", "-j", "REJECT"}}, Fail, `^table ip filter chain INPUT drops UDP 8472 `},
 		{"a commented accept", [][]string{{"-P", "INPUT", "DROP"}, {"-A", "INPUT", "-p", "udp", "--dport", "8472", "-m", "comment", "--comment", "weft", "-j", "ACCEPT"}}, OK, `^no input chain drops UDP 8472 \(VXLAN\)$`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

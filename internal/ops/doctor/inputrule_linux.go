@@ -161,6 +161,10 @@ func (m *ruleMatch) statement(e expr.Any) {
 		if passesInput(e) {
 			return
 		}
+		if newState(e) {
+			m.other, m.extra = true, true // as a native ct state match with new
+			return
+		}
 	case *expr.Lookup:
 		m.vmap = m.vmap || e.IsDestRegSet && e.DestRegister == 0 // udp dport vmap { 8472 : drop }
 	}
@@ -183,6 +187,33 @@ func passesInput(e *expr.Match) bool {
 		return i.Source == 0 && i.Flags&invertDest == 0 && i.Dest&uint16(xt.AddrTypeLocal) != 0
 	}
 	return false
+}
+
+// newState is true for an xtables conntrack match of states alone
+// (iptables-nft's -m state --state and -m conntrack --ctstate, both the
+// conntrack match) whose states include new: like a native `ct state`
+// with new, it does not narrow an accept of the overlay's datagrams
+// (see ruleMatch.decides). The state bits are conntrack's, as in `ct
+// state`.
+func newState(e *expr.Match) bool {
+	var (
+		base  *xt.ConntrackMtinfoBase
+		state uint16
+	)
+	switch i := e.Info.(type) {
+	case *xt.ConntrackMtinfo1:
+		base, state = &i.ConntrackMtinfoBase, uint16(i.StateMask)
+	case *xt.ConntrackMtinfo2:
+		base, state = &i.ConntrackMtinfoBase, i.StateMask
+	case *xt.ConntrackMtinfo3:
+		base, state = &i.ConntrackMtinfoBase, i.StateMask
+	case *xt.Unknown: // the state match itself (xt_state_info: a statemask)
+		return e.Name == "state" && len(*i) == 4 && binary.NativeEndian.Uint32(*i)&ctStateNew != 0
+	default:
+		return false
+	}
+	return base.MatchFlags&^uint16(xt.ConntrackState|xt.ConntrackStateAlias) == 0 && base.MatchFlags&uint16(xt.ConntrackState) != 0 &&
+		base.InvertFlags&uint16(xt.ConntrackState) == 0 && uint32(state)&ctStateNew != 0
 }
 
 // compare adds a compare of what load put in a register to m; it returns
