@@ -422,6 +422,36 @@ func TestCheckInputMaps(t *testing.T) {
 	}
 }
 
+// TestCheckInputNoPeers checks a node that knows no peer (a single-node
+// cluster): an accept from everywhere but the sources that a goto took
+// accepts (firewalld's source zone, then the public zone's accept); a
+// drop limited to sources, and a drop or the policy after an accept from
+// a source prefix, are doubts (warnings): which sources the peers will
+// send from is not known.
+func TestCheckInputNoPeers(t *testing.T) {
+	table := func(in, sub string) string {
+		return "table inet f { chain in { type filter hook input priority 0; " + in + "\n}\nchain sub { " + sub + "\n}\n}"
+	}
+	const doubt = `^table inet f chain in: cannot tell whether it lets UDP 8472 \(VXLAN\) through: `
+	for _, tt := range []struct {
+		name, ruleset string
+		status        Status
+		want          string
+	}{
+		{"firewalld's source zone, then the port accepted", table("policy drop; ip saddr 10.244.0.0/16 goto sub\nudp dport 8472 accept\nreject", "accept"), OK, `^no input chain drops UDP 8472 \(VXLAN\)$`},
+		{"a return of a source, then a drop", table("jump sub\nudp dport 8472 accept", "ip saddr 192.168.77.0/24 return\ndrop"), Warn,
+			doubt + `rule "drop, matching every packet \(handle \d+\)" in chain sub drops it from some sources, and this node knows no peer`},
+		{"an accept from a source, then the policy", table("policy drop; ip saddr 192.168.77.0/24 udp dport 8472 accept", ""), Warn,
+			doubt + `a rule accepts it from 192\.168\.77\.0/24 only, and this node knows no peer to tell whether they send from there, and the chain's policy drops the others$`},
+		{"an accept from a source, then a drop", table("ip saddr 192.168.77.0/24 udp dport 8472 accept\nudp dport 8472 drop", ""), Warn,
+			doubt + `a rule accepts it from 192\.168\.77\.0/24 only, .* and rule "udp dport 8472 drop \(handle \d+\)" in chain in drops the others$`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			runInput(t, tt.ruleset, subnet.BackendConfig{}, inspect.FastPath{}, "alone", tt.status, tt.want, "")
+		})
+	}
+}
+
 // TestCheckInputIptables loads iptables-nft rules into a test namespace:
 // a REJECT target (an xtables target, not a native verdict) drops the
 // port; ufw's not-local chain returns the datagrams (a return for local
@@ -496,7 +526,7 @@ func TestCheckInputPorts(t *testing.T) {
 
 // inputNode is a node's state with the leases of an underlay of IPv4
 // (this node 192.168.77.1, peers .2 and .9), IPv6 (fd77::1, ::2, ::9) or
-// both ("dual"); none for "".
+// both ("dual"); none for ""; this node's IPv4 lease alone for "alone".
 func inputNode(underlay string) (self *subnet.Lease, leases []subnet.Lease) {
 	for _, n := range []byte{1, 2, 9} {
 		l := subnet.Lease{Subnet: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, n, 0}), 24),
@@ -506,6 +536,11 @@ func inputNode(underlay string) (self *subnet.Lease, leases []subnet.Lease) {
 		}
 		if underlay == "v6" || underlay == "dual" {
 			l.Attrs.PublicIPv6 = netip.MustParseAddr(fmt.Sprintf("fd77::%d", n))
+		}
+		if underlay == "alone" {
+			l.Attrs.PublicIP = netip.AddrFrom4([4]byte{192, 168, 77, n})
+			leases = []subnet.Lease{l} // a node without peers
+			return &leases[0], leases
 		}
 		if underlay != "" {
 			leases = append(leases, l)

@@ -142,7 +142,11 @@ func (s *state) inputVerdicts(families []underlayFamily) (found, doubts []portVe
 			if err != nil {
 				return err
 			}
-			if !decided && v.policy && !w.mapped {
+			switch {
+			case decided || !v.policy || w.mapped:
+			case w.unsure != "":
+				v.doubt = cmp.Or(v.doubt, w.unsure+", and the chain's policy drops the others")
+			default:
 				v.drops = true
 			}
 			if v.drops {
@@ -272,6 +276,9 @@ type inputWalk struct {
 	open     []underlayPeer // the peers no rule has accepted yet
 	bySource bool           // a rule accepted the port from some sources only
 	mapped   bool           // the walk passed a verdict map it did not evaluate
+	// unsure is why a drop after an accept limited to sources is a doubt
+	// on a node that knows no peer; "" when there was none.
+	unsure string
 }
 
 // elementVerdict reads the verdict of a verdict map's element: the
@@ -463,10 +470,17 @@ func intersect(a, b netip.Prefix) (netip.Prefix, bool) {
 
 // acceptIn takes the open peers of the scope inside src (invalid: from
 // everywhere) out of the open ones and reports whether none is left. A
-// node that knows no peer cannot tell what a source limit leaves out:
-// such an accept decides nothing.
+// node that knows no peer cannot tell what a source limit leaves out: an
+// accept from a source prefix decides nothing, and a drop after it (the
+// policy's too) is a doubt (w.unsure); one from everywhere but the
+// sources that a return or goto took before accepts (those sources'
+// datagrams were walked where they went).
 func (w *inputWalk) acceptIn(sc walkScope, src netip.Prefix) bool {
 	if len(w.f.peers) == 0 {
+		if !sc.from.IsValid() && !src.IsValid() {
+			return true // every source but excluded ones, walked where they went
+		}
+		w.unsure = cmp.Or(w.unsure, fmt.Sprintf("a rule accepts it from %s only, and this node knows no peer to tell whether they send from there", cmp.Or(src, sc.from)))
 		return false
 	}
 	w.bySource = true
@@ -591,6 +605,10 @@ func (w *inputWalk) ruleVerdict(r *nftables.Rule, m ruleMatch, name string, v *p
 		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule %q in chain %s drops it after a return whose match doctor cannot evaluate", describeRule(r, w.f.port), name))
 		return false, true
 	case verdict == "drop" && (sc.from.IsValid() || len(sc.except) > 0):
+		if len(w.f.peers) == 0 {
+			v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule %q in chain %s drops it from some sources, and this node knows no peer to tell whether they send from them", describeRule(r, w.f.port), name))
+			return false, true
+		}
 		// Its datagrams that no rule accepted yet are dropped.
 		v.only = slices.DeleteFunc(slices.Clone(w.open), func(p underlayPeer) bool { return !sc.holds(p) })
 		if len(v.only) == 0 {
@@ -599,6 +617,9 @@ func (w *inputWalk) ruleVerdict(r *nftables.Rule, m ruleMatch, name string, v *p
 		}
 		v.drops, v.rule = true, describeRule(r, w.f.port)+" in chain "+name
 		return true, true
+	case verdict == "drop" && w.unsure != "":
+		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("%s, and rule %q in chain %s drops the others", w.unsure, describeRule(r, w.f.port), name))
+		return false, true
 	case verdict == "drop":
 		v.drops, v.rule = true, describeRule(r, w.f.port)
 		if depth > 0 {
