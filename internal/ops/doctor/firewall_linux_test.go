@@ -317,7 +317,10 @@ func TestCheckInputJumps(t *testing.T) {
 	table := func(in, sub string) string {
 		return "table inet f { chain in { type filter hook input priority 0; " + in + "\n}\nchain sub { " + sub + "\n}\n}"
 	}
-	const leftOut9 = `^table inet f chain in has policy drop and no rule accepting UDP 8472 from every peer \(rules accept it only from sources that leave out peer 192\.168\.77\.9 \(10\.244\.9\.0/24\);`
+	const (
+		leftOut9 = `^table inet f chain in has policy drop and no rule accepting UDP 8472 from every peer \(rules accept it only from sources that leave out peer 192\.168\.77\.9 \(10\.244\.9\.0/24\);`
+		leftOut2 = `^table inet f chain in has policy drop and no rule accepting UDP 8472 from every peer \(rules accept it only from sources that leave out peer 192\.168\.77\.2 \(10\.244\.2\.0/24\);`
+	)
 	for _, tt := range []struct {
 		name, ruleset string
 		status        Status
@@ -334,6 +337,10 @@ func TestCheckInputJumps(t *testing.T) {
 			`^table inet f chain in drops UDP 8472 \(VXLAN, every VXLAN datagram from peer 192\.168\.77\.2 \(10\.244\.2\.0/24\)\) by rule "udp dport 8472 drop \(handle \d+\) in chain sub" \(a rule limited to sources that hold them leads there; judged by the peers' public addresses\)$`,
 			`^delete that rule, or nft insert rule inet f in ip saddr \{ 192\.168\.77\.2 \} udp dport 8472 accept$`},
 		{"source zone that drops peers already accepted", table("ip saddr 192.168.77.0/29 accept\nip saddr 192.168.77.0/29 jump sub", "drop"), OK, "^no input chain drops UDP 8472", ""},
+		{"jump for other sources to an accept", table("policy drop; ip saddr != 192.168.77.0/29 jump sub", "udp dport 8472 accept"), Fail, leftOut2, ""},
+		{"jump for other sources on an interface to an accept", table(`policy drop; ip saddr != 192.168.77.0/29 iifname "eth0" jump sub`, "accept"), Fail, leftOut2, ""},
+		{"jump by mark to an accept", table("policy drop; meta mark 1 jump sub", "udp dport 8472 accept"), Warn,
+			`^table inet f chain in: cannot tell whether it lets UDP 8472 \(VXLAN\) through: rule \(handle \d+\) in chain sub accepts it in a chain reached through a match doctor cannot evaluate`, ""},
 		{"jump for TCP to an accept", table("policy drop; tcp dport 22 jump sub", "accept"), Fail, `^table inet f chain in has policy drop and no rule accepting UDP 8472 from every peer: `, ""},
 		{"jump for the port to a drop", table("udp dport 8472 jump sub\naccept", "drop"), Fail, `^table inet f chain in drops UDP 8472 .* by rule "drop, matching every packet \(handle \d+\) in chain sub"$`, ""},
 	} {

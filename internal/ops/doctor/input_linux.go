@@ -392,8 +392,10 @@ func (w *inputWalk) ctNew(m ruleMatch, r *nftables.Rule, name string, v *portVer
 // walkScope is which of the family's datagrams a chain is walked for: all
 // of them (the base chain and chains jumped to unconditionally), those
 // from one source prefix (a jump whose only match is that prefix:
-// firewalld's source zones), or some that a match of another kind
-// selects (narrowed: firewalld's interface zones), within the source
+// firewalld's source zones), those outside one (ip saddr != P jump:
+// except), or some that a match of another kind selects (narrowed:
+// firewalld's interface zones; guarded too when doctor does not evaluate
+// the match, a mark: an accept there is a doubt), within the source
 // prefix when the match has one too. Rules that send some datagrams
 // elsewhere (a return, a goto) narrow the rest of the chain: to the
 // sources a return leaves out (ip saddr != P return), past the sources a
@@ -408,6 +410,7 @@ type walkScope struct {
 	blind    bool
 	maybe    bool
 	mapped   bool // after a verdict map doctor did not evaluate
+	guarded  bool // reached by a jump or goto through a match doctor does not evaluate (a mark)
 }
 
 // within is the scope of a chain jumped to from this one by a rule whose
@@ -415,7 +418,14 @@ type walkScope struct {
 // source prefix disjoint from the scope's).
 func (sc walkScope) within(m ruleMatch) (walkScope, bool) {
 	sub := sc
+	if m.notFrom.IsValid() { // ip saddr != P jump: the sources outside P
+		sub.except = append(slices.Clip(sc.except), m.notFrom)
+	}
+	if _, not, only := m.sourceOnly(); only && not {
+		return sub, true
+	}
 	sub.narrowed = sc.narrowed || m.narrow
+	sub.guarded = sc.guarded || m.opaque
 	if m.from.IsValid() {
 		p, ok := intersect(sc.from, m.from)
 		if !ok {
@@ -583,6 +593,9 @@ func (w *inputWalk) chainVerdict(name string, v *portVerdict, sc walkScope, dept
 // chainVerdict); end is true when the walk of the chain ends there.
 func (w *inputWalk) ruleVerdict(r *nftables.Rule, m ruleMatch, name string, v *portVerdict, sc walkScope, depth int) (decided, end bool) {
 	verdict, from := m.decides()
+	if verdict == "accept" && sc.guarded {
+		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule (handle %d) in chain %s accepts it in a chain reached through a match doctor cannot evaluate (a mark, a set), which the peers' datagrams may not pass", r.Handle, name))
+	}
 	if verdict == "accept" && sc.blind {
 		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule (handle %d) in chain %s accepts it after a return or goto by a match doctor cannot evaluate, which may take the peers' datagrams", r.Handle, name))
 	}

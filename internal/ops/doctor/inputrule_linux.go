@@ -28,6 +28,7 @@ type ruleMatch struct {
 	notFrom   netip.Prefix // the one source prefix it leaves out (ip saddr != P)
 	sources   int          // source address compares
 	extra     bool         // a match besides the family, UDP, the port and sources
+	opaque    bool         // a match doctor does not evaluate (a mark, a set lookup), besides interfaces and ct state
 }
 
 // sourceOnly is the one source prefix a rule is limited to (not: to the
@@ -168,7 +169,7 @@ func (m *ruleMatch) statement(e expr.Any) {
 	case *expr.Lookup:
 		m.vmap = m.vmap || e.IsDestRegSet && e.DestRegister == 0 // udp dport vmap { 8472 : drop }
 	}
-	m.other, m.narrow, m.extra = true, true, true
+	m.other, m.narrow, m.extra, m.opaque = true, true, true, true
 }
 
 // passesInput is true for an xtables match that every datagram of the
@@ -251,8 +252,10 @@ func (m *ruleMatch) compare(e *expr.Cmp, load int, ctMask uint32, mask []byte, v
 		default:
 			m.from = p
 		}
-	default:
+	case loadIface: // taken to be the underlay's (firewalld's interface zones)
 		m.other, m.narrow, m.extra = true, true, true
+	default:
+		m.other, m.narrow, m.extra, m.opaque = true, true, true, true
 	}
 	return true
 }
@@ -266,6 +269,7 @@ const (
 	loadDport   // the transport destination port
 	loadCtState // conntrack's state bits
 	loadSaddr   // the network source address
+	loadIface   // the input interface (iifname, iif)
 )
 
 // loadOf is what a meta, payload or ct expression loads, in the header of
@@ -278,6 +282,8 @@ func loadOf(e expr.Any, v6 bool) int {
 			return loadProto
 		case familyLoad(e):
 			return loadFamily
+		case e.Key == expr.MetaKeyIIFNAME || e.Key == expr.MetaKeyIIF:
+			return loadIface
 		}
 	case *expr.Payload:
 		switch proto, saddr := networkField(e, v6); {
