@@ -401,7 +401,8 @@ func TestCheckInputLeaving(t *testing.T) {
 // accept them by an anonymous set of ports; the policy drop is a drop
 // only when that chain does not accept the port (the overlay's first
 // datagram of a flow is new). After a verdict map doctor does not
-// evaluate, a drop and the policy are doubts, not drops.
+// evaluate, or a chain deeper than it walks, a drop and the policy are
+// doubts, not drops.
 func TestCheckInputMaps(t *testing.T) {
 	nixos := func(allow string) string {
 		return "table inet nixos-fw { chain input { type filter hook input priority 0; policy drop; iifname \"lo\" accept\n" +
@@ -420,6 +421,9 @@ func TestCheckInputMaps(t *testing.T) {
 		{"NixOS accepting other ports", nixos("tcp dport 22 accept\nudp dport { 53, 51820 } accept\nudp dport 8000-8471 accept"), Fail, policyFail},
 		{"verdict map by port, then the policy", "table inet f { chain in { type filter hook input priority 0; policy drop; udp dport vmap { 8472 : accept }\n}\n}", Warn,
 			`^table inet f chain in: cannot tell whether it lets UDP 8472 \(VXLAN\) through: rule \(handle \d+\) in chain in decides by a verdict map`},
+		{"chains too deep", "table inet f { chain in { type filter hook input priority 0; policy drop; jump c1\n}\n" +
+			"chain c1 { jump c2\n}\nchain c2 { jump c3\n}\nchain c3 { jump c4\n}\nchain c4 { jump c5\n}\nchain c5 { jump c6\n}\nchain c6 { jump c7\n}\nchain c7 { accept\n}\n}", Warn,
+			`^table inet f chain in: cannot tell whether it lets UDP 8472 \(VXLAN\) through: chain c7 is more than 6 jumps deep, past what doctor walks$`},
 		{"verdict map by port, then a drop", "table inet f { chain in { type filter hook input priority 0; udp dport vmap { 8472 : accept }\ndrop\n}\n}", Warn,
 			`^table inet f chain in: cannot tell whether it lets UDP 8472 \(VXLAN\) through: rule \(handle \d+\) in chain in decides by a verdict map`},
 	} {

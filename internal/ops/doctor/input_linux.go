@@ -66,8 +66,11 @@ type portVerdict struct {
 // attached it drops only the datagrams of peers on the userspace path
 // (the fast path takes the others before netfilter): a warning. A chain
 // that drops nothing for certain but whose walk met what doctor cannot
-// evaluate (a verdict map, an accept after a return or goto by such a
-// match, a drop after such a return) is a warning, never an ok. iptables-legacy's INPUT is not read.
+// evaluate (a verdict map other than one keyed on ct state, a chain too
+// deep, and a drop or the policy after them; an accept after a return or
+// goto by such a match or in a chain reached through one; a drop after
+// such a return; on a node that knows no peer, accepts and drops limited
+// to sources) is a warning, never an ok. iptables-legacy's INPUT is not read.
 func checkInput(s *state) {
 	if s.Config == nil {
 		return
@@ -143,7 +146,7 @@ func (s *state) inputVerdicts(families []underlayFamily) (found, doubts []portVe
 				return err
 			}
 			switch {
-			case decided || !v.policy || w.mapped:
+			case decided || !v.policy || w.skipped != "":
 			case w.unsure != "":
 				v.doubt = cmp.Or(v.doubt, w.unsure+", and the chain's policy drops the others")
 			default:
@@ -275,7 +278,9 @@ type inputWalk struct {
 	f        underlayFamily
 	open     []underlayPeer // the peers no rule has accepted yet
 	bySource bool           // a rule accepted the port from some sources only
-	mapped   bool           // the walk passed a verdict map it did not evaluate
+	// skipped is what the walk passed without evaluating it (a verdict
+	// map, a chain too deep): a drop after it, or the policy, is a doubt.
+	skipped string
 	// unsure is why a drop after an accept limited to sources is a doubt
 	// on a node that knows no peer; "" when there was none.
 	unsure string
@@ -409,7 +414,6 @@ type walkScope struct {
 	except   []netip.Prefix
 	blind    bool
 	maybe    bool
-	mapped   bool // after a verdict map doctor did not evaluate
 	guarded  bool // reached by a jump or goto through a match doctor does not evaluate (a mark)
 }
 
@@ -536,7 +540,9 @@ func (w *inputWalk) uncovered() []underlayPeer {
 // another port is not followed. A verdict map on the path is recorded as
 // a doubt.
 func (w *inputWalk) chainVerdict(name string, v *portVerdict, sc walkScope, depth int) (bool, error) {
-	if depth > 6 {
+	if depth > maxDepth {
+		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("chain %s is more than %d jumps deep, past what doctor walks", name, maxDepth))
+		w.skipped = cmp.Or(w.skipped, "a chain too deep")
 		return false, nil
 	}
 	rules, err := w.c.GetRules(w.t, &nftables.Chain{Name: name, Table: w.t})
@@ -559,7 +565,7 @@ func (w *inputWalk) chainVerdict(name string, v *portVerdict, sc walkScope, dept
 			// The map may accept or drop the peers' datagrams: what
 			// follows (a drop, the policy) is a doubt, not a drop.
 			v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule (handle %d) in chain %s decides by a verdict map, which doctor does not evaluate", r.Handle, name))
-			sc.mapped, w.mapped = true, true
+			w.skipped = cmp.Or(w.skipped, "a verdict map")
 			continue
 		case m.verdict == "return":
 			if sc, ok = sc.leaving(m, true); !ok {
@@ -589,6 +595,9 @@ func (w *inputWalk) chainVerdict(name string, v *portVerdict, sc walkScope, dept
 	return false, nil
 }
 
+// maxDepth is how many jumps deep chainVerdict walks.
+const maxDepth = 6
+
 // ruleVerdict applies a rule's accept or drop to the walk of a chain (see
 // chainVerdict); end is true when the walk of the chain ends there.
 func (w *inputWalk) ruleVerdict(r *nftables.Rule, m ruleMatch, name string, v *portVerdict, sc walkScope, depth int) (decided, end bool) {
@@ -611,8 +620,8 @@ func (w *inputWalk) ruleVerdict(r *nftables.Rule, m ruleMatch, name string, v *p
 		}
 	case verdict == "drop" && sc.narrowed:
 		return false, true
-	case verdict == "drop" && sc.mapped:
-		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule %q in chain %s drops it after a verdict map doctor does not evaluate", describeRule(r, w.f.port), name))
+	case verdict == "drop" && w.skipped != "":
+		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule %q in chain %s drops it after %s doctor does not evaluate", describeRule(r, w.f.port), name, w.skipped))
 		return false, true
 	case verdict == "drop" && sc.maybe:
 		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule %q in chain %s drops it after a return whose match doctor cannot evaluate", describeRule(r, w.f.port), name))
