@@ -46,9 +46,7 @@ type portVerdict struct {
 	only []underlayPeer
 	both bool // the same verdict holds for IPv4 and IPv6
 	// doubt is why the walk cannot tell that the chain lets the port
-	// through when it found no drop: a verdict map, an accept after a
-	// return or goto whose match doctor cannot evaluate, or a drop after
-	// such a return.
+	// through when it found no drop (see checkInput for each kind).
 	doubt string
 }
 
