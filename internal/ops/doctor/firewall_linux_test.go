@@ -317,7 +317,10 @@ func TestCheckInputJumps(t *testing.T) {
 	table := func(in, sub string) string {
 		return "table inet f { chain in { type filter hook input priority 0; " + in + "\n}\nchain sub { " + sub + "\n}\n}"
 	}
-	const leftOut9 = `^table inet f chain in has policy drop and no rule accepting UDP 8472 from every peer \(rules accept it only from sources that leave out peer 192\.168\.77\.9 \(10\.244\.9\.0/24\);`
+	const (
+		leftOut9 = `^table inet f chain in has policy drop and no rule accepting UDP 8472 from every peer \(rules accept it only from sources that leave out peer 192\.168\.77\.9 \(10\.244\.9\.0/24\);`
+		leftOut2 = `^table inet f chain in has policy drop and no rule accepting UDP 8472 from every peer \(rules accept it only from sources that leave out peer 192\.168\.77\.2 \(10\.244\.2\.0/24\);`
+	)
 	for _, tt := range []struct {
 		name, ruleset string
 		status        Status
@@ -334,6 +337,10 @@ func TestCheckInputJumps(t *testing.T) {
 			`^table inet f chain in drops UDP 8472 \(VXLAN, every VXLAN datagram from peer 192\.168\.77\.2 \(10\.244\.2\.0/24\)\) by rule "udp dport 8472 drop \(handle \d+\) in chain sub" \(a rule limited to sources that hold them leads there; judged by the peers' public addresses\)$`,
 			`^delete that rule, or nft insert rule inet f in ip saddr \{ 192\.168\.77\.2 \} udp dport 8472 accept$`},
 		{"source zone that drops peers already accepted", table("ip saddr 192.168.77.0/29 accept\nip saddr 192.168.77.0/29 jump sub", "drop"), OK, "^no input chain drops UDP 8472", ""},
+		{"jump for other sources to an accept", table("policy drop; ip saddr != 192.168.77.0/29 jump sub", "udp dport 8472 accept"), Fail, leftOut2, ""},
+		{"jump for other sources on an interface to an accept", table(`policy drop; ip saddr != 192.168.77.0/29 iifname "eth0" jump sub`, "accept"), Fail, leftOut2, ""},
+		{"jump by mark to an accept", table("policy drop; meta mark 1 jump sub", "udp dport 8472 accept"), Warn,
+			`^table inet f chain in: cannot tell whether it lets UDP 8472 \(VXLAN\) through: rule \(handle \d+\) in chain sub accepts it in a chain reached through a match doctor cannot evaluate`, ""},
 		{"jump for TCP to an accept", table("policy drop; tcp dport 22 jump sub", "accept"), Fail, `^table inet f chain in has policy drop and no rule accepting UDP 8472 from every peer: `, ""},
 		{"jump for the port to a drop", table("udp dport 8472 jump sub\naccept", "drop"), Fail, `^table inet f chain in drops UDP 8472 .* by rule "drop, matching every packet \(handle \d+\) in chain sub"$`, ""},
 	} {
@@ -389,6 +396,73 @@ func TestCheckInputLeaving(t *testing.T) {
 	}
 }
 
+// TestCheckInputMaps checks NixOS's nftables firewall: a ct state
+// verdict map whose new entry jumps to the chain of allowed ports, which
+// accept them by an anonymous set of ports; the policy drop is a drop
+// only when that chain does not accept the port (the overlay's first
+// datagram of a flow is new). After a verdict map doctor does not
+// evaluate, or a chain deeper than it walks, a drop and the policy are
+// doubts, not drops.
+func TestCheckInputMaps(t *testing.T) {
+	nixos := func(allow string) string {
+		return "table inet nixos-fw { chain input { type filter hook input priority 0; policy drop; iifname \"lo\" accept\n" +
+			"ct state vmap { invalid : drop, established : accept, related : accept, new : jump input-allow, untracked : jump input-allow }\n" +
+			"tcp flags syn / fin,syn,rst,ack log prefix \"refused connection: \" level info\n}\n" +
+			"chain input-allow { icmp type echo-request accept\n" + allow + "\n}\n}"
+	}
+	const policyFail = `^table inet nixos-fw chain input has policy drop and no rule accepting UDP 8472 from every peer: `
+	for _, tt := range []struct {
+		name, ruleset string
+		status        Status
+		want          string
+	}{
+		{"NixOS accepting the port", nixos("tcp dport 22 accept\nudp dport { 8472, 51820 } accept"), OK, `^no input chain drops UDP 8472 \(VXLAN\)$`},
+		{"NixOS accepting a range holding the port", nixos("udp dport { 53, 8000-9000 } accept"), OK, `^no input chain drops UDP 8472 \(VXLAN\)$`},
+		{"NixOS accepting other ports", nixos("tcp dport 22 accept\nudp dport { 53, 51820 } accept\nudp dport 8000-8471 accept"), Fail, policyFail},
+		{"verdict map by port, then the policy", "table inet f { chain in { type filter hook input priority 0; policy drop; udp dport vmap { 8472 : accept }\n}\n}", Warn,
+			`^table inet f chain in: cannot tell whether it lets UDP 8472 \(VXLAN\) through: rule \(handle \d+\) in chain in decides by a verdict map`},
+		{"chains too deep", "table inet f { chain in { type filter hook input priority 0; policy drop; jump c1\n}\n" +
+			"chain c1 { jump c2\n}\nchain c2 { jump c3\n}\nchain c3 { jump c4\n}\nchain c4 { jump c5\n}\nchain c5 { jump c6\n}\nchain c6 { jump c7\n}\nchain c7 { accept\n}\n}", Warn,
+			`^table inet f chain in: cannot tell whether it lets UDP 8472 \(VXLAN\) through: chain c7 is more than 6 jumps deep, past what doctor walks$`},
+		{"verdict map by port, then a drop", "table inet f { chain in { type filter hook input priority 0; udp dport vmap { 8472 : accept }\ndrop\n}\n}", Warn,
+			`^table inet f chain in: cannot tell whether it lets UDP 8472 \(VXLAN\) through: rule \(handle \d+\) in chain in decides by a verdict map`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			runInput(t, tt.ruleset, subnet.BackendConfig{}, inspect.FastPath{}, "v4", tt.status, tt.want, "")
+		})
+	}
+}
+
+// TestCheckInputNoPeers checks a node that knows no peer (a single-node
+// cluster): an accept from everywhere but the sources that a goto took
+// accepts (firewalld's source zone, then the public zone's accept); a
+// drop limited to sources, and a drop or the policy after an accept from
+// a source prefix, are doubts (warnings): which sources the peers will
+// send from is not known.
+func TestCheckInputNoPeers(t *testing.T) {
+	table := func(in, sub string) string {
+		return "table inet f { chain in { type filter hook input priority 0; " + in + "\n}\nchain sub { " + sub + "\n}\n}"
+	}
+	const doubt = `^table inet f chain in: cannot tell whether it lets UDP 8472 \(VXLAN\) through: `
+	for _, tt := range []struct {
+		name, ruleset string
+		status        Status
+		want          string
+	}{
+		{"firewalld's source zone, then the port accepted", table("policy drop; ip saddr 10.244.0.0/16 goto sub\nudp dport 8472 accept\nreject", "accept"), OK, `^no input chain drops UDP 8472 \(VXLAN\)$`},
+		{"a return of a source, then a drop", table("jump sub\nudp dport 8472 accept", "ip saddr 192.168.77.0/24 return\ndrop"), Warn,
+			doubt + `rule "drop, matching every packet \(handle \d+\)" in chain sub drops it from some sources, and this node knows no peer`},
+		{"an accept from a source, then the policy", table("policy drop; ip saddr 192.168.77.0/24 udp dport 8472 accept", ""), Warn,
+			doubt + `a rule accepts it from 192\.168\.77\.0/24 only, and this node knows no peer to tell whether they send from there, and the chain's policy drops the others$`},
+		{"an accept from a source, then a drop", table("ip saddr 192.168.77.0/24 udp dport 8472 accept\nudp dport 8472 drop", ""), Warn,
+			doubt + `a rule accepts it from 192\.168\.77\.0/24 only, .* and rule "udp dport 8472 drop \(handle \d+\)" in chain in drops the others$`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			runInput(t, tt.ruleset, subnet.BackendConfig{}, inspect.FastPath{}, "alone", tt.status, tt.want, "")
+		})
+	}
+}
+
 // TestCheckInputIptables loads iptables-nft rules into a test namespace:
 // a REJECT target (an xtables target, not a native verdict) drops the
 // port; ufw's not-local chain returns the datagrams (a return for local
@@ -414,6 +488,12 @@ func TestCheckInputIptables(t *testing.T) {
 		{"ufw's not-local", notLocal("--dst-type", "LOCAL"), OK, `^no input chain drops UDP 8472 \(VXLAN\)$`},
 		{"a return by source address type, then a drop", notLocal("--src-type", "LOCAL"), Warn,
 			`^table ip filter chain INPUT: cannot tell whether it lets UDP 8472 \(VXLAN\) through: rule "drop, matching every packet \(handle \d+\)" in chain not-local drops it after a return`},
+		{"RHEL's accept of new datagrams, then a reject", [][]string{{"-A", "INPUT", "-p", "udp", "-m", "state", "--state", "NEW", "-m", "udp", "--dport", "8472", "-j", "ACCEPT"},
+			{"-A", "INPUT", "-j", "REJECT", "--reject-with", "icmp-host-prohibited"}}, OK, `^no input chain drops UDP 8472 \(VXLAN\)$`},
+		{"an accept of new datagrams by conntrack, then a reject", [][]string{{"-A", "INPUT", "-p", "udp", "-m", "conntrack", "--ctstate", "NEW,UNTRACKED", "-m", "udp", "--dport", "8472", "-j", "ACCEPT"},
+			{"-A", "INPUT", "-j", "REJECT"}}, OK, `^no input chain drops UDP 8472 \(VXLAN\)$`},
+		{"an accept of established datagrams, then a reject", [][]string{{"-A", "INPUT", "-p", "udp", "-m", "conntrack", "--ctstate", "ESTABLISHED", "-m", "udp", "--dport", "8472", "-j", "ACCEPT"},
+			{"-A", "INPUT", "-j", "REJECT"}}, Fail, `^table ip filter chain INPUT drops UDP 8472 `},
 		{"a commented accept", [][]string{{"-P", "INPUT", "DROP"}, {"-A", "INPUT", "-p", "udp", "--dport", "8472", "-m", "comment", "--comment", "weft", "-j", "ACCEPT"}}, OK, `^no input chain drops UDP 8472 \(VXLAN\)$`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -457,7 +537,7 @@ func TestCheckInputPorts(t *testing.T) {
 
 // inputNode is a node's state with the leases of an underlay of IPv4
 // (this node 192.168.77.1, peers .2 and .9), IPv6 (fd77::1, ::2, ::9) or
-// both ("dual"); none for "".
+// both ("dual"); none for ""; this node's IPv4 lease alone for "alone".
 func inputNode(underlay string) (self *subnet.Lease, leases []subnet.Lease) {
 	for _, n := range []byte{1, 2, 9} {
 		l := subnet.Lease{Subnet: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, n, 0}), 24),
@@ -467,6 +547,11 @@ func inputNode(underlay string) (self *subnet.Lease, leases []subnet.Lease) {
 		}
 		if underlay == "v6" || underlay == "dual" {
 			l.Attrs.PublicIPv6 = netip.MustParseAddr(fmt.Sprintf("fd77::%d", n))
+		}
+		if underlay == "alone" {
+			l.Attrs.PublicIP = netip.AddrFrom4([4]byte{192, 168, 77, n})
+			leases = []subnet.Lease{l} // a node without peers
+			return &leases[0], leases
 		}
 		if underlay != "" {
 			leases = append(leases, l)

@@ -1,13 +1,16 @@
 package doctor
 
 import (
+	"bytes"
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 
 	"github.com/weft-net/weft/internal/ops/inspect"
 	"github.com/weft-net/weft/subnet"
@@ -43,9 +46,7 @@ type portVerdict struct {
 	only []underlayPeer
 	both bool // the same verdict holds for IPv4 and IPv6
 	// doubt is why the walk cannot tell that the chain lets the port
-	// through when it found no drop: a verdict map, an accept after a
-	// return or goto whose match doctor cannot evaluate, or a drop after
-	// such a return.
+	// through when it found no drop (see checkInput for each kind).
 	doubt string
 }
 
@@ -63,8 +64,11 @@ type portVerdict struct {
 // attached it drops only the datagrams of peers on the userspace path
 // (the fast path takes the others before netfilter): a warning. A chain
 // that drops nothing for certain but whose walk met what doctor cannot
-// evaluate (a verdict map, an accept after a return or goto by such a
-// match, a drop after such a return) is a warning, never an ok. iptables-legacy's INPUT is not read.
+// evaluate (a verdict map other than one keyed on ct state, a chain too
+// deep, and a drop or the policy after them; an accept after a return or
+// goto by such a match or in a chain reached through one; a drop after
+// such a return; on a node that knows no peer, accepts and drops limited
+// to sources) is a warning, never an ok. iptables-legacy's INPUT is not read.
 func checkInput(s *state) {
 	if s.Config == nil {
 		return
@@ -139,7 +143,11 @@ func (s *state) inputVerdicts(families []underlayFamily) (found, doubts []portVe
 			if err != nil {
 				return err
 			}
-			if !decided && v.policy {
+			switch {
+			case decided || !v.policy || w.skipped != "":
+			case w.unsure != "":
+				v.doubt = cmp.Or(v.doubt, w.unsure+", and the chain's policy drops the others")
+			default:
 				v.drops = true
 			}
 			if v.drops {
@@ -268,13 +276,129 @@ type inputWalk struct {
 	f        underlayFamily
 	open     []underlayPeer // the peers no rule has accepted yet
 	bySource bool           // a rule accepted the port from some sources only
+	// skipped is what the walk passed without evaluating it (a verdict
+	// map, a chain too deep): a drop after it, or the policy, is a doubt.
+	skipped string
+	// unsure is why a drop after an accept limited to sources is a doubt
+	// on a node that knows no peer; "" when there was none.
+	unsure string
+}
+
+// elementVerdict reads the verdict of a verdict map's element: the
+// nested netlink attributes of the kernel's NFTA_DATA_VERDICT (a code
+// and, for a jump or goto, a chain), which the nftables module leaves in
+// the element's Val.
+func elementVerdict(b []byte) (*expr.Verdict, bool) {
+	const (
+		verdictCode  = 1 // NFTA_VERDICT_CODE
+		verdictChain = 2 // NFTA_VERDICT_CHAIN
+	)
+	var (
+		v    expr.Verdict
+		code bool
+	)
+	for len(b) >= 4 {
+		n, typ := int(binary.NativeEndian.Uint16(b)), binary.NativeEndian.Uint16(b[2:])&0x3fff
+		if n < 4 || n > len(b) {
+			return nil, false
+		}
+		data := b[4:n]
+		switch {
+		case typ == verdictCode && len(data) == 4:
+			v.Kind, code = expr.VerdictKind(int32(binary.BigEndian.Uint32(data))), true
+		case typ == verdictChain:
+			v.Chain = strings.TrimRight(string(data), "\x00")
+		}
+		b = b[min(len(b), (n+3)&^3):]
+	}
+	return &v, code
+}
+
+// inPortSet resolves a lookup of the destination port in a set (NixOS's
+// `udp dport { 8472, 22 } accept`): the rule matches the port when the
+// set holds it, and nothing when it does not. When the set's elements
+// cannot be read the lookup narrows the rule, and the error is in the
+// doubt.
+func (w *inputWalk) inPortSet(m ruleMatch, r *nftables.Rule, name string, v *portVerdict) ruleMatch {
+	set, err := w.c.GetSetByName(w.t, m.portSet)
+	var elems []nftables.SetElement
+	if err == nil {
+		elems, err = w.c.GetSetElements(set)
+	}
+	m.portSet = ""
+	if err != nil {
+		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule (handle %d) in chain %s looks the port up in a set whose elements doctor could not read: %v", r.Handle, name, err))
+		m.other, m.narrow, m.extra = true, true, true
+		return m
+	}
+	want := binary.BigEndian.AppendUint16(nil, w.f.port)
+	in := false
+	if set.Interval {
+		// Interval sets hold each range's start and, flagged, its end
+		// (one past it): the port is in when the nearest element at or
+		// below it is a start.
+		slices.SortFunc(elems, func(a, b nftables.SetElement) int { return bytes.Compare(a.Key, b.Key) })
+		for _, e := range elems {
+			if len(e.Key) != 2 || bytes.Compare(e.Key, want) > 0 {
+				break
+			}
+			in = !e.IntervalEnd
+		}
+	} else {
+		in = slices.ContainsFunc(elems, func(e nftables.SetElement) bool { return bytes.Equal(e.Key, want) })
+	}
+	if !in {
+		m.excluded = true
+		return m
+	}
+	m.portMatch = true
+	return m
+}
+
+// ctNew resolves a verdict map keyed on ct state (NixOS's `ct state vmap {
+// invalid : drop, established : accept, related : accept, new : jump
+// input-allow, untracked : jump input-allow }`) for the overlay's first
+// datagram of a flow (VXLAN's hashed source ports open new ones): the
+// rule becomes the new entry's verdict, jump or goto, or matches nothing
+// when the map has no new entry (established, related and invalid entries
+// do not decide for it). When the map's elements cannot be read the rule
+// stays an unevaluated verdict map, and the error is in the doubt.
+func (w *inputWalk) ctNew(m ruleMatch, r *nftables.Rule, name string, v *portVerdict) ruleMatch {
+	set, err := w.c.GetSetByName(w.t, m.ctMap)
+	var elems []nftables.SetElement
+	if err == nil {
+		elems, err = w.c.GetSetElements(set)
+	}
+	if err != nil {
+		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule (handle %d) in chain %s decides by a ct state verdict map whose elements doctor could not read: %v", r.Handle, name, err))
+		m.ctMap = ""
+		return m
+	}
+	m.vmap, m.ctMap = false, ""
+	for _, e := range elems {
+		if len(e.Key) != 4 || binary.NativeEndian.Uint32(e.Key)&ctStateNew == 0 {
+			continue
+		}
+		verdict, ok := elementVerdict(e.Val)
+		if !ok {
+			v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule (handle %d) in chain %s decides by a ct state verdict map whose new entry doctor could not read", r.Handle, name))
+			m.vmap = true
+			return m
+		}
+		m.statement(verdict)
+		return m
+	}
+	m.excluded = true
+	return m
 }
 
 // walkScope is which of the family's datagrams a chain is walked for: all
 // of them (the base chain and chains jumped to unconditionally), those
 // from one source prefix (a jump whose only match is that prefix:
-// firewalld's source zones), or some that a match of another kind
-// selects (narrowed: firewalld's interface zones), within the source
+// firewalld's source zones), those outside one (ip saddr != P jump:
+// except), or some that a match of another kind selects (narrowed:
+// firewalld's interface zones; guarded too when doctor does not evaluate
+// the match, a mark: an accept there is a doubt), within the source
 // prefix when the match has one too. Rules that send some datagrams
 // elsewhere (a return, a goto) narrow the rest of the chain: to the
 // sources a return leaves out (ip saddr != P return), past the sources a
@@ -288,6 +412,7 @@ type walkScope struct {
 	except   []netip.Prefix
 	blind    bool
 	maybe    bool
+	guarded  bool // reached by a jump or goto through a match doctor does not evaluate (a mark)
 }
 
 // within is the scope of a chain jumped to from this one by a rule whose
@@ -295,7 +420,14 @@ type walkScope struct {
 // source prefix disjoint from the scope's).
 func (sc walkScope) within(m ruleMatch) (walkScope, bool) {
 	sub := sc
+	if m.notFrom.IsValid() { // ip saddr != P jump: the sources outside P
+		sub.except = append(slices.Clip(sc.except), m.notFrom)
+	}
+	if _, not, only := m.sourceOnly(); only && not {
+		return sub, true
+	}
 	sub.narrowed = sc.narrowed || m.narrow
+	sub.guarded = sc.guarded || m.opaque
 	if m.from.IsValid() {
 		p, ok := intersect(sc.from, m.from)
 		if !ok {
@@ -350,10 +482,17 @@ func intersect(a, b netip.Prefix) (netip.Prefix, bool) {
 
 // acceptIn takes the open peers of the scope inside src (invalid: from
 // everywhere) out of the open ones and reports whether none is left. A
-// node that knows no peer cannot tell what a source limit leaves out:
-// such an accept decides nothing.
+// node that knows no peer cannot tell what a source limit leaves out: an
+// accept from a source prefix decides nothing, and a drop after it (the
+// policy's too) is a doubt (w.unsure); one from everywhere but the
+// sources that a return or goto took before accepts (those sources'
+// datagrams were walked where they went).
 func (w *inputWalk) acceptIn(sc walkScope, src netip.Prefix) bool {
 	if len(w.f.peers) == 0 {
+		if !sc.from.IsValid() && !src.IsValid() {
+			return true // every source but excluded ones, walked where they went
+		}
+		w.unsure = cmp.Or(w.unsure, fmt.Sprintf("a rule accepts it from %s only, and this node knows no peer to tell whether they send from there", cmp.Or(src, sc.from)))
 		return false
 	}
 	w.bySource = true
@@ -399,7 +538,9 @@ func (w *inputWalk) uncovered() []underlayPeer {
 // another port is not followed. A verdict map on the path is recorded as
 // a doubt.
 func (w *inputWalk) chainVerdict(name string, v *portVerdict, sc walkScope, depth int) (bool, error) {
-	if depth > 6 {
+	if depth > maxDepth {
+		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("chain %s is more than %d jumps deep, past what doctor walks", name, maxDepth))
+		w.skipped = cmp.Or(w.skipped, "a chain too deep")
 		return false, nil
 	}
 	rules, err := w.c.GetRules(w.t, &nftables.Chain{Name: name, Table: w.t})
@@ -408,12 +549,21 @@ func (w *inputWalk) chainVerdict(name string, v *portVerdict, sc walkScope, dept
 	}
 	for _, r := range rules {
 		m := matchRule(r, w.f.v6, w.f.port)
+		if m.ctMap != "" {
+			m = w.ctNew(m, r, name, v)
+		}
+		if m.portSet != "" {
+			m = w.inPortSet(m, r, name, v)
+		}
 		var ok bool
 		switch {
 		case m.excluded:
 			continue
 		case m.vmap:
+			// The map may accept or drop the peers' datagrams: what
+			// follows (a drop, the policy) is a doubt, not a drop.
 			v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule (handle %d) in chain %s decides by a verdict map, which doctor does not evaluate", r.Handle, name))
+			w.skipped = cmp.Or(w.skipped, "a verdict map")
 			continue
 		case m.verdict == "return":
 			if sc, ok = sc.leaving(m, true); !ok {
@@ -443,10 +593,16 @@ func (w *inputWalk) chainVerdict(name string, v *portVerdict, sc walkScope, dept
 	return false, nil
 }
 
+// maxDepth is how many jumps deep chainVerdict walks.
+const maxDepth = 6
+
 // ruleVerdict applies a rule's accept or drop to the walk of a chain (see
 // chainVerdict); end is true when the walk of the chain ends there.
 func (w *inputWalk) ruleVerdict(r *nftables.Rule, m ruleMatch, name string, v *portVerdict, sc walkScope, depth int) (decided, end bool) {
 	verdict, from := m.decides()
+	if verdict == "accept" && sc.guarded {
+		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule (handle %d) in chain %s accepts it in a chain reached through a match doctor cannot evaluate (a mark, a set), which the peers' datagrams may not pass", r.Handle, name))
+	}
 	if verdict == "accept" && sc.blind {
 		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule (handle %d) in chain %s accepts it after a return or goto by a match doctor cannot evaluate, which may take the peers' datagrams", r.Handle, name))
 	}
@@ -462,10 +618,17 @@ func (w *inputWalk) ruleVerdict(r *nftables.Rule, m ruleMatch, name string, v *p
 		}
 	case verdict == "drop" && sc.narrowed:
 		return false, true
+	case verdict == "drop" && w.skipped != "":
+		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule %q in chain %s drops it after %s doctor does not evaluate", describeRule(r, w.f.port), name, w.skipped))
+		return false, true
 	case verdict == "drop" && sc.maybe:
 		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule %q in chain %s drops it after a return whose match doctor cannot evaluate", describeRule(r, w.f.port), name))
 		return false, true
 	case verdict == "drop" && (sc.from.IsValid() || len(sc.except) > 0):
+		if len(w.f.peers) == 0 {
+			v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule %q in chain %s drops it from some sources, and this node knows no peer to tell whether they send from them", describeRule(r, w.f.port), name))
+			return false, true
+		}
 		// Its datagrams that no rule accepted yet are dropped.
 		v.only = slices.DeleteFunc(slices.Clone(w.open), func(p underlayPeer) bool { return !sc.holds(p) })
 		if len(v.only) == 0 {
@@ -474,6 +637,9 @@ func (w *inputWalk) ruleVerdict(r *nftables.Rule, m ruleMatch, name string, v *p
 		}
 		v.drops, v.rule = true, describeRule(r, w.f.port)+" in chain "+name
 		return true, true
+	case verdict == "drop" && w.unsure != "":
+		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("%s, and rule %q in chain %s drops the others", w.unsure, describeRule(r, w.f.port), name))
+		return false, true
 	case verdict == "drop":
 		v.drops, v.rule = true, describeRule(r, w.f.port)
 		if depth > 0 {

@@ -18,6 +18,8 @@ type ruleMatch struct {
 	jump      string       // the chain it jumps or goes to
 	isGoto    bool         // it goes to jump rather than jumping
 	vmap      bool         // a verdict map (a lookup writing the verdict) decides
+	ctMap     string       // the verdict map's name when it is keyed on ct state alone
+	portSet   string       // the set a lookup of the destination port is in (udp dport { 8472, 22 })
 	matches   int          // compares, besides the family's
 	portMatch bool         // it matches the port
 	other     bool         // a match besides the protocol and the port
@@ -26,6 +28,7 @@ type ruleMatch struct {
 	notFrom   netip.Prefix // the one source prefix it leaves out (ip saddr != P)
 	sources   int          // source address compares
 	extra     bool         // a match besides the family, UDP, the port and sources
+	opaque    bool         // a match doctor does not evaluate (a mark, a set lookup), besides interfaces and ct state
 }
 
 // sourceOnly is the one source prefix a rule is limited to (not: to the
@@ -110,6 +113,17 @@ func matchRule(r *nftables.Rule, v6 bool, port uint16) ruleMatch {
 				return ruleMatch{excluded: true}
 			}
 			load = loadNone
+		case *expr.Lookup:
+			if e.IsDestRegSet && e.DestRegister == 0 && load == loadCtState && ctMask == ^uint32(0) {
+				m.vmap, m.ctMap = true, e.SetName // ct state vmap { ... }: resolved by the walk
+				continue
+			}
+			if !e.IsDestRegSet && !e.Invert && load == loadDport && m.portSet == "" {
+				m.portSet, load = e.SetName, loadNone // resolved by the walk
+				m.matches++
+				continue
+			}
+			m.statement(e)
 		default:
 			m.statement(e)
 		}
@@ -148,10 +162,14 @@ func (m *ruleMatch) statement(e expr.Any) {
 		if passesInput(e) {
 			return
 		}
+		if newState(e) {
+			m.other, m.extra = true, true // as a native ct state match with new
+			return
+		}
 	case *expr.Lookup:
 		m.vmap = m.vmap || e.IsDestRegSet && e.DestRegister == 0 // udp dport vmap { 8472 : drop }
 	}
-	m.other, m.narrow, m.extra = true, true, true
+	m.other, m.narrow, m.extra, m.opaque = true, true, true, true
 }
 
 // passesInput is true for an xtables match that every datagram of the
@@ -170,6 +188,33 @@ func passesInput(e *expr.Match) bool {
 		return i.Source == 0 && i.Flags&invertDest == 0 && i.Dest&uint16(xt.AddrTypeLocal) != 0
 	}
 	return false
+}
+
+// newState is true for an xtables conntrack match of states alone
+// (iptables-nft's -m state --state and -m conntrack --ctstate, both the
+// conntrack match) whose states include new: like a native `ct state`
+// with new, it does not narrow an accept of the overlay's datagrams
+// (see ruleMatch.decides). The state bits are conntrack's, as in `ct
+// state`.
+func newState(e *expr.Match) bool {
+	var (
+		base  *xt.ConntrackMtinfoBase
+		state uint16
+	)
+	switch i := e.Info.(type) {
+	case *xt.ConntrackMtinfo1:
+		base, state = &i.ConntrackMtinfoBase, uint16(i.StateMask)
+	case *xt.ConntrackMtinfo2:
+		base, state = &i.ConntrackMtinfoBase, i.StateMask
+	case *xt.ConntrackMtinfo3:
+		base, state = &i.ConntrackMtinfoBase, i.StateMask
+	case *xt.Unknown: // the state match itself (xt_state_info: a statemask)
+		return e.Name == "state" && len(*i) == 4 && binary.NativeEndian.Uint32(*i)&ctStateNew != 0
+	default:
+		return false
+	}
+	return base.MatchFlags&^uint16(xt.ConntrackState|xt.ConntrackStateAlias) == 0 && base.MatchFlags&uint16(xt.ConntrackState) != 0 &&
+		base.InvertFlags&uint16(xt.ConntrackState) == 0 && uint32(state)&ctStateNew != 0
 }
 
 // compare adds a compare of what load put in a register to m; it returns
@@ -207,8 +252,10 @@ func (m *ruleMatch) compare(e *expr.Cmp, load int, ctMask uint32, mask []byte, v
 		default:
 			m.from = p
 		}
-	default:
+	case loadIface: // taken to be the underlay's (firewalld's interface zones)
 		m.other, m.narrow, m.extra = true, true, true
+	default:
+		m.other, m.narrow, m.extra, m.opaque = true, true, true, true
 	}
 	return true
 }
@@ -222,6 +269,7 @@ const (
 	loadDport   // the transport destination port
 	loadCtState // conntrack's state bits
 	loadSaddr   // the network source address
+	loadIface   // the input interface (iifname, iif)
 )
 
 // loadOf is what a meta, payload or ct expression loads, in the header of
@@ -234,6 +282,8 @@ func loadOf(e expr.Any, v6 bool) int {
 			return loadProto
 		case familyLoad(e):
 			return loadFamily
+		case e.Key == expr.MetaKeyIIFNAME || e.Key == expr.MetaKeyIIF:
+			return loadIface
 		}
 	case *expr.Payload:
 		switch proto, saddr := networkField(e, v6); {
