@@ -230,12 +230,18 @@ func (t *topology) processVXLAN(queues int, fast bool) error {
 		if err != nil {
 			return err
 		}
-		t.procs = append(t.procs, np)
-		t.stop = append(t.stop, func() {
-			if err := np.stop(); err != nil {
-				fmt.Fprintln(os.Stderr, "node process:", err)
-			}
-		})
+		t.addProc(np)
 	}
 	return nil
+}
+
+// addProc makes np one of the topology's node processes, stopped when it
+// closes.
+func (t *topology) addProc(np *nodeProc) {
+	t.procs = append(t.procs, np)
+	t.stop = append(t.stop, func() {
+		if err := np.stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "node process:", err)
+		}
+	})
 }

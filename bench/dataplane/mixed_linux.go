@@ -1,10 +1,5 @@
 package main
 
-import (
-	"fmt"
-	"os"
-)
-
 // mixedVXLAN builds one node with the kernel's VXLAN (as Flannel makes it)
 // and the other with uvxlan in a process of its own, with or without the
 // fast path: a node that weft moved to uvxlan (no VXLAN module) talking to
@@ -24,11 +19,6 @@ func (t *topology) mixedVXLAN(mode string, queues int) error {
 	if err != nil {
 		return err
 	}
-	t.procs = append(t.procs, np)
-	t.stop = append(t.stop, func() {
-		if err := np.stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "node process:", err)
-		}
-	})
+	t.addProc(np)
 	return nil
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"log/slog"
-	"os"
 
 	"github.com/weft-net/weft/bench/dataplane/tunpath"
 	"github.com/weft-net/weft/vtep"
@@ -29,12 +28,7 @@ func (t *topology) tunProcessVXLAN(queues int) error {
 		if err != nil {
 			return err
 		}
-		t.procs = append(t.procs, np)
-		t.stop = append(t.stop, func() {
-			if err := np.stop(); err != nil {
-				fmt.Fprintln(os.Stderr, "node process:", err)
-			}
-		})
+		t.addProc(np)
 	}
 	return nil
 }
