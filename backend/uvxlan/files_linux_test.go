@@ -123,48 +123,21 @@ var pingStats = regexp.MustCompile(`(\d+) packets transmitted, (\d+) received`)
 // released and replaced, and a kept file of a queue this configuration
 // does not have is released.
 func TestKeptFilesBridgeRestarts(t *testing.T) {
-	u := nettest.NewUnderlay(t, netip.MustParsePrefix("192.168.77.0/24"), 1500)
-	files := newMemFiles()
-	t.Cleanup(files.close)
-	a := newUVNodeWith(t, u, "a", subnetA, func(c *Config) { c.Files = files })
-	b := newUVNode(t, u, "b", subnetB, false)
-	connect(t, a, b)
-	if out, err := ping(a, b.podIP); err != nil {
-		t.Fatalf("ping: %v\n%s", err, out)
-	}
+	a, b, files := keptFilesPair(t, false)
 	if got, want := files.names(), []string{"weft-u.1-rx0", "weft-u.1-tap0"}; !slices.Equal(got, want) {
 		t.Fatalf("kept %q, want %q", got, want)
 	}
 
 	// 3 s of pings from a's pod every 20 ms, across a 1 s pause of a's
 	// backend in the middle: both directions wait in a's queues.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	pinger := a.pod.Command(ctx, "ping", "-n", "-q", "-c", "150", "-i", "0.02", "-W", "5", b.podIP.String())
-	out := make(chan []byte, 1)
-	go func() { o, _ := pinger.CombinedOutput(); out <- o }()
+	out := pingAcross(t, a, b, 150)
 	time.Sleep(time.Second)
 	a.stop()
 	time.Sleep(time.Second)
 	files.restart(t)
 	cfg := a.b.Config()
 	next := restartNode(t, a, b, cfg)
-	if dp := next.dp.Load(); dp == nil || !dp.adopted {
-		t.Fatal("the restarted backend did not take the kept files over")
-	}
-	m := pingStats.FindSubmatch(<-out)
-	if m == nil {
-		t.Fatal("no ping statistics")
-	}
-	sent, _ := strconv.Atoi(string(m[1]))
-	got, _ := strconv.Atoi(string(m[2]))
-	t.Logf("across the restart: %d of %d pings answered", got, sent)
-	if got != sent {
-		t.Errorf("%d of %d pings lost across the restart", sent-got, sent)
-	}
-	if st := next.Stats(); st.Drops["unknown_mac"]+st.Drops["not_peer"] != 0 {
-		t.Errorf("frames that waited were dropped as from or to unknown peers: %v", st.Drops)
-	}
+	checkKeptPings(t, next, out)
 
 	// Offloads off: the kept TAP (opened with a virtio-net header) does not
 	// fit; a kept queue 3 is not configured.
@@ -196,6 +169,61 @@ func TestKeptFilesBridgeRestarts(t *testing.T) {
 	}
 }
 
+// keptFilesPair makes nodes a, whose backend keeps its files in the
+// returned store, and b, connected and reaching each other; with fast,
+// both with the fast path.
+func keptFilesPair(t *testing.T, fast bool) (a, b *testNode, files *memFiles) {
+	t.Helper()
+	u := nettest.NewUnderlay(t, netip.MustParsePrefix("192.168.77.0/24"), 1500)
+	files = newMemFiles()
+	t.Cleanup(files.close)
+	a = newUVNodeWith(t, u, "a", subnetA, func(c *Config) { c.Files, c.FastPath = files, fast })
+	if fast {
+		b = newFastNode(t, u, "b", subnetB)
+	} else {
+		b = newUVNode(t, u, "b", subnetB, false)
+	}
+	connect(t, a, b)
+	if out, err := ping(a, b.podIP); err != nil {
+		t.Fatalf("ping: %v\n%s", err, out)
+	}
+	return a, b, files
+}
+
+// pingAcross starts n pings from a's pod to b's, 20 ms apart; their
+// output arrives on the channel when they end.
+func pingAcross(t *testing.T, a, b *testNode, n int) <-chan []byte {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	pinger := a.pod.Command(ctx, "ping", "-n", "-q", "-c", strconv.Itoa(n), "-i", "0.02", "-W", "5", b.podIP.String())
+	out := make(chan []byte, 1)
+	go func() { o, _ := pinger.CombinedOutput(); out <- o }()
+	return out
+}
+
+// checkKeptPings checks that nb took the kept files over and that the
+// pings whose output out brings all crossed the restart, none dropped as
+// from or to an unknown peer.
+func checkKeptPings(t *testing.T, nb *Backend, out <-chan []byte) {
+	t.Helper()
+	if dp := nb.dp.Load(); dp == nil || !dp.adopted {
+		t.Fatal("the restarted backend did not take the kept files over")
+	}
+	m := pingStats.FindSubmatch(<-out)
+	if m == nil {
+		t.Fatal("no ping statistics")
+	}
+	sent, _ := strconv.Atoi(string(m[1]))
+	got, _ := strconv.Atoi(string(m[2]))
+	t.Logf("across the restart: %d of %d pings answered", got, sent)
+	if got != sent {
+		t.Errorf("%d of %d pings lost across the restart", sent-got, sent)
+	}
+	if st := nb.Stats(); st.Drops["unknown_mac"]+st.Drops["not_peer"] != 0 {
+		t.Errorf("frames that waited were dropped as from or to unknown peers: %v", st.Drops)
+	}
+}
+
 // restartNode runs a new backend with cfg on a (whose backend is stopped)
 // and programs a and b towards each other.
 func restartNode(t *testing.T, a, b *testNode, cfg Config) *Backend {
@@ -220,23 +248,11 @@ func restartNode(t *testing.T, a, b *testNode, cfg Config) *Backend {
 // packet loops still held none lost every ping that waited in
 // bench/faults' TestWeftdRestarts.)
 func TestKeptFilesFastPathFirstTable(t *testing.T) {
-	u := nettest.NewUnderlay(t, netip.MustParsePrefix("192.168.77.0/24"), 1500)
-	files := newMemFiles()
-	t.Cleanup(files.close)
-	a := newUVNodeWith(t, u, "a", subnetA, func(c *Config) { c.Files, c.FastPath = files, true })
-	b := newFastNode(t, u, "b", subnetB)
-	connect(t, a, b)
-	if out, err := ping(a, b.podIP); err != nil {
-		t.Fatalf("ping: %v\n%s", err, out)
-	}
+	a, b, files := keptFilesPair(t, true)
 
 	// Pings from a's pod every 20 ms across a pause of a's backend: the
 	// requests wait in a's TAP queue, the replies in its receive socket.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	pinger := a.pod.Command(ctx, "ping", "-n", "-q", "-c", "100", "-i", "0.02", "-W", "5", b.podIP.String())
-	out := make(chan []byte, 1)
-	go func() { o, _ := pinger.CombinedOutput(); out <- o }()
+	out := pingAcross(t, a, b, 100)
 	time.Sleep(500 * time.Millisecond)
 	a.stop()
 	time.Sleep(500 * time.Millisecond)
@@ -275,20 +291,5 @@ func TestKeptFilesFastPathFirstTable(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the restarted backend never became ready")
 	}
-	if dp := nb.dp.Load(); dp == nil || !dp.adopted {
-		t.Fatal("the restarted backend did not take the kept files over")
-	}
-	m := pingStats.FindSubmatch(<-out)
-	if m == nil {
-		t.Fatal("no ping statistics")
-	}
-	sent, _ := strconv.Atoi(string(m[1]))
-	got, _ := strconv.Atoi(string(m[2]))
-	t.Logf("across the restart: %d of %d pings answered", got, sent)
-	if got != sent {
-		t.Errorf("%d of %d pings lost across the restart", sent-got, sent)
-	}
-	if st := nb.Stats(); st.Drops["unknown_mac"]+st.Drops["not_peer"] != 0 {
-		t.Errorf("frames that waited were dropped as from or to unknown peers: %v", st.Drops)
-	}
+	checkKeptPings(t, nb, out)
 }

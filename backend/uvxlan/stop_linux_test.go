@@ -18,15 +18,7 @@ import (
 // off, so that the packet loops carry the floods; each stop comes right
 // after their frame counters were seen growing.
 func TestKeptFilesStopLosesNothing(t *testing.T) {
-	u := nettest.NewUnderlay(t, netip.MustParsePrefix("192.168.77.0/24"), 1500)
-	files := newMemFiles()
-	t.Cleanup(files.close)
-	a := newUVNodeWith(t, u, "a", subnetA, func(c *Config) { c.Files = files })
-	b := newUVNode(t, u, "b", subnetB, false)
-	connect(t, a, b)
-	if out, err := ping(a, b.podIP); err != nil {
-		t.Fatalf("ping: %v\n%s", err, out)
-	}
+	a, b, files := keptFilesPair(t, false)
 	// The floods run until the test ends (killed by its cleanups); the
 	// limit only bounds a test that hangs.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
