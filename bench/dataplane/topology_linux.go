@@ -9,14 +9,12 @@ import (
 	"os"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/backend/uvxlan"
 	"github.com/weft-net/weft/backend/vxlan"
 	"github.com/weft-net/weft/internal/namespace"
 	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/vtep"
-	"golang.org/x/sys/unix"
 )
 
 // node is one side of the benchmark: a host namespace on the underlay veth
@@ -215,33 +213,7 @@ func (t *topology) kernelVXLAN() error {
 // kernelNode builds Flannel's kernel VXLAN setup on n's host, with peer as
 // its one peer.
 func kernelNode(n, peer *node) error {
-	mac := vtep.DeviceMAC(n.addr, 1)
-	peerMAC := vtep.DeviceMAC(peer.addr, 1)
-	gw := peer.subnet.Addr().String()
-	for _, c := range [][]string{
-		{"ip", "link", "add", "vx0", "address", mac.String(), "mtu", fmt.Sprint(overlayMTU), "type", "vxlan",
-			"id", "1", "dstport", "8472", "local", n.addr.String(), "dev", "eth0", "nolearning"},
-		{"ip", "addr", "add", n.subnet.Addr().String() + "/32", "dev", "vx0"},
-		{"ip", "link", "set", "vx0", "up"},
-		{"ip", "neigh", "replace", gw, "lladdr", peerMAC.String(), "dev", "vx0", "nud", "permanent"},
-	} {
-		if _, err := n.host.Run(c...); err != nil {
-			return err
-		}
-	}
-	l, err := n.host.Handle.LinkByName("vx0")
-	if err != nil {
-		return err
-	}
-	fdb := &netlink.Neigh{LinkIndex: l.Attrs().Index, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT,
-		Flags: netlink.NTF_SELF, IP: peer.addr.AsSlice(), HardwareAddr: peerMAC.HardwareAddr()}
-	if err := n.host.Handle.NeighSet(fdb); err != nil {
-		return fmt.Errorf("add fdb: %w", err)
-	}
-	if _, err := n.host.Run("ip", "route", "replace", peer.subnet.String(), "via", gw, "dev", "vx0", "onlink"); err != nil {
-		return err
-	}
-	return nil
+	return nettest.KernelVXLAN(n.host, n.addr, n.subnet, overlayMTU, nettest.KernelPeer{Addr: peer.addr, Subnet: peer.subnet})
 }
 
 // weftVXLAN runs weft's kernel VXLAN backend (backend/vxlan) in this

@@ -11,11 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
-	"golang.org/x/sys/unix"
 )
 
 // testNode is a host on the underlay with a pod behind a veth.
@@ -84,23 +82,9 @@ func startNode(t *testing.T, n *testNode, peers ...*testNode) {
 // kernelVXLAN makes n a kernel VXLAN node (as Flannel programs it) for peer.
 func kernelVXLAN(t *testing.T, n, peer *testNode) {
 	t.Helper()
-	h, gw := n.host, peer.subnet.Addr().String()
-	nettest.MustRun(t, h, "ip", "link", "add", "vx0", "address", n.mac().String(), "mtu", "1450", "type", "vxlan",
-		"id", "1", "dstport", "8472", "local", h.Addr.String(), "dev", "eth0", "nolearning")
-	nettest.MustRun(t, h, "ip", "addr", "add", n.subnet.Addr().String()+"/32", "dev", "vx0")
-	nettest.MustRun(t, h, "ip", "link", "set", "vx0", "up")
-	nettest.MustRun(t, h, "ip", "neigh", "replace", gw, "lladdr", peer.mac().String(), "dev", "vx0", "nud", "permanent")
-	l, err := h.Handle.LinkByName("vx0")
-	if err != nil {
+	if err := nettest.KernelVXLAN(n.host.NS, n.host.Addr, n.subnet, 1450, nettest.KernelPeer{Addr: peer.host.Addr, Subnet: peer.subnet}); err != nil {
 		t.Fatal(err)
 	}
-	// With netlink: the `bridge` on PATH may be the CNI plugin of that name.
-	if err := h.Handle.NeighSet(&netlink.Neigh{LinkIndex: l.Attrs().Index, Family: unix.AF_BRIDGE,
-		State: netlink.NUD_PERMANENT, Flags: netlink.NTF_SELF, IP: peer.host.Addr.AsSlice(),
-		HardwareAddr: peer.mac().HardwareAddr()}); err != nil {
-		t.Fatal(err)
-	}
-	nettest.MustRun(t, h, "ip", "route", "replace", peer.subnet.String(), "via", gw, "dev", "vx0", "onlink")
 }
 
 func ping(t *testing.T, from, to *testNode) {
