@@ -50,6 +50,14 @@ type portVerdict struct {
 	doubt string
 }
 
+// doubtf records why the walk cannot tell, unless a doubt is recorded
+// already (the first one is reported).
+func (v *portVerdict) doubtf(format string, a ...any) {
+	if v.doubt == "" {
+		v.doubt = fmt.Sprintf(format, a...)
+	}
+}
+
 // checkInput looks for nftables chains on the input hook (native ones and
 // iptables-nft's INPUT and ip6tables-nft's) that drop the overlay's UDP
 // port, for each underlay family of the node (see underlayFamilies): in
@@ -146,7 +154,7 @@ func (s *state) inputVerdicts(families []underlayFamily) (found, doubts []portVe
 			switch {
 			case decided || !v.policy || w.skipped != "":
 			case w.unsure != "":
-				v.doubt = cmp.Or(v.doubt, w.unsure+", and the chain's policy drops the others")
+				v.doubtf("%s, and the chain's policy drops the others", w.unsure)
 			default:
 				v.drops = true
 			}
@@ -314,20 +322,27 @@ func elementVerdict(b []byte) (*expr.Verdict, bool) {
 	return &v, code
 }
 
+// setElements reads the set (or map) of the walk's table named name and
+// its elements.
+func (w *inputWalk) setElements(name string) (*nftables.Set, []nftables.SetElement, error) {
+	set, err := w.c.GetSetByName(w.t, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	elems, err := w.c.GetSetElements(set)
+	return set, elems, err
+}
+
 // inPortSet resolves a lookup of the destination port in a set (NixOS's
 // `udp dport { 8472, 22 } accept`): the rule matches the port when the
 // set holds it, and nothing when it does not. When the set's elements
 // cannot be read the lookup narrows the rule, and the error is in the
 // doubt.
 func (w *inputWalk) inPortSet(m ruleMatch, r *nftables.Rule, name string, v *portVerdict) ruleMatch {
-	set, err := w.c.GetSetByName(w.t, m.portSet)
-	var elems []nftables.SetElement
-	if err == nil {
-		elems, err = w.c.GetSetElements(set)
-	}
+	set, elems, err := w.setElements(m.portSet)
 	m.portSet = ""
 	if err != nil {
-		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule (handle %d) in chain %s looks the port up in a set whose elements doctor could not read: %v", r.Handle, name, err))
+		v.doubtf("rule (handle %d) in chain %s looks the port up in a set whose elements doctor could not read: %v", r.Handle, name, err)
 		m.other, m.narrow, m.extra = true, true, true
 		return m
 	}
@@ -364,13 +379,9 @@ func (w *inputWalk) inPortSet(m ruleMatch, r *nftables.Rule, name string, v *por
 // do not decide for it). When the map's elements cannot be read the rule
 // stays an unevaluated verdict map, and the error is in the doubt.
 func (w *inputWalk) ctNew(m ruleMatch, r *nftables.Rule, name string, v *portVerdict) ruleMatch {
-	set, err := w.c.GetSetByName(w.t, m.ctMap)
-	var elems []nftables.SetElement
-	if err == nil {
-		elems, err = w.c.GetSetElements(set)
-	}
+	_, elems, err := w.setElements(m.ctMap)
 	if err != nil {
-		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule (handle %d) in chain %s decides by a ct state verdict map whose elements doctor could not read: %v", r.Handle, name, err))
+		v.doubtf("rule (handle %d) in chain %s decides by a ct state verdict map whose elements doctor could not read: %v", r.Handle, name, err)
 		m.ctMap = ""
 		return m
 	}
@@ -381,7 +392,7 @@ func (w *inputWalk) ctNew(m ruleMatch, r *nftables.Rule, name string, v *portVer
 		}
 		verdict, ok := elementVerdict(e.Val)
 		if !ok {
-			v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule (handle %d) in chain %s decides by a ct state verdict map whose new entry doctor could not read", r.Handle, name))
+			v.doubtf("rule (handle %d) in chain %s decides by a ct state verdict map whose new entry doctor could not read", r.Handle, name)
 			m.vmap = true
 			return m
 		}
@@ -539,7 +550,7 @@ func (w *inputWalk) uncovered() []underlayPeer {
 // a doubt.
 func (w *inputWalk) chainVerdict(name string, v *portVerdict, sc walkScope, depth int) (bool, error) {
 	if depth > maxDepth {
-		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("chain %s is more than %d jumps deep, past what doctor walks", name, maxDepth))
+		v.doubtf("chain %s is more than %d jumps deep, past what doctor walks", name, maxDepth)
 		w.skipped = cmp.Or(w.skipped, "a chain too deep")
 		return false, nil
 	}
@@ -562,7 +573,7 @@ func (w *inputWalk) chainVerdict(name string, v *portVerdict, sc walkScope, dept
 		case m.vmap:
 			// The map may accept or drop the peers' datagrams: what
 			// follows (a drop, the policy) is a doubt, not a drop.
-			v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule (handle %d) in chain %s decides by a verdict map, which doctor does not evaluate", r.Handle, name))
+			v.doubtf("rule (handle %d) in chain %s decides by a verdict map, which doctor does not evaluate", r.Handle, name)
 			w.skipped = cmp.Or(w.skipped, "a verdict map")
 			continue
 		case m.verdict == "return":
@@ -601,10 +612,10 @@ const maxDepth = 6
 func (w *inputWalk) ruleVerdict(r *nftables.Rule, m ruleMatch, name string, v *portVerdict, sc walkScope, depth int) (decided, end bool) {
 	verdict, from := m.decides()
 	if verdict == "accept" && sc.guarded {
-		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule (handle %d) in chain %s accepts it in a chain reached through a match doctor cannot evaluate (a mark, a set), which the peers' datagrams may not pass", r.Handle, name))
+		v.doubtf("rule (handle %d) in chain %s accepts it in a chain reached through a match doctor cannot evaluate (a mark, a set), which the peers' datagrams may not pass", r.Handle, name)
 	}
 	if verdict == "accept" && sc.blind {
-		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule (handle %d) in chain %s accepts it after a return or goto by a match doctor cannot evaluate, which may take the peers' datagrams", r.Handle, name))
+		v.doubtf("rule (handle %d) in chain %s accepts it after a return or goto by a match doctor cannot evaluate, which may take the peers' datagrams", r.Handle, name)
 	}
 	switch {
 	case verdict == "accept" && !from.IsValid():
@@ -619,14 +630,14 @@ func (w *inputWalk) ruleVerdict(r *nftables.Rule, m ruleMatch, name string, v *p
 	case verdict == "drop" && sc.narrowed:
 		return false, true
 	case verdict == "drop" && w.skipped != "":
-		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule %q in chain %s drops it after %s doctor does not evaluate", describeRule(r, w.f.port), name, w.skipped))
+		v.doubtf("rule %q in chain %s drops it after %s doctor does not evaluate", describeRule(r, w.f.port), name, w.skipped)
 		return false, true
 	case verdict == "drop" && sc.maybe:
-		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule %q in chain %s drops it after a return whose match doctor cannot evaluate", describeRule(r, w.f.port), name))
+		v.doubtf("rule %q in chain %s drops it after a return whose match doctor cannot evaluate", describeRule(r, w.f.port), name)
 		return false, true
 	case verdict == "drop" && (sc.from.IsValid() || len(sc.except) > 0):
 		if len(w.f.peers) == 0 {
-			v.doubt = cmp.Or(v.doubt, fmt.Sprintf("rule %q in chain %s drops it from some sources, and this node knows no peer to tell whether they send from them", describeRule(r, w.f.port), name))
+			v.doubtf("rule %q in chain %s drops it from some sources, and this node knows no peer to tell whether they send from them", describeRule(r, w.f.port), name)
 			return false, true
 		}
 		// Its datagrams that no rule accepted yet are dropped.
@@ -638,7 +649,7 @@ func (w *inputWalk) ruleVerdict(r *nftables.Rule, m ruleMatch, name string, v *p
 		v.drops, v.rule = true, describeRule(r, w.f.port)+" in chain "+name
 		return true, true
 	case verdict == "drop" && w.unsure != "":
-		v.doubt = cmp.Or(v.doubt, fmt.Sprintf("%s, and rule %q in chain %s drops the others", w.unsure, describeRule(r, w.f.port), name))
+		v.doubtf("%s, and rule %q in chain %s drops the others", w.unsure, describeRule(r, w.f.port), name)
 		return false, true
 	case verdict == "drop":
 		v.drops, v.rule = true, describeRule(r, w.f.port)
