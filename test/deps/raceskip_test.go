@@ -77,11 +77,14 @@ func TestRaceSkips(t *testing.T) {
 			switch files := declared[n]; len(files) {
 			case 1:
 				// A subtest named in the list must be one the test runs.
+				if len(parts) == 1 {
+					break
+				}
+				src, err := os.ReadFile(files[0])
+				if err != nil {
+					t.Fatal(err)
+				}
 				for _, part := range parts[1:] {
-					src, err := os.ReadFile(files[0])
-					if err != nil {
-						t.Fatal(err)
-					}
 					for _, sub := range alternatives(part) {
 						if !strings.Contains(string(src), `"`+strings.ReplaceAll(sub, "_", " ")+`"`) {
 							t.Errorf("test/run.sh skips %s/%s under -race, but %s names no such subtest", n, sub, files[0])
