@@ -55,8 +55,8 @@ func CreateNamed(name string) (*NS, error) {
 	if len(name) > 200 || strings.ContainsRune(name, '/') {
 		return nil, fmt.Errorf("create netns %q: bad name", name)
 	}
-	if err := os.MkdirAll(RunDir, 0o755); err != nil {
-		return nil, err
+	if err := shareRunDir(); err != nil {
+		return nil, fmt.Errorf("create netns %s: %w", name, err)
 	}
 	path := filepath.Join(RunDir, name)
 	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
@@ -94,6 +94,44 @@ func CreateNamed(name string) (*NS, error) {
 		return nil, err
 	}
 	return n, nil
+}
+
+// shareRunDir makes RunDir a mount point with shared propagation, as
+// iproute2 does before it binds its first namespace there. A namespace
+// bound under it then appears in every mount namespace copied from this one
+// afterwards (`ip netns exec`, a container runtime, unshare -m), also after
+// that copy was made. Bound onto a plain directory instead, it would stay
+// invisible in those copies, which would hold only the empty file. A lock
+// on the directory keeps two creators from stacking two mounts; a RunDir
+// that is already a mount point is only made shared.
+func shareRunDir() error {
+	if err := os.MkdirAll(RunDir, 0o755); err != nil {
+		return err
+	}
+	dir, err := os.Open(RunDir)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	if err := unix.Flock(int(dir.Fd()), unix.LOCK_EX); err != nil {
+		return fmt.Errorf("lock %s: %w", RunDir, err)
+	}
+	defer unix.Flock(int(dir.Fd()), unix.LOCK_UN)
+	err = unix.Mount("", RunDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+	if !errors.Is(err, unix.EINVAL) {
+		if err != nil {
+			return fmt.Errorf("make %s shared: %w", RunDir, err)
+		}
+		return nil
+	}
+	// EINVAL: RunDir is not a mount point yet.
+	if err := unix.Mount(RunDir, RunDir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s onto itself: %w", RunDir, err)
+	}
+	if err := unix.Mount("", RunDir, "none", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("make %s shared: %w", RunDir, err)
+	}
+	return nil
 }
 
 // OpenNamed opens the existing namespace /run/netns/<name> with a netlink
