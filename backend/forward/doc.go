@@ -45,7 +45,7 @@
 // keeps its say (network policy engines, kube-proxy's drop of invalid
 // packets, an admin's DOCKER-USER rules). Docker's own chains come earlier
 // too; where one of them drops traffic into its bridge, DOCKER-USER rules are
-// needed (see the README).
+// needed (see docs/configuration.md).
 //
 // # Repair and lifetime
 //

@@ -126,7 +126,7 @@ func checkCNI(s *state) {
 	}
 	files, err := readCNIDir(s.CNIConfDir)
 	if err != nil || len(files) == 0 {
-		s.r.add("cni/config", Fail, "install weft's conflist in "+s.CNIConfDir+" (see the README's install section)", "no CNI configuration in %s (%v)", s.CNIConfDir, err)
+		s.r.add("cni/config", Fail, "install weft's conflist in "+s.CNIConfDir+" (see docs/install.md)", "no CNI configuration in %s (%v)", s.CNIConfDir, err)
 		return
 	}
 	first := files[0]
