@@ -16,7 +16,6 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/internal/testkit/plugintest"
-	"github.com/weft-net/weft/plugin"
 )
 
 var gateway = netip.MustParseAddr("10.244.59.1")
@@ -223,42 +222,6 @@ func checkWired(t *testing.T, n *plugintest.Node, p *plugintest.Pod) []error {
 		errs = append(errs, fmt.Errorf("CHECK: %w", err))
 	}
 	return errs
-}
-
-// TestGCLeftovers: GC deletes the node's veths in plugin.LeftoverGroup
-// named weftrm<n> (with their peers), and only those.
-func TestGCLeftovers(t *testing.T) {
-	e := newEnv(t, nil)
-	links := []struct {
-		name    string
-		group   uint32
-		deleted bool
-	}{
-		{"weftrm90", plugin.LeftoverGroup, true},
-		{"weftrm91", plugin.LeftoverGroup, true},
-		{"weftrm92", 0, false},
-		{"keep93", plugin.LeftoverGroup, false},
-	}
-	for _, l := range links {
-		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: l.name, Group: l.group}, PeerName: l.name + "p"}
-		if err := e.node.Handle.LinkAdd(v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	n := e.newNode(t, plugintest.Options{})
-	if err := n.CNI.GCNetworkList(context.Background(), n.List, &libcni.GCArgs{}); err != nil {
-		t.Fatalf("GC: %v", err)
-	}
-	have := linkNames(t, e.node)
-	for _, l := range links {
-		t.Run(l.name, func(t *testing.T) {
-			for _, name := range []string{l.name, l.name + "p"} {
-				if present := slices.Contains(have, name); present == l.deleted {
-					t.Errorf("%s present %v after GC, want %v", name, present, !l.deleted)
-				}
-			}
-		})
-	}
 }
 
 // linkNames names the links of n.

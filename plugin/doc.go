@@ -16,9 +16,7 @@
 // derived name (a link of that name that is not a veth stays), and with it
 // the pod end, wherever it is. It then releases the addresses. A missing link or namespace is not an
 // error, so DEL is idempotent, and an ADD of the same container, netns and
-// ifname right after it starts from nothing. GC also deletes any veth of
-// the node in link group 0x77656674 named weftrm<n>, which earlier
-// releases' DEL left to a background process that may have been killed.
+// ifname right after it starts from nothing.
 //
 // # Errors
 //
@@ -36,9 +34,7 @@
 //	11  try again later (no subnet file yet, no free address in the node subnet)
 //	50  STATUS: the subnet file is missing or unreadable
 //	100 CHECK: the attachment drifted from prevResult (address, route, veth)
-//	999 any other failure (a netlink or nftables error, an address an older
-//	    release's store and the shared store reserve for different pods),
-//	    with its message
+//	999 any other failure (a netlink or nftables error), with its message
 //
 // # Address store
 //
@@ -71,18 +67,4 @@
 // <dataDir>/<containerID> (dataDir defaulting to /var/lib/cni/flannel),
 // holding what Flannel would hand its delegate, so that Flannel's DEL after
 // a rollback frees the pod; DEL and GC remove it.
-//
-// # dataDir/ipam (dataDir defaulting to /var/lib/cni/weft)
-//
-// weft keeps no address there any more. Releases before the shared store kept
-// it at <dataDir>/ipam/<network>; ADD, DEL and GC move what they find there
-// into the shared store, holding both stores' locks, then remove that
-// directory (and <dataDir>/ipam once empty). An address both stores reserve
-// for different attachments (two pods use it: what the shared store ends)
-// stays reserved for the shared store's attachment, and its old
-// reservation stays in the old directory: ADD fails (code 999) naming the
-// address and both attachments until one of the two pods is deleted. DEL
-// and GC release in both stores (CHECK looks in both), so deleting either
-// pod clears it and completes the move. Only ADD fails on the move's
-// errors.
 package plugin

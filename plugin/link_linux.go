@@ -214,43 +214,6 @@ func deleteVeth(att Attachment) error {
 	return nil
 }
 
-// leftoverGroup and leftoverPrefix mark the veths that an earlier release's
-// DEL renamed and left for a background process to delete: link group
-// 0x77656674 ("weft"), named weftrm<ifindex>.
-const (
-	leftoverGroup  = 0x77656674
-	leftoverPrefix = "weftrm"
-)
-
-// deleteLeftovers deletes the node's leftover veths (leftoverGroup and
-// leftoverPrefix both, anything else stays); usually there are none and it
-// costs one link dump.
-func deleteLeftovers() error {
-	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-	if err != nil {
-		return fmt.Errorf("netlink: %w", err)
-	}
-	defer h.Close()
-	links, err := h.LinkList()
-	if err != nil {
-		return fmt.Errorf("list links: %w", err)
-	}
-	var errs []error
-	for _, l := range links {
-		a := l.Attrs()
-		if a.Group != leftoverGroup || !strings.HasPrefix(a.Name, leftoverPrefix) {
-			continue
-		}
-		if _, veth := l.(*netlink.Veth); !veth {
-			continue
-		}
-		if err := h.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
-			errs = append(errs, fmt.Errorf("delete leftover veth %s: %w", a.Name, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // enableForwarding turns on forwarding in the plugin's (node) namespace for
 // the families in use, writing only when it is off.
 func enableForwarding(ranges []Range) error {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
@@ -121,59 +120,5 @@ func TestSwitchFlannelWeftFlannel(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestMigrateOldStore: an older weft release kept its own store at
-// /var/lib/cni/weft/ipam/cbr0 and so gave pods the addresses of Flannel's
-// (issue 29). The first ADD of this release moves that store into the
-// shared one, but two addresses are held twice: it fails naming both
-// holders of each, and gives the new pod nothing. Once one pod of each pair
-// is deleted (weft's DEL frees in both stores) the move completes, the old
-// directory is gone and ADD succeeds with an address nobody holds.
-func TestMigrateOldStore(t *testing.T) {
-	n := newSwitchNode(t, "")
-	flannel := n.AddPods(t, n.flannel, "flannel", 2)
-	// An older release: its store was host-local's layout at
-	// <dataDir>/ipam/<network>, what weft writes given that ipam.dataDir.
-	oldEntry := map[string]any{"ipam": map[string]any{"dataDir": "/var/lib/cni/weft/ipam"}}
-	for k, v := range n.Entry {
-		if k != "ipam" {
-			oldEntry[k] = v
-		}
-	}
-	old := n.AddPods(t, n.Conflist(t, "0.3.1", oldEntry), "old", 3)
-	if old[0].IP != flannel[0].IP || old[1].IP != flannel[1].IP {
-		t.Fatalf("the older release's pods got %s, %s; Flannel's %s, %s: not the issue's duplicates", old[0].IP, old[1].IP, flannel[0].IP, flannel[1].IP)
-	}
-	oldDir := filepath.Join(n.VarLib, "cni", "weft", "ipam")
-
-	pod := nettest.NewNS(t, "new")
-	_, err := n.Weft.Add(pod, "new-1")
-	if err == nil || !strings.Contains(err.Error(), "reserved twice") {
-		t.Fatalf("ADD with two addresses held twice: %v", err)
-	}
-	for _, w := range []string{flannel[0].IP.String(), "flannel-1/eth0", "old-1/eth0", flannel[1].IP.String(), "flannel-2/eth0", "old-2/eth0"} {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("the error does not name %s: %v", w, err)
-		}
-	}
-	if out := nettest.MustRun(t, pod, "ip", "-o", "link"); strings.Contains(out, "eth0") {
-		t.Errorf("the failed ADD left an eth0:\n%s", out)
-	}
-	n.CheckStore(t, []*plugintest.Pod{flannel[0], flannel[1], old[2]}) // old-3's moved
-
-	for _, p := range []*plugintest.Pod{old[0], flannel[1]} {
-		if err := n.Weft.Del(p); err != nil {
-			t.Fatalf("weft's DEL of %s: %v", p.ID, err)
-		}
-	}
-	fresh, err := n.Weft.Add(pod, "new-1")
-	if err != nil {
-		t.Fatalf("ADD after one holder of each address is gone: %v", err)
-	}
-	n.CheckStore(t, []*plugintest.Pod{flannel[0], old[1], old[2], fresh})
-	if _, err := os.Stat(oldDir); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("%s still there after the move: %v", oldDir, err)
 	}
 }
