@@ -148,7 +148,7 @@ func cmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	att := Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
-	if err := deleteVeth(att); err != nil {
+	if err := deleteLinks(conf, att, args.Netns); err != nil {
 		return err
 	}
 	store, err := openStore(conf)
@@ -163,6 +163,22 @@ func cmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	return dropMasqIfUnused(store, conf)
+}
+
+// deleteLinks deletes the attachment's veth pair: the pod's interface in
+// netnsPath if its host end is on the bridge (whoever wired it), else weft's
+// host end by its derived name (the pod's namespace is gone, or its
+// interface renamed).
+func deleteLinks(conf *Config, att Attachment, netnsPath string) error {
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("netlink: %w", err)
+	}
+	defer h.Close()
+	if err := deletePodLink(h, conf.Bridge, netnsPath, att.IfName); err != nil {
+		return err
+	}
+	return deleteVeth(h, att)
 }
 
 // dropMasqIfUnused removes the network's masquerade chains once no pod of
@@ -192,7 +208,7 @@ func cmdGC(args *skel.CmdArgs) error {
 	gone, err := gc(store, conf.storeDir(), conf.ValidAttachments)
 	var errs []error
 	for _, a := range gone {
-		errs = append(errs, deleteVeth(a), removeState(conf.stateDir(), a.ContainerID))
+		errs = append(errs, deleteLinks(conf, a, ""), removeState(conf.stateDir(), a.ContainerID))
 	}
 	if err == nil {
 		err = dropMasqIfUnused(store, conf)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/vishvananda/netlink"
+	"github.com/weft-net/weft/internal/namespace"
 	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/internal/testkit/plugintest"
 )
@@ -23,7 +24,9 @@ var gateway = netip.MustParseAddr("10.244.59.1")
 // TestDel: when DEL returns, the veth pair is gone (from the node and from
 // the pod), the address is free and a second DEL succeeds, whether the pod's
 // namespace still holds the pod end, is gone, holds it under another name,
-// or is not the pod's at all (its own eth0 stays).
+// or is not the pod's at all: then its eth0 stays, also when it is paired
+// with a port of another bridge, or with a link whose index is a port of
+// cni0 in another namespace.
 func TestDel(t *testing.T) {
 	f := v4File(true)
 	e := newEnv(t, &f)
@@ -33,8 +36,9 @@ func TestDel(t *testing.T) {
 		// before runs between ADD and DEL and returns the namespace that
 		// DEL is given as CNI_NETNS (nil: the pod's is gone).
 		before func(t *testing.T, p *plugintest.Pod) *nettest.NS
-		// keep names links of that namespace that DEL must leave.
-		keep []string
+		// keep names links of that namespace that DEL must leave, ports
+		// the ports of cni0 that are not the pod's.
+		keep, ports []string
 	}{
 		{name: "netns present", before: func(t *testing.T, p *plugintest.Pod) *nettest.NS { return p.NS }},
 		{name: "netns gone", before: func(t *testing.T, p *plugintest.Pod) *nettest.NS {
@@ -54,6 +58,49 @@ func TestDel(t *testing.T) {
 			p.RT.NetNS = other.Path
 			return other
 		}},
+		// Its eth0 is paired with a node link that is a port of another
+		// bridge (another network's): not this network's, both stay.
+		{name: "eth0 paired off this bridge", keep: []string{"eth0"}, before: func(t *testing.T, p *plugintest.Pod) *nettest.NS {
+			other := nettest.NewNS(t, "other")
+			nettest.Veth(t, e.node, "other0", other, "eth0")
+			if err := namespace.Bridge(e.node, "cni1"); err != nil {
+				t.Fatal(err)
+			}
+			nettest.MustRun(t, e.node, "ip", "link", "set", "other0", "master", "cni1")
+			t.Cleanup(func() {
+				if _, err := e.node.Handle.LinkByName("other0"); err != nil {
+					t.Errorf("DEL removed other0, the node end of another namespace's eth0: %v", err)
+				}
+			})
+			p.RT.NetNS = other.Path
+			return other
+		}},
+		// Its eth0 (index 301) is paired with index 300 of a third
+		// namespace, and the node's link 300 is a port of cni0 paired with
+		// an index 301 of a fourth: the indexes match, the namespaces do
+		// not. Every link stays.
+		{name: "eth0 paired elsewhere, indexes of a port", keep: []string{"eth0"}, ports: []string{"port300"}, before: func(t *testing.T, p *plugintest.Pod) *nettest.NS {
+			other, third, fourth := nettest.NewNS(t, "other"), nettest.NewNS(t, "third"), nettest.NewNS(t, "fourth")
+			nettest.MustRun(t, e.node, "ip", "link", "add", "port300", "index", "300", "master", "cni0", "type", "veth",
+				"peer", "name", "eth0", "index", "301", "netns", fourth.Path)
+			nettest.MustRun(t, third, "ip", "link", "add", "q300", "index", "300", "type", "veth",
+				"peer", "name", "eth0", "index", "301", "netns", other.Path)
+			t.Cleanup(func() {
+				for _, l := range []struct {
+					ns   *nettest.NS
+					name string
+				}{{e.node, "port300"}, {third, "q300"}, {fourth, "eth0"}} {
+					if _, err := l.ns.Handle.LinkByName(l.name); err != nil {
+						t.Errorf("DEL removed %s of %s: %v", l.name, l.ns.Name, err)
+					}
+				}
+				if l, err := e.node.Handle.LinkByName("port300"); err == nil {
+					e.node.Handle.LinkDel(l)
+				}
+			})
+			p.RT.NetNS = other.Path
+			return other
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -66,8 +113,8 @@ func TestDel(t *testing.T) {
 			if _, err := e.node.Handle.LinkByName(host); err == nil {
 				t.Errorf("host veth %s still there when DEL returned", host)
 			}
-			if ports := e.bridgePorts(t); len(ports) != 0 {
-				t.Errorf("bridge ports when DEL returned: %v", ports)
+			if ports := e.bridgePorts(t); !sameSet(ports, c.ports) {
+				t.Errorf("bridge ports when DEL returned: %v, want %v", ports, c.ports)
 			}
 			if left := plugintest.StoreFiles(t, e.dataDir, "weft"); len(left) != 0 {
 				t.Errorf("allocations left after DEL: %v", left)

@@ -122,3 +122,40 @@ func TestSwitchFlannelWeftFlannel(t *testing.T) {
 		})
 	}
 }
+
+// TestDelOfFlannelPod (issue 41): after a takeover, weft's DEL of pods that
+// Flannel's chain wired (the real bridge and host-local plugins) removes
+// what the bridge plugin's DEL removes: the pod's eth0 and with it its host
+// veth on cni0, whose name weft did not choose, and frees the address. The
+// other pods keep theirs and still talk; a second DEL succeeds.
+func TestDelOfFlannelPod(t *testing.T) {
+	n := newSwitchNode(t, "")
+	pods := n.AddPods(t, n.flannel, "flannel", 3)
+	n.CheckStore(t, pods)
+	gone := pods[0]
+	var host string
+	for _, i := range gone.Result.Interfaces {
+		if i.Sandbox == "" && i.Name != "cni0" {
+			host = i.Name
+		}
+	}
+	if host == "" {
+		t.Fatalf("no host veth in the bridge plugin's result: %v", gone.Result.Interfaces)
+	}
+	for range 2 {
+		if err := n.Weft.Del(gone); err != nil {
+			t.Fatalf("weft's DEL of %s: %v", gone.ID, err)
+		}
+	}
+	if got := linkNames(t, gone.NS); !sameSet(got, []string{"lo"}) {
+		t.Errorf("links in %s's namespace after weft's DEL: %v, want lo only", gone.ID, got)
+	}
+	if _, err := n.e.node.Handle.LinkByName(host); err == nil {
+		t.Errorf("host veth %s of %s still there after weft's DEL", host, gone.ID)
+	}
+	if ports := n.e.bridgePorts(t); len(ports) != 2 {
+		t.Errorf("bridge ports after weft's DEL: %v, want the 2 other pods'", ports)
+	}
+	n.CheckStore(t, pods[1:]) // gone's address is free, the others' held
+	ping(t, pods[1].NS, pods[2].IP)
+}
