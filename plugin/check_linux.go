@@ -128,22 +128,10 @@ func checkHost(conf *Config, att Attachment, want []netip.Prefix) error {
 		return err
 	}
 	defer store.Close()
-	// The old store first, as DEL releases: a migration meanwhile moves a
-	// reservation into the shared store, where the second lookup finds it.
-	var held []netip.Addr
-	if old, err := openOldStore(conf); err != nil {
-		return err
-	} else if old != nil { // a migration left reservations there
-		defer old.Close()
-		if held, err = lookup(old, att); err != nil {
-			return err
-		}
-	}
-	more, err := lookup(store, att)
+	held, err := lookup(store, att)
 	if err != nil {
 		return err
 	}
-	held = append(held, more...)
 	for _, w := range want {
 		if !slices.Contains(held, w.Addr()) {
 			return drift("address %s is not allocated to %s/%s", w.Addr(), att.ContainerID, att.IfName)

@@ -94,10 +94,6 @@ func add(conf *Config, p plan, att Attachment, req request, netns ns.NetNS) (_ *
 		return nil, err
 	}
 	defer store.Close()
-	// Allocate only from a complete store: an older release's must be in.
-	if err := migrate(store, conf); err != nil {
-		return nil, fmt.Errorf("move the old address store: %w", err)
-	}
 	addrs, err := allocate(store, att, p.ranges, req.ips)
 	if errors.Is(err, ErrRequested) {
 		return nil, types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "request an address of the node subnet that no pod holds, or none")
@@ -143,8 +139,7 @@ func add(conf *Config, p plan, att Attachment, req request, netns ns.NetNS) (_ *
 		pod, addrs), nil
 }
 
-// cmdDel deletes the pod's veth pair, frees its addresses (in the shared
-// store, and in an older release's while a migration leaves one) and drops
+// cmdDel deletes the pod's veth pair, frees its addresses and drops
 // the network's masquerade chains with its last pod. Nothing of it is left
 // for later: an ADD of the same attachment right after it starts clean.
 func cmdDel(args *skel.CmdArgs) error {
@@ -153,7 +148,7 @@ func cmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	att := Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
-	if err := deleteVeth(att); err != nil {
+	if err := deleteLinks(conf, att, args.Netns); err != nil {
 		return err
 	}
 	store, err := openStore(conf)
@@ -161,22 +156,29 @@ func cmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	defer store.Close()
-	// The old store first: a migration running meanwhile can only move a
-	// reservation from there into the shared store, where the second
-	// release then finds it.
-	if err := releaseOld(conf, att); err != nil {
-		return err
-	}
 	if err := release(store, att); err != nil {
 		return err
 	}
 	if err := removeState(conf.stateDir(), att.ContainerID); err != nil {
 		return err
 	}
-	// The move's errors are ADD's to report: the attachment is free in
-	// both stores whatever they are.
-	_ = migrate(store, conf)
 	return dropMasqIfUnused(store, conf)
+}
+
+// deleteLinks deletes the attachment's veth pair: the pod's interface in
+// netnsPath if its host end is on the bridge (whoever wired it), else weft's
+// host end by its derived name (the pod's namespace is gone, or its
+// interface renamed).
+func deleteLinks(conf *Config, att Attachment, netnsPath string) error {
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("netlink: %w", err)
+	}
+	defer h.Close()
+	if err := deletePodLink(h, conf.Bridge, netnsPath, att.IfName); err != nil {
+		return err
+	}
+	return deleteVeth(h, att)
 }
 
 // dropMasqIfUnused removes the network's masquerade chains once no pod of
@@ -185,11 +187,9 @@ func cmdDel(args *skel.CmdArgs) error {
 // stays) or writes the chain again afterwards.
 func dropMasqIfUnused(s *disk.Store, conf *Config) error {
 	return locked(s, func() error {
-		for _, dir := range []string{conf.storeDir(), conf.oldStoreDir()} {
-			held, err := holdersIn(dir)
-			if err != nil || len(held) > 0 {
-				return err
-			}
+		held, err := holdersIn(conf.storeDir())
+		if err != nil || len(held) > 0 {
+			return err
 		}
 		return removeMasq(conf.Name)
 	})
@@ -205,18 +205,11 @@ func cmdGC(args *skel.CmdArgs) error {
 		return err
 	}
 	defer store.Close()
-	_ = migrate(store, conf) // ADD reports its errors; GC looks in both stores
 	gone, err := gc(store, conf.storeDir(), conf.ValidAttachments)
-	if err == nil {
-		var oldGone []Attachment
-		oldGone, err = gcOld(conf, conf.ValidAttachments)
-		gone = append(gone, oldGone...)
-	}
 	var errs []error
 	for _, a := range gone {
-		errs = append(errs, deleteVeth(a), removeState(conf.stateDir(), a.ContainerID))
+		errs = append(errs, deleteLinks(conf, a, ""), removeState(conf.stateDir(), a.ContainerID))
 	}
-	errs = append(errs, deleteLeftovers())
 	if err == nil {
 		err = dropMasqIfUnused(store, conf)
 	}

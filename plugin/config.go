@@ -13,9 +13,6 @@ import (
 
 // Defaults of the configuration keys.
 const (
-	// DefaultDataDir is where releases before the shared address store
-	// kept it (<dataDir>/ipam/<network>) when dataDir is unset.
-	DefaultDataDir = "/var/lib/cni/weft"
 	// DefaultFlannelDataDir is Flannel's plugin's dataDir: as "flannel",
 	// weft writes there the state file Flannel's DEL reads.
 	DefaultFlannelDataDir = "/var/lib/cni/flannel"
@@ -34,9 +31,7 @@ type Config struct {
 	// DataDir, as "flannel", is Flannel's plugin's state directory
 	// (default DefaultFlannelDataDir): ADD writes <dataDir>/<containerID>
 	// as Flannel does, so that Flannel's DEL after a rollback frees the
-	// pod. In every case, <dataDir>/ipam/<network> (dataDir defaulting to
-	// DefaultDataDir) is where older releases kept their address store,
-	// which the plugin moves into the shared one (migrate).
+	// pod. As "weft" it is accepted and unused.
 	DataDir     string `json:"dataDir"`
 	Bridge      string `json:"bridge"`
 	MTU         int    `json:"mtu"`
@@ -286,15 +281,6 @@ func validLinkName(name string) error {
 // storeDir is the address store of this network, where host-local keeps
 // it for the same configuration: <ipam.dataDir>/<network name>.
 func (c *Config) storeDir() string { return filepath.Join(c.IPAM.DataDir, c.Name) }
-
-// oldStoreDir is where releases before the shared store kept it.
-func (c *Config) oldStoreDir() string {
-	d := c.DataDir
-	if d == "" {
-		d = DefaultDataDir
-	}
-	return filepath.Join(d, "ipam", c.Name)
-}
 
 // stateDir is where weft, as "flannel", writes the state file Flannel's
 // DEL reads (<stateDir>/<containerID>); "" for "weft", which writes none.

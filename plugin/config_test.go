@@ -22,7 +22,7 @@ func TestParseConfig(t *testing.T) {
 		{"defaults", `{"cniVersion":"1.0.0","name":"n","type":"weft"}`, 0, func(c *Config) bool {
 			return c.SubnetFile == subnet.DefaultSubnetFile && c.stateDir() == "" && c.Bridge == "cni0" && c.MTU == 0 && c.hairpin() &&
 				c.defaultGateway() && c.gateway() && !c.promisc() && c.forceAddress() == nil &&
-				c.storeDir() == "/var/lib/cni/networks/n" && c.oldStoreDir() == "/var/lib/cni/weft/ipam/n"
+				c.storeDir() == "/var/lib/cni/networks/n"
 		}},
 		{"all keys", `{"name":"n","subnetFile":"/s","dataDir":"/d","bridge":"br1","mtu":1400,"hairpinMode":false,"dns":{"nameservers":["10.96.0.10"]}}`, 0, func(c *Config) bool {
 			return c.SubnetFile == "/s" && c.DataDir == "/d" && c.Bridge == "br1" && c.MTU == 1400 && !c.hairpin() && c.DNS.Nameservers[0] == "10.96.0.10"
@@ -32,7 +32,7 @@ func TestParseConfig(t *testing.T) {
 		{"Flannel's conflist entry", `{"name":"cbr0","type":"flannel","delegate":{"hairpinMode":true,"isDefaultGateway":true}}`, 0, func(c *Config) bool {
 			return c.SubnetFile == subnet.DefaultSubnetFile && c.Bridge == "cni0" && c.hairpin() && c.MTU == 0 &&
 				c.defaultGateway() && c.storeDir() == "/var/lib/cni/networks/cbr0" &&
-				c.stateDir() == "/var/lib/cni/flannel" && c.oldStoreDir() == "/var/lib/cni/weft/ipam/cbr0"
+				c.stateDir() == "/var/lib/cni/flannel"
 		}},
 		// Flannel's delegate without keys: the bridge plugin's defaults.
 		{"Flannel's defaults", `{"name":"cbr0","type":"flannel"}`, 0, func(c *Config) bool {
@@ -52,9 +52,9 @@ func TestParseConfig(t *testing.T) {
 			return c.runtimeConfig().IPs[0] == "10.244.59.7/24" && c.runtimeConfig().MAC == "0a:00:00:00:00:07"
 		}},
 		// Flannel hands its entry's ipam section to host-local; its own
-		// dataDir (scratch files) is weft's old store's parent.
+		// dataDir is its state directory.
 		{"Flannel's ipam dataDir", `{"name":"cbr0","type":"flannel","dataDir":"/var/lib/cni/flannel","ipam":{"type":"host-local","dataDir":"/srv/ipam"},"delegate":{}}`, 0, func(c *Config) bool {
-			return c.storeDir() == "/srv/ipam/cbr0" && c.oldStoreDir() == "/var/lib/cni/flannel/ipam/cbr0"
+			return c.storeDir() == "/srv/ipam/cbr0" && c.stateDir() == "/var/lib/cni/flannel"
 		}},
 		{"ipam keys as host-local matches them", `{"name":"n","ipam":{"Type":"host-local","datadir":"/x"}}`, 0, func(c *Config) bool { return c.storeDir() == "/x/n" }},
 		{"Flannel's delegate keys", `{"name":"n","type":"flannel","delegate":{"bridge":"br9","mtu":1400,"hairpinMode":false}}`, 0, func(c *Config) bool {

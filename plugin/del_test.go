@@ -14,9 +14,9 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/vishvananda/netlink"
+	"github.com/weft-net/weft/internal/namespace"
 	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/internal/testkit/plugintest"
-	"github.com/weft-net/weft/plugin"
 )
 
 var gateway = netip.MustParseAddr("10.244.59.1")
@@ -24,7 +24,9 @@ var gateway = netip.MustParseAddr("10.244.59.1")
 // TestDel: when DEL returns, the veth pair is gone (from the node and from
 // the pod), the address is free and a second DEL succeeds, whether the pod's
 // namespace still holds the pod end, is gone, holds it under another name,
-// or is not the pod's at all (its own eth0 stays).
+// or is not the pod's at all: then its eth0 stays, also when it is paired
+// with a port of another bridge, or with a link whose index is a port of
+// cni0 in another namespace.
 func TestDel(t *testing.T) {
 	f := v4File(true)
 	e := newEnv(t, &f)
@@ -34,8 +36,9 @@ func TestDel(t *testing.T) {
 		// before runs between ADD and DEL and returns the namespace that
 		// DEL is given as CNI_NETNS (nil: the pod's is gone).
 		before func(t *testing.T, p *plugintest.Pod) *nettest.NS
-		// keep names links of that namespace that DEL must leave.
-		keep []string
+		// keep names links of that namespace that DEL must leave, ports
+		// the ports of cni0 that are not the pod's.
+		keep, ports []string
 	}{
 		{name: "netns present", before: func(t *testing.T, p *plugintest.Pod) *nettest.NS { return p.NS }},
 		{name: "netns gone", before: func(t *testing.T, p *plugintest.Pod) *nettest.NS {
@@ -55,6 +58,49 @@ func TestDel(t *testing.T) {
 			p.RT.NetNS = other.Path
 			return other
 		}},
+		// Its eth0 is paired with a node link that is a port of another
+		// bridge (another network's): not this network's, both stay.
+		{name: "eth0 paired off this bridge", keep: []string{"eth0"}, before: func(t *testing.T, p *plugintest.Pod) *nettest.NS {
+			other := nettest.NewNS(t, "other")
+			nettest.Veth(t, e.node, "other0", other, "eth0")
+			if err := namespace.Bridge(e.node, "cni1"); err != nil {
+				t.Fatal(err)
+			}
+			nettest.MustRun(t, e.node, "ip", "link", "set", "other0", "master", "cni1")
+			t.Cleanup(func() {
+				if _, err := e.node.Handle.LinkByName("other0"); err != nil {
+					t.Errorf("DEL removed other0, the node end of another namespace's eth0: %v", err)
+				}
+			})
+			p.RT.NetNS = other.Path
+			return other
+		}},
+		// Its eth0 (index 301) is paired with index 300 of a third
+		// namespace, and the node's link 300 is a port of cni0 paired with
+		// an index 301 of a fourth: the indexes match, the namespaces do
+		// not. Every link stays.
+		{name: "eth0 paired elsewhere, indexes of a port", keep: []string{"eth0"}, ports: []string{"port300"}, before: func(t *testing.T, p *plugintest.Pod) *nettest.NS {
+			other, third, fourth := nettest.NewNS(t, "other"), nettest.NewNS(t, "third"), nettest.NewNS(t, "fourth")
+			nettest.MustRun(t, e.node, "ip", "link", "add", "port300", "index", "300", "master", "cni0", "type", "veth",
+				"peer", "name", "eth0", "index", "301", "netns", fourth.Path)
+			nettest.MustRun(t, third, "ip", "link", "add", "q300", "index", "300", "type", "veth",
+				"peer", "name", "eth0", "index", "301", "netns", other.Path)
+			t.Cleanup(func() {
+				for _, l := range []struct {
+					ns   *nettest.NS
+					name string
+				}{{e.node, "port300"}, {third, "q300"}, {fourth, "eth0"}} {
+					if _, err := l.ns.Handle.LinkByName(l.name); err != nil {
+						t.Errorf("DEL removed %s of %s: %v", l.name, l.ns.Name, err)
+					}
+				}
+				if l, err := e.node.Handle.LinkByName("port300"); err == nil {
+					e.node.Handle.LinkDel(l)
+				}
+			})
+			p.RT.NetNS = other.Path
+			return other
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -67,8 +113,8 @@ func TestDel(t *testing.T) {
 			if _, err := e.node.Handle.LinkByName(host); err == nil {
 				t.Errorf("host veth %s still there when DEL returned", host)
 			}
-			if ports := e.bridgePorts(t); len(ports) != 0 {
-				t.Errorf("bridge ports when DEL returned: %v", ports)
+			if ports := e.bridgePorts(t); !sameSet(ports, c.ports) {
+				t.Errorf("bridge ports when DEL returned: %v, want %v", ports, c.ports)
 			}
 			if left := plugintest.StoreFiles(t, e.dataDir, "weft"); len(left) != 0 {
 				t.Errorf("allocations left after DEL: %v", left)
@@ -223,42 +269,6 @@ func checkWired(t *testing.T, n *plugintest.Node, p *plugintest.Pod) []error {
 		errs = append(errs, fmt.Errorf("CHECK: %w", err))
 	}
 	return errs
-}
-
-// TestGCLeftovers: GC deletes the node's veths in plugin.LeftoverGroup
-// named weftrm<n> (with their peers), and only those.
-func TestGCLeftovers(t *testing.T) {
-	e := newEnv(t, nil)
-	links := []struct {
-		name    string
-		group   uint32
-		deleted bool
-	}{
-		{"weftrm90", plugin.LeftoverGroup, true},
-		{"weftrm91", plugin.LeftoverGroup, true},
-		{"weftrm92", 0, false},
-		{"keep93", plugin.LeftoverGroup, false},
-	}
-	for _, l := range links {
-		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: l.name, Group: l.group}, PeerName: l.name + "p"}
-		if err := e.node.Handle.LinkAdd(v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	n := e.newNode(t, plugintest.Options{})
-	if err := n.CNI.GCNetworkList(context.Background(), n.List, &libcni.GCArgs{}); err != nil {
-		t.Fatalf("GC: %v", err)
-	}
-	have := linkNames(t, e.node)
-	for _, l := range links {
-		t.Run(l.name, func(t *testing.T) {
-			for _, name := range []string{l.name, l.name + "p"} {
-				if present := slices.Contains(have, name); present == l.deleted {
-					t.Errorf("%s present %v after GC, want %v", name, present, !l.deleted)
-				}
-			}
-		})
-	}
 }
 
 // linkNames names the links of n.

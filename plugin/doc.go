@@ -1,88 +1,38 @@
-// Package plugin is weft's CNI plugin: it reads the node's subnet file
-// (written by weftd or by flanneld, same format) and wires a pod in one
-// process, with no delegate plugins: the node bridge with the gateway
-// address, a veth pair into the pod, an address from the node subnet
-// (allocated as host-local allocates, in host-local's file-locked store
-// from containernetworking/plugins, which it shares with host-local), the
-// pod's routes, hairpin mode and, when the daemon does not masquerade, an
-// nftables masquerade rule.
+// Package plugin is weft's CNI plugin (also installed as "flannel"). It
+// reads the node's subnet file, written by weftd or flanneld in the same
+// format, and wires a pod in one process, with no delegate plugins: the
+// node bridge holding the gateway address of each family, a veth pair into
+// the pod, an address per family from the node subnet, the pod's routes,
+// hairpin mode and, when the daemon does not masquerade, an nftables
+// masquerade rule. Commands: ADD, DEL, CHECK, GC and STATUS (CNI 1.1) and
+// VERSION, for cniVersion 0.3.0 to 1.1.0.
 //
-// Commands: ADD, DEL (idempotent), CHECK, GC and STATUS (CNI 1.1), VERSION;
-// cniVersion 0.3.0 to 1.1.0.
+// Addresses live in host-local's file-locked store (containernetworking/
+// plugins' disk.Store), in the directory host-local uses for the same
+// configuration: <ipam.dataDir>/<network name>, by default under
+// /var/lib/cni/networks. Under Flannel's conflist that is where Flannel's
+// plugin has host-local keep it, so a node moves between Flannel and weft
+// with pods running and no address is handed out twice; GC releases the
+// reservations whose attachment the runtime does not list, whoever made
+// them. Allocation is round-robin, as host-local's.
 //
-// # DEL
+// As "flannel" the plugin reads Flannel's entry, its delegate (the bridge
+// plugin's keys) and its ipam section (host-local's), wires the pod as that
+// chain would and refuses (code 2) every key it does not implement. It
+// writes Flannel's per-pod state file, <dataDir>/<containerID>, so that
+// Flannel's DEL after a rollback frees the pod; DEL and GC remove it.
 //
-// DEL deletes the pod's veth pair before it returns: the host end, by its
-// derived name (a link of that name that is not a veth stays), and with it
-// the pod end, wherever it is. It then releases the addresses. A missing link or namespace is not an
-// error, so DEL is idempotent, and an ADD of the same container, netns and
-// ifname right after it starts from nothing. GC also deletes any veth of
-// the node in link group 0x77656674 named weftrm<n>, which earlier
-// releases' DEL left to a background process that may have been killed.
+// DEL removes the pod's veth pair before it returns, whoever wired it: the
+// interface CNI_IFNAME in CNI_NETNS when it is a veth paired with a port of
+// the network's bridge (both ends and both namespaces checked), as the
+// bridge plugin's DEL does, so a pod Flannel's chain wired goes too; else
+// weft's host end by its derived name. Then it frees the addresses and,
+// with the network's last pod, its masquerade chain. A missing namespace or
+// link is not an error, and a link of another owner stays.
 //
-// # Errors
-//
-// Every failure is a CNI error on stdout with one of the spec's codes:
-//
-//	1   incompatible cniVersion
-//	2   unsupported field: a key of Flannel's entry, its delegate (the
-//	    bridge plugin) or its ipam section (host-local) that weft does not
-//	    implement, named in the message (README.md has the table)
-//	3   CHECK: the netns or the pod interface is gone
-//	4   invalid environment (CNI_NETNS that is not a network namespace, …)
-//	6   the configuration is not JSON
-//	7   invalid network configuration (wrong field type or value, bad subnet
-//	    file, a requested address or MAC that cannot be given)
-//	11  try again later (no subnet file yet, no free address in the node subnet)
-//	50  STATUS: the subnet file is missing or unreadable
-//	100 CHECK: the attachment drifted from prevResult (address, route, veth)
-//	999 any other failure (a netlink or nftables error, an address an older
-//	    release's store and the shared store reserve for different pods),
-//	    with its message
-//
-// # Address store
-//
-// Addresses are reserved in host-local's store, in the directory host-local
-// uses for the same configuration: <ipam.dataDir>/<network name>, where
-// ipam.dataDir defaults to /var/lib/cni/networks as host-local's does. For
-// Flannel's conflist (weft installed as "flannel") that is where Flannel's
-// plugin has host-local keep it: Flannel hands host-local the network name
-// and the ipam section of its own entry (an ipam section in "delegate" is
-// refused, by Flannel and by weft). So a node moves between Flannel and weft
-// with pods running and no address is handed out twice: each plugin sees
-// the other's reservations, weft's DEL frees what host-local reserved for
-// the attachment, and GC releases the reservations whose attachment the
-// runtime does not list, whoever made them.
-//
-// The directory holds one file per reserved address (named by the address,
-// holding "containerID\r\nifname", as host-local writes it). Two files
-// persist on purpose: "lock" (the flock that serialises weft's and
-// host-local's runs) and "last_reserved_ip.<n>" (round-robin position in
-// range n, so a released address is not reused at once). The host veth
-// name is derived from containerID and ifname, so DEL needs no other state.
-//
-// # Flannel's keys
-//
-// As "flannel" the plugin reads Flannel's entry, its "delegate" (the
-// bridge plugin's configuration) and its "ipam" section (host-local's) and
-// wires the pod as that chain would, with the bridge plugin's defaults
-// where Flannel sets none; every key it does not implement is refused
-// (code 2). It writes Flannel's per-pod state file,
-// <dataDir>/<containerID> (dataDir defaulting to /var/lib/cni/flannel),
-// holding what Flannel would hand its delegate, so that Flannel's DEL after
-// a rollback frees the pod; DEL and GC remove it.
-//
-// # dataDir/ipam (dataDir defaulting to /var/lib/cni/weft)
-//
-// weft keeps no address there any more. Releases before the shared store kept
-// it at <dataDir>/ipam/<network>; ADD, DEL and GC move what they find there
-// into the shared store, holding both stores' locks, then remove that
-// directory (and <dataDir>/ipam once empty). An address both stores reserve
-// for different attachments (two pods use it: what the shared store ends)
-// stays reserved for the shared store's attachment, and its old
-// reservation stays in the old directory: ADD fails (code 999) naming the
-// address and both attachments until one of the two pods is deleted. DEL
-// and GC release in both stores (CHECK looks in both), so deleting either
-// pod clears it and completes the move. Only ADD fails on the move's
-// errors.
+// Errors are CNI errors with the spec's codes: 1 incompatible cniVersion,
+// 2 unsupported field, 3 CHECK: interface or netns gone, 4 invalid
+// environment, 6 not JSON, 7 invalid configuration, 11 try again later (no
+// subnet file yet, node subnet full), 50 STATUS: subnet file missing, 100
+// CHECK: the attachment drifted, 999 anything else, with its message.
 package plugin

@@ -7,8 +7,7 @@ import (
 )
 
 // FuzzParseConfig: a CNI config that parses has absolute paths (the state
-// directory, as "flannel", and the old store's), a valid
-// bridge name and a store directory right under ipam.dataDir, and
+// directory, as "flannel"), a valid bridge name and a store directory right under ipam.dataDir, and
 // re-encoded parses to the same weft settings.
 func FuzzParseConfig(f *testing.F) {
 	f.Add(`{"cniVersion":"1.1.0","name":"weft","type":"weft"}`)
@@ -20,7 +19,7 @@ func FuzzParseConfig(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if !filepath.IsAbs(c.SubnetFile) || !filepath.IsAbs(c.oldStoreDir()) || (c.stateDir() != "" && !filepath.IsAbs(c.stateDir())) || !filepath.IsAbs(c.IPAM.DataDir) || validLinkName(c.Bridge) != nil ||
+		if !filepath.IsAbs(c.SubnetFile) || (c.stateDir() != "" && !filepath.IsAbs(c.stateDir())) || !filepath.IsAbs(c.IPAM.DataDir) || validLinkName(c.Bridge) != nil ||
 			filepath.Dir(c.storeDir()) != filepath.Clean(c.IPAM.DataDir) {
 			t.Fatalf("%s parsed to an invalid config %+v", js, c)
 		}
@@ -33,7 +32,7 @@ func FuzzParseConfig(f *testing.F) {
 		}
 		back, err := ParseConfig(b)
 		if err != nil || back.SubnetFile != c.SubnetFile || back.DataDir != c.DataDir || back.Bridge != c.Bridge ||
-			back.MTU != c.MTU || back.hairpin() != c.hairpin() || back.Name != c.Name || back.storeDir() != c.storeDir() || back.stateDir() != c.stateDir() || back.oldStoreDir() != c.oldStoreDir() {
+			back.MTU != c.MTU || back.hairpin() != c.hairpin() || back.Name != c.Name || back.storeDir() != c.storeDir() || back.stateDir() != c.stateDir() {
 			t.Fatalf("round trip of %s via %s: %+v (%v)", js, b, back, err)
 		}
 	})

@@ -21,9 +21,8 @@ import (
 // that weft and host-local (under Flannel's plugin) share it: a node
 // switched between them with pods running never hands out an address
 // twice. Allocation is round-robin as host-local allocates (allocateIn).
-// What weft adds: all-or-nothing across families, the list of released
-// attachments that GC needs to delete their veths, and the move of an
-// older release's store into the shared one (migrate).
+// What weft adds: all-or-nothing across families, and the list of released
+// attachments that GC needs to delete their veths.
 
 // ErrExhausted is returned when a node subnet has no free address left.
 var ErrExhausted = errors.New("no free address")
@@ -60,160 +59,6 @@ func openStore(conf *Config) (*disk.Store, error) {
 		return nil, fmt.Errorf("open address store: %w", err)
 	}
 	return s, nil
-}
-
-// openOldStore opens the store an older release kept at
-// <dataDir>/ipam/<network> if it still exists (migrate left conflicting
-// reservations in it) and is not the shared store itself; otherwise it
-// returns nil.
-func openOldStore(conf *Config) (*disk.Store, error) {
-	old, ok, err := oldStoreExists(conf)
-	if err != nil || !ok {
-		return nil, err
-	}
-	s, err := disk.New(conf.Name, filepath.Dir(old))
-	if err != nil {
-		return nil, fmt.Errorf("open old address store: %w", err)
-	}
-	return s, nil
-}
-
-// oldStoreExists reports whether conf's old store directory exists and is
-// not the shared store's.
-func oldStoreExists(conf *Config) (string, bool, error) {
-	old := conf.oldStoreDir()
-	oi, err := os.Stat(old)
-	if errors.Is(err, os.ErrNotExist) {
-		return old, false, nil
-	}
-	if err != nil {
-		return old, false, fmt.Errorf("old address store: %w", err)
-	}
-	if si, err := os.Stat(conf.storeDir()); err == nil && os.SameFile(oi, si) {
-		return old, false, nil
-	}
-	return old, oi.IsDir(), nil
-}
-
-// ErrReservedTwice is returned by migrate when the old and the shared
-// store both reserve an address, for different attachments.
-var ErrReservedTwice = errors.New("address reserved twice")
-
-// migrate moves the reservations of an older release's store
-// (<dataDir>/ipam/<network>) into s, the shared store of conf, holding both
-// stores' locks, and then removes the old directory (and <dataDir>/ipam
-// once empty). A reservation already in the shared store for the same
-// attachment (a migration cut short) is just removed from the old store. An
-// address the shared store reserves for another attachment stays reserved
-// for that one and its old reservation stays where it is: two pods hold
-// that address, and the error (ErrReservedTwice) names both; the old
-// directory stays until one of them is deleted (DEL and GC release in
-// both stores). The round-robin markers (last_reserved_ip.<n>) move when
-// the shared store has none for that range.
-func migrate(s *disk.Store, conf *Config) error {
-	if _, ok, err := oldStoreExists(conf); err != nil || !ok {
-		return err
-	}
-	return locked(s, func() error {
-		old, ok, err := oldStoreExists(conf) // another plugin run may have moved it meanwhile
-		if err != nil || !ok {
-			return err
-		}
-		lk, err := disk.NewFileLock(old)
-		if err != nil {
-			return fmt.Errorf("lock old address store: %w", err)
-		}
-		defer lk.Close()
-		if err := lk.Lock(); err != nil {
-			return fmt.Errorf("lock old address store: %w", err)
-		}
-		defer lk.Unlock()
-		return moveReservations(conf.storeDir(), old)
-	})
-}
-
-// moveReservations is migrate's work, with both locks held.
-func moveReservations(dir, old string) error {
-	entries, err := os.ReadDir(old)
-	if err != nil {
-		return fmt.Errorf("read old address store: %w", err)
-	}
-	var twice []string
-	for _, e := range entries {
-		name := e.Name()
-		src, dst := filepath.Join(old, name), filepath.Join(dir, name)
-		if !e.Type().IsRegular() {
-			continue
-		}
-		if _, err := netip.ParseAddr(name); err == nil {
-			b, err := os.ReadFile(src)
-			if err != nil {
-				return fmt.Errorf("move reservation: %w", err)
-			}
-			held, taken, err := claim(dst, b)
-			if err != nil {
-				return fmt.Errorf("move reservation %s: %w", name, err)
-			}
-			if taken && held != strings.TrimSpace(string(b)) {
-				twice = append(twice, fmt.Sprintf("%s by %s in %s and by %s in %s", name, attName(held), dir, attName(string(b)), old))
-				continue
-			}
-		} else if strings.HasPrefix(name, "last_reserved_ip.") {
-			if _, err := os.Stat(dst); errors.Is(err, os.ErrNotExist) {
-				b, err := os.ReadFile(src)
-				if err == nil {
-					err = os.WriteFile(dst, b, 0o600)
-				}
-				if err != nil {
-					return fmt.Errorf("move %s: %w", name, err)
-				}
-			}
-		} else {
-			continue // the lock, or a file weft never wrote: left alone
-		}
-		if err := os.Remove(src); err != nil {
-			return fmt.Errorf("move %s: %w", name, err)
-		}
-	}
-	if len(twice) > 0 {
-		return fmt.Errorf("%w: %s; two pods use each of these addresses: delete one of the two (its DEL frees its reservation in either store and completes the move)",
-			ErrReservedTwice, strings.Join(twice, "; "))
-	}
-	os.Remove(filepath.Join(old, "lock"))
-	if err := os.Remove(old); err != nil {
-		return nil // it holds files weft never wrote: it stays
-	}
-	os.Remove(filepath.Dir(old)) // <dataDir>/ipam, if nothing else is in it
-	return nil
-}
-
-// claim creates the reservation file path holding key, as disk.Store's
-// Reserve does (O_EXCL, 0600). If the file exists, taken is true and held
-// is the key it holds.
-func claim(path string, key []byte) (held string, taken bool, err error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		b, err := os.ReadFile(path)
-		return strings.TrimSpace(string(b)), true, err
-	}
-	if err != nil {
-		return "", false, err
-	}
-	if _, err := f.Write(key); err != nil {
-		f.Close()
-		os.Remove(path)
-		return "", false, err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(path)
-		return "", false, err
-	}
-	return "", false, nil
-}
-
-// attName shows a reservation's key as containerID/ifname.
-func attName(key string) string {
-	return strings.ReplaceAll(strings.TrimSpace(key), disk.LineBreak, "/")
 }
 
 // ErrRequested is returned when a requested address (runtimeConfig ips,
@@ -380,26 +225,6 @@ func release(s *disk.Store, a Attachment) error {
 		}
 		return nil
 	})
-}
-
-// releaseOld frees a's reservations in the old store, if it still exists.
-func releaseOld(conf *Config, a Attachment) error {
-	old, err := openOldStore(conf)
-	if err != nil || old == nil {
-		return err
-	}
-	defer old.Close()
-	return release(old, a)
-}
-
-// gcOld is gc for the old store, if it still exists.
-func gcOld(conf *Config, valid []types.GCAttachment) ([]Attachment, error) {
-	old, err := openOldStore(conf)
-	if err != nil || old == nil {
-		return nil, err
-	}
-	defer old.Close()
-	return gc(old, conf.oldStoreDir(), valid)
 }
 
 // lookup returns the addresses held by a.

@@ -191,12 +191,7 @@ func configurePod(podNS ns.NetNS, att Attachment, addrs []netip.Prefix, p plan) 
 // deletes both ends of a pair together), wherever the pod end is. A missing
 // pair is not an error, and a link of that name that is not a veth is not
 // weft's: it stays.
-func deleteVeth(att Attachment) error {
-	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-	if err != nil {
-		return fmt.Errorf("netlink: %w", err)
-	}
-	defer h.Close()
+func deleteVeth(h *netlink.Handle, att Attachment) error {
 	name := hostVethName(att)
 	host, err := h.LinkByName(name)
 	if _, missing := err.(netlink.LinkNotFoundError); missing {
@@ -214,41 +209,96 @@ func deleteVeth(att Attachment) error {
 	return nil
 }
 
-// leftoverGroup and leftoverPrefix mark the veths that an earlier release's
-// DEL renamed and left for a background process to delete: link group
-// 0x77656674 ("weft"), named weftrm<ifindex>.
-const (
-	leftoverGroup  = 0x77656674
-	leftoverPrefix = "weftrm"
-)
+// deletePodLink deletes the pod's interface ifName in the namespace at
+// netnsPath, as the bridge plugin's DEL does, and with it its host end,
+// whatever that is called: so a pod that Flannel's chain (or any bridge
+// plugin of this network) wired goes as weft's own do. It deletes only a
+// veth whose other end is a port of bridge in h's (the node's) namespace.
+// No namespace, no such interface, or a link of another owner is not an
+// error and stays.
+func deletePodLink(h *netlink.Handle, bridge, netnsPath, ifName string) error {
+	if netnsPath == "" {
+		return nil
+	}
+	podNS, err := ns.GetNS(netnsPath)
+	if err != nil {
+		var gone ns.NSPathNotExistErr
+		var notNS ns.NSPathNotNSErr
+		if errors.As(err, &gone) || errors.As(err, &notNS) {
+			return nil // no namespace there: nothing of the pod's
+		}
+		return fmt.Errorf("open CNI_NETNS %s: %w", netnsPath, err)
+	}
+	defer podNS.Close()
+	ph, err := netlink.NewHandleAt(netns.NsHandle(podNS.Fd()), unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("netlink in %s: %w", netnsPath, err)
+	}
+	defer ph.Close()
+	pod, err := ph.LinkByName(ifName)
+	if _, missing := err.(netlink.LinkNotFoundError); missing {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("find %s in %s: %w", ifName, netnsPath, err)
+	}
+	if _, veth := pod.(*netlink.Veth); !veth {
+		return nil
+	}
+	if ok, err := pairedWithPort(h, ph, int(podNS.Fd()), pod, bridge); err != nil || !ok {
+		return err
+	}
+	if err := ph.LinkDel(pod); err != nil && !errors.Is(err, unix.ENODEV) {
+		return fmt.Errorf("delete %s in %s: %w", ifName, netnsPath, err)
+	}
+	return nil
+}
 
-// deleteLeftovers deletes the node's leftover veths (leftoverGroup and
-// leftoverPrefix both, anything else stays); usually there are none and it
-// costs one link dump.
-func deleteLeftovers() error {
-	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+// pairedWithPort reports whether pod, a veth in the namespace of ph (whose
+// file descriptor is podFd), is paired with a port of bridge in the namespace
+// of h, as each end tells: the pod end names h's namespace and the host
+// end's index, and the host end, a veth on bridge, names the pod's namespace
+// and the pod end's index. An index alone is per namespace, so both
+// namespaces are checked by their ids.
+func pairedWithPort(h, ph *netlink.Handle, podFd int, pod netlink.Link, bridge string) (bool, error) {
+	pa := pod.Attrs()
+	if pa.NetNsID < 0 {
+		return false, nil // its peer is in the pod's own namespace
+	}
+	host, err := h.LinkByIndex(pa.ParentIndex)
+	if _, missing := err.(netlink.LinkNotFoundError); missing {
+		return false, nil
+	}
 	if err != nil {
-		return fmt.Errorf("netlink: %w", err)
+		return false, fmt.Errorf("find the peer of %s: %w", pa.Name, err)
 	}
-	defer h.Close()
-	links, err := h.LinkList()
+	br, err := h.LinkByName(bridge)
+	if _, missing := err.(netlink.LinkNotFoundError); missing {
+		return false, nil
+	}
 	if err != nil {
-		return fmt.Errorf("list links: %w", err)
+		return false, fmt.Errorf("find bridge %s: %w", bridge, err)
 	}
-	var errs []error
-	for _, l := range links {
-		a := l.Attrs()
-		if a.Group != leftoverGroup || !strings.HasPrefix(a.Name, leftoverPrefix) {
-			continue
-		}
-		if _, veth := l.(*netlink.Veth); !veth {
-			continue
-		}
-		if err := h.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
-			errs = append(errs, fmt.Errorf("delete leftover veth %s: %w", a.Name, err))
-		}
+	ha := host.Attrs()
+	if _, veth := host.(*netlink.Veth); !veth || ha.MasterIndex != br.Attrs().Index || ha.ParentIndex != pa.Index || ha.NetNsID < 0 {
+		return false, nil
 	}
-	return errors.Join(errs...)
+	node, err := netns.Get()
+	if err != nil {
+		return false, fmt.Errorf("open the node namespace: %w", err)
+	}
+	defer node.Close()
+	// Both links were just reported, which gave each namespace an id for
+	// the other.
+	nodeID, err := ph.GetNetNsIdByFd(int(node))
+	if err != nil {
+		return false, fmt.Errorf("id of the node namespace in the pod's: %w", err)
+	}
+	podID, err := h.GetNetNsIdByFd(podFd)
+	if err != nil {
+		return false, fmt.Errorf("id of the pod namespace in the node's: %w", err)
+	}
+	return pa.NetNsID == nodeID && ha.NetNsID == podID, nil
 }
 
 // enableForwarding turns on forwarding in the plugin's (node) namespace for

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
@@ -124,56 +123,39 @@ func TestSwitchFlannelWeftFlannel(t *testing.T) {
 	}
 }
 
-// TestMigrateOldStore: an older weft release kept its own store at
-// /var/lib/cni/weft/ipam/cbr0 and so gave pods the addresses of Flannel's
-// (issue 29). The first ADD of this release moves that store into the
-// shared one, but two addresses are held twice: it fails naming both
-// holders of each, and gives the new pod nothing. Once one pod of each pair
-// is deleted (weft's DEL frees in both stores) the move completes, the old
-// directory is gone and ADD succeeds with an address nobody holds.
-func TestMigrateOldStore(t *testing.T) {
+// TestDelOfFlannelPod (issue 41): after a takeover, weft's DEL of pods that
+// Flannel's chain wired (the real bridge and host-local plugins) removes
+// what the bridge plugin's DEL removes: the pod's eth0 and with it its host
+// veth on cni0, whose name weft did not choose, and frees the address. The
+// other pods keep theirs and still talk; a second DEL succeeds.
+func TestDelOfFlannelPod(t *testing.T) {
 	n := newSwitchNode(t, "")
-	flannel := n.AddPods(t, n.flannel, "flannel", 2)
-	// An older release: its store was host-local's layout at
-	// <dataDir>/ipam/<network>, what weft writes given that ipam.dataDir.
-	oldEntry := map[string]any{"ipam": map[string]any{"dataDir": "/var/lib/cni/weft/ipam"}}
-	for k, v := range n.Entry {
-		if k != "ipam" {
-			oldEntry[k] = v
+	pods := n.AddPods(t, n.flannel, "flannel", 3)
+	n.CheckStore(t, pods)
+	gone := pods[0]
+	var host string
+	for _, i := range gone.Result.Interfaces {
+		if i.Sandbox == "" && i.Name != "cni0" {
+			host = i.Name
 		}
 	}
-	old := n.AddPods(t, n.Conflist(t, "0.3.1", oldEntry), "old", 3)
-	if old[0].IP != flannel[0].IP || old[1].IP != flannel[1].IP {
-		t.Fatalf("the older release's pods got %s, %s; Flannel's %s, %s: not the issue's duplicates", old[0].IP, old[1].IP, flannel[0].IP, flannel[1].IP)
+	if host == "" {
+		t.Fatalf("no host veth in the bridge plugin's result: %v", gone.Result.Interfaces)
 	}
-	oldDir := filepath.Join(n.VarLib, "cni", "weft", "ipam")
-
-	pod := nettest.NewNS(t, "new")
-	_, err := n.Weft.Add(pod, "new-1")
-	if err == nil || !strings.Contains(err.Error(), "reserved twice") {
-		t.Fatalf("ADD with two addresses held twice: %v", err)
-	}
-	for _, w := range []string{flannel[0].IP.String(), "flannel-1/eth0", "old-1/eth0", flannel[1].IP.String(), "flannel-2/eth0", "old-2/eth0"} {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("the error does not name %s: %v", w, err)
+	for range 2 {
+		if err := n.Weft.Del(gone); err != nil {
+			t.Fatalf("weft's DEL of %s: %v", gone.ID, err)
 		}
 	}
-	if out := nettest.MustRun(t, pod, "ip", "-o", "link"); strings.Contains(out, "eth0") {
-		t.Errorf("the failed ADD left an eth0:\n%s", out)
+	if got := linkNames(t, gone.NS); !sameSet(got, []string{"lo"}) {
+		t.Errorf("links in %s's namespace after weft's DEL: %v, want lo only", gone.ID, got)
 	}
-	n.CheckStore(t, []*plugintest.Pod{flannel[0], flannel[1], old[2]}) // old-3's moved
-
-	for _, p := range []*plugintest.Pod{old[0], flannel[1]} {
-		if err := n.Weft.Del(p); err != nil {
-			t.Fatalf("weft's DEL of %s: %v", p.ID, err)
-		}
+	if _, err := n.e.node.Handle.LinkByName(host); err == nil {
+		t.Errorf("host veth %s of %s still there after weft's DEL", host, gone.ID)
 	}
-	fresh, err := n.Weft.Add(pod, "new-1")
-	if err != nil {
-		t.Fatalf("ADD after one holder of each address is gone: %v", err)
+	if ports := n.e.bridgePorts(t); len(ports) != 2 {
+		t.Errorf("bridge ports after weft's DEL: %v, want the 2 other pods'", ports)
 	}
-	n.CheckStore(t, []*plugintest.Pod{flannel[0], old[1], old[2], fresh})
-	if _, err := os.Stat(oldDir); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("%s still there after the move: %v", oldDir, err)
-	}
+	n.CheckStore(t, pods[1:]) // gone's address is free, the others' held
+	ping(t, pods[1].NS, pods[2].IP)
 }

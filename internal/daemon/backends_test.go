@@ -48,6 +48,27 @@ func TestLeaseValueAndMTUPerBackend(t *testing.T) {
 	}
 }
 
+// TestPodMTU: a dual-stack node of vxlan or uvxlan gives pods its IPv6
+// device's MTU (the overlay MTU minus 20); every other node the overlay MTU.
+func TestPodMTU(t *testing.T) {
+	d := &Daemon{cfg: Config{Node: Node{PublicIP: netip.MustParseAddr("192.168.77.1"), UnderlayMTU: 1500}}}
+	v4 := subnet.Lease{Subnet: netip.MustParsePrefix("10.244.1.0/24")}
+	dual := subnet.Lease{Subnet: v4.Subnet, IPv6Subnet: netip.MustParsePrefix("fd00:10:244:1::/64")}
+	for _, tc := range []struct {
+		typ   string
+		lease subnet.Lease
+		mtu   int
+	}{
+		{subnet.BackendTypeVXLAN, v4, 1450}, {subnet.BackendTypeVXLAN, dual, 1430},
+		{subnet.BackendTypeUVXLAN, v4, 1450}, {subnet.BackendTypeUVXLAN, dual, 1430},
+		{subnet.BackendTypeWireGuard, dual, 1450}, {subnet.BackendTypeHostGW, dual, 1450},
+	} {
+		if got := d.podMTU(tc.typ, tc.lease, 1450); got != tc.mtu {
+			t.Errorf("%s, IPv6 subnet %v: pod MTU %d, want %d", tc.typ, tc.lease.IPv6Subnet, got, tc.mtu)
+		}
+	}
+}
+
 // TestDaemonRefusesOtherBackends: a node told to run Flannel's udp or
 // ipsec backend, or a type nobody knows, does not start, and the error says
 // what to use instead; no dataplane is built.

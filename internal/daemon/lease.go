@@ -142,6 +142,18 @@ func (d *Daemon) overlayMTU(cfg *subnet.Config, typ string) int {
 	return vtep.OverlayMTU(underlay, !d.cfg.Node.PublicIP.IsValid())
 }
 
+// podMTU is the pods' MTU (FLANNEL_MTU) for overlay MTU mtu: on a dual-stack
+// node of vxlan or uvxlan, whose IPv6 device has an IPv6 outer header and so
+// an MTU 20 bytes below mtu (the IPv4 device's), that smaller one, so that
+// pods' full-size IPv6 packets fit without path-MTU discovery; else mtu.
+func (d *Daemon) podMTU(typ string, lease subnet.Lease, mtu int) int {
+	vxlan := typ == subnet.BackendTypeVXLAN || typ == subnet.BackendTypeUVXLAN
+	if vxlan && lease.Subnet.IsValid() && lease.IPv6Subnet.IsValid() && d.cfg.Node.PublicIP.IsValid() {
+		return mtu - (vtep.OverheadIPv6 - vtep.OverheadIPv4)
+	}
+	return mtu
+}
+
 // session runs the dataplane, the watch and the renewals for one lease. It
 // returns errLeaseLost when the lease is gone, or ctx's error.
 func (d *Daemon) session(ctx context.Context, cfg *subnet.Config, typ string, lease subnet.Lease) error {
@@ -198,14 +210,14 @@ func (d *Daemon) session(ctx context.Context, cfg *subnet.Config, typ string, le
 			if d.awaitPolicy(gctx, ps) != nil {
 				return nil
 			}
-			if err := d.writeSubnetFile(cfg, lease, mtu); err != nil {
+			if err := d.writeSubnetFile(cfg, lease, d.podMTU(typ, lease, mtu)); err != nil {
 				return err
 			}
 			close(written)
 			return nil
 		})
 	} else {
-		if err := d.writeSubnetFile(cfg, lease, mtu); err != nil {
+		if err := d.writeSubnetFile(cfg, lease, d.podMTU(typ, lease, mtu)); err != nil {
 			return err
 		}
 		close(written)

@@ -97,7 +97,8 @@ func TestSwitchBackend(t *testing.T) {
 }
 
 // TestDualStackUserspace runs a dual-stack uvxlan node (a TAP per family)
-// beside a dual-stack kernel VXLAN node: both families cross both ways.
+// beside a dual-stack kernel VXLAN node: both families cross both ways, and
+// full-size IPv6 packets with DF set too.
 func TestDualStackUserspace(t *testing.T) {
 	c := NewCluster(t, Options{Nodes: 0, UnderlayV6: netip.MustParsePrefix("fd77::/64"),
 		Config: `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}`})
@@ -124,6 +125,8 @@ func TestDualStackUserspace(t *testing.T) {
 			t.Errorf("%s: %v", c.name, err)
 		}
 	}
+	fullSizeIPv6(t, a, b, b6)
+	fullSizeIPv6(t, b, a, a6)
 }
 
 func podIPv6(t *testing.T, p *plugintest.Pod) netip.Addr {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +63,9 @@ func TestPodsReachEachOtherAcrossNodes(t *testing.T) {
 	})
 }
 
+// TestDualStack: on dual-stack kernel VXLAN nodes both families cross, and
+// the pods' MTU (FLANNEL_MTU) is the IPv6 device's, so a full-size IPv6
+// packet with DF set crosses both ways.
 func TestDualStack(t *testing.T) {
 	c := NewCluster(t, Options{Nodes: 2, UnderlayV6: netip.MustParsePrefix("fd77::/64"),
 		Config: `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}`})
@@ -87,8 +91,29 @@ func TestDualStack(t *testing.T) {
 	if _, err := Transfer(a.NS, b.NS, b6, 20<<20); err != nil {
 		t.Errorf("IPv6 transfer: %v", err)
 	}
-	if err := Ping(a.NS, b6, "-M", "do", "-s", "1382"); err != nil {
-		t.Errorf("IPv6 DF ping at the MTU (1430 − 48): %v", err)
+	for _, n := range c.Nodes {
+		if got := fileMTU(t, n); got != 1430 {
+			t.Errorf("%s: FLANNEL_MTU %d, want the IPv6 device's 1430 on a dual-stack node", n.Label, got)
+		}
+	}
+	fullSizeIPv6(t, a, b, b6)
+	fullSizeIPv6(t, b, a, podIPv6(t, a))
+}
+
+// fullSizeIPv6 sends a full-size IPv6 packet with DF set (ping -M do, the
+// pod's MTU minus 48 bytes of IPv6 and ICMPv6 headers) from pod src to dst6
+// of pod dst, which must arrive without path-MTU discovery: on a dual-stack
+// node the pods' MTU must fit the IPv6 overlay device, 20 bytes smaller
+// than the IPv4 one.
+func fullSizeIPv6(t *testing.T, src, dst *plugintest.Pod, dst6 netip.Addr) {
+	t.Helper()
+	eth0, err := src.NS.Handle.LinkByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := eth0.Attrs().MTU - 48
+	if err := Ping(src.NS, dst6, "-M", "do", "-s", strconv.Itoa(size)); err != nil {
+		t.Errorf("%s → %s: IPv6 DF ping of %d bytes (pod MTU %d − 48): %v", src.ID, dst.ID, size, eth0.Attrs().MTU, err)
 	}
 }
 
