@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weft-net/weft/internal/testkit/benchreport"
 	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/internal/testkit/plugintest"
 )
@@ -374,10 +375,14 @@ func (m *migration) writeReport() {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Moving a running node from Flannel to weft and back: ping loss\n\n")
-	fmt.Fprintf(&b, "Written by `TestMigrateNodeFromFlannelAndBack` (test/e2e/migrate_test.go) on %s", time.Now().UTC().Format("2006-01-02"))
-	if out, err := exec.Command("git", "-C", ModuleRootDir(t), "describe", "--always", "--dirty").Output(); err == nil {
-		fmt.Fprintf(&b, ", commit %s", strings.TrimSpace(string(out)))
+	root := ModuleRootDir(t)
+	st := benchreport.NewStamp(root, "migration", "WEFT_MIGRATION_REPORT=docs/migration-report.md go test -count=1 -run TestMigrateNodeFromFlannelAndBack ./test/e2e",
+		"cmd/weftd", "cmd/weft", "internal/daemon", "subnet", "backend/vxlan", "backend/kernel", "plugin")
+	stamp, err := st.Markdown(root)
+	if err != nil {
+		t.Fatal(err)
 	}
+	fmt.Fprintf(&b, "%s\nWritten by `TestMigrateNodeFromFlannelAndBack` (test/e2e/migrate_test.go)", stamp)
 	if out, err := exec.Command(m.flanneld, "--version").CombinedOutput(); err == nil {
 		fmt.Fprintf(&b, ", flanneld %s", strings.TrimSpace(string(out)))
 	}
