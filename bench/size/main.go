@@ -41,7 +41,8 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	st := benchreport.NewStamp(root, "binaries", "go run ./bench/size", "cmd", "internal", "backend", "subnet", "plugin", "policy", "vtep", "go.mod")
+	st := benchreport.NewStamp(root, "binaries", "go run ./bench/size", "cmd", "internal/daemon", "internal/etcdlocal", "internal/fdstore", "internal/flagenv", "internal/namespace", "internal/ops",
+		"backend", "subnet", "plugin", "policy", "vtep", "go.mod")
 	stamp, err := st.Markdown(root)
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/weft-net/weft/internal/testkit/benchreport"
@@ -17,14 +18,27 @@ import (
 // reports are the generated reports; each must carry a stamp.
 var reports = []string{
 	"bench/dataplane/README.md", "bench/peers/README.md", "bench/policy/README.md", "bench/cni/REPORT.md",
-	"bench/fleet/README.md", "bench/size/README.md", "docs/reliability.md", "docs/flannel-failures.md", "docs/migration-report.md",
+	"bench/fleet/README.md", "bench/size/README.md", "docs/reliability.md", "docs/flannel-failures.md",
+	"docs/migration-report.md", "docs/network-policy.md",
 }
 
-// figureRows are the pages whose table rows give figures from reports:
-// in docs/performance.md every row, in the README a row with a figure.
-var figureRows = map[string]*regexp.Regexp{
-	"docs/performance.md": regexp.MustCompile(``),
-	"README.md":           regexp.MustCompile(`\d\s*(Gb/s|Gbit/s|Mb/s|ms|µs|s|MB|KB|%|×|minutes)\b`),
+// figure is a number with a measured unit: what makes a table row a
+// figure row (seconds are left out: they are also configuration defaults).
+var figure = regexp.MustCompile(`\d\s*(Gb/s|Gbit/s|Mb/s|ms|µs|MB|KB|%|×)\b`)
+
+// figurePages are the pages whose tables give figures copied from
+// reports: the README and docs/*.md; in docs/performance.md every row is a
+// figure row.
+func figurePages(root string) ([]string, error) {
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		return nil, err
+	}
+	out := []string{"README.md"}
+	for _, p := range pages {
+		out = append(out, "docs/"+filepath.Base(p))
+	}
+	return out, nil
 }
 
 // goalsExempt are benchmarks whose goals are rows that carry their own
@@ -45,25 +59,50 @@ func check(root string) []error {
 		}
 		errs = append(errs, sections(f, string(text))...)
 	}
-	for f, figure := range figureRows {
+	pages, err := figurePages(root)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, f := range pages {
 		text, err := os.ReadFile(filepath.Join(root, f))
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		header := true
-		for i, l := range strings.Split(string(text), "\n") {
-			switch {
-			case !strings.HasPrefix(l, "|"):
-				header = true
-			case header || strings.HasPrefix(l, "|---"):
-				header = false
-			case figure.MatchString(l) && !marker.MatchString(l):
-				errs = append(errs, fmt.Errorf("%s:%d: a figure row names no report: add <!-- age <report>#<id> --> (then go run ./test/reportage -w)", f, i+1))
-			}
+		if slices.Contains(reports, f) && !strings.Contains(string(text), "report: begin") {
+			continue // a whole page of report: its tables are its figures
 		}
+		errs = append(errs, rows(f, string(text))...)
 	}
 	return append(errs, goals(root)...)
+}
+
+// rows is an error for each figure row of page f that names no report:
+// a row names one with an age marker, or the table does, on the last
+// non-blank line before it. Tables inside a report's own section are its
+// figures.
+func rows(f, text string) []error {
+	var errs []error
+	prev, header, covered, inReport := "", true, false, false
+	for i, l := range strings.Split(text, "\n") {
+		switch {
+		case strings.Contains(l, "report: begin"):
+			inReport = true
+		case strings.Contains(l, "report: end"):
+			inReport = false
+		case !strings.HasPrefix(l, "|"):
+			header = true
+		case header:
+			header, covered = false, marker.MatchString(prev)
+		case inReport || covered || strings.HasPrefix(l, "|---") || marker.MatchString(l):
+		case f == "docs/performance.md" || figure.MatchString(l):
+			errs = append(errs, fmt.Errorf("%s:%d: a figure row names no report: add <!-- age <report>#<id> --> to it or above its table (then go run ./test/reportage -w)", f, i+1))
+		}
+		if strings.TrimSpace(l) != "" {
+			prev = l
+		}
+	}
+	return errs
 }
 
 // sections is an error for a report f without a stamp, and for each of its

@@ -70,8 +70,9 @@ Measured at f.md#t.
 	}
 }
 
-// TestCheckFinds: a report section without a stamp and a benchmark string
-// that names a goal are reported.
+// TestCheckFinds: a report section without a stamp, a figure row whose
+// table names no report and a benchmark string that names a goal are
+// reported.
 func TestCheckFinds(t *testing.T) {
 	errs := sections("r.md", "<!-- bench/x a report: begin -->\nfigures\n<!-- bench/x a report: end -->\n"+
 		`<!-- weft-report {"id":"s","commit":"c","date":"d","measures":["a"],"command":"x"} -->`)
@@ -80,6 +81,16 @@ func TestCheckFinds(t *testing.T) {
 	}
 	if errs := sections("r.md", "no stamp"); len(errs) != 1 || !strings.Contains(errs[0].Error(), "without a stamp line") {
 		t.Errorf("a report without a stamp: %v", errs)
+	}
+	table := "\n\n| what | figure |\n|---|---|\n| a | 5 ms |\n"
+	if errs := rows("docs/x.md", "text"+table); len(errs) != 1 || !strings.Contains(errs[0].Error(), "docs/x.md:5: a figure row names no report") {
+		t.Errorf("a figure row without a marker: %v", errs)
+	}
+	if errs := rows("docs/x.md", "<!-- age r.md#s -->"+table); len(errs) != 0 {
+		t.Errorf("a table with a marker above it: %v", errs)
+	}
+	if errs := rows("docs/x.md", "<!-- age r.md#s -->"+table+table); len(errs) != 1 {
+		t.Errorf("a second table below one with a marker: %v", errs)
 	}
 	root := t.TempDir()
 	src := "package x\n\nimport \"fmt\"\n\nfunc f() { fmt.Println(\"Goals: p50 ≤ 10 ms\") }\n"

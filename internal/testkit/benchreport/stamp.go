@@ -68,10 +68,10 @@ func ParseStamp(line string) (s Stamp, ok bool, err error) {
 
 // Age says how old s's figures are against the tree at root: "Measured at
 // <commit>, <date>; since then these measured paths changed: <paths> (<n>
-// commits)." or "…; nothing it measures changed since.". Uncommitted
-// changes to tracked files of a measured path count as one more commit,
-// the one they will become, so that a note written before committing is
-// still right after.
+// commits)." or "…; nothing it measures changed since.", leaving test
+// files (*_test.go) out. Uncommitted changes to tracked files of a
+// measured path count as one more commit, the one they will become, so
+// that a note written before committing is still right after.
 func Age(root string, s Stamp) (string, error) {
 	commit, _, _ := strings.Cut(s.Commit, "+")
 	git := func(args ...string) (string, error) {
@@ -89,7 +89,8 @@ func Age(root string, s Stamp) (string, error) {
 	if _, err := git("rev-parse", "--verify", "--quiet", commit+"^{commit}"); err != nil {
 		return "", fmt.Errorf("report %s: its commit %q is not in this clone's history", s.ID, s.Commit)
 	}
-	spec := append([]string{"--"}, s.Measures...)
+	// Tests are not the code a report measures.
+	spec := append(append([]string{"--"}, s.Measures...), ":(exclude)*_test.go")
 	for _, p := range s.Measures {
 		if out, err := git("ls-files", "--", p); err != nil || out == "" {
 			return "", fmt.Errorf("report %s: measured path %q has no files in this tree", s.ID, p)
