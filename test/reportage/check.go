@@ -41,10 +41,12 @@ func figurePages(root string) ([]string, error) {
 	return out, nil
 }
 
-// goalsExempt are benchmarks whose goals are rows that carry their own
-// verdict.
+// goalsExempt are the packages that may name goals in strings: those that
+// print verdicts, and bench/faults, whose rows carry their own.
 var goalsExempt = map[string]string{
-	"bench/faults": "every row of docs/reliability.md has a goal and a pass column, and the test fails a missed goal",
+	"bench/faults":                 "every row of docs/reliability.md has a goal and a pass column, and the test fails a missed goal",
+	"internal/testkit/benchreport": "prints the verdicts",
+	"test/reportage":               "checks them",
 }
 
 // check is every report without a stamp, figure row without a marker, and
@@ -127,13 +129,17 @@ func sections(f, text string) []error {
 
 var goalWord = regexp.MustCompile(`(?i)\bgoals?\b`)
 
-// goals is an error for each string in a benchmark's Go source that names
-// a goal: a benchmark names goals only in benchreport.Goal values, which
-// benchreport.Verdicts prints each with a verdict, met or not.
+// goals is an error for each string in the module's Go source (the
+// benchmarks' and the report writers') that names a goal: goals are named
+// only in benchreport.Goal values, which benchreport.Verdicts prints each
+// with a verdict, met or not.
 func goals(root string) []error {
 	var errs []error
 	pkgs := map[string]string{} // dir → its sources
-	err := filepath.WalkDir(filepath.Join(root, "bench"), func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && p != root && strings.HasPrefix(d.Name(), ".") {
+			return filepath.SkipDir
+		}
 		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") {
 			return err
 		}
