@@ -40,6 +40,9 @@ func (s Stamp) Line() string {
 // Markdown is the stamp's line and, on the next line, its age note as
 // Age finds it now at root.
 func (s Stamp) Markdown(root string) (string, error) {
+	if _, _, err := ParseStamp(s.Line()); err != nil {
+		return "", err
+	}
 	age, err := Age(root, s)
 	if err != nil {
 		return "", err

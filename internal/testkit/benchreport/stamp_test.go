@@ -102,7 +102,8 @@ func TestAge(t *testing.T) {
 }
 
 // TestStampLine: a stamp reads back as written, even with "-->" in its
-// command; a stamp missing a field is an error.
+// command; a stamp missing a field is an error, also when a writer makes
+// one.
 func TestStampLine(t *testing.T) {
 	s := Stamp{ID: "x", Commit: "abc+changes", Date: "2026-12-06 14:30 UTC", Measures: []string{"a", "b/c"}, Command: "go test -run '^$' --> x"}
 	got, ok, err := ParseStamp(s.Line())
@@ -112,6 +113,10 @@ func TestStampLine(t *testing.T) {
 	s.Commit = ""
 	if _, ok, err := ParseStamp(s.Line()); !ok || err == nil {
 		t.Errorf("a stamp without its commit: %v, %v", ok, err)
+	}
+	s.Commit, s.Measures = "abc", nil
+	if _, err := s.Markdown(t.TempDir()); err == nil || !strings.Contains(err.Error(), "measures") {
+		t.Errorf("a new stamp without measured paths: %v", err)
 	}
 }
 
