@@ -18,7 +18,7 @@ type doc struct {
 }
 
 // marker names, in a figure row, the report section its figures are from.
-var marker = regexp.MustCompile(`<!-- age (\S+)#(\S+) -->`)
+var marker = regexp.MustCompile(`<!-- age ([^\s<>]+)#([^\s<>]+) -->`)
 
 // markdown is every markdown file of the tree at root, relative paths.
 func markdown(root string) ([]string, error) {
