@@ -15,7 +15,8 @@ import (
 	"github.com/weft-net/weft/internal/testkit/benchreport"
 )
 
-// reports are the generated reports; each must carry a stamp.
+// reports are the generated reports; each must carry a stamp, as must any
+// page with a benchmark's section ("report: begin").
 var reports = []string{
 	"bench/dataplane/README.md", "bench/peers/README.md", "bench/policy/README.md", "bench/cni/REPORT.md",
 	"bench/fleet/README.md", "bench/size/README.md", "docs/reliability.md", "docs/flannel-failures.md",
@@ -52,14 +53,25 @@ var goalsExempt = map[string]string{
 // check is every report without a stamp, figure row without a marker, and
 // benchmark goal without a verdict.
 func check(root string) []error {
+	files, err := markdown(root)
+	if err != nil {
+		return []error{err}
+	}
 	var errs []error
-	for _, f := range reports {
+	for _, f := range files {
 		text, err := os.ReadFile(filepath.Join(root, f))
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		errs = append(errs, sections(f, string(text))...)
+		if slices.Contains(reports, f) || strings.Contains(string(text), "report: begin") {
+			errs = append(errs, sections(f, string(text))...)
+		}
+	}
+	for _, f := range reports {
+		if !slices.Contains(files, f) {
+			errs = append(errs, fmt.Errorf("%s: a report is missing", f))
+		}
 	}
 	pages, err := figurePages(root)
 	if err != nil {
