@@ -3,6 +3,8 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/weft-net/weft/internal/testkit/benchreport"
 	"github.com/weft-net/weft/internal/testkit/nettest"
 )
 
@@ -89,4 +92,39 @@ func TestScale(t *testing.T) {
 	if want := 6 + policies + 2; rules != want {
 		t.Errorf("%d rules, want %d: one per policy rule and eight fixed", rules, want)
 	}
+	row := fmt.Sprintf("| %s local pods, %s policies (each selecting 10 pods, ingress from 10 pods on a numbered and a named port; inet table, IPv4 plan, no bridge ports) | %s rules, %s sets, %s set elements; computing the table %d ms, writing it (one transaction) %d ms |",
+		thousands(pods), thousands(policies), thousands(rules), thousands(len(sets)), thousands(elements), computed.Milliseconds(), programmed.Milliseconds())
+	if err := scaleReport(row); err != nil {
+		t.Error(err)
+	}
+}
+
+// scaleReport writes TestScale's row into the report WEFT_BENCH_REPORT
+// names (docs/network-policy.md), if any, with its stamp.
+func scaleReport(row string) error {
+	root, err := benchreport.Root()
+	if err != nil {
+		return err
+	}
+	path := benchreport.Path(root)
+	if path == "" {
+		return nil
+	}
+	st := benchreport.NewStamp(root, "scale", "sudo WEFT_BENCH_REPORT=docs/network-policy.md go test -count=1 -run '^TestScale$' ./policy", "policy")
+	stamp, err := st.Markdown(root)
+	if err != nil {
+		return err
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	text := fmt.Sprintf("%s\nLoad average at the end %s.\n\n| what | figure |\n|---|---|\n%s\n",
+		stamp, strings.Join(strings.Fields(string(load))[:3], " "), row)
+	return benchreport.WriteSection(path, "policy", "scale", []byte(text))
+}
+
+// thousands writes n with a comma between thousands: 22,100.
+func thousands(n int) string {
+	if n < 1000 {
+		return fmt.Sprint(n)
+	}
+	return fmt.Sprintf("%s,%03d", thousands(n/1000), n%1000)
 }

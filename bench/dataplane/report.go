@@ -6,10 +6,11 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/exec"
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/weft-net/weft/internal/testkit/benchreport"
 )
 
 // report is everything one run of the benchmark measured.
@@ -94,14 +95,9 @@ func (c condition) write(w io.Writer) {
 		perBusy := func(s sample) float64 { return s.gbps1 / math.Max(s.busy, 0.01) }
 		r1, r4 := 100*ratio(func(s sample) float64 { return s.gbps1 }), 100*ratio(func(s sample) float64 { return s.gbps4 })
 		r50, r99 := ratio(func(s sample) float64 { return s.p50 }), ratio(func(s sample) float64 { return s.p99 })
-		switch g := goals(m.mode); {
-		case g.stream1 > 0:
-			fmt.Fprintf(w, "- %s/kernel: 1 stream %.0f %% (goal ≥ %.0f %%), 4 streams %.0f %%%s, p50 RTT ×%.1f (goal ≤ %.1f), p99 RTT ×%.1f; ",
-				m.mode, r1, g.stream1, r4, g.stream4text(), r50, g.p50, r99)
-		default:
-			fmt.Fprintf(w, "- %s/kernel: 1 stream %.0f %%, 4 streams %.0f %%, p50 RTT ×%.1f, p99 RTT ×%.1f (%s); ",
-				m.mode, r1, r4, r50, r99, g.why)
-		}
+		fmt.Fprintf(w, "- %s/kernel: 1 stream %.0f %%, 4 streams %.0f %%, p50 RTT ×%.1f, p99 RTT ×%.1f; ", m.mode, r1, r4, r50, r99)
+		verdicts := benchreport.Verdicts(goals(m.mode), map[string]float64{
+			m.mode + goal1: r1, m.mode + goal4: r4, m.mode + goalP50: r50})
 		if fastMode(m.mode) {
 			// Its packets are handled in softirq, as the kernel's VXLAN
 			// handles them, and cannot be told apart from the rest either.
@@ -116,38 +112,34 @@ func (c condition) write(w io.Writer) {
 			fmt.Fprintf(w, "%.1f Gb/s per dataplane core (the kernel moves %.1f Gb/s per busy core of the whole machine)\n",
 				m.median(func(s sample) float64 { return s.gbps1 / s.proc }), k.median(perBusy))
 		}
+		for _, v := range verdicts {
+			fmt.Fprintf(w, "  - %s\n", v)
+		}
 		if len(m.drops) > 0 {
 			fmt.Fprintf(w, "- %s drops: %v\n", m.mode, m.drops)
 		}
 	}
 }
 
-// goal is what issue 32 asks of a mode against the kernel's VXLAN; a zero
-// stream1 means no goal applies, for the reason why.
-type goal struct {
-	stream1, stream4 float64 // % of the kernel's Gb/s; 0: none
-	p50              float64 // × the kernel's p50 round trip
-	why              string
-}
+// The figures issue 32 sets goals for, against the kernel's VXLAN, after
+// the mode's name.
+const (
+	goal1   = ": 1 stream, % of the kernel's"
+	goal4   = ": 4 streams, % of the kernel's"
+	goalP50 = ": p50 RTT, × the kernel's"
+)
 
-func (g goal) stream4text() string {
-	if g.stream4 == 0 {
-		return ""
+// goals are issue 32's goals for mode: none for a mode not run as weftd
+// runs it (both nodes in one process) or with a kernel VXLAN node.
+func goals(mode string) []benchreport.Goal {
+	switch mode {
+	case "uvxlan-fast":
+		return []benchreport.Goal{{Name: mode + goal1, Bound: 100, Unit: "%"},
+			{Name: mode + goal4, Bound: 100, Unit: "%"}, {Name: mode + goalP50, AtMost: true, Bound: 1, Unit: "×"}}
+	case "uvxlan-proc", "uvxlan-tun-proc": // the userspace path, per process as weftd runs it
+		return []benchreport.Goal{{Name: mode + goal1, Bound: 55, Unit: "%"}, {Name: mode + goalP50, AtMost: true, Bound: 2, Unit: "×"}}
 	}
-	return fmt.Sprintf(" (goal ≥ %.0f %%)", g.stream4)
-}
-
-func goals(mode string) goal {
-	switch {
-	case mode == "uvxlan-fast":
-		return goal{stream1: 100, stream4: 100, p50: 1.0}
-	case mode == "uvxlan-proc" || mode == "uvxlan-tun-proc":
-		return goal{stream1: 55, p50: 2.0} // the userspace path, per process as weftd runs it
-	case mode == "uvxlan" || mode == "uvxlan-plain":
-		return goal{why: "both nodes in one process, not as weftd runs: no goal"}
-	default:
-		return goal{why: "one kernel VXLAN node, one uvxlan node: no goal"}
-	}
+	return nil
 }
 
 // fastMode says whether mode runs uvxlan's fast path.
@@ -201,23 +193,19 @@ func (r *report) updateReadme(path string) error {
 	}
 	var b bytes.Buffer
 	b.Write(old[:i+len(beginMarker)])
-	fmt.Fprintf(&b, "\n\nMade at commit %s by `go run ./bench/dataplane %s`:\n\n", commit(), strings.Join(os.Args[1:], " "))
+	root, err := benchreport.Root()
+	if err != nil {
+		return err
+	}
+	st := benchreport.NewStamp(root, "dataplane", "go run ./bench/dataplane "+strings.Join(os.Args[1:], " "),
+		"backend/vxlan", "backend/kernel", "backend/uvxlan")
+	stamp, err := st.Markdown(root)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(&b, "\n\n%s\nMade by `%s`:\n\n", stamp, st.Command)
 	r.write(&b)
 	b.WriteString("\n")
 	b.Write(old[j:])
 	return os.WriteFile(path, b.Bytes(), 0o644)
-}
-
-// commit names the tree measured: git's short commit, "+changes" when
-// tracked files differ from it, or "unknown" outside a git checkout.
-func commit() string {
-	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
-	if err != nil {
-		return "unknown"
-	}
-	c := strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
-		c += "+changes"
-	}
-	return c
 }

@@ -6,7 +6,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
+
+	"github.com/weft-net/weft/internal/testkit/benchreport"
 )
 
 // Environment of the suite command (run.sh): WEFT_FAULTS_LONG selects the
@@ -75,14 +76,20 @@ func writeReport(path string) error {
 	if long {
 		variant = "long"
 	}
+	root, err := benchreport.Root()
+	if err != nil {
+		return err
+	}
+	st := benchreport.NewStamp(root, "faults", "sudo bench/faults/run.sh",
+		"cmd/weftd", "cmd/weft", "internal/daemon", "subnet", "backend", "plugin")
+	stamp, err := st.Markdown(root)
+	if err != nil {
+		return err
+	}
 	host, _ := os.Hostname()
 	load, _ := os.ReadFile("/proc/loadavg")
-	commit := ""
-	if c := os.Getenv("WEFT_FAULTS_COMMIT"); c != "" {
-		commit = ", commit " + c
-	}
-	fmt.Fprintf(&b, "Run: %s, %s variants%s, host %s, load average at the end %s\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), variant, commit, host, strings.Join(strings.Fields(string(load))[:3], " "))
+	fmt.Fprintf(&b, "%s\nVariants: %s; host %s, load average at the end %s\n\n",
+		stamp, variant, host, strings.Join(strings.Fields(string(load))[:3], " "))
 	b.WriteString("| fault | what was measured | figure | goal | pass |\n|---|---|---|---|---|\n")
 	for _, r := range rows {
 		pass := "yes"

@@ -13,12 +13,6 @@ export WEFT_CNI_BIN="${WEFT_CNI_BIN:-$WEFT_CACHE/cni-plugins-$CNI_PLUGINS_VERSIO
 export WEFT_FAULTS_LONG=1
 report="$PWD/docs/reliability.md"
 export WEFT_FAULTS_REPORT="$report"
-# The commit measured, "+changes" when the tree differs from it.
-WEFT_FAULTS_COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
-	WEFT_FAULTS_COMMIT+="+changes"
-fi
-export WEFT_FAULTS_COMMIT
 fuzztime="${FUZZTIME:-60s}"
 status=0
 go test -count=1 -timeout 60m "$@" ./bench/faults/ || status=1

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/weft-net/weft/internal/testkit/benchreport"
 )
 
 func envInt(name string, def int) int {
@@ -58,6 +60,7 @@ func put(ctx context.Context, tb testing.TB, endpoints []string) {
 func BenchmarkFleet(b *testing.B) {
 	n, probes := envInt("WEFT_FLEET_NODES", 1000), envInt("WEFT_FLEET_PROBES", 20)
 	for range b.N {
+		rep := &report{name: "etcd", command: "go test -run '^$' -bench 'Fleet$' -benchtime 1x -timeout 30m ./bench/fleet", measures: []string{"subnet/etcd"}}
 		ctx, cancel := context.WithCancel(context.Background())
 		e := startEtcd(b)
 		put(ctx, b, e.endpoints)
@@ -65,12 +68,12 @@ func BenchmarkFleet(b *testing.B) {
 		f := startFleet(ctx, b, e.endpoints, n)
 		up := time.Since(t0)
 		cpu1, req1 := e.cpu(b), e.requests(b)
-		fmt.Printf("fleet: %d nodes up (acquire + watch + first batch) in %s; etcd used %s CPU and %.0f requests for it; load %s\n",
+		rep.printf("fleet: %d nodes up (acquire + watch + first batch) in %s; etcd used %s CPU and %.0f requests for it; load %s\n",
 			n, up.Round(time.Millisecond), cpu1-cpu0, req1-req0, loadAvg())
 		const rest = 10 * time.Second
 		time.Sleep(rest) // a window of idle time to measure, not a synchronisation
 		cpu2, req2 := e.cpu(b), e.requests(b)
-		fmt.Printf("fleet at rest: etcd CPU %.1f%% of a core, %.1f requests/s; load %s\n",
+		rep.printf("fleet at rest: etcd CPU %.1f%% of a core, %.1f requests/s; load %s\n",
 			100*(cpu2-cpu1).Seconds()/rest.Seconds(), (req2-req1)/rest.Seconds(), loadAvg())
 		var adds, dels, worstAdd, worstDel []time.Duration
 		tp := time.Now()
@@ -81,17 +84,18 @@ func BenchmarkFleet(b *testing.B) {
 		}
 		el := time.Since(tp)
 		cpu3, req3 := e.cpu(b), e.requests(b)
-		fmt.Printf("new lease -> every node's watch (%d x %d): %s; slowest node per lease: %s\n", probes, n, quantiles(adds), quantiles(worstAdd))
-		fmt.Printf("removed lease -> every node's watch (%d x %d): %s; slowest node per lease: %s\n", probes, n, quantiles(dels), quantiles(worstDel))
-		fmt.Printf("during the changes: etcd CPU %.1f%% of a core, %.1f requests/s over %s; load %s\n",
+		rep.printf("new lease -> every node's watch (%d x %d): %s; slowest node per lease: %s\n", probes, n, quantiles(adds), quantiles(worstAdd))
+		rep.printf("removed lease -> every node's watch (%d x %d): %s; slowest node per lease: %s\n", probes, n, quantiles(dels), quantiles(worstDel))
+		rep.printf("during the changes: etcd CPU %.1f%% of a core, %.1f requests/s over %s; load %s\n",
 			100*(cpu3-cpu2).Seconds()/el.Seconds(), (req3-req2)/el.Seconds(), el.Round(time.Millisecond), loadAvg())
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		fmt.Printf("etcd: db size %s, host process RSS %.0fMB (3 members and their proxies); fleet process heap %.0fMB (%.1fKB per node: client, registry, watch)\n",
+		rep.printf("etcd: db size %s, host process RSS %.0fMB (3 members and their proxies); fleet process heap %.0fMB (%.1fKB per node: client, registry, watch)\n",
 			dbSize(ctx, b, e.endpoints), e.rss(b), float64(ms.HeapInuse)/(1<<20), float64(ms.HeapInuse)/1024/float64(n))
-		fmt.Println("goals (issue 15): p50 <= 200ms, p99 <= 1s to all 1,000 nodes")
+		rep.verdicts(adds)
 		b.ReportMetric(float64(quantile(adds, 0.5).Microseconds())/1000, "add-p50-ms")
 		b.ReportMetric(float64(quantile(adds, 0.99).Microseconds())/1000, "add-p99-ms")
+		rep.write(b)
 		cancel()
 	}
 }
@@ -111,6 +115,61 @@ func dbSize(ctx context.Context, tb testing.TB, endpoints []string) string {
 		out = append(out, fmt.Sprintf("%.1fMB (in use %.1fMB)", float64(st.DbSize)/(1<<20), float64(st.DbSizeInUse)/(1<<20)))
 	}
 	return strings.Join(out, ", ")
+}
+
+// fleetGoals are issue 15's goals for a change reaching every node.
+var fleetGoals = []benchreport.Goal{
+	{Name: "a change to every node, p50", AtMost: true, Bound: 200, Unit: "ms"},
+	{Name: "a change to every node, p99", AtMost: true, Bound: 1000, Unit: "ms"},
+}
+
+// report is what one run of a fleet benchmark prints; with
+// WEFT_BENCH_REPORT naming a markdown file (bench/fleet/README.md), it is
+// written there, with its stamp, between the markers of its section.
+type report struct {
+	name, command string
+	measures      []string
+	text          strings.Builder
+}
+
+func (r *report) printf(format string, a ...any) {
+	fmt.Printf(format, a...)
+	fmt.Fprintf(&r.text, format, a...)
+}
+
+// verdicts prints a verdict for each of fleetGoals from the latencies of
+// new leases or Nodes to every node.
+func (r *report) verdicts(adds []time.Duration) {
+	ms := func(q float64) float64 { return float64(quantile(adds, q).Microseconds()) / 1000 }
+	for _, v := range benchreport.Verdicts(fleetGoals, map[string]float64{fleetGoals[0].Name: ms(0.5), fleetGoals[1].Name: ms(0.99)}) {
+		r.printf("%s\n", v)
+	}
+}
+
+func (r *report) write(b *testing.B) {
+	root, err := benchreport.Root()
+	if err != nil {
+		b.Fatal(err)
+	}
+	path := benchreport.Path(root)
+	if path == "" {
+		return
+	}
+	var env []string // the sizes, when not the defaults
+	for _, e := range slices.Sorted(slices.Values(os.Environ())) {
+		if strings.HasPrefix(e, "WEFT_FLEET_") {
+			env = append(env, e)
+		}
+	}
+	command := strings.Join(append(env, r.command), " ")
+	stamp, err := benchreport.NewStamp(root, r.name, command, r.measures...).Markdown(root)
+	if err != nil {
+		b.Fatal(err)
+	}
+	text := fmt.Sprintf("%s\nMade by `%s` (load: 1, 5 and 15 minute averages):\n\n```\n%s```\n", stamp, command, r.text.String())
+	if err := benchreport.WriteSection(path, "fleet", r.name, []byte(text)); err != nil {
+		b.Fatal(err)
+	}
 }
 
 func quantile(d []time.Duration, q float64) time.Duration {

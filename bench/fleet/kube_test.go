@@ -209,6 +209,7 @@ func TestKubeFleetSmall(t *testing.T) {
 func BenchmarkKubeFleet(b *testing.B) {
 	n, w, probes := envInt("WEFT_FLEET_KUBE_NODES", 1000), envInt("WEFT_FLEET_KUBE_WATCHERS", 1000), envInt("WEFT_FLEET_PROBES", 20)
 	for range b.N {
+		rep := &report{name: "kube", command: "go test -run '^$' -bench KubeFleet -benchtime 1x -timeout 30m ./bench/fleet", measures: []string{"subnet/kube"}}
 		ctx, cancel := context.WithCancel(context.Background())
 		k := kubetest.Start(b)
 		cs := fastClientset(b, k)
@@ -218,9 +219,9 @@ func BenchmarkKubeFleet(b *testing.B) {
 		up := time.Since(t0)
 		heap1 := heapInuse()
 		perWatcher := float64(heap1-heap0) / float64(w)
-		fmt.Printf("kube fleet: %d watchers of %d Nodes up (list + watch + first batch) in %s; load %s\n",
+		rep.printf("kube fleet: %d watchers of %d Nodes up (list + watch + first batch) in %s; load %s\n",
 			w, n, up.Round(time.Millisecond), loadAvg())
-		fmt.Printf("kube fleet memory: heap %.0fMB for %d watchers: %.0fKB per watcher, %.0f bytes per Node per watcher (informer cache, registry, client)\n",
+		rep.printf("kube fleet memory: heap %.0fMB for %d watchers: %.0fKB per watcher, %.0f bytes per Node per watcher (informer cache, registry, client)\n",
 			float64(heap1-heap0)/(1<<20), w, perWatcher/1024, perWatcher/float64(n))
 		var adds, dels, worstAdd, worstDel []time.Duration
 		for i := range probes {
@@ -228,13 +229,14 @@ func BenchmarkKubeFleet(b *testing.B) {
 			adds, dels = append(adds, add.lat...), append(dels, del.lat...)
 			worstAdd, worstDel = append(worstAdd, slices.Max(add.lat)), append(worstDel, slices.Max(del.lat))
 		}
-		fmt.Printf("new Node -> every watcher (%d x %d): %s; slowest watcher per Node: %s\n", probes, w, quantiles(adds), quantiles(worstAdd))
-		fmt.Printf("deleted Node -> every watcher (%d x %d): %s; slowest watcher per Node: %s; load %s\n",
+		rep.printf("new Node -> every watcher (%d x %d): %s; slowest watcher per Node: %s\n", probes, w, quantiles(adds), quantiles(worstAdd))
+		rep.printf("deleted Node -> every watcher (%d x %d): %s; slowest watcher per Node: %s; load %s\n",
 			probes, w, quantiles(dels), quantiles(worstDel), loadAvg())
-		fmt.Println("goals (issue 15): p50 <= 200ms, p99 <= 1s to all 1,000 nodes")
+		rep.verdicts(adds)
 		b.ReportMetric(float64(quantile(adds, 0.5).Microseconds())/1000, "add-p50-ms")
 		b.ReportMetric(float64(quantile(adds, 0.99).Microseconds())/1000, "add-p99-ms")
 		b.ReportMetric(perWatcher/float64(n), "B/node/watcher")
+		rep.write(b)
 		cancel()
 	}
 }

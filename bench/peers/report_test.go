@@ -115,9 +115,14 @@ type section struct {
 func (s section) write(w io.Writer, b *testing.B) {
 	host, _ := os.Hostname()
 	rel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
-	fmt.Fprintf(w, "Made on %s at commit %s on %s (%d CPUs, Linux %s) by\n\n    %s\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), benchreport.Commit(e2e.ModuleRootDir(b)), host, runtime.NumCPU(),
-		strings.TrimSpace(string(rel)), benchreport.Command("./bench/peers"))
+	root := e2e.ModuleRootDir(b)
+	st := benchreport.NewStamp(root, s.name, benchreport.Command("./bench/peers"), measures[s.name]...)
+	stamp, err := st.Markdown(root)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fmt.Fprintf(w, "%s\nMade on %s (%d CPUs, Linux %s) by\n\n    %s\n\n",
+		stamp, host, runtime.NumCPU(), strings.TrimSpace(string(rel)), st.Command)
 	for _, p := range s.intro {
 		fmt.Fprintf(w, "%s\n\n", p)
 	}
@@ -177,6 +182,12 @@ func (s section) write(w io.Writer, b *testing.B) {
 	for _, p := range s.tail {
 		fmt.Fprintf(w, "\n%s\n", p)
 	}
+}
+
+// measures are the paths whose code each section's figures describe.
+var measures = map[string][]string{
+	"Peers5000": {"cmd/weftd", "internal/daemon", "subnet", "backend/vxlan", "backend/kernel", "vtep"},
+	"Kube1000":  {"cmd/weftd", "internal/daemon", "subnet", "backend/vxlan", "backend/kernel", "vtep", "policy"},
 }
 
 // report prints s and, when WEFT_BENCH_REPORT names a markdown file (a

@@ -102,8 +102,14 @@ func write(b *testing.B, name string, conns, secs int, rounds []round) []byte {
 	host, _ := os.Hostname()
 	rel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	cpus := strings.Count(readFile("/proc/cpuinfo"), "processor\t:")
-	fmt.Fprintf(&w, "### %s\n\nMade on %s at commit %s on %s (%d CPUs, Linux %s) by\n\n    %s\n\n",
-		name, time.Now().UTC().Format("2006-01-02 15:04 UTC"), benchreport.Commit(e2e.ModuleRootDir(b)), host, cpus, strings.TrimSpace(string(rel)), benchreport.Command("./bench/policy"))
+	root := e2e.ModuleRootDir(b)
+	st := benchreport.NewStamp(root, name, benchreport.Command("./bench/policy"), "policy", "internal/daemon", "backend/"+name)
+	stamp, err := st.Markdown(root)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fmt.Fprintf(&w, "### %s\n\n%s\nMade on %s (%d CPUs, Linux %s) by\n\n    %s\n\n",
+		name, stamp, host, cpus, strings.TrimSpace(string(rel)), st.Command)
 	fmt.Fprintf(&w, "%d rounds; in each, every condition once (the order rotates from round to round): %d connections one after the other, then one iperf3 stream for %d s. "+
 		"Medians over the rounds, lowest–highest in brackets; a ratio is the condition's figure over the no-policy figure of the same round.\n\n",
 		len(rounds), conns, secs)

@@ -7,7 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
+
+	"github.com/weft-net/weft/internal/testkit/benchreport"
 )
 
 // failureRow is one Flannel report of docs/flannel-failures.md: the text is
@@ -155,15 +156,20 @@ func writeFailuresReport(path string) error {
 	b.WriteString("named after the report. The tests run with every `test/run.sh`. Pings are\n")
 	b.WriteString("every 10 ms from a pod on one node to a pod on another; \"lost\" counts the\n")
 	b.WriteString("requests never answered.\n\n")
-	load, _ := os.ReadFile("/proc/loadavg")
-	commit := os.Getenv("WEFT_FAILURES_COMMIT")
-	if commit == "" {
-		commit = "not given"
+	root, err := benchreport.Root()
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(&b, "Run: %s, commit %s, %d cores, load average at the end %s. Command:\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), commit, runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " "))
-	b.WriteString("    WEFT_FAILURES_REPORT=$PWD/docs/flannel-failures.md WEFT_FAILURES_COMMIT=$(git rev-parse --short HEAD) \\\n")
-	b.WriteString("      go test -count=1 -run 'TestFlannel|TestServicesKubeProxy' ./test/e2e/\n\n")
+	st := benchreport.NewStamp(root, "flannel-failures",
+		"WEFT_FAILURES_REPORT=$PWD/docs/flannel-failures.md go test -count=1 -run 'TestFlannel|TestServicesKubeProxy' ./test/e2e/",
+		"cmd/weftd", "cmd/weftctl", "cmd/weft", "internal/daemon", "subnet", "backend", "plugin", "vtep")
+	stamp, err := st.Markdown(root)
+	if err != nil {
+		return err
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Fprintf(&b, "%s\n%d cores, load average at the end %s. Command:\n\n    %s\n\n",
+		stamp, runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " "), st.Command)
 	b.WriteString("(with the environment `test/run.sh` exports).\n\n")
 	b.WriteString("| Flannel report (flannel-io/flannel unless named) | what Flannel users see | what weft does | test | figure |\n|---|---|---|---|---|\n")
 	for _, r := range flannelFailures {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weft-net/weft/internal/testkit/benchreport"
 	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/internal/testkit/plugintest"
 )
@@ -374,10 +375,14 @@ func (m *migration) writeReport() {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Moving a running node from Flannel to weft and back: ping loss\n\n")
-	fmt.Fprintf(&b, "Written by `TestMigrateNodeFromFlannelAndBack` (test/e2e/migrate_test.go) on %s", time.Now().UTC().Format("2006-01-02"))
-	if out, err := exec.Command("git", "-C", ModuleRootDir(t), "describe", "--always", "--dirty").Output(); err == nil {
-		fmt.Fprintf(&b, ", commit %s", strings.TrimSpace(string(out)))
+	root := ModuleRootDir(t)
+	st := benchreport.NewStamp(root, "migration", "WEFT_MIGRATION_REPORT=docs/migration-report.md go test -count=1 -run TestMigrateNodeFromFlannelAndBack ./test/e2e",
+		"cmd/weftd", "cmd/weft", "internal/daemon", "subnet", "backend/vxlan", "backend/kernel", "plugin")
+	stamp, err := st.Markdown(root)
+	if err != nil {
+		t.Fatal(err)
 	}
+	fmt.Fprintf(&b, "%s\nWritten by `TestMigrateNodeFromFlannelAndBack` (test/e2e/migrate_test.go)", stamp)
 	if out, err := exec.Command(m.flanneld, "--version").CombinedOutput(); err == nil {
 		fmt.Fprintf(&b, ", flanneld %s", strings.TrimSpace(string(out)))
 	}
@@ -389,11 +394,15 @@ func (m *migration) writeReport() {
 		"      WEFT_MIGRATION_REPORT=docs/migration-report.md go test -count=1 -run TestMigrateNodeFromFlannelAndBack ./test/e2e\n\n")
 	fmt.Fprintf(&b, "Two nodes in network namespaces on a veth underlay, real etcd, real flanneld on node b throughout. "+
 		"Pings every %s from each pod of node a to b's pod, and from b's pod to one pod of a, while a switches daemon and CNI plugin. "+
-		"Lost pings × %s is the outage; the goal is under 1 s. Lost pings do not tell the whole outage: requests sent while a route was missing may wait in a neighbour queue and be answered late, so the longest silence between two replies is given too. Switch time: from stopping flanneld (to weft) or deleting weft.1 (back to Flannel) to a's routes through the new device.\n\n", PingInterval, PingInterval)
+		"Lost pings × %s is the outage, with a verdict for each switch below the table. Lost pings do not tell the whole outage: requests sent while a route was missing may wait in a neighbour queue and be answered late, so the longest silence between two replies is given too. Switch time: from stopping flanneld (to weft) or deleting weft.1 (back to Flannel) to a's routes through the new device.\n\n", PingInterval, PingInterval)
 	fmt.Fprintf(&b, "| switch | switch time | a → b: lost pings of each pod's stream | a → b: worst loss × %s, longest silence | b → a: lost pings | b → a: loss × %s, longest silence |\n|---|---|---|---|---|---|\n", PingInterval, PingInterval)
 	for _, r := range m.report {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.name, r.took.Round(time.Millisecond),
 			lostList(r.aToB), worst(r.aToB), lostList(r.bToA), worst(r.bToA))
+	}
+	fmt.Fprintln(&b)
+	for _, v := range migrationVerdicts(m.report) {
+		fmt.Fprintf(&b, "- %s\n", v)
 	}
 	fmt.Fprintf(&b, "\nWhat each switch found on node a:\n\n")
 	for _, r := range m.report {
@@ -415,6 +424,23 @@ func lostList(rs []PingResult) string {
 		l = append(l, fmt.Sprint(r.Lost))
 	}
 	return strings.Join(l, ", ")
+}
+
+// migrationVerdicts is a verdict for each switch on the goal of an outage
+// (the worst stream's lost pings × the interval, either way) under 1 s.
+func migrationVerdicts(rs []switchReport) []string {
+	var goals []benchreport.Goal
+	got := map[string]float64{}
+	for _, r := range rs {
+		g := benchreport.Goal{Name: r.name + ": outage, the worst stream's lost pings × " + PingInterval.String(), AtMost: true, Bound: 1000, Unit: "ms"}
+		goals = append(goals, g)
+		var outage time.Duration
+		for _, p := range append(slices.Clone(r.aToB), r.bToA...) {
+			outage = max(outage, p.Outage())
+		}
+		got[g.Name] = float64(outage.Milliseconds())
+	}
+	return benchreport.Verdicts(goals, got)
 }
 
 // worst is the largest loss and the longest silence of rs.
