@@ -44,7 +44,11 @@ func newBatchSide(t *testing.T, name string, batched bool) *batchSide {
 }
 
 func newBatchSideTB(t testing.TB, name string, batched bool) *batchSide {
-	ns := nettest.NewNS(t, name)
+	return newBatchSideIn(t, nettest.NewNS(t, name), batched)
+}
+
+// newBatchSideIn makes the side in ns, which the caller deletes.
+func newBatchSideIn(t testing.TB, ns *nettest.NS, batched bool) *batchSide {
 	nettest.MustRun(t, ns, "ip", "link", "add", "vx0", "address", "0a:00:00:00:00:01", "type", "vxlan", "id", "1", "dstport", "8472", "nolearning")
 	nettest.MustRun(t, ns, "ip", "link", "set", "vx0", "up")
 	l, err := ns.Handle.LinkByName("vx0")
