@@ -12,9 +12,9 @@
 // failed one is retried with backoff (100ms doubling, up to 30s by
 // default) until it commits.
 //
-// The table has a chain on the forward hook that accepts established
-// traffic, drops IPv6 link-local traffic bridged between pods on
-// Config.Bridge, and sends packets from pods isolated for egress and to
+// The table has a chain on the forward hook that accepts established and
+// related traffic, drops IPv6 link-local traffic other than neighbour
+// discovery bridged between pods on Config.Bridge, and sends packets from pods isolated for egress and to
 // pods isolated for ingress to per-family egress and ingress chains: one
 // rule per policy rule that selects a local pod, then a counted drop. Pods
 // and peers are set elements, so rules grow with policies, not pods. A pod's

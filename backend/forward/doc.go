@@ -15,7 +15,7 @@
 // the table that holds FORWARD's policy: iptables-legacy's filter table when
 // the kernel lists it in this namespace (/proc/thread-self/net/ip_tables_names),
 // iptables-nft's when nftables holds table ip filter with a FORWARD chain;
-// both when both are in use, neither table is created when it is not. In
+// both when both are in use; a backend not in use gets nothing. In
 // iptables-nft the rules are written through nftables' netlink API
 // (google/nftables) in the form the iptables-nft binary writes (nftTables),
 // so no binary is needed; iptables-legacy takes a whole table at once, so
