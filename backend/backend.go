@@ -8,7 +8,7 @@
 // wireguard-go devices), extension (the user's commands on lease events)
 // and alloc (leases only, no dataplane); masq holds the masquerade and
 // forward rules. What several of them program the same way
-// (routes, neighbours and FDB entries in batches, the reconciler that repairs
+// (routes, neighbours and FDB entries, the reconciler that repairs
 // drift, the underlay device) is in backend/kernel.
 package backend
 

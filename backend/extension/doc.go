@@ -4,8 +4,6 @@
 // dataplane with a few shell lines, not for production: a command that
 // fails is logged and counted, never retried.
 //
-// # Commands and their variables
-//
 // Each command is a line of shell, run as `/bin/sh -c <command>` with
 // weftd's environment plus the variables below (Flannel's names). Values
 // from leases reach a command only through variables and stdin, never
@@ -30,14 +28,7 @@
 // When weftd starts, SubnetAddCommand runs for every peer, as Flannel's
 // does; commands must tolerate finding their work already done.
 //
-// # Differences from Flannel
-//
-// Flannel 0.28.2 and later split each command on spaces and run it without
-// a shell, which breaks the quoting, `&&` and `export` in Flannel's own
-// documented examples; weft runs every command through sh, as those
-// examples and earlier Flannel releases do. A command written for the
-// split form (`ip route add $SUBNET via $PUBLIC_IP`) runs the same way
-// under sh. Flannel sets only SUBNET and PUBLIC_IP for peer commands, and
-// "0.0.0.0/0" for an absent IPv4 subnet; weft sets the IPv6 variables too,
-// and an empty value for an absent one.
+// Unlike Flannel 0.28.2 and later, which split each command on spaces and
+// run it without a shell, weft runs every command through sh, as Flannel's
+// documented examples need; docs/replacing-flannel.md lists the differences.
 package extension

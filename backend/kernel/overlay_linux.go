@@ -58,10 +58,6 @@ type OverlayOptions struct {
 	DirectOnly bool
 	// Step, if not nil, is run between neighbours and routes.
 	Step PeerStep
-	// Batch, if not nil, writes batches of neighbours and routes without
-	// waiting for each acknowledgement (see Batch); the kernel ends up in
-	// the same state as with one request at a time.
-	Batch *LazyBatchWriter
 }
 
 // Overlay programs, on one overlay link (a VXLAN device or a TAP), the
@@ -157,9 +153,6 @@ func (o *Overlay) Sync(t vtep.Table) (SyncStats, error) {
 }
 
 func (o *Overlay) setNeighbours(ns []Neighbour, st *SyncStats) error {
-	if p := o.batch(len(ns)); p != nil {
-		return o.batchNeighbours(p, ns, true, &st.NeighSet)
-	}
 	for _, n := range ns {
 		if err := o.h.NeighSet(o.neigh(n)); err != nil {
 			return fmt.Errorf("set neighbour %s lladdr %s: %w", n.IP, n.MAC, err)
@@ -170,9 +163,6 @@ func (o *Overlay) setNeighbours(ns []Neighbour, st *SyncStats) error {
 }
 
 func (o *Overlay) delNeighbours(ns []Neighbour, st *SyncStats) error {
-	if p := o.batch(len(ns)); p != nil {
-		return o.batchNeighbours(p, ns, false, &st.NeighDel)
-	}
 	for _, n := range ns {
 		err := o.h.NeighDel(o.neigh(n))
 		switch {
@@ -201,9 +191,6 @@ func (o *Overlay) step(peers []vtep.Entry, ensure bool, st *SyncStats) error {
 }
 
 func (o *Overlay) setRoutes(rs []Route, st *SyncStats) error {
-	if p := o.batch(len(rs)); p != nil {
-		return o.batchRoutes(p, rs, true, &st.RouteSet)
-	}
 	for _, r := range rs {
 		nr := o.route(r)
 		nr.Protocol = RouteProtocol
@@ -216,9 +203,6 @@ func (o *Overlay) setRoutes(rs []Route, st *SyncStats) error {
 }
 
 func (o *Overlay) delRoutes(rs []Route, st *SyncStats) error {
-	if p := o.batch(len(rs)); p != nil {
-		return o.batchRoutes(p, rs, false, &st.RouteDel)
-	}
 	for _, r := range rs {
 		nr := o.route(r)
 		nr.Scope = netlink.SCOPE_NOWHERE // any scope: a stray route may be scope link

@@ -119,62 +119,51 @@ func TestOverlayOnTAP(t *testing.T) {
 // metric of their own per subnet (the low 16 bits of the subnet's number)
 // are replaced by routes with the default metric, one sync removes every
 // old one, also where the new route is already in place beside it, and
-// none is left beside its replacement. Both ways of writing (one request at
-// a time, the batch writer) are checked.
+// none is left beside its replacement.
 func TestUpgradeFromPerSubnetMetric(t *testing.T) {
-	for _, batch := range []bool{false, true} {
-		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
-			ns := nettest.NewNS(t, "upg")
-			nettest.MustRun(t, ns, "ip", "tuntap", "add", "dev", "tap0", "mode", "tap")
-			nettest.MustRun(t, ns, "ip", "link", "set", "tap0", "up")
-			l, err := ns.Handle.LinkByName("tap0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			idx := l.Attrs().Index
-			const peers = 6
-			table := vtep.Table{}
-			var want []string
-			for i := 1; i <= peers; i++ {
-				sn := fmt.Sprintf("10.244.%d.0/24", i)
-				gw := fmt.Sprintf("10.244.%d.0", i)
-				mac := fmt.Sprintf("0a:00:00:00:00:%02x", i)
-				m, _ := subnet.ParseMAC(mac)
-				table[netip.MustParsePrefix(sn)] = vtep.Peer{MAC: m, Addr: netip.MustParseAddr(fmt.Sprintf("192.168.77.%d", i))}
-				nettest.MustRun(t, ns, "ip", "neigh", "add", gw, "lladdr", mac, "dev", "tap0", "nud", "permanent")
-				// As the earlier release wrote it: metric 0xf4<i>.
-				nettest.MustRun(t, ns, "ip", "route", "add", sn, "via", gw, "dev", "tap0", "onlink", "proto", "87", "metric", fmt.Sprint(0xf400|i))
-				if i == 1 { // a node part-way through: the new route already beside the old one
-					nettest.MustRun(t, ns, "ip", "route", "add", sn, "via", gw, "dev", "tap0", "onlink", "proto", "87")
-				}
-				want = append(want, sn+" via "+gw+" proto 87 onlink linkdown")
-			}
-			opts := OverlayOptions{Family: netlink.FAMILY_V4}
-			if batch {
-				opts.Batch = NewLazyBatchWriter(ns.Handle, ns.Path, idx)
-				if opts.Batch.Get() == nil {
-					t.Fatalf("batch writer: %v", opts.Batch.Err())
-				}
-			}
-			o := NewOverlay(ns.Handle, idx, opts)
-			st, err := o.Sync(table)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st.RouteSet != peers-1 || st.RouteDel != peers || st.NeighSet+st.NeighDel != 0 {
-				t.Errorf("upgrade sync: %+v, want %d routes set, %d deleted, no neighbour touched", st, peers-1, peers)
-			}
-			got := strings.Split(strings.TrimSpace(nettest.MustRun(t, ns, "ip", "-4", "route", "show", "dev", "tap0")), "\n")
-			for i := range got {
-				got[i] = strings.Join(strings.Fields(got[i]), " ")
-			}
-			if !slices.Equal(got, want) {
-				t.Errorf("routes after the upgrade sync:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-			}
-			if st, err := o.Sync(table); err != nil || st.Changed() {
-				t.Errorf("second sync: %+v, %v; want nothing to do", st, err)
-			}
-		})
+	ns := nettest.NewNS(t, "upg")
+	nettest.MustRun(t, ns, "ip", "tuntap", "add", "dev", "tap0", "mode", "tap")
+	nettest.MustRun(t, ns, "ip", "link", "set", "tap0", "up")
+	l, err := ns.Handle.LinkByName("tap0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := l.Attrs().Index
+	const peers = 6
+	table := vtep.Table{}
+	var want []string
+	for i := 1; i <= peers; i++ {
+		sn := fmt.Sprintf("10.244.%d.0/24", i)
+		gw := fmt.Sprintf("10.244.%d.0", i)
+		mac := fmt.Sprintf("0a:00:00:00:00:%02x", i)
+		m, _ := subnet.ParseMAC(mac)
+		table[netip.MustParsePrefix(sn)] = vtep.Peer{MAC: m, Addr: netip.MustParseAddr(fmt.Sprintf("192.168.77.%d", i))}
+		nettest.MustRun(t, ns, "ip", "neigh", "add", gw, "lladdr", mac, "dev", "tap0", "nud", "permanent")
+		// As the earlier release wrote it: metric 0xf4<i>.
+		nettest.MustRun(t, ns, "ip", "route", "add", sn, "via", gw, "dev", "tap0", "onlink", "proto", "87", "metric", fmt.Sprint(0xf400|i))
+		if i == 1 { // a node part-way through: the new route already beside the old one
+			nettest.MustRun(t, ns, "ip", "route", "add", sn, "via", gw, "dev", "tap0", "onlink", "proto", "87")
+		}
+		want = append(want, sn+" via "+gw+" proto 87 onlink linkdown")
+	}
+	opts := OverlayOptions{Family: netlink.FAMILY_V4}
+	o := NewOverlay(ns.Handle, idx, opts)
+	st, err := o.Sync(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.RouteSet != peers-1 || st.RouteDel != peers || st.NeighSet+st.NeighDel != 0 {
+		t.Errorf("upgrade sync: %+v, want %d routes set, %d deleted, no neighbour touched", st, peers-1, peers)
+	}
+	got := strings.Split(strings.TrimSpace(nettest.MustRun(t, ns, "ip", "-4", "route", "show", "dev", "tap0")), "\n")
+	for i := range got {
+		got[i] = strings.Join(strings.Fields(got[i]), " ")
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("routes after the upgrade sync:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if st, err := o.Sync(table); err != nil || st.Changed() {
+		t.Errorf("second sync: %+v, %v; want nothing to do", st, err)
 	}
 }
 
@@ -187,66 +176,58 @@ func TestUpgradeFromPerSubnetMetric(t *testing.T) {
 // which the kernel would take for the other owner's route. The same for a
 // peer that leaves the table.
 func TestForeignRoutesSurvive(t *testing.T) {
-	for _, batch := range []bool{false, true} {
-		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
-			ns := nettest.NewNS(t, "foreign")
-			for _, c := range [][]string{
-				{"ip", "tuntap", "add", "dev", "tap0", "mode", "tap"},
-				{"ip", "link", "set", "tap0", "up"},
-				{"ip", "link", "add", "ve0", "type", "veth", "peer", "name", "ve1"},
-				{"ip", "link", "set", "ve0", "up"},
-				{"ip", "link", "set", "ve1", "up"},
-				{"ip", "addr", "add", "192.168.77.1/24", "dev", "ve0"},
-			} {
-				nettest.MustRun(t, ns, c...)
-			}
-			l, err := ns.Handle.LinkByName("tap0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			idx := l.Attrs().Index
-			opts := OverlayOptions{Family: netlink.FAMILY_V4, DirectRouting: true}
-			if batch {
-				opts.Batch = NewLazyBatchWriter(ns.Handle, ns.Path, idx)
-			}
-			// Enough routes that the batch writer takes them (minBatched).
-			peers := func(last byte) vtep.Table {
-				tb := vtep.Table{}
-				for i := 2; i < 10; i++ {
-					tb[netip.MustParsePrefix(fmt.Sprintf("10.244.%d.0/24", i))] = vtep.Peer{Addr: netip.AddrFrom4([4]byte{192, 168, 77, last + byte(i)})}
-				}
-				return tb
-			}
-			o := NewOverlay(ns.Handle, idx, opts)
-			if _, err := o.Sync(peers(0)); err != nil {
-				t.Fatal(err)
-			}
-			for i := 2; i < 10; i++ {
-				nettest.MustRun(t, ns, "ip", "route", "add", fmt.Sprintf("10.244.%d.0/24", i), "via", fmt.Sprintf("192.168.77.%d", i),
-					"dev", "ve0", "proto", "static", "metric", "50")
-			}
-			foreign := func(step string) {
-				t.Helper()
-				got := nettest.MustRun(t, ns, "ip", "-4", "route", "show", "proto", "static")
-				if n := strings.Count(got, "metric 50"); n != 8 {
-					t.Errorf("%s: %d of 8 static routes left:\n%s", step, n, got)
-				}
-			}
-			if _, err := o.Sync(peers(20)); err != nil { // every peer at another address
-				t.Fatal(err)
-			}
-			foreign("after the peers moved")
-			if got := nettest.MustRun(t, ns, "ip", "-4", "route", "show", "proto", "87"); strings.Count(got, "via 192.168.77.2") != 8 {
-				t.Errorf("weft's routes after the peers moved:\n%s", got)
-			}
-			if _, err := o.Sync(vtep.Table{}); err != nil {
-				t.Fatal(err)
-			}
-			foreign("after the peers left")
-			if got := nettest.MustRun(t, ns, "ip", "-4", "route", "show", "proto", "87"); got != "" {
-				t.Errorf("weft's routes after the peers left:\n%s", got)
-			}
-		})
+	ns := nettest.NewNS(t, "foreign")
+	for _, c := range [][]string{
+		{"ip", "tuntap", "add", "dev", "tap0", "mode", "tap"},
+		{"ip", "link", "set", "tap0", "up"},
+		{"ip", "link", "add", "ve0", "type", "veth", "peer", "name", "ve1"},
+		{"ip", "link", "set", "ve0", "up"},
+		{"ip", "link", "set", "ve1", "up"},
+		{"ip", "addr", "add", "192.168.77.1/24", "dev", "ve0"},
+	} {
+		nettest.MustRun(t, ns, c...)
+	}
+	l, err := ns.Handle.LinkByName("tap0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := l.Attrs().Index
+	opts := OverlayOptions{Family: netlink.FAMILY_V4, DirectRouting: true}
+	peers := func(last byte) vtep.Table {
+		tb := vtep.Table{}
+		for i := 2; i < 10; i++ {
+			tb[netip.MustParsePrefix(fmt.Sprintf("10.244.%d.0/24", i))] = vtep.Peer{Addr: netip.AddrFrom4([4]byte{192, 168, 77, last + byte(i)})}
+		}
+		return tb
+	}
+	o := NewOverlay(ns.Handle, idx, opts)
+	if _, err := o.Sync(peers(0)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 2; i < 10; i++ {
+		nettest.MustRun(t, ns, "ip", "route", "add", fmt.Sprintf("10.244.%d.0/24", i), "via", fmt.Sprintf("192.168.77.%d", i),
+			"dev", "ve0", "proto", "static", "metric", "50")
+	}
+	foreign := func(step string) {
+		t.Helper()
+		got := nettest.MustRun(t, ns, "ip", "-4", "route", "show", "proto", "static")
+		if n := strings.Count(got, "metric 50"); n != 8 {
+			t.Errorf("%s: %d of 8 static routes left:\n%s", step, n, got)
+		}
+	}
+	if _, err := o.Sync(peers(20)); err != nil { // every peer at another address
+		t.Fatal(err)
+	}
+	foreign("after the peers moved")
+	if got := nettest.MustRun(t, ns, "ip", "-4", "route", "show", "proto", "87"); strings.Count(got, "via 192.168.77.2") != 8 {
+		t.Errorf("weft's routes after the peers moved:\n%s", got)
+	}
+	if _, err := o.Sync(vtep.Table{}); err != nil {
+		t.Fatal(err)
+	}
+	foreign("after the peers left")
+	if got := nettest.MustRun(t, ns, "ip", "-4", "route", "show", "proto", "87"); got != "" {
+		t.Errorf("weft's routes after the peers left:\n%s", got)
 	}
 }
 

@@ -2,10 +2,8 @@
 // that leaves the cluster network goes out with the node's address, pod to
 // pod traffic never does.
 //
-// # What it programs
-//
 // One table per family, owned by weft alone, for a cluster Network N and this
-// node's subnet S (Flannel's rule set, see below for the differences):
+// node's subnet S:
 //
 //	table ip weft-ipv4 {
 //		chain postrouting {
@@ -30,39 +28,15 @@
 //
 // The forward accepts are not here: an accept in this table could not
 // override a drop in another, so they live in the iptables FORWARD chains
-// (package backend/forward).
+// (package backend/forward). How this rule set differs from Flannel's is in
+// docs/configuration.md.
 //
-// # Differences from Flannel
-//
-// Flannel's FLANNEL-POSTRTG (iptables) returns only for pod-subnet-to-cluster
-// and cluster-to-pod-subnet traffic; weft returns for any traffic between
-// two addresses of N, so a packet between two other nodes' pods routed
-// through this node is not translated either (Flannel masquerades it). The
-// rest is Flannel's rule for rule. Flannel's nftables mode (EnableNFTables)
-// matches the exact mark 0x4000 and returns for `saddr != S daddr N`, which
-// makes its last masquerade rule unreachable; weft follows its iptables
-// rules, the ones Flannel runs by default. weft always uses fully-random
-// ports (--ip-masq-fully-random-disable is ignored).
-//
-// On a node taken over from flanneld, package backend/forward removes
-// Flannel's FLANNEL-POSTRTG chains and flannel-ipv4/flannel-ipv6 tables when
-// weftd starts.
-//
-// # Why this way
-//
-// Masquerading rather than SNAT to a fixed address follows the outgoing
-// interface's address; fully-random port selection avoids the source-port
-// collisions that plain masquerade hits when many pods talk to one
-// destination. The table is replaced in one nftables transaction, so the
-// rules are never missing even while they are rewritten.
-//
-// # Repair and lifetime
-//
-// Run programs the tables at once and then checks them every CheckInterval
-// (5 s, like Flannel's resync): a table that is missing, a chain with the
+// Run programs the tables at once, each replaced in one nftables
+// transaction (the rules are never missing while they are rewritten), and
+// then checks them every CheckInterval: a missing table, a chain with the
 // wrong hook, or rules that are not exactly weft's (compared in order,
-// comment and expressions, so a deleted, added or edited rule is noticed)
-// makes Run write the whole table again. Run leaves the tables in place when it returns, so a
-// restarting weftd never interrupts traffic; Remove deletes them, for a node
-// that turns masquerading off.
+// comment and expressions) makes Run write the whole table again. Run
+// leaves the tables in place when it returns, so a restarting weftd never
+// interrupts traffic; Remove deletes them, for a node that turns
+// masquerading off.
 package masq

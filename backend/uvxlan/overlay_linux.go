@@ -113,8 +113,7 @@ func (dp *datapath) program(t vtep.Table, full bool) error {
 		if dp.b.cfg.Local.Is6() {
 			fam = netlink.FAMILY_V6
 		}
-		dp.overlay = kernel.NewOverlay(dp.h, dp.linkIndex, kernel.OverlayOptions{Family: fam,
-			Batch: kernel.NewLazyBatchWriter(dp.h, dp.b.cfg.NetNS, dp.linkIndex)})
+		dp.overlay = kernel.NewOverlay(dp.h, dp.linkIndex, kernel.OverlayOptions{Family: fam})
 	}
 	reachable := make(vtep.Table, len(t))
 	for p, v := range t {

@@ -1,8 +1,6 @@
 // Package vxlan is weft's kernel VXLAN dataplane: it programs a Linux VXLAN
 // device per address family over netlink and lets the kernel encapsulate.
 //
-// # What it programs
-//
 // One device per family, named weft.<VNI> (IPv6: weft-v6.<VNI>):
 //
 //	ip link add weft.1 type vxlan id 1 local <PublicIP> dev <underlay> dstport 8472 nolearning
@@ -21,8 +19,6 @@
 // reverse order. With DirectRouting, a peer whose public address is on-link
 // gets only `ip route replace <subnet> via <PublicIP>`.
 //
-// # Why this way
-//
 // This is the state Flannel's vxlan backend programs, with the same VNI,
 // port and frame format, so weft and flanneld nodes carry each other's pod
 // traffic. The permanent neighbour and FDB entries mean the kernel never
@@ -39,9 +35,7 @@
 // is reconciled continuously: on netlink change notifications a deleted
 // route, neighbour, FDB entry or even the whole device is repaired within
 // about a second, and a full resync runs every ResyncInterval (90 s by
-// default). Writes go over a netlink socket of the backend's own
-// (kernel.BatchWriter): windows of requests with one acknowledgement each.
-// A device that uses our VNI and port under another name (flannel.1 left by
-// flanneld) would make the kernel refuse ours, so it is removed, with a log
-// line.
+// default). A device that uses our VNI and port under another name
+// (flannel.1 left by flanneld) would make the kernel refuse ours, so it is
+// removed, with a log line.
 package vxlan

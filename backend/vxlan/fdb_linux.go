@@ -6,7 +6,6 @@ import (
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
 	"github.com/weft-net/weft/backend/kernel"
@@ -17,9 +16,8 @@ import (
 // fdb is the kernel.PeerStep that writes, per tunnelled peer, the VXLAN FDB
 // entry `<VtepMAC> dst <PublicIP> self permanent` on the device.
 type fdb struct {
-	h     *netlink.Handle
-	link  int
-	batch *kernel.LazyBatchWriter // nil: one request at a time
+	h    *netlink.Handle
+	link int
 }
 
 var _ kernel.PeerStep = fdb{}
@@ -78,25 +76,10 @@ func (f fdb) Ensure(peers []vtep.Entry) (int, error) {
 	return f.write(missing, true)
 }
 
-// write sets or deletes es, through the batch writer when there is one and es is
-// more than a few, and returns how many it wrote. A missing entry is no
-// error for a delete.
+// write sets or deletes es, one request each, and returns how many it
+// wrote. A missing entry is no error for a delete.
 func (f fdb) write(es []fdbEntry, set bool) (int, error) {
 	n := 0
-	if p := f.batch.Get(); p != nil && len(es) >= 4 {
-		reqs := make([]*nl.NetlinkRequest, len(es))
-		for i, e := range es {
-			reqs[i] = kernel.NeighRequest(f.neigh(e), set)
-		}
-		ignore, verb := unix.ENOENT, "delete"
-		if set {
-			ignore, verb = 0, "set"
-		}
-		err := kernel.WriteBatch(p, reqs, ignore, &n, func(i int) string {
-			return fmt.Sprintf("%s fdb %s dst %s", verb, es[i].MAC, es[i].Dst)
-		})
-		return n, err
-	}
 	for _, e := range es {
 		var err error
 		if set {

@@ -162,12 +162,10 @@ func (b *Backend) reconcileDevice(d *devState, tp *vtep.Table, full bool) error 
 	}
 	if idx != d.index || d.overlay == nil {
 		d.index = idx
-		batch := kernel.NewLazyBatchWriter(b.cfg.Handle, b.cfg.NetNS, idx)
 		d.overlay = kernel.NewOverlay(b.cfg.Handle, idx, kernel.OverlayOptions{
 			Family:        d.spec.family,
 			DirectRouting: b.cfg.DirectRouting,
-			Step:          fdb{h: b.cfg.Handle, link: idx, batch: batch},
-			Batch:         batch,
+			Step:          fdb{h: b.cfg.Handle, link: idx},
 		})
 	}
 	if tp == nil {

@@ -2,8 +2,6 @@
 // datastore the same as Flannel's wireguard backend, so weft and flanneld
 // nodes encrypt to each other.
 //
-// # What it programs
-//
 // In Mode "separate" (the default) one device per family, flannel-wg
 // (UDP ListenPort, 51820) and flannel-wg-v6 (ListenPortV6, 51821); in
 // "auto", "ipv4" and "ipv6" one device, flannel-wg, for both families. Each
@@ -19,31 +17,19 @@
 // family as Flannel does: IPv4 unless the peer has only a public IPv6
 // address and this node has one too.
 //
-// # Kernel or in-process
-//
 // When the kernel has WireGuard (`ip link add type wireguard` works) the
 // devices are kernel devices configured with wgctrl. Otherwise weftd runs
 // WireGuard itself (wireguard-go) on a TUN device of the same name, as
 // uvxlan runs VXLAN without the kernel module; the packets on the wire are
 // the same. An in-process device lives as long as weftd: a restart
-// re-creates it with the same key. It starts a handshake with each peer it
-// sets up, so that a peer still holding a session with the device of the
-// last run does not keep sending into it until its own timer starts a new
-// handshake (about 15 s). Of two nodes only the one with the lower public
-// key starts at once; the other waits a second and then starts one if no
-// handshake completed meanwhile, and only then turns on the peer's
-// persistent keepalive (turning it on starts a handshake too). When both
-// started at once, their initiations crossed, and in TestWireGuard a ping
-// between them then failed for the test's whole 10 s (at least 4 of 80
-// runs).
-//
-// # Keys
+// re-creates it with the same key, and it starts a handshake with each peer
+// it sets up (of two nodes, the one with the lower public key at once), so
+// that a peer still holding a session with the last run's device does not
+// keep sending into it (userDevice.Configure says why).
 //
 // The private key is kept in a file, $WIREGUARD_KEY_FILE or
 // /run/flannel/wgkey (Flannel's), created with mode 0400 when missing, so a
 // restarted node keeps its public key and its peers need no update.
-//
-// # Repair
 //
 // kernel.Reconciler syncs on every new table, on notifications about the
 // devices, their addresses and routes, and every ResyncInterval (10 s by

@@ -29,15 +29,6 @@
 //
 // WEFT_FLEET_KUBE_NODES and WEFT_FLEET_KUBE_WATCHERS change the sizes.
 // TestKubeFleetSmall runs it with 10 watchers of 20 Nodes as a test.
-//
-// Where it stops scaling: every node watches every Node, so each change is
-// sent to every node and every node caches every Node (about 2.5 KB per
-// Node per watcher, so 2.5 MB in each weftd at 1,000 Nodes and 25 MB at
-// 10,000). The API server's watch cache serves the watches, but a thousand
-// informers listing a thousand Nodes at the same moment (a restart of the
-// whole DaemonSet at once) overloaded this 2-core machine, which runs the
-// API server and all thousand watchers: lists timed out and started over.
-// The benchmark therefore starts 32 watchers at a time. Roll weftd out a few dozen
-// nodes at a time (the DaemonSet's maxUnavailable), and give the API server
-// the CPU a cluster of that size needs anyway.
+// The watchers start 32 at a time. README.md says where it stops scaling
+// and has the last reports.
 package fleet
