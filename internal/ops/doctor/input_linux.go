@@ -81,8 +81,10 @@ func checkInput(s *state, it *inputTrace) {
 	if lost != nil {
 		note += fmt.Sprintf("; some trace events were lost (%v)", lost)
 	}
-	if names, err := s.procNet("ip_tables_names"); err == nil && strings.TrimSpace(names) != "" {
-		note += fmt.Sprintf("; iptables-legacy tables %s are loaded, which the trace does not see", strings.Join(strings.Fields(names), ", "))
+	names, _ := s.procNet("ip_tables_names")
+	legacy := strings.Join(strings.Fields(names), ", ")
+	if legacy != "" {
+		note += fmt.Sprintf("; iptables-legacy tables %s are loaded, which the trace does not see", legacy)
 	}
 	rules := ruleTexts{s: s}
 	for _, p := range s.peers() {
@@ -102,7 +104,13 @@ func checkInput(s *state, it *inputTrace) {
 			if a.Is6() {
 				port = it.port6
 			}
-			s.inputVerdict(evs, &rules, fmt.Sprintf("UDP %d (%s) from %s over %s", port, it.what, peer, ipFamily(a)), a, port, note)
+			what := fmt.Sprintf("UDP %d (%s) from %s over %s", port, it.what, peer, ipFamily(a))
+			if !s.inputVerdict(evs, &rules, what, a, port, note, legacy == "" || s.reached(p)) {
+				// nftables let them through, but the probe did not come
+				// back: iptables-legacy's rules, which the trace does not
+				// see, may have dropped them.
+				s.inputSuspects(it, what+": nftables accepted it, but its probe did not come back and iptables-legacy tables "+legacy+" are loaded")
+			}
 		}
 		if !seen {
 			s.untraced(it, p, peer, note)
@@ -111,25 +119,35 @@ func checkInput(s *state, it *inputTrace) {
 }
 
 // inputVerdict reports one peer's traced datagrams of one family: the
-// first drop the kernel reported, or the accepts.
-func (s *state) inputVerdict(evs []traceEvent, rules *ruleTexts, what string, src netip.Addr, port uint16, note string) {
+// first drop the kernel reported, or the accepts; sure is false when an
+// accept may not be the end of it (it then reports nothing and says so).
+func (s *state) inputVerdict(evs []traceEvent, rules *ruleTexts, what string, src netip.Addr, port uint16, note string, sure bool) bool {
 	var accepts []string
 	for _, e := range evs {
 		switch {
 		case e.verdict == 0: // NF_DROP: a drop or a reject
 			s.r.add("firewall/input", Fail, acceptFix(e, src.String(), port),
 				"%s: the kernel dropped it in %s%s", what, rules.describe(e), note)
-			return
+			return true
 		case e.verdict == 1 && !strings.HasPrefix(e.table, traceTable): // NF_ACCEPT
 			if d := rules.describe(e); !slices.Contains(accepts, d) {
 				accepts = append(accepts, d)
 			}
 		}
 	}
+	if !sure {
+		return false
+	}
 	if len(accepts) == 0 {
 		accepts = []string{"no chain but doctor's own trace chain met it"}
 	}
 	s.r.ok("firewall/input", "%s: the kernel accepted it: %s%s", what, strings.Join(accepts, "; "), note)
+	return true
+}
+
+// reached reports whether the probe of peer p came back.
+func (s *state) reached(p subnet.Lease) bool {
+	return slices.ContainsFunc(s.probes, func(r probeResult) bool { return r.peer.Key() == p.Key() && r.small.Received > 0 })
 }
 
 // untraced reports a peer none of whose datagrams met a chain: carried
@@ -137,7 +155,7 @@ func (s *state) inputVerdict(evs []traceEvent, rules *ruleTexts, what string, sr
 // to judge (the peer's own firewall may drop this node's probes), and
 // this node's suspects are listed.
 func (s *state) untraced(it *inputTrace, p subnet.Lease, peer, note string) {
-	reached := slices.ContainsFunc(s.probes, func(r probeResult) bool { return r.peer.Key() == p.Key() && r.small.Received > 0 })
+	reached := s.reached(p)
 	fp, _ := s.fastPath()
 	switch {
 	case reached && fp.Ingress:
