@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os/exec"
@@ -44,7 +45,7 @@ func (s *state) startInputTrace() *inputTrace {
 		return nil
 	}
 	if s.k == nil {
-		it.err = fmt.Errorf("doctor found no overlay device to probe through, so no peer sends it a datagram")
+		it.err = errors.New("doctor found no overlay device to probe through, so no peer sends it a datagram")
 		return it
 	}
 	var p4, p6 []netip.Addr
