@@ -67,8 +67,10 @@ func (s *state) startInputTrace() *inputTrace {
 // chains that accepted them. A peer whose datagrams no chain saw was
 // carried by uvxlan's fast path (tc takes them before netfilter) when its
 // probe came back, and otherwise sent nothing here to judge. Where the
-// kernel cannot be asked, the probes' answer stands, with the rules that
-// match the port as suspects.
+// kernel cannot say (it cannot be asked, nothing came, or nftables
+// accepted what loaded iptables-legacy tables may have dropped), the
+// probes' answer stands, with this node's chains and rules on the port as
+// suspects.
 func checkInput(s *state, it *inputTrace) {
 	if it == nil {
 		return
@@ -106,11 +108,16 @@ func checkInput(s *state, it *inputTrace) {
 				port = it.port6
 			}
 			what := fmt.Sprintf("UDP %d (%s) from %s over %s", port, it.what, peer, ipFamily(a))
-			if !s.inputVerdict(evs, &rules, what, a, port, note, legacy == "" || s.reached(p)) {
-				// nftables let them through, but the probe did not come
-				// back: iptables-legacy's rules, which the trace does not
-				// see, may have dropped them.
-				s.inputSuspects(it, what+": nftables accepted it, but its probe did not come back and iptables-legacy tables "+legacy+" are loaded")
+			if !s.inputVerdict(evs, &rules, what, a, port, note, lost == nil && (legacy == "" || s.reached(p))) {
+				// nftables let them through as far as the events tell,
+				// but some were lost, or the probe did not come back and
+				// iptables-legacy's rules, which the trace does not see,
+				// may have dropped them.
+				why := fmt.Sprintf("some trace events were lost (%v)", lost)
+				if lost == nil {
+					why = "its probe did not come back and iptables-legacy tables " + legacy + " are loaded"
+				}
+				s.inputSuspects(it, what+": nftables accepted it, but "+why)
 			}
 		}
 		if !seen {
@@ -162,7 +169,7 @@ func (s *state) untraced(it *inputTrace, p subnet.Lease, peer, note string) {
 	case reached && fp.Ingress:
 		s.r.ok("firewall/input", "%s datagrams of %s: uvxlan's fast path takes them on the underlay's ingress before netfilter, so no chain saw them (see firewall/fastpath)%s", it.what, peer, note)
 	case reached:
-		s.r.add("firewall/input", Warn, "", "%s datagrams of %s: its probe came back, but the kernel traced none of its datagrams to this node%s", it.what, peer, note)
+		s.r.add("firewall/input", Warn, "run weftctl doctor again: the trace may have lost its events on a busy node", "%s datagrams of %s: its probe came back, but the kernel traced none of its datagrams to this node%s", it.what, peer, note)
 	default:
 		s.inputSuspects(it, fmt.Sprintf("none of %s's %s datagrams arrived during the probes (its side, the path, or its firewall dropping this node's probes)", peer, it.what))
 	}

@@ -246,7 +246,7 @@ func sendDatagrams(t *testing.T, node *nettest.Host, port int, peers ...*nettest
 	buf := make([]byte, 64)
 	for len(arrived) < len(peers) {
 		// Waiting, not asserting: a dropped datagram never comes.
-		_ = ln.SetReadDeadline(time.Now().Add(time.Second))
+		_ = ln.SetReadDeadline(time.Now().Add(2 * time.Second))
 		_, from, err := ln.ReadFromUDPAddrPort(buf)
 		if err != nil {
 			break

@@ -24,13 +24,14 @@ import (
 // traceTable (with doctor's process id after it) is doctor's own table:
 // one prerouting chain, ahead of every other chain on the way in, that
 // sets nftrace on the peers' datagrams to the tunnel port (at most
-// traceRate a second from each peer). The kernel then reports every chain, rule and
-// verdict those datagrams meet, iptables-nft's chains included (they are
-// nf_tables chains too). doctor deletes the table when the probes end,
-// and deletes those of doctors no longer running before it adds its own.
+// traceRate a second from each peer). The kernel then reports every
+// chain, rule and verdict those datagrams meet, iptables-nft's chains
+// included (they are nf_tables chains too). doctor deletes the table when
+// the probes end, and deletes those of doctors no longer running before
+// it adds its own.
 const (
 	traceTable = "weft-doctor-trace-"
-	traceRate  = 20
+	traceRate  = 10
 )
 
 // traceEvent is one trace event of a datagram from src: a rule that
@@ -68,7 +69,7 @@ func startTrace(do connectivity.Do, peers4, peers6 []netip.Addr, port4, port6 ui
 		if err = t.mon.JoinGroup(unix.NFNLGRP_NFTRACE); err != nil {
 			return fmt.Errorf("join the nftables trace group: %w", err)
 		}
-		_ = t.mon.SetReadBuffer(1 << 20)
+		t.bufferEvents()
 		if t.nft, err = nftables.New(nftables.AsLasting()); err != nil {
 			return err
 		}
@@ -164,6 +165,21 @@ func (t *tracer) collect() {
 			}
 		}
 	}
+}
+
+// bufferEvents makes the trace socket's receive buffer room for the
+// events of a burst (SO_RCVBUFFORCE, as root; else as much as
+// net.core.rmem_max allows), so that they are not lost while collect
+// waits for the scheduler.
+func (t *tracer) bufferEvents() {
+	const size = 4 << 20
+	if rc, err := t.mon.SyscallConn(); err == nil {
+		var serr error
+		if err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, size) }); err == nil && serr == nil {
+			return
+		}
+	}
+	_ = t.mon.SetReadBuffer(size)
 }
 
 // removeStale deletes the trace tables of doctors no longer running.
