@@ -41,7 +41,7 @@ func (d *doctorFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&d.device, "device", "", "overlay device (default: found, as for peers)")
 	fs.StringVar(&d.node, "node", "", "with --lab: the lab node to examine (default: every node)")
 	fs.StringVar(&d.output, "o", "text", "output: text or json")
-	fs.BoolVar(&d.noProbe, "no-probe", false, "skip the active probes to the peers")
+	fs.BoolVar(&d.noProbe, "no-probe", false, "skip the active probes to the peers (and firewall/input, which traces the peers' replies to them)")
 	fs.IntVar(&d.count, "count", 3, "echo requests per peer")
 	fs.DurationVar(&d.timeout, "timeout", time.Second, "wait for each probe reply")
 }

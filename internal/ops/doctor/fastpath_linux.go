@@ -35,10 +35,14 @@ func checkFastPathFirewall(s *state) {
 		s.r.ok("firewall/fastpath", "no fast path attached: host firewall rules on UDP %d apply to every peer", port)
 		return
 	}
-	rules, err := s.portRules(port)
+	found, err := s.portRules(port)
 	if err != nil {
 		s.r.add("firewall/fastpath", Warn, "", "read nftables rules: %v", err)
 		return
+	}
+	rules := make([]string, len(found))
+	for i, r := range found {
+		rules[i] = r.String()
 	}
 	if len(rules) == 0 {
 		s.r.ok("firewall/fastpath", "fast path attached; no nftables rule on UDP %d, which it would bypass", port)
@@ -72,10 +76,23 @@ type fastPathRead struct {
 	err error
 }
 
-// portRules names the nftables rules on the input, output, prerouting and
-// postrouting hooks that compare a UDP or TCP port with port.
-func (s *state) portRules(port int) ([]string, error) {
-	var out []string
+// portRule is a rule that compares a port: where it is.
+type portRule struct {
+	family       nftables.TableFamily
+	table, chain string
+	handle       uint64
+	input        bool // on the input hook
+}
+
+func (r portRule) String() string {
+	return fmt.Sprintf("table %s %s chain %s rule %d", familyName(r.family), r.table, r.chain, r.handle)
+}
+
+// portRules finds the nftables rules in the base chains on the input,
+// output, prerouting and postrouting hooks that compare a UDP or TCP port
+// with port.
+func (s *state) portRules(port int) ([]portRule, error) {
+	var out []portRule
 	err := s.Do.Run(func() error {
 		c, err := nftables.New()
 		if err != nil {
@@ -95,7 +112,7 @@ func (s *state) portRules(port int) ([]string, error) {
 			}
 			for _, r := range rules {
 				if matchesPort(r.Exprs, port) {
-					out = append(out, fmt.Sprintf("table %s %s chain %s rule %d", familyName(ch.Table.Family), ch.Table.Name, ch.Name, r.Handle))
+					out = append(out, portRule{ch.Table.Family, ch.Table.Name, ch.Name, r.Handle, *ch.Hooknum == *nftables.ChainHookInput})
 				}
 			}
 		}

@@ -42,6 +42,7 @@ func checkProbes(ctx context.Context, s *state) {
 		wg.Go(func() { results[i] = s.probe(ctx, p) })
 	}
 	wg.Wait()
+	s.probes = results
 	for _, res := range results {
 		s.report(res)
 	}

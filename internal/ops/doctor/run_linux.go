@@ -25,6 +25,7 @@ type state struct {
 	// when weftd runs the configured dataplane or its metrics are unread.
 	fallback string
 	fp       *fastPathRead // see fastPath; nil until read
+	probes   []probeResult // what checkProbes found, one a peer
 }
 
 // Run runs every check on n and returns the report. It fails only in its
@@ -48,16 +49,17 @@ func Run(ctx context.Context, n Node) *Report {
 	checkKernel(s)
 	checkUnderlay(s)
 	checkFirewall(s)
-	checkInput(s)
 	checkFastPathFirewall(s)
 	checkVXLANPort(s)
 	checkOffload(s)
 	if n.Kube != nil {
 		checkKube(s)
 	}
+	trace := s.startInputTrace() // the probes make the peers send the datagrams it traces
 	if !n.Probe.Skip {
 		checkProbes(ctx, s)
 	}
+	checkInput(s, trace)
 	return s.r
 }
 

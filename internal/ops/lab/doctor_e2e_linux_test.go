@@ -156,7 +156,15 @@ func TestDoctorFaults(t *testing.T) {
 		ipIn(t, n2.NS, "nft", "add table inet wefttest; add chain inet wefttest in { type filter hook input priority 0; }; add rule inet wefttest in udp dport 8472 drop")
 		defer ipIn(t, n2.NS, "nft", "delete table inet wefttest")
 		code, checks := doctor(t, bin, dir, n1.Name)
-		expectCheck(t, checks, code, 2, "probe/"+n2.Addr.String(), "fail", "UDP 8472 blocked on the path: "+regexp.QuoteMeta(n2.Addr.String())+" answers on the underlay")
+		// node2 drops node1's probes, so node2 sends node1 nothing that
+		// node1's kernel could judge: node1 lists its own suspects (none).
+		expectChecks(t, checks, code, 2, wantCheck{"probe/" + n2.Addr.String(), "fail", "UDP 8472 blocked on the path: " + regexp.QuoteMeta(n2.Addr.String()) + " answers on the underlay"},
+			wantCheck{"firewall/input", "warn", `^none of peer ` + regexp.QuoteMeta(n2.Addr.String()) + ` \(\S+\)'s VXLAN datagrams arrived during the probes .*suspects only: none on this node$`})
+		// On node2 the kernel names the rule, from node1's and node3's replies.
+		code, checks = doctor(t, bin, dir, n2.Name)
+		expectChecks(t, checks, code, 2, wantCheck{"probe/" + n1.Addr.String(), "fail", "UDP 8472 blocked on the path"},
+			wantCheck{"probe/" + n3.Addr.String(), "fail", "UDP 8472 blocked on the path"},
+			wantCheck{"firewall/input", "fail", `^UDP 8472 \(VXLAN\) from peer \S+ \(\S+\) over IPv4: the kernel dropped it in table inet wefttest chain in by rule handle \d+ \(udp dport 8472 drop\)$`})
 		out, code := run(t, bin, "connectivity", "--lab", "--state-dir", dir, "--count", "1", "--timeout", "300ms")
 		if code != 2 {
 			t.Errorf("connectivity: exit %d", code)
@@ -183,8 +191,12 @@ func TestDoctorFaults(t *testing.T) {
 		defer ipIn(t, n2.NS, "nft", "delete table inet wefttest")
 		code, checks := doctor(t, bin, dir, n2.Name)
 		expectChecks(t, checks, code, 2, wantCheck{"probe/" + n3.Addr.String(), "fail", "UDP 8472 blocked on the path"},
-			wantCheck{"firewall/input", "fail", `table inet wefttest chain in drops UDP 8472 \(VXLAN, every VXLAN datagram from peer ` + regexp.QuoteMeta(n3.Addr.String()) + ` \(\S+\)\) ` +
-				`by rule "udp dport 8472 drop \(handle \d+\)" \(rules before it accept UDP 8472 only from sources that leave them out; judged by the peers' public addresses\)`})
+			wantCheck{"firewall/input", "fail", `^UDP 8472 \(VXLAN\) from peer ` + regexp.QuoteMeta(n3.Addr.String()) + ` \(\S+\) over IPv4: the kernel dropped it in table inet wefttest chain in by rule handle \d+ \(udp dport 8472 drop\)$`})
+		if !slices.ContainsFunc(checks, func(c doctorCheck) bool {
+			return c.Name == "firewall/input" && c.Status == "ok" && strings.Contains(c.Evidence, "from peer "+n1.Addr.String()+" ") && strings.Contains(c.Evidence, "ip saddr "+n1.Addr.String()+" udp dport 8472 accept")
+		}) {
+			t.Errorf("no ok firewall/input naming the accept of node1:\n%+v", checks)
+		}
 		// The underlay's prefix holds every peer: the port is open to all
 		// of them, as the probes show, and firewall/input says so.
 		underlay := netip.PrefixFrom(n1.Addr, 24).Masked()
@@ -208,7 +220,10 @@ func TestDoctorFaults(t *testing.T) {
 		code, checks := doctor(t, bin, dir, n2.Name)
 		expectChecks(t, checks, code, 2, wantCheck{"probe/" + n1.Addr.String(), "fail", "UDP 8472 blocked on the path"},
 			wantCheck{"probe/" + n3.Addr.String(), "fail", "UDP 8472 blocked on the path"},
-			wantCheck{"firewall/input", "fail", `table inet wefttest chain in drops UDP 8472 \(VXLAN, every VXLAN datagram from the peers\) by rule "udp dport 8472 drop \(handle \d+\)"$`})
+			wantCheck{"firewall/input", "fail", `^UDP 8472 \(VXLAN\) from peer \S+ \(\S+\) over IPv4: the kernel dropped it in table inet wefttest chain in by rule handle \d+ \(udp dport 8472 drop\)$`})
+	})
+	t.Run("input policy drop, UDP 8472 accepted on the underlay interface", func(t *testing.T) {
+		interfaceAccept(t, bin, dir, n2, false, n1, n3)
 	})
 	t.Run("underlay MTU lowered", func(t *testing.T) {
 		ipIn(t, n1.NS, "ip", "link", "set", "eth0", "mtu", "1400")
@@ -306,14 +321,16 @@ func TestDoctorUVXLAN(t *testing.T) {
 		t.Errorf("connectivity: exit %d:\n%s", code, out)
 	}
 	ipIn(t, n2.NS, "nft", "add table inet wefttest; add chain inet wefttest in { type filter hook input priority 0; }; add rule inet wefttest in udp dport 8472 drop")
-	defer ipIn(t, n2.NS, "nft", "delete table inet wefttest")
 	code, checks := doctor(t, bin, dir, n1.Name)
-	expectCheck(t, checks, code, 2, "probe/"+n2.Addr.String(), "fail", "UDP 8472 blocked on the path")
+	expectChecks(t, checks, code, 2, wantCheck{"probe/" + n2.Addr.String(), "fail", "UDP 8472 blocked on the path"},
+		wantCheck{"firewall/input", "warn", `^none of peer ` + regexp.QuoteMeta(n2.Addr.String()) + ` \(\S+\)'s VXLAN datagrams arrived during the probes`})
 	// Without the fast path every peer's datagrams meet the rule: the node
 	// that holds it fails firewall/input.
 	code, checks = doctor(t, bin, dir, n2.Name)
 	expectChecks(t, checks, code, 2, wantCheck{"probe/" + n1.Addr.String(), "fail", "UDP 8472 blocked on the path"},
-		wantCheck{"firewall/input", "fail", `table inet wefttest chain in drops UDP 8472 \(VXLAN, every VXLAN datagram from the peers\) by rule "udp dport 8472 drop`})
+		wantCheck{"firewall/input", "fail", `^UDP 8472 \(VXLAN\) from peer ` + regexp.QuoteMeta(n1.Addr.String()) + ` \(\S+\) over IPv4: the kernel dropped it in table inet wefttest chain in by rule handle \d+ \(udp dport 8472 drop\)$`})
+	ipIn(t, n2.NS, "nft", "delete table inet wefttest")
+	interfaceAccept(t, bin, dir, n2, false, n1)
 }
 
 // TestDoctorFastPathFirewall: on a uvxlan lab with the fast path (the
@@ -364,13 +381,65 @@ func TestDoctorFastPathFirewall(t *testing.T) {
 	}
 
 	ipIn(t, n2.NS, "nft", "add table inet wefttest; add chain inet wefttest in { type filter hook input priority 0; }; add rule inet wefttest in udp dport 8472 drop")
-	defer ipIn(t, n2.NS, "nft", "delete table inet wefttest")
 	code, checks := doctor(t, bin, dir, n2.Name)
-	expectChecks(t, checks, code, 1, wantCheck{"firewall/fastpath", "warn", `table inet wefttest chain in rule \d+ match UDP 8472 but do not apply to the peers it carries`},
-		wantCheck{"firewall/input", "warn", `table inet wefttest chain in drops UDP 8472 \(VXLAN, the datagrams of peers on the userspace path\) by rule "udp dport 8472 drop \(handle \d+\)"; ` +
-			`the fast path \(weft_fp_ingress on the underlay's ingress\) takes the datagrams of the peers it carries before this hook`})
+	expectChecks(t, checks, code, 1, wantCheck{"firewall/fastpath", "warn", `table inet wefttest chain in rule \d+ match UDP 8472 but do not apply to the peers it carries`})
+	// No chain saw node1's replies: the fast path took them, and the
+	// rule's drop does not hold for them.
+	if !slices.ContainsFunc(checks, func(c doctorCheck) bool {
+		return c.Name == "firewall/input" && c.Status == "ok" && regexp.MustCompile(`^VXLAN datagrams of peer `+regexp.QuoteMeta(n1.Addr.String())+
+			` \(\S+\): uvxlan's fast path takes them on the underlay's ingress before netfilter, so no chain saw them`).MatchString(c.Evidence)
+	}) {
+		t.Errorf("no ok firewall/input naming the fast path:\n%+v", checks)
+	}
 	out, code = run(t, bin, "connectivity", "--lab", "--state-dir", dir)
 	if code != 0 || strings.Count(out, "2/2 pairs ok") != 2 {
 		t.Errorf("connectivity with UDP 8472 dropped on %s: exit %d (fast-path peers bypass the rule):\n%s", n2.Name, code, out)
+	}
+	ipIn(t, n2.NS, "nft", "delete table inet wefttest")
+	interfaceAccept(t, bin, dir, n2, true, n1)
+}
+
+// interfaceAccept gives node n an input chain with policy drop that
+// accepts UDP 8472 on one interface, the common shape (firewalld's
+// zones, hand-written firewalls), and checks doctor on n against what
+// the kernel did, told by the probes (a probe comes back only when the
+// peer's reply datagram arrived): on eth0, the underlay, every peer's
+// datagrams are accepted, and doctor names the accept from the kernel's
+// trace; on eth1 they are dropped, and doctor names the policy. With
+// uvxlan's fast path attached, tc takes the peers' datagrams before
+// netfilter on either interface: they arrive, doctor says the fast path
+// took them, and firewall/fastpath warns that the rule does not apply.
+// (No ct state accept: flows left from the first run would be accepted
+// as established.)
+func interfaceAccept(t *testing.T, bin, dir string, n NodeState, fastPath bool, peers ...NodeState) {
+	t.Helper()
+	for _, iif := range []string{"eth0", "eth1"} {
+		ipIn(t, n.NS, "nft", "add table inet wefttest; add chain inet wefttest in { type filter hook input priority 0; policy drop; }; "+
+			"add rule inet wefttest in iif lo accept; add rule inet wefttest in meta l4proto icmp accept; "+
+			"add rule inet wefttest in iifname "+iif+" udp dport 8472 accept")
+		code, checks := doctor(t, bin, dir, n.Name)
+		ipIn(t, n.NS, "nft", "delete table inet wefttest")
+		var want []wantCheck
+		wantCode := 0
+		accepted := `the kernel accepted it: table inet wefttest chain in by rule handle \d+ \(iifname "eth0" udp dport 8472 accept\)$`
+		switch {
+		case fastPath:
+			accepted, wantCode = `uvxlan's fast path takes them on the underlay's ingress before netfilter`, 1
+			want = append(want, wantCheck{"firewall/fastpath", "warn", `table inet wefttest chain in rule \d+ match UDP 8472`})
+		case iif != "eth0":
+			accepted, wantCode = "", 2
+			for _, p := range peers {
+				want = append(want, wantCheck{"probe/" + p.Addr.String(), "fail", "UDP 8472 blocked on the path"})
+			}
+			want = append(want, wantCheck{"firewall/input", "fail", `^UDP 8472 \(VXLAN\) from peer \S+ \(\S+\) over IPv4: the kernel dropped it in table inet wefttest chain in by its policy drop$`})
+		}
+		expectChecks(t, checks, code, wantCode, want...)
+		for _, p := range peers {
+			if accepted != "" && !slices.ContainsFunc(checks, func(c doctorCheck) bool {
+				return c.Name == "firewall/input" && c.Status == "ok" && strings.Contains(c.Evidence, "peer "+p.Addr.String()+" ") && regexp.MustCompile(accepted).MatchString(c.Evidence)
+			}) {
+				t.Errorf("iifname %s: no ok firewall/input for %s matching %q:\n%+v", iif, p.Name, accepted, checks)
+			}
+		}
 	}
 }
