@@ -21,6 +21,39 @@
 // reverse order. With DirectRouting, a peer whose public address is on-link
 // gets only `ip route replace <subnet> via <PublicIP>`.
 //
+// # Only peers reach the pods
+//
+// The kernel's VXLAN socket takes a datagram from any host. So that only
+// peers can put frames into pods, the backend keeps an nftables table of its
+// own (package backend/nft writes it, as masq writes its tables):
+//
+//	table inet weft-vxlan {
+//		set peers { type ipv4_addr }      (the peers' public IPv4 addresses)
+//		set peers-v6 { type ipv6_addr }   (and IPv6 ones)
+//		chain input { type filter hook input priority filter
+//			udp dport <Port> ip saddr @peers accept
+//			udp dport <Port> ip6 saddr @peers-v6 accept
+//			udp dport <Port> counter drop comment "weft: vxlan from a non-peer"
+//		}
+//		chain prerouting { type filter hook prerouting priority raw
+//			iifname weft.1 ip saddr != <Network> counter drop comment "weft: overlay source outside the cluster network"
+//			iifname weft-v6.1 ip6 saddr != <IPv6Network> counter drop (same comment)
+//		}
+//	}
+//
+// The sets change in the same reconcile as the routes: a new peer's
+// address is added before any route is written, so its first packet is
+// taken, and a departed peer's goes once its routes are gone. Every peer of
+// the table is in them, directly routed or not. Stats reports the two drop
+// counters as drops "not_peer" and "foreign_source", the reasons uvxlan
+// counts the same drops under. The full resync checks the table and its
+// sets and rewrites them, in one transaction with the elements, when
+// someone changed them (counted as repairs "filter"). A kernel without
+// nf_tables gets no filter, which Run logs when it starts;
+// Config.NoPeerFilter turns it off and removes a table left from before.
+// Inner sources are checked against the cluster network only, not against
+// the subnet of the peer that sent the frame (uvxlan checks that too).
+//
 // # Why this way
 //
 // This is the state Flannel's vxlan backend programs, with the same VNI,

@@ -30,6 +30,11 @@ type Backend struct {
 	// checksum offload is turned off (Config.KernelRelease).
 	noTxChecksum bool
 
+	// filter admits VXLAN datagrams from peers only; nil with
+	// NoPeerFilter. filterOff is set when the kernel has no nf_tables.
+	filter    *peerFilter
+	filterOff atomic.Bool
+
 	// Owned by Run.
 	devs    []*devState
 	applied vtep.Table // the last table programmed in full, nil before
@@ -58,6 +63,9 @@ func New(cfg Config, log *slog.Logger) (*Backend, error) {
 	}
 	for _, s := range cfg.specs() {
 		b.devs = append(b.devs, &devState{spec: s})
+	}
+	if !cfg.NoPeerFilter {
+		b.filter = &peerFilter{netns: cfg.NetNS, spec: filterSpec(cfg, cfg.specs()), log: b.log}
 	}
 	return b, nil
 }
@@ -96,6 +104,7 @@ func (b *Backend) Run(ctx context.Context) error {
 		return errors.New("vxlan backend: already running")
 	}
 	defer b.running.Store(false)
+	b.startFilter()
 
 	r := kernel.Reconciler{
 		NetNS:  b.cfg.NetNS,
@@ -111,6 +120,29 @@ func (b *Backend) Run(ctx context.Context) error {
 	return nil
 }
 
+// startFilter says at start what the VXLAN port accepts: the filter is
+// off by configuration (and a table left from before goes), or the kernel
+// has no nf_tables, or the filter is programmed by the first reconcile.
+func (b *Backend) startFilter() {
+	switch {
+	case b.filter == nil:
+		if err := RemoveFilter(b.cfg.NetNS); err != nil && !nfTablesMissing(err) {
+			b.log.Warn("cannot remove the VXLAN port filter", "table", FilterTable, "err", err)
+		}
+		b.log.Info("VXLAN port filter off: the port accepts datagrams from any host, as Flannel's does")
+	case b.filterOff.Load():
+	default:
+		if err := probeNFTables(b.cfg.NetNS); nfTablesMissing(err) {
+			b.filterOff.Store(true)
+			b.log.Warn("the kernel has no nf_tables: the VXLAN port accepts datagrams from any host, and frames from the overlay with any source",
+				"err", err, "fix", "a kernel with CONFIG_NF_TABLES and CONFIG_NF_TABLES_INET")
+		}
+	}
+}
+
+// filtering reports whether the filter follows the peers.
+func (b *Backend) filtering() bool { return b.filter != nil && !b.filterOff.Load() }
+
 // reconcile makes every device and its peers match the latest table. With
 // full unset, and a table programmed before on devices that still exist, it
 // writes only the difference between the two tables; a full reconcile reads
@@ -121,6 +153,13 @@ func (b *Backend) reconcile(full bool) error {
 		t := b.withoutSelf(*tp)
 		tp = &t
 	}
+	// A new peer is admitted before its route exists, and a departed one
+	// refused once its route is gone.
+	if tp != nil && b.filtering() {
+		if err := b.filter.admit(*tp, full); err != nil {
+			return fmt.Errorf("admit peers to the VXLAN port: %w", err)
+		}
+	}
 	var errs []error
 	for _, d := range b.devs {
 		if err := b.reconcileDevice(d, tp, full); err != nil {
@@ -129,6 +168,11 @@ func (b *Backend) reconcile(full bool) error {
 	}
 	if len(errs) > 0 || tp == nil {
 		return errors.Join(errs...)
+	}
+	if b.filtering() {
+		if err := b.filter.prune(*tp); err != nil {
+			return fmt.Errorf("refuse departed peers at the VXLAN port: %w", err)
+		}
 	}
 	b.applied = *tp
 	if b.MarkReady() {
@@ -262,6 +306,14 @@ func (b *Backend) Stats() backend.Stats {
 		drops["rx_dropped"] += ls.RxDropped
 		drops["tx_errors"] += ls.TxErrors
 		drops["rx_errors"] += ls.RxErrors
+	}
+	if b.filtering() {
+		if fd, err := FilterDrops(b.cfg.NetNS); err == nil {
+			for k, v := range fd {
+				drops[k] += v
+			}
+		}
+		st.Repairs["filter"] = b.filter.repairs.Load()
 	}
 	st.Drops = drops
 	return st
