@@ -327,16 +327,24 @@ func FilterDrops(netns string) (map[string]uint64, error) {
 // RemoveFilter deletes the filter table from the namespace at netns (""
 // for the current one), for a node that runs another dataplane or turned
 // the filter off: its sets would no longer follow the peers. A missing
-// table is not an error.
+// table, or a kernel without nf_tables, is not an error.
 func RemoveFilter(netns string) error {
 	conn, done, err := nft.Dial(netns)
 	if err != nil {
 		return err
 	}
 	defer done()
-	t := &nftables.Table{Name: FilterTable, Family: nftables.TableFamilyINet}
-	conn.AddTable(t)
-	conn.DelTable(t)
+	tables, err := conn.ListTablesOfFamily(nftables.TableFamilyINet)
+	if nfTablesMissing(err) {
+		return nil // no nf_tables: no table either
+	}
+	if err != nil {
+		return fmt.Errorf("list nftables tables: %w", err)
+	}
+	if !slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == FilterTable }) {
+		return nil
+	}
+	conn.DelTable(&nftables.Table{Name: FilterTable, Family: nftables.TableFamilyINet})
 	if err := conn.Flush(); err != nil {
 		return fmt.Errorf("delete table inet %s: %w", FilterTable, err)
 	}
