@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/weft-net/weft/backend/masq"
+	"github.com/weft-net/weft/backend/vxlan"
 	"github.com/weft-net/weft/internal/ops/inspect"
 	"github.com/weft-net/weft/subnet"
 )
@@ -69,7 +70,8 @@ func checkFirewall(s *state) {
 }
 
 // hookChains calls f, in the node's namespace, for each nftables base
-// chain on hook that is not in weft's masquerade tables.
+// chain on hook that is not in weft's masquerade tables or in the kernel
+// VXLAN backend's port filter (checkPeerFilter reports that one).
 func (s *state) hookChains(hook *nftables.ChainHook, f func(c *nftables.Conn, ch *nftables.Chain) error) error {
 	return s.Do.Run(func() error {
 		c, err := nftables.New()
@@ -81,7 +83,8 @@ func (s *state) hookChains(hook *nftables.ChainHook, f func(c *nftables.Conn, ch
 			return err
 		}
 		for _, ch := range chains {
-			if ch.Hooknum == nil || *ch.Hooknum != *hook || ch.Table.Name == masq.TableIPv4 || ch.Table.Name == masq.TableIPv6 {
+			if ch.Hooknum == nil || *ch.Hooknum != *hook || ch.Table.Name == masq.TableIPv4 || ch.Table.Name == masq.TableIPv6 ||
+				ch.Table.Name == vxlan.FilterTable && ch.Table.Family == nftables.TableFamilyINet {
 				continue
 			}
 			if err := f(c, ch); err != nil {

@@ -49,6 +49,7 @@ func Run(ctx context.Context, n Node) *Report {
 	checkUnderlay(s)
 	checkFirewall(s)
 	checkInput(s)
+	checkPeerFilter(s)
 	checkFastPathFirewall(s)
 	checkVXLANPort(s)
 	checkOffload(s)
