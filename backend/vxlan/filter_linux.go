@@ -4,11 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"log/slog"
-	"maps"
 	"net/netip"
 	"slices"
-	"sync/atomic"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -116,21 +113,6 @@ func iifname(name string) []expr.Any {
 
 func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }
 
-// peerFilter keeps the filter table and its sets in step with the peer
-// table: reconcile calls admit before it programs any route and prune after
-// the routes of departed peers are gone. Its fields are Run's, but for the
-// counters.
-type peerFilter struct {
-	netns string
-	spec  nft.Table
-	log   *slog.Logger
-	// have is what the sets hold, as weft wrote it; nil: not known, read
-	// it from the kernel.
-	have    map[netip.Addr]bool
-	checked bool // the table was found or written as wanted before
-	repairs atomic.Uint64
-}
-
 // peerAddrs are the underlay addresses of the table's peers.
 func peerAddrs(t vtep.Table) map[netip.Addr]bool {
 	out := make(map[netip.Addr]bool, len(t))
@@ -140,153 +122,6 @@ func peerAddrs(t vtep.Table) map[netip.Addr]bool {
 		}
 	}
 	return out
-}
-
-// admit makes sure the table is in place (with full, or the first time,
-// checking it against the kernel and rewriting it, in one transaction with
-// its elements, when it is not as wanted) and that the sets hold every
-// peer of t.
-func (f *peerFilter) admit(t vtep.Table, full bool) error {
-	conn, done, err := nft.Dial(f.netns)
-	if err != nil {
-		return err
-	}
-	defer done()
-	want := peerAddrs(t)
-	if full || f.have == nil {
-		ok, why, err := nft.Check(conn, f.spec)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return f.rewrite(conn, want, why)
-		}
-		kernel, err := f.read(conn)
-		if err != nil {
-			return err
-		}
-		if f.have != nil && !maps.Equal(kernel, f.have) {
-			f.repairs.Add(1)
-			f.log.Warn("repaired the peer sets of the VXLAN port filter", "table", FilterTable)
-		}
-		f.have, f.checked = kernel, true
-	}
-	var add []netip.Addr
-	for a := range want {
-		if !f.have[a] {
-			add = append(add, a)
-		}
-	}
-	return f.write(conn, add, true)
-}
-
-// rewrite programs the whole table with the peers of want and those still
-// admitted (prune takes those out after their routes).
-func (f *peerFilter) rewrite(conn *nftables.Conn, want map[netip.Addr]bool, why string) error {
-	for a := range f.have {
-		want[a] = true
-	}
-	spec := f.spec
-	spec.Sets = slices.Clone(spec.Sets)
-	for a := range want {
-		i := 0
-		if a.Is6() {
-			i = 1
-		}
-		spec.Sets[i].Elements = append(spec.Sets[i].Elements, a)
-	}
-	f.have = nil
-	if err := nft.Program(conn, spec); err != nil {
-		return err
-	}
-	repair := f.checked
-	f.have, f.checked = want, true
-	if repair {
-		f.repairs.Add(1)
-		f.log.Warn("repaired the VXLAN port filter", "table", FilterTable, "reason", why)
-	} else {
-		f.log.Info("VXLAN port filter in place: datagrams from peers only", "table", FilterTable, "peers", len(want))
-	}
-	return nil
-}
-
-// prune takes out the peers that are no longer in t.
-func (f *peerFilter) prune(t vtep.Table) error {
-	want := peerAddrs(t)
-	var del []netip.Addr
-	for a := range f.have {
-		if !want[a] {
-			del = append(del, a)
-		}
-	}
-	if len(del) == 0 {
-		return nil
-	}
-	conn, done, err := nft.Dial(f.netns)
-	if err != nil {
-		return err
-	}
-	defer done()
-	return f.write(conn, del, false)
-}
-
-// write adds (or deletes) addrs in one transaction.
-func (f *peerFilter) write(conn *nftables.Conn, addrs []netip.Addr, add bool) error {
-	if len(addrs) == 0 {
-		return nil
-	}
-	var v4, v6 []netip.Addr
-	for _, a := range addrs {
-		if a.Is6() {
-			v6 = append(v6, a)
-		} else {
-			v4 = append(v4, a)
-		}
-	}
-	op := conn.SetAddElements
-	if !add {
-		op = conn.SetDeleteElements
-	}
-	for _, s := range []struct {
-		name  string
-		addrs []netip.Addr
-	}{{PeerSet, v4}, {PeerSetV6, v6}} {
-		if len(s.addrs) == 0 {
-			continue
-		}
-		if err := op(&nftables.Set{Table: f.spec.Ref(), Name: s.name}, nft.Elements(s.addrs)); err != nil {
-			return err
-		}
-	}
-	if err := conn.Flush(); err != nil {
-		f.have = nil // read it again
-		return fmt.Errorf("update the peer sets of table inet %s: %w", FilterTable, err)
-	}
-	for _, a := range addrs {
-		if add {
-			f.have[a] = true
-		} else {
-			delete(f.have, a)
-		}
-	}
-	return nil
-}
-
-// read returns the addresses the sets hold.
-func (f *peerFilter) read(conn *nftables.Conn) (map[netip.Addr]bool, error) {
-	out := map[netip.Addr]bool{}
-	for _, name := range []string{PeerSet, PeerSetV6} {
-		els, err := conn.GetSetElements(&nftables.Set{Table: f.spec.Ref(), Name: name})
-		if err != nil {
-			return nil, fmt.Errorf("read set %s of table inet %s: %w", name, FilterTable, err)
-		}
-		for _, e := range els {
-			if a, ok := netip.AddrFromSlice(e.Key); ok {
-				out[a] = true
-			}
-		}
-	}
-	return out, nil
 }
 
 // FilterDrops reads the counters of the filter table's drop rules in the

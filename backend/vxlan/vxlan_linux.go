@@ -14,6 +14,7 @@ import (
 
 	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/backend/kernel"
+	"github.com/weft-net/weft/backend/nft"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
 )
@@ -32,7 +33,7 @@ type Backend struct {
 
 	// filter admits VXLAN datagrams from peers only; nil with
 	// NoPeerFilter. filterOff is set when the kernel has no nf_tables.
-	filter    *peerFilter
+	filter    *nft.AddrSets
 	filterOff atomic.Bool
 
 	// Owned by Run.
@@ -65,7 +66,8 @@ func New(cfg Config, log *slog.Logger) (*Backend, error) {
 		b.devs = append(b.devs, &devState{spec: s})
 	}
 	if !cfg.NoPeerFilter {
-		b.filter = &peerFilter{netns: cfg.NetNS, spec: filterSpec(cfg, cfg.specs()), log: b.log}
+		b.filter = &nft.AddrSets{NetNS: cfg.NetNS, Spec: filterSpec(cfg, cfg.specs()), Log: b.log,
+			What: "the VXLAN port filter (datagrams from peers only)"}
 	}
 	return b, nil
 }
@@ -156,7 +158,7 @@ func (b *Backend) reconcile(full bool) error {
 	// A new peer is admitted before its route exists, and a departed one
 	// refused once its route is gone.
 	if tp != nil && b.filtering() {
-		if err := b.filter.admit(*tp, full); err != nil {
+		if err := b.filter.Admit(peerAddrs(*tp), full); err != nil {
 			return fmt.Errorf("admit peers to the VXLAN port: %w", err)
 		}
 	}
@@ -170,7 +172,7 @@ func (b *Backend) reconcile(full bool) error {
 		return errors.Join(errs...)
 	}
 	if b.filtering() {
-		if err := b.filter.prune(*tp); err != nil {
+		if err := b.filter.Prune(peerAddrs(*tp)); err != nil {
 			return fmt.Errorf("refuse departed peers at the VXLAN port: %w", err)
 		}
 	}
@@ -313,7 +315,7 @@ func (b *Backend) Stats() backend.Stats {
 				drops[k] += v
 			}
 		}
-		st.Repairs["filter"] = b.filter.repairs.Load()
+		st.Repairs["filter"] = b.filter.Repairs()
 	}
 	st.Drops = drops
 	return st
