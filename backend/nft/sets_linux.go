@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -9,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/google/nftables"
+	"golang.org/x/sys/unix"
 )
 
 // AddrSets keeps a table whose two address sets (one per family) must hold
@@ -173,4 +175,22 @@ func (s *AddrSets) read(conn *nftables.Conn) (map[netip.Addr]bool, error) {
 		}
 	}
 	return out, nil
+}
+
+// Probe returns an error when nf_tables does not work in the namespace (a
+// kernel without it): the caller then runs without the table and says so.
+func (s *AddrSets) Probe() error {
+	conn, done, err := Dial(s.NetNS)
+	if err != nil {
+		return err
+	}
+	defer done()
+	_, err = conn.ListTablesOfFamily(s.Spec.Family)
+	return err
+}
+
+// Missing reports whether err says that the kernel has no nf_tables (no
+// nfnetlink, or no nf_tables subsystem in it).
+func Missing(err error) bool {
+	return errors.Is(err, unix.EPROTONOSUPPORT) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EAFNOSUPPORT)
 }

@@ -170,7 +170,7 @@ func RemoveFilter(netns string) error {
 	}
 	defer done()
 	tables, err := conn.ListTablesOfFamily(nftables.TableFamilyINet)
-	if nfTablesMissing(err) {
+	if nft.Missing(err) {
 		return nil // no nf_tables: no table either
 	}
 	if err != nil {
@@ -184,21 +184,4 @@ func RemoveFilter(netns string) error {
 		return fmt.Errorf("delete table inet %s: %w", FilterTable, err)
 	}
 	return nil
-}
-
-// nfTablesMissing reports whether err says that the kernel has no
-// nf_tables (no nfnetlink, or no nf_tables subsystem in it).
-func nfTablesMissing(err error) bool {
-	return errors.Is(err, unix.EPROTONOSUPPORT) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EAFNOSUPPORT)
-}
-
-// probe reports whether nf_tables works in the namespace.
-func probeNFTables(netns string) error {
-	conn, done, err := nft.Dial(netns)
-	if err != nil {
-		return err
-	}
-	defer done()
-	_, err = conn.ListTablesOfFamily(nftables.TableFamilyINet)
-	return err
 }

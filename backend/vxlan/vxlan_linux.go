@@ -128,13 +128,13 @@ func (b *Backend) Run(ctx context.Context) error {
 func (b *Backend) startFilter() {
 	switch {
 	case b.filter == nil:
-		if err := RemoveFilter(b.cfg.NetNS); err != nil && !nfTablesMissing(err) {
+		if err := RemoveFilter(b.cfg.NetNS); err != nil && !nft.Missing(err) {
 			b.log.Warn("cannot remove the VXLAN port filter", "table", FilterTable, "err", err)
 		}
 		b.log.Info("VXLAN port filter off: the port accepts datagrams from any host, as Flannel's does")
 	case b.filterOff.Load():
 	default:
-		if err := probeNFTables(b.cfg.NetNS); nfTablesMissing(err) {
+		if err := b.filter.Probe(); nft.Missing(err) {
 			b.filterOff.Store(true)
 			b.log.Warn("the kernel has no nf_tables: the VXLAN port accepts datagrams from any host, and frames from the overlay with any source",
 				"err", err, "fix", "a kernel with CONFIG_NF_TABLES and CONFIG_NF_TABLES_INET")

@@ -310,7 +310,7 @@ func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease sub
 			return Dataplane{}, err
 		}
 		return Dataplane{Backend: b, Cleanup: func() error {
-			return errors.Join(removeUVXLAN(h, vc.VNI), wireguard.RemoveDevices(h))
+			return errors.Join(removeUVXLAN(h, vc.VNI), wireguard.RemoveDevices(h), hostgw.RemoveFilter(at.netns))
 		}}, nil
 	case subnet.BackendTypeUVXLAN:
 		b, devices, err := newUVXLAN(cfg, lease, mtu, u, files, at, log)
@@ -320,7 +320,8 @@ func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease sub
 		// Any kernel VXLAN device on our port (weft's, or flannel.<VNI>
 		// when replacing flanneld) holds the socket this dataplane binds.
 		cleanup := func() error {
-			return errors.Join(vxlan.RemovePortHolders(h, cfg.Backend.Port, log), vxlan.RemoveFilter(at.netns), wireguard.RemoveDevices(h))
+			return errors.Join(vxlan.RemovePortHolders(h, cfg.Backend.Port, log), vxlan.RemoveFilter(at.netns),
+				hostgw.RemoveFilter(at.netns), wireguard.RemoveDevices(h))
 		}
 		// Files kept for a device this lease no longer has (the IPv6 half
 		// of a node that was dual-stack) go; each device's own take theirs.
@@ -345,6 +346,9 @@ func removeOthers(h *netlink.Handle, cfg *subnet.Config, keep, netns string, log
 	if keep != subnet.BackendTypeWireGuard {
 		errs = append(errs, wireguard.RemoveDevices(h))
 	}
+	if keep != subnet.BackendTypeHostGW {
+		errs = append(errs, hostgw.RemoveFilter(netns))
+	}
 	return errors.Join(errs...)
 }
 
@@ -359,7 +363,7 @@ func newExtension(h *netlink.Handle, cfg *subnet.Config, lease subnet.Lease, net
 	}
 	return Dataplane{Backend: b, Cleanup: func() error {
 		return errors.Join(vxlan.RemoveDevices(h, cfg.Backend.VNI), removeUVXLAN(h, cfg.Backend.VNI),
-			vxlan.RemoveFilter(netns), wireguard.RemoveDevices(h))
+			vxlan.RemoveFilter(netns), hostgw.RemoveFilter(netns), wireguard.RemoveDevices(h))
 	}}, nil
 }
 
@@ -387,8 +391,8 @@ func newHostGW(h *netlink.Handle, cfg *subnet.Config, lease subnet.Lease, u unde
 		return Dataplane{}, fmt.Errorf("host-gw: the public address (%s %s) differs from the underlay's (%s %s): "+
 			"a node behind NAT cannot use host-gw, peers route to its public address directly", a.PublicIP, a.PublicIPv6, u.ipv4, u.ipv6)
 	}
-	b, err := hostgw.New(hostgw.Config{Handle: h, UnderlayIndex: u.index, Local: u.ipv4, LocalIPv6: u.ipv6,
-		Subnet: lease.Subnet, IPv6Subnet: lease.IPv6Subnet}, log)
+	b, err := hostgw.New(hostgw.Config{Handle: h, NetNS: netns, UnderlayIndex: u.index, Local: u.ipv4, LocalIPv6: u.ipv6,
+		Subnet: lease.Subnet, IPv6Subnet: lease.IPv6Subnet, Network: cfg.Network, IPv6Network: cfg.IPv6Network}, log)
 	if err != nil {
 		return Dataplane{}, err
 	}
