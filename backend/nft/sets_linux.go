@@ -40,6 +40,9 @@ func (s *AddrSets) Repairs() uint64 { return s.repairs.Load() }
 // in one transaction with its elements when it is not as wanted) and that
 // the sets hold every address of want.
 func (s *AddrSets) Admit(want map[netip.Addr]bool, full bool) error {
+	if !full && s.have != nil && !s.missing(want) {
+		return nil // the usual change: nothing to add, no socket to open
+	}
 	conn, done, err := Dial(s.NetNS)
 	if err != nil {
 		return err
@@ -70,6 +73,16 @@ func (s *AddrSets) Admit(want map[netip.Addr]bool, full bool) error {
 		}
 	}
 	return s.write(conn, add, true)
+}
+
+// missing reports whether want holds an address the sets do not.
+func (s *AddrSets) missing(want map[netip.Addr]bool) bool {
+	for a := range want {
+		if !s.have[a] {
+			return true
+		}
+	}
+	return false
 }
 
 // Prune takes out the addresses that are not in want.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/weft-net/weft/backend/vxlan"
+	"github.com/weft-net/weft/internal/testkit/benchreport"
 )
 
 // The -peer-filter comparison: weft's kernel VXLAN backend with its port
@@ -39,6 +40,7 @@ type filterSample struct{ conns, gbps float64 }
 // report to w, and to the file out when it is not "".
 func measurePeerFilter(ctx context.Context, o options, log *slog.Logger, w io.Writer, out string) error {
 	var b strings.Builder
+	fmt.Fprintf(&b, "commit %s; `go run ./bench/dataplane %s`\n\n", benchreport.Commit("."), strings.Join(os.Args[1:], " "))
 	fmt.Fprintf(&b, "%s, %s, %d CPUs; %d interleaved rounds per condition, each on fresh namespaces; "+
 		"per round and mode: TCP connections per second between the pods for %s (%d workers; connect, 1 byte each way, close by reset), "+
 		"then iperf3 TCP 1 stream for %s; median (lowest–highest)\n\n",
