@@ -66,6 +66,10 @@ type Config struct {
 	// network is dropped (see the package documentation). An unset one is
 	// not checked.
 	Network, IPv6Network netip.Prefix
+	// AllowForeignSources leaves the overlay's inner sources unchecked
+	// (Backend.AllowForeignSources, as uvxlan's): routed setups that send
+	// other sources through a node without masquerading them need it.
+	AllowForeignSources bool
 	// NoPeerFilter leaves the VXLAN port open to any sender and the
 	// overlay's sources unchecked, as Flannel does, and removes weft's
 	// filter table if one is left (weftd --vxlan-peer-filter=false).

@@ -51,8 +51,10 @@
 // someone changed them (counted as repairs "filter"). A kernel without
 // nf_tables gets no filter, which Run logs when it starts;
 // Config.NoPeerFilter turns it off and removes a table left from before.
-// Inner sources are checked against the cluster network only, not against
-// the subnet of the peer that sent the frame (uvxlan checks that too).
+// Backend.AllowForeignSources (Config.AllowForeignSources) leaves out the
+// prerouting chain. Inner sources are checked against the cluster network
+// only, not against the subnet of the peer that sent the frame (uvxlan
+// checks that too).
 //
 // # Why this way
 //

@@ -61,7 +61,7 @@ func filterSpec(c Config, devs []deviceSpec) nft.Table {
 		if d.local.Is6() {
 			n, proto = c.IPv6Network, unix.NFPROTO_IPV6
 		}
-		if !n.IsValid() {
+		if !n.IsValid() || c.AllowForeignSources {
 			continue
 		}
 		pre = append(pre, nft.Rule{Comment: RuleForeignSrc, Exprs: nft.Concat(iifname(d.name), nfproto(proto),

@@ -244,3 +244,21 @@ func TestNoPeerFilter(t *testing.T) {
 		t.Errorf("table left with the filter off:\n%s", out)
 	}
 }
+
+// TestFilterSpecForeignSources: the overlay source check is a prerouting
+// rule per device with a cluster network; AllowForeignSources leaves the
+// chain out, and the port filter stays.
+func TestFilterSpecForeignSources(t *testing.T) {
+	c := Config{Port: 8472, Network: network4, IPv6Network: network6, Name: "weft.1", NameV6: "weft-v6.1",
+		Local: netip.MustParseAddr("192.168.77.1"), LocalIPv6: netip.MustParseAddr("fd77::1"),
+		Subnet: netip.MustParsePrefix("10.244.1.0/24"), IPv6Subnet: netip.MustParsePrefix("fd00:10:244:1::/64")}
+	spec := filterSpec(c, c.specs())
+	if pre := spec.Chain("prerouting"); pre == nil || len(pre.Rules) != 2 {
+		t.Fatalf("prerouting chain %+v, want a rule per device", pre)
+	}
+	c.AllowForeignSources = true
+	spec = filterSpec(c, c.specs())
+	if spec.Chain("prerouting") != nil || spec.Chain("input") == nil {
+		t.Fatalf("with AllowForeignSources: chains %+v, want input only", spec.Chains)
+	}
+}

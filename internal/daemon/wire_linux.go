@@ -292,6 +292,8 @@ func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease sub
 			Network:       cfg.Network,
 			IPv6Network:   cfg.IPv6Network,
 			NoPeerFilter:  at.openVXLAN,
+			// Outside sources that a routed setup sends unmasqueraded.
+			AllowForeignSources: cfg.Backend.AllowForeignSources,
 		}
 		// The device MACs are the ones the lease advertises; the local
 		// addresses stay the underlay's even when the advertised public
