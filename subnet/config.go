@@ -104,10 +104,11 @@ type BackendConfig struct {
 	GBP           bool
 	Learning      bool
 	DirectRouting bool
-	// AllowForeignSources turns off the userspace dataplane's inner source
-	// check (uvxlan drops an inner packet whose source is outside the
-	// sending node's subnet). Routed setups that forward other sources
-	// through a node need it; the kernel VXLAN device never checks.
+	// AllowForeignSources turns off the inner source checks: uvxlan's (it
+	// drops an inner packet whose source is outside the sending node's
+	// subnet) and the vxlan backend's (it drops frames out of its device
+	// whose source is outside the cluster network). Routed setups that
+	// forward other sources through a node need it.
 	AllowForeignSources bool
 	// FastPath has the uvxlan dataplane's traffic to and from peers carried
 	// by tc BPF programs weft loads (uvxlan.Config.FastPath) wherever a node

@@ -23,6 +23,29 @@
 // (Stats().Events["peer_off_link"]), and lists it (OffLink), and
 // `weftctl peers` shows it as off-link.
 //
+// # What it accepts
+//
+// host-gw has no tunnel to check: what the L2 segment delivers to the node
+// reaches the pods. With the cluster Network set (weftd always sets it),
+// the backend keeps table inet weft-hostgw (written with backend/nft):
+// a packet that arrives on the underlay device with a source in the
+// Network (IPv6Network) whose subnet is no current peer's is dropped and
+// counted (Stats().Drops["not_peer_subnet"], rule "weft: pod-network
+// source in no peer's subnet"). That catches this node's own pod
+// addresses and unleased subnets coming from the wire. The set of peer
+// subnets (by their first address: the source is masked with the subnet
+// length, one hash lookup) changes in the same sync as the routes: a
+// joining peer's subnet is in before its route, a departed one's goes after.
+//
+// What it does not catch: a host on the segment sending with a source in a
+// peer's subnet. Tying a subnet to its sender would need the sender's MAC,
+// which the neighbour table learns from the same wire (ARP and neighbour
+// discovery answers anyone can send), and a check against it would drop a
+// peer's traffic whenever its entry is stale or missing; it would not stop
+// a host that can spoof a source address, which can spoof a MAC as well.
+// Only the segment's own protection (port security, a private VLAN) keeps
+// such hosts out.
+//
 // # Repair
 //
 // The routes are kernel.Overlay's direct routes (DirectOnly: it owns no

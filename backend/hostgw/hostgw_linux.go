@@ -14,6 +14,7 @@ import (
 
 	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/backend/kernel"
+	"github.com/weft-net/weft/backend/nft"
 	"github.com/weft-net/weft/vtep"
 )
 
@@ -32,6 +33,10 @@ type Config struct {
 	// row naming one of them is never programmed.
 	Local, LocalIPv6   netip.Addr
 	Subnet, IPv6Subnet netip.Prefix
+	// Network and IPv6Network are the cluster networks: a packet from the
+	// underlay whose source is in one of them but in no peer's subnet is
+	// dropped (see the package documentation). Unset: not checked.
+	Network, IPv6Network netip.Prefix
 	// ResyncInterval is the period of the full resync; 0 means
 	// kernel.DefaultResync.
 	ResyncInterval time.Duration
@@ -47,6 +52,11 @@ type Backend struct {
 	repairs   atomic.Uint64
 	offEvents atomic.Uint64
 	off       atomic.Pointer[[]vtep.Entry]
+
+	// filter drops pod-network sources in no peer's subnet; nil without
+	// a cluster network, or (filterOff) on a kernel without nf_tables.
+	filter    *nft.AddrSets
+	filterOff atomic.Bool
 
 	// Owned by Run.
 	overlay *kernel.Overlay
@@ -72,6 +82,16 @@ func New(cfg Config, log *slog.Logger) (*Backend, error) {
 		Desired: kernel.NewDesired()}
 	b.overlay = kernel.NewOverlay(cfg.Handle, 0, kernel.OverlayOptions{
 		Family: netlink.FAMILY_ALL, DirectRouting: true, DirectOnly: true})
+	if cfg.Network.IsValid() || cfg.IPv6Network.IsValid() {
+		l, err := cfg.Handle.LinkByIndex(cfg.UnderlayIndex)
+		if err != nil {
+			return nil, fmt.Errorf("host-gw config: underlay link %d: %w", cfg.UnderlayIndex, err)
+		}
+		if spec := filterSpec(cfg, l.Attrs().Name); spec != nil {
+			b.filter = &nft.AddrSets{NetNS: cfg.NetNS, Spec: *spec, Log: b.log,
+				What: "the filter of pod-network sources from the underlay"}
+		}
+	}
 	return b, nil
 }
 
@@ -91,6 +111,12 @@ func (b *Backend) Run(ctx context.Context) error {
 		return errors.New("host-gw backend: already running")
 	}
 	defer b.running.Store(false)
+	if b.filter != nil {
+		if err := b.filter.Probe(); nft.Missing(err) {
+			b.filterOff.Store(true)
+			b.log.Warn("the kernel has no nf_tables: packets from the underlay with pod-network sources are not checked against the peers' subnets", "err", err)
+		}
+	}
 	r := &kernel.Reconciler{
 		NetNS:  b.cfg.NetNS,
 		Log:    b.log,
@@ -108,12 +134,18 @@ func (b *Backend) Run(ctx context.Context) error {
 // sync makes the routes match the latest table. Every sync reads the
 // kernel: whether a peer is on-link depends on the underlay, not only on
 // the table.
-func (b *Backend) sync(bool) error {
+func (b *Backend) sync(full bool) error {
 	tp := b.Table()
 	if tp == nil {
 		return nil
 	}
 	t := b.withoutSelf(*tp)
+	filtering := b.filter != nil && !b.filterOff.Load()
+	if filtering {
+		if err := b.filter.Admit(peerSubnets(t), full); err != nil {
+			return fmt.Errorf("admit peers' subnets: %w", err)
+		}
+	}
 	start := time.Now()
 	st, err := b.overlay.Sync(t)
 	off := b.overlay.OffLink()
@@ -124,6 +156,11 @@ func (b *Backend) sync(bool) error {
 	}
 	if err != nil {
 		return fmt.Errorf("sync routes: %w", err)
+	}
+	if filtering {
+		if err := b.filter.Prune(peerSubnets(t)); err != nil {
+			return fmt.Errorf("refuse departed peers' subnets: %w", err)
+		}
 	}
 	b.log.Debug("synced routes", "peers", len(t), "offLink", len(off), "took", time.Since(start))
 	b.applied = t
@@ -187,8 +224,15 @@ func (b *Backend) withoutSelf(t vtep.Table) vtep.Table {
 // Stats reports the repaired routes and the peers found off-link. host-gw
 // has no device of its own, so it counts no frames.
 func (b *Backend) Stats() backend.Stats {
-	return backend.Stats{
+	st := backend.Stats{
 		Repairs: map[string]uint64{"route": b.repairs.Load()},
 		Events:  map[string]uint64{"peer_off_link": b.offEvents.Load()},
 	}
+	if b.filter != nil && !b.filterOff.Load() {
+		st.Repairs["filter"] = b.filter.Repairs()
+		if d, err := FilterDrops(b.cfg.NetNS); err == nil {
+			st.Drops = d
+		}
+	}
+	return st
 }

@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/userdata"
-	"golang.org/x/sys/unix"
+
+	"github.com/weft-net/weft/backend/nft"
 )
 
 // CheckInterval is how often Run checks the tables by default.
@@ -85,7 +84,7 @@ func (m *Masq) Repairs() uint64 { return m.repairs.Load() }
 // Run programs the tables, then checks and repairs them every
 // CheckInterval until ctx is done. It leaves them in place on return.
 func (m *Masq) Run(ctx context.Context) error {
-	conn, closeNS, err := dial(m.cfg.NetNS)
+	conn, closeNS, err := nft.Dial(m.cfg.NetNS)
 	if err != nil {
 		return err
 	}
@@ -112,7 +111,7 @@ func (m *Masq) Run(ctx context.Context) error {
 func (m *Masq) ensure(conn *nftables.Conn, programmed bool) error {
 	var errs []error
 	for _, want := range m.tables() {
-		ok, why, err := check(conn, want)
+		ok, why, err := nft.Check(conn, want)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -120,22 +119,22 @@ func (m *Masq) ensure(conn *nftables.Conn, programmed bool) error {
 		if ok {
 			continue
 		}
-		if err := program(conn, want); err != nil {
+		if err := nft.Program(conn, want); err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		if programmed {
 			m.repairs.Add(1)
-			m.log.Warn("repaired masquerade table", "table", want.name, "reason", why)
+			m.log.Warn("repaired masquerade table", "table", want.Name, "reason", why)
 		} else {
-			m.log.Info("programmed masquerade table", "table", want.name, "reason", why)
+			m.log.Info("programmed masquerade table", "table", want.Name, "reason", why)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func (m *Masq) tables() []tableSpec {
-	var out []tableSpec
+func (m *Masq) tables() []nft.Table {
+	var out []nft.Table
 	if m.cfg.Network.IsValid() {
 		out = append(out, specFor(m.cfg.Network, m.cfg.Subnet))
 	}
@@ -145,119 +144,11 @@ func (m *Masq) tables() []tableSpec {
 	return out
 }
 
-// dial returns an nftables connection to the namespace at path ("" for the
-// current one) and the function that releases it.
-func dial(path string) (*nftables.Conn, func(), error) {
-	if path == "" {
-		c, err := nftables.New()
-		if err != nil {
-			return nil, nil, fmt.Errorf("nftables connection: %w", err)
-		}
-		return c, func() {}, nil
-	}
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, nil, fmt.Errorf("open namespace %s: %w", path, err)
-	}
-	c, err := nftables.New(nftables.WithNetNSFd(fd))
-	if err != nil {
-		unix.Close(fd)
-		return nil, nil, fmt.Errorf("nftables connection in %s: %w", path, err)
-	}
-	return c, func() { unix.Close(fd) }, nil
-}
-
-// check reports whether the table is exactly as wanted, and if not why.
-func check(conn *nftables.Conn, want tableSpec) (bool, string, error) {
-	tables, err := conn.ListTablesOfFamily(want.family)
-	if err != nil {
-		return false, "", fmt.Errorf("list nftables tables: %w", err)
-	}
-	var t *nftables.Table
-	for _, x := range tables {
-		if x.Name == want.name {
-			t = x
-		}
-	}
-	if t == nil {
-		return false, "table missing", nil
-	}
-	chains, err := conn.ListChainsOfTableFamily(want.family)
-	if err != nil {
-		return false, "", fmt.Errorf("list nftables chains: %w", err)
-	}
-	n := 0
-	for _, c := range chains {
-		if c.Table.Name != want.name {
-			continue
-		}
-		n++
-		wc := want.chain(c.Name)
-		if wc == nil || !sameHook(c, wc) {
-			return false, "chain " + c.Name + " not weft's", nil
-		}
-		rules, err := conn.GetRules(t, c)
-		if err != nil {
-			return false, "", fmt.Errorf("list rules of %s %s: %w", want.name, c.Name, err)
-		}
-		if !sameRules(rules, wc.rules) {
-			return false, "rules of chain " + c.Name + " changed", nil
-		}
-	}
-	if n != len(want.chains) {
-		return false, "chain missing", nil
-	}
-	return true, "", nil
-}
-
-// sameRules reports whether the kernel's rules are exactly the wanted ones:
-// same comments and same expressions, in order.
-func sameRules(have []*nftables.Rule, want []ruleSpec) bool {
-	if len(have) != len(want) {
-		return false
-	}
-	for i, r := range have {
-		c, _ := userdata.GetString(r.UserData, userdata.TypeComment)
-		if c != want[i].comment || !reflect.DeepEqual(r.Exprs, want[i].exprs) {
-			return false
-		}
-	}
-	return true
-}
-
-func sameHook(c *nftables.Chain, w *chainSpec) bool {
-	return c.Type == w.typ && c.Hooknum != nil && *c.Hooknum == *w.hook &&
-		c.Priority != nil && *c.Priority == *w.priority &&
-		(c.Policy == nil || *c.Policy == nftables.ChainPolicyAccept)
-}
-
-// program replaces the table in one transaction: add (a no-op if it
-// exists), delete, then create it anew with its chains and rules.
-func program(conn *nftables.Conn, want tableSpec) error {
-	t := &nftables.Table{Name: want.name, Family: want.family}
-	conn.AddTable(t)
-	conn.DelTable(t)
-	conn.AddTable(t)
-	for _, cs := range want.chains {
-		policy := nftables.ChainPolicyAccept
-		c := conn.AddChain(&nftables.Chain{
-			Name: cs.name, Table: t, Type: cs.typ, Hooknum: cs.hook, Priority: cs.priority, Policy: &policy,
-		})
-		for _, r := range cs.rules {
-			conn.AddRule(&nftables.Rule{Table: t, Chain: c, Exprs: r.exprs, UserData: comment(r.comment)})
-		}
-	}
-	if err := conn.Flush(); err != nil {
-		return fmt.Errorf("program nftables table %s: %w", want.name, err)
-	}
-	return nil
-}
-
 // Remove deletes weft's masquerade tables from the namespace at path (""
 // for the current one), for a node that runs with masquerading off. Missing
 // tables are not an error.
 func Remove(path string) error {
-	conn, closeNS, err := dial(path)
+	conn, closeNS, err := nft.Dial(path)
 	if err != nil {
 		return err
 	}

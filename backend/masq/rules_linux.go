@@ -1,47 +1,14 @@
 package masq
 
 import (
-	"net"
 	"net/netip"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
-	"github.com/google/nftables/userdata"
+
+	"github.com/weft-net/weft/backend/nft"
 )
-
-// tableSpec is one of weft's tables as it should be.
-type tableSpec struct {
-	name   string
-	family nftables.TableFamily
-	chains []chainSpec
-}
-
-type chainSpec struct {
-	name     string
-	typ      nftables.ChainType
-	hook     *nftables.ChainHook
-	priority *nftables.ChainPriority
-	rules    []ruleSpec
-}
-
-type ruleSpec struct {
-	comment string
-	exprs   []expr.Any
-}
-
-func (t tableSpec) chain(name string) *chainSpec {
-	for i := range t.chains {
-		if t.chains[i].name == name {
-			return &t.chains[i]
-		}
-	}
-	return nil
-}
-
-// comment is the rule's user data as nft(8) writes a comment, so that
-// `nft list table` shows it.
-func comment(s string) []byte { return userdata.AppendString(nil, userdata.TypeComment, s) }
 
 // KubeProxyMark is the mark kube-proxy sets on packets it masquerades
 // itself (its --masquerade-bit 14, Flannel's 0x4000/0x4000).
@@ -49,26 +16,26 @@ const KubeProxyMark = 0x4000
 
 // specFor is the table for the cluster network n and this node's subnet s
 // (invalid: no rule for it), see the package doc.
-func specFor(n, s netip.Prefix) tableSpec {
+func specFor(n, s netip.Prefix) nft.Table {
 	name, family, mcast := TableIPv4, nftables.TableFamilyIPv4, netip.MustParsePrefix("224.0.0.0/4")
 	if n.Addr().Is6() {
 		name, family, mcast = TableIPv6, nftables.TableFamilyIPv6, netip.MustParsePrefix("ff00::/8")
 	}
-	rules := []ruleSpec{
-		{"weft: kube-proxy masquerades it", concat(markSet(KubeProxyMark), ret())},
-		{"weft: pod to pod, no nat", concat(match(n, false), match(n, true), ret())},
-		{"weft: multicast, no nat", concat(match(n, false), match(mcast, true), ret())},
-		{"weft: pod leaving the cluster network", concat(match(n, false), masquerade())},
+	rules := []nft.Rule{
+		{Comment: "weft: kube-proxy masquerades it", Exprs: nft.Concat(markSet(KubeProxyMark), ret())},
+		{Comment: "weft: pod to pod, no nat", Exprs: nft.Concat(nft.Match(n, false), nft.Match(n, true), ret())},
+		{Comment: "weft: multicast, no nat", Exprs: nft.Concat(nft.Match(n, false), nft.Match(mcast, true), ret())},
+		{Comment: "weft: pod leaving the cluster network", Exprs: nft.Concat(nft.Match(n, false), masquerade())},
 	}
 	if s.IsValid() {
-		rules = append(rules, ruleSpec{"weft: to this node's pods, no nat", concat(notMatch(n, false), match(s, true), ret())})
+		rules = append(rules, nft.Rule{Comment: "weft: to this node's pods, no nat", Exprs: nft.Concat(nft.NotMatch(n, false), nft.Match(s, true), ret())})
 	}
-	rules = append(rules, ruleSpec{"weft: to other nodes' pods from outside the cluster network",
-		concat(notMatch(n, false), match(n, true), masquerade())})
-	return tableSpec{name: name, family: family, chains: []chainSpec{{
-		name: "postrouting", typ: nftables.ChainTypeNAT,
-		hook: nftables.ChainHookPostrouting, priority: nftables.ChainPriorityNATSource,
-		rules: rules,
+	rules = append(rules, nft.Rule{Comment: "weft: to other nodes' pods from outside the cluster network",
+		Exprs: nft.Concat(nft.NotMatch(n, false), nft.Match(n, true), masquerade())})
+	return nft.Table{Name: name, Family: family, Chains: []nft.Chain{{
+		Name: "postrouting", Type: nftables.ChainTypeNAT,
+		Hook: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource,
+		Rules: rules,
 	}}}
 }
 
@@ -82,38 +49,6 @@ func markSet(m uint32) []expr.Any {
 	}
 }
 
-// notMatch matches packets whose source (or destination) is outside p.
-func notMatch(p netip.Prefix, dst bool) []expr.Any {
-	m := match(p, dst)
-	m[len(m)-1].(*expr.Cmp).Op = expr.CmpOpNeq
-	return m
-}
-
-// match matches packets whose source (or destination, dst) address is in p.
-func match(p netip.Prefix, dst bool) []expr.Any {
-	off, size := uint32(12), uint32(4) // IPv4 saddr
-	if p.Addr().Is6() {
-		off, size = 8, 16
-	}
-	if dst {
-		off += size
-	}
-	return []expr.Any{
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: size},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: size,
-			Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen()), Xor: make([]byte, size)},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: p.Masked().Addr().AsSlice()},
-	}
-}
-
 func ret() []expr.Any { return []expr.Any{&expr.Verdict{Kind: expr.VerdictReturn}} }
 
 func masquerade() []expr.Any { return []expr.Any{&expr.Masq{FullyRandom: true}} }
-
-func concat(parts ...[]expr.Any) []expr.Any {
-	var out []expr.Any
-	for _, p := range parts {
-		out = append(out, p...)
-	}
-	return out
-}

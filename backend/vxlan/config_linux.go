@@ -61,6 +61,20 @@ type Config struct {
 	// overhead of each device's family (vtep.OverlayMTU).
 	MTU int
 
+	// Network and IPv6Network are the cluster networks: a frame that comes
+	// out of the device of a family with a source outside that family's
+	// network is dropped (see the package documentation). An unset one is
+	// not checked.
+	Network, IPv6Network netip.Prefix
+	// AllowForeignSources leaves the overlay's inner sources unchecked
+	// (Backend.AllowForeignSources, as uvxlan's): routed setups that send
+	// other sources through a node without masquerading them need it.
+	AllowForeignSources bool
+	// NoPeerFilter leaves the VXLAN port open to any sender and the
+	// overlay's sources unchecked, as Flannel does, and removes weft's
+	// filter table if one is left (weftd --vxlan-peer-filter=false).
+	NoPeerFilter bool
+
 	// DirectRouting routes peers whose public address is on-link straight
 	// over the underlay, without encapsulation.
 	DirectRouting bool
@@ -118,6 +132,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ResyncInterval <= 0 {
 		c.ResyncInterval = kernel.DefaultResync
 	}
+	if c.Network.IsValid() && !c.Network.Addr().Is4() || c.IPv6Network.IsValid() && !c.IPv6Network.Addr().Is6() {
+		return c, fmt.Errorf("vxlan config: cluster networks %v, %v of the wrong family", c.Network, c.IPv6Network)
+	}
+	c.Network, c.IPv6Network = c.Network.Masked(), c.IPv6Network.Masked()
 	if c.KernelRelease == "" {
 		r, err := kernelRelease()
 		if err != nil {

@@ -19,13 +19,17 @@
 // reverse order. With DirectRouting, a peer whose public address is on-link
 // gets only `ip route replace <subnet> via <PublicIP>`.
 //
+// Only peers reach the pods: a table `inet weft-vxlan` (written through
+// backend/nft) accepts the VXLAN port only from the sets of the peers'
+// public addresses, which change in the same reconcile as the routes (an
+// address is added before its routes, removed after them), drops the rest
+// as "not_peer", and drops frames out of weft.1 whose source is outside the
+// cluster network as "foreign_source" (docs/what-reaches-pods.md).
+//
 // This is the state Flannel's vxlan backend programs, with the same VNI,
 // port and frame format, so weft and flanneld nodes carry each other's pod
-// traffic. The permanent neighbour and FDB entries mean the kernel never
-// floods or asks: the route picks the peer's gateway address, the neighbour
-// gives its VTEP MAC, and the FDB maps that MAC to the peer's underlay
-// address. Nothing is learned from the wire (nolearning), so a spoofed frame
-// cannot redirect traffic.
+// traffic; the permanent entries mean the kernel never floods, asks or
+// learns from the wire (nolearning).
 //
 // Where weft differs from Flannel: the device MAC is stable (derived from the
 // public address, see vtep.DeviceMAC) and an existing compatible device is

@@ -14,6 +14,7 @@ import (
 
 	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/backend/kernel"
+	"github.com/weft-net/weft/backend/nft"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
 )
@@ -29,6 +30,11 @@ type Backend struct {
 	// noTxChecksum: the kernel is older than 5.7, so the devices' transmit
 	// checksum offload is turned off (Config.KernelRelease).
 	noTxChecksum bool
+
+	// filter admits VXLAN datagrams from peers only; nil with
+	// NoPeerFilter. filterOff is set when the kernel has no nf_tables.
+	filter    *nft.AddrSets
+	filterOff atomic.Bool
 
 	// Owned by Run.
 	devs    []*devState
@@ -58,6 +64,10 @@ func New(cfg Config, log *slog.Logger) (*Backend, error) {
 	}
 	for _, s := range cfg.specs() {
 		b.devs = append(b.devs, &devState{spec: s})
+	}
+	if !cfg.NoPeerFilter {
+		b.filter = &nft.AddrSets{NetNS: cfg.NetNS, Spec: filterSpec(cfg, cfg.specs()), Log: b.log,
+			What: "the VXLAN port filter (datagrams from peers only)"}
 	}
 	return b, nil
 }
@@ -96,6 +106,7 @@ func (b *Backend) Run(ctx context.Context) error {
 		return errors.New("vxlan backend: already running")
 	}
 	defer b.running.Store(false)
+	b.startFilter()
 
 	r := kernel.Reconciler{
 		NetNS:  b.cfg.NetNS,
@@ -111,6 +122,29 @@ func (b *Backend) Run(ctx context.Context) error {
 	return nil
 }
 
+// startFilter says at start what the VXLAN port accepts: the filter is
+// off by configuration (and a table left from before goes), or the kernel
+// has no nf_tables, or the filter is programmed by the first reconcile.
+func (b *Backend) startFilter() {
+	switch {
+	case b.filter == nil:
+		if err := RemoveFilter(b.cfg.NetNS); err != nil && !nft.Missing(err) {
+			b.log.Warn("cannot remove the VXLAN port filter", "table", FilterTable, "err", err)
+		}
+		b.log.Info("VXLAN port filter off: the port accepts datagrams from any host, as Flannel's does")
+	case b.filterOff.Load():
+	default:
+		if err := b.filter.Probe(); nft.Missing(err) {
+			b.filterOff.Store(true)
+			b.log.Warn("the kernel has no nf_tables: the VXLAN port accepts datagrams from any host, and frames from the overlay with any source",
+				"err", err, "fix", "a kernel with CONFIG_NF_TABLES and CONFIG_NF_TABLES_INET")
+		}
+	}
+}
+
+// filtering reports whether the filter follows the peers.
+func (b *Backend) filtering() bool { return b.filter != nil && !b.filterOff.Load() }
+
 // reconcile makes every device and its peers match the latest table. With
 // full unset, and a table programmed before on devices that still exist, it
 // writes only the difference between the two tables; a full reconcile reads
@@ -121,6 +155,13 @@ func (b *Backend) reconcile(full bool) error {
 		t := b.withoutSelf(*tp)
 		tp = &t
 	}
+	// A new peer is admitted before its route exists, and a departed one
+	// refused once its route is gone.
+	if tp != nil && b.filtering() {
+		if err := b.filter.Admit(peerAddrs(*tp), full); err != nil {
+			return fmt.Errorf("admit peers to the VXLAN port: %w", err)
+		}
+	}
 	var errs []error
 	for _, d := range b.devs {
 		if err := b.reconcileDevice(d, tp, full); err != nil {
@@ -129,6 +170,11 @@ func (b *Backend) reconcile(full bool) error {
 	}
 	if len(errs) > 0 || tp == nil {
 		return errors.Join(errs...)
+	}
+	if b.filtering() {
+		if err := b.filter.Prune(peerAddrs(*tp)); err != nil {
+			return fmt.Errorf("refuse departed peers at the VXLAN port: %w", err)
+		}
 	}
 	b.applied = *tp
 	if b.MarkReady() {
@@ -260,6 +306,14 @@ func (b *Backend) Stats() backend.Stats {
 		drops["rx_dropped"] += ls.RxDropped
 		drops["tx_errors"] += ls.TxErrors
 		drops["rx_errors"] += ls.RxErrors
+	}
+	if b.filtering() {
+		if fd, err := FilterDrops(b.cfg.NetNS); err == nil {
+			for k, v := range fd {
+				drops[k] += v
+			}
+		}
+		st.Repairs["filter"] = b.filter.Repairs()
 	}
 	st.Drops = drops
 	return st

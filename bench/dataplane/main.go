@@ -76,7 +76,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("dataplane", flag.ContinueOnError)
-	modes := fs.String("modes", "kernel,uvxlan-fast,uvxlan-proc,uvxlan", "comma-separated modes: underlay, kernel (hand-made kernel VXLAN), weft-vxlan (weft's kernel backend), uvxlan, uvxlan-plain, uvxlan-proc (uvxlan with each node in a process of its own, as weftd), uvxlan-fast (uvxlan-proc with the fast path), uvxlan-tun-proc (uvxlan-proc's processes running the TUN-based prototype bench/dataplane/tunpath); kernel-to-fast, kernel-to-proc, fast-to-kernel, proc-to-kernel (one kernel VXLAN node and one uvxlan node, with or without the fast path; traffic from the first named to the second)")
+	modes := fs.String("modes", "kernel,uvxlan-fast,uvxlan-proc,uvxlan", "comma-separated modes: underlay, kernel (hand-made kernel VXLAN), weft-vxlan (weft's kernel backend, with its VXLAN port filter), weft-vxlan-open (the same with the filter off), uvxlan, uvxlan-plain, uvxlan-proc (uvxlan with each node in a process of its own, as weftd), uvxlan-fast (uvxlan-proc with the fast path), uvxlan-tun-proc (uvxlan-proc's processes running the TUN-based prototype bench/dataplane/tunpath); kernel-to-fast, kernel-to-proc, fast-to-kernel, proc-to-kernel (one kernel VXLAN node and one uvxlan node, with or without the fast path; traffic from the first named to the second)")
 	loads := fs.String("load", "quiet,busy", "comma-separated conditions: quiet, busy (a child process keeps one core busy)")
 	quick := fs.Bool("quick", false, "3 s runs, 1 round, quiet only, no breakdown")
 	var o options
@@ -90,6 +90,8 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&o.profile, "cpuprofile", "", "keep the CPU profile of the breakdown run in `file` (go tool pprof)")
 	fs.IntVar(&o.nice, "dataplane-nice", 0, "nice value of the uvxlan dataplanes (this process, whose nice the node processes of uvxlan-proc inherit), as weftd's --dataplane-nice; iperf3, ping and the background load run at 0 as pods do")
 	readme := fs.String("readme", "", "write the report between the markers of this README")
+	peerFilter := fs.Bool("peer-filter", false, "instead of the modes above, compare weft-vxlan (its VXLAN port filter on) with weft-vxlan-open (off): connections per second and 1-stream throughput between the pods")
+	peerFilterOut := fs.String("peer-filter-report", "", "with -peer-filter, also write the report to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -111,6 +113,9 @@ func run(ctx context.Context, args []string) error {
 	log := slog.New(slog.DiscardHandler)
 	if o.verbose {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if *peerFilter {
+		return measurePeerFilter(ctx, o, log, os.Stdout, *peerFilterOut)
 	}
 	var rep report
 	rep.header = header(o)

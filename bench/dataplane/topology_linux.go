@@ -154,8 +154,8 @@ func build(ctx context.Context, mode string, queues int, log *slog.Logger) (t *t
 	switch mode {
 	case "kernel":
 		err = t.kernelVXLAN()
-	case "weft-vxlan":
-		err = t.weftVXLAN(ctx, log)
+	case "weft-vxlan", "weft-vxlan-open":
+		err = t.weftVXLAN(ctx, mode == "weft-vxlan-open", log)
 	case "uvxlan", "uvxlan-plain":
 		err = t.userVXLAN(ctx, mode == "uvxlan-plain", queues, log)
 	case "uvxlan-proc", "uvxlan-fast":
@@ -218,8 +218,8 @@ func kernelNode(n, peer *node) error {
 
 // weftVXLAN runs weft's kernel VXLAN backend (backend/vxlan) in this
 // process on both hosts: the same kernel data path as "kernel", programmed
-// by weft.
-func (t *topology) weftVXLAN(ctx context.Context, log *slog.Logger) error {
+// by weft, with its port filter unless open.
+func (t *topology) weftVXLAN(ctx context.Context, open bool, log *slog.Logger) error {
 	for _, p := range [][2]*node{{t.a, t.b}, {t.b, t.a}} {
 		n, peer := p[0], p[1]
 		l, err := n.host.Handle.LinkByName("eth0")
@@ -227,7 +227,8 @@ func (t *topology) weftVXLAN(ctx context.Context, log *slog.Logger) error {
 			return err
 		}
 		b, err := vxlan.New(vxlan.Config{Handle: n.host.Handle, NetNS: n.host.Path, UnderlayIndex: l.Attrs().Index,
-			Local: n.addr, Subnet: n.subnet, MTU: overlayMTU}, log)
+			Local: n.addr, Subnet: n.subnet, MTU: overlayMTU,
+			Network: netip.MustParsePrefix("10.244.0.0/16"), NoPeerFilter: open}, log)
 		if err != nil {
 			return err
 		}

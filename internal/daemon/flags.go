@@ -43,16 +43,19 @@ type config struct {
 	subnetFile    string
 	ipMasq        bool
 	networkPolicy bool
-	procSys       string // where the sysctls are ("": /proc/sys); tests change it
-	addressStore  string
-	podBridge     string
-	renewMargin   time.Duration
-	backend       string
-	dataplaneNice int
-	healthAddr    string
-	logFormat     string
-	logLevel      string
-	version       bool
+	// vxlanPeerFilter: the vxlan backend admits VXLAN datagrams from
+	// peers only.
+	vxlanPeerFilter bool
+	procSys         string // where the sysctls are ("": /proc/sys); tests change it
+	addressStore    string
+	podBridge       string
+	renewMargin     time.Duration
+	backend         string
+	dataplaneNice   int
+	healthAddr      string
+	logFormat       string
+	logLevel        string
+	version         bool
 
 	flannel flannelFlags
 	// compat is set when weftd runs as flanneld: started under that name
@@ -106,6 +109,7 @@ func parseFlags(prog string, args []string, stderr io.Writer) (*config, error) {
 	s.Bool(&c.kubeSubnetMgr, "kube-subnet-mgr", false, "lease the subnet from the Kubernetes API (Node.spec.podCIDR) instead of etcd")
 	s.Bool(&c.ipMasq, "ip-masq", def.ipMasq, "masquerade pod traffic that leaves the cluster network")
 	s.Bool(&c.networkPolicy, "network-policy", def.networkPolicy, "enforce Kubernetes NetworkPolicy for this node's pods in nftables (with --kube-subnet-mgr; default on, off when run as flanneld)")
+	s.Bool(&c.vxlanPeerFilter, "vxlan-peer-filter", true, "vxlan backend: accept VXLAN datagrams only from the current peers' public addresses and drop frames from the overlay with a source outside the cluster network (nftables table inet weft-vxlan); false leaves the port open to any host, as Flannel does")
 	s.String(&c.podBridge, "pod-bridge", "cni0", "the CNI plugin's bridge (its bridge setting): with --network-policy, IPv6 link-local traffic between pods on it is dropped (other bridges are left alone)")
 	s.String(&c.addressStore, "pod-address-store", "/var/lib/cni/networks/weft", "weft CNI plugin's address store (<ipam.dataDir>/<network name>), read by --network-policy to tie each pod address to its bridge port and drop frames with another source address; empty: no source checks")
 	s.Bool(&c.version, "version", false, "print the version and exit")

@@ -88,7 +88,7 @@ func factories(c *config, u underlayInfo, live *liveBackend, files *fdstore.Stor
 					return Dataplane{}, err
 				}
 			}
-			dp, err := newDataplane(typ, c.backend != "", cfg, lease, mtu, u, files, log)
+			dp, err := newDataplane(typ, c.backend != "", cfg, lease, mtu, u, files, site{openVXLAN: !c.vxlanPeerFilter}, log)
 			if err != nil {
 				return dp, err
 			}
@@ -212,12 +212,12 @@ func removeUVXLAN(h *netlink.Handle, vni int) error {
 	return errors.Join(uvxlan.RemoveDevice(h, vni), uvxlan.RemoveDeviceNamed(h, uvxlanV6Name(vni)))
 }
 
-func newDataplane(typ string, explicit bool, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, files *fdstore.Store, log *slog.Logger) (Dataplane, error) {
+func newDataplane(typ string, explicit bool, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, files *fdstore.Store, at site, log *slog.Logger) (Dataplane, error) {
 	h, err := netlink.NewHandle()
 	if err != nil {
 		return Dataplane{}, fmt.Errorf("netlink: %w", err)
 	}
-	dp, err := buildOrFallBack(h, typ, explicit, cfg, lease, mtu, u, files, site{}, log)
+	dp, err := buildOrFallBack(h, typ, explicit, cfg, lease, mtu, u, files, at, log)
 	if err != nil {
 		h.Close()
 		return Dataplane{}, err
@@ -234,6 +234,9 @@ func newDataplane(typ string, explicit bool, cfg *subnet.Config, lease subnet.Le
 type site struct {
 	netns   string                   // path of the namespace h is bound to; "" = weftd's
 	addLink func(netlink.Link) error // creates the kernel's VXLAN devices; nil = the kernel
+	// openVXLAN leaves the kernel VXLAN port open to any host
+	// (--vxlan-peer-filter=false).
+	openVXLAN bool
 }
 
 // installVXLAN says how to give a kernel its VXLAN driver.
@@ -267,13 +270,13 @@ func buildOrFallBack(h *netlink.Handle, typ string, explicit bool, cfg *subnet.C
 func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, files *fdstore.Store, at site, log *slog.Logger) (Dataplane, error) {
 	switch typ {
 	case subnet.BackendTypeHostGW:
-		return newHostGW(h, cfg, lease, u, log)
+		return newHostGW(h, cfg, lease, u, at.netns, log)
 	case subnet.BackendTypeExtension:
-		return newExtension(h, cfg, lease, log)
+		return newExtension(h, cfg, lease, at.netns, log)
 	case subnet.BackendTypeWireGuard:
-		return newWireGuard(h, cfg, lease, mtu, u, log)
+		return newWireGuard(h, cfg, lease, mtu, u, at.netns, log)
 	case subnet.BackendTypeAlloc:
-		return Dataplane{Backend: alloc.New(), Cleanup: func() error { return removeOthers(h, cfg, "", log) }}, nil
+		return Dataplane{Backend: alloc.New(), Cleanup: func() error { return removeOthers(h, cfg, "", at.netns, log) }}, nil
 	case subnet.BackendTypeVXLAN:
 		vc := vxlan.Config{
 			Handle:        h,
@@ -286,6 +289,11 @@ func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease sub
 			DirectRouting: cfg.Backend.DirectRouting,
 			GBP:           cfg.Backend.GBP,
 			Learning:      cfg.Backend.Learning,
+			Network:       cfg.Network,
+			IPv6Network:   cfg.IPv6Network,
+			NoPeerFilter:  at.openVXLAN,
+			// Outside sources that a routed setup sends unmasqueraded.
+			AllowForeignSources: cfg.Backend.AllowForeignSources,
 		}
 		// The device MACs are the ones the lease advertises; the local
 		// addresses stay the underlay's even when the advertised public
@@ -304,7 +312,7 @@ func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease sub
 			return Dataplane{}, err
 		}
 		return Dataplane{Backend: b, Cleanup: func() error {
-			return errors.Join(removeUVXLAN(h, vc.VNI), wireguard.RemoveDevices(h))
+			return errors.Join(removeUVXLAN(h, vc.VNI), wireguard.RemoveDevices(h), hostgw.RemoveFilter(at.netns))
 		}}, nil
 	case subnet.BackendTypeUVXLAN:
 		b, devices, err := newUVXLAN(cfg, lease, mtu, u, files, at, log)
@@ -314,7 +322,8 @@ func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease sub
 		// Any kernel VXLAN device on our port (weft's, or flannel.<VNI>
 		// when replacing flanneld) holds the socket this dataplane binds.
 		cleanup := func() error {
-			return errors.Join(vxlan.RemovePortHolders(h, cfg.Backend.Port, log), wireguard.RemoveDevices(h))
+			return errors.Join(vxlan.RemovePortHolders(h, cfg.Backend.Port, log), vxlan.RemoveFilter(at.netns),
+				hostgw.RemoveFilter(at.netns), wireguard.RemoveDevices(h))
 		}
 		// Files kept for a device this lease no longer has (the IPv6 half
 		// of a node that was dual-stack) go; each device's own take theirs.
@@ -330,12 +339,17 @@ func buildDataplane(h *netlink.Handle, typ string, cfg *subnet.Config, lease sub
 // runs keep (host-gw, wireguard or alloc, "" for alloc): the kernel VXLAN
 // devices (weft's or flanneld's), the uvxlan TAPs, and unless keep is
 // wireguard the wireguard devices,
-// whose route for the whole cluster network would catch pod traffic.
-func removeOthers(h *netlink.Handle, cfg *subnet.Config, keep string, log *slog.Logger) error {
+// whose route for the whole cluster network would catch pod traffic, and
+// the kernel VXLAN backend's port filter, whose peer sets no one keeps up
+// any more, in the namespace at netns.
+func removeOthers(h *netlink.Handle, cfg *subnet.Config, keep, netns string, log *slog.Logger) error {
 	errs := []error{vxlan.RemovePortHolders(h, cfg.Backend.Port, log), vxlan.RemoveDevices(h, cfg.Backend.VNI),
-		removeUVXLAN(h, cfg.Backend.VNI)}
+		removeUVXLAN(h, cfg.Backend.VNI), vxlan.RemoveFilter(netns)}
 	if keep != subnet.BackendTypeWireGuard {
 		errs = append(errs, wireguard.RemoveDevices(h))
+	}
+	if keep != subnet.BackendTypeHostGW {
+		errs = append(errs, hostgw.RemoveFilter(netns))
 	}
 	return errors.Join(errs...)
 }
@@ -343,7 +357,7 @@ func removeOthers(h *netlink.Handle, cfg *subnet.Config, keep string, log *slog.
 // newExtension builds the extension dataplane. Its cleanup removes weft's
 // and Flannel's devices by name only: the user's PreStartupCommand may have
 // made a VXLAN device on weft's port, which must stay.
-func newExtension(h *netlink.Handle, cfg *subnet.Config, lease subnet.Lease, log *slog.Logger) (Dataplane, error) {
+func newExtension(h *netlink.Handle, cfg *subnet.Config, lease subnet.Lease, netns string, log *slog.Logger) (Dataplane, error) {
 	b, err := extension.New(extension.Config{Commands: extension.FromConfig(cfg.Backend),
 		Network: cfg.Network, IPv6Network: cfg.IPv6Network, Lease: lease}, log)
 	if err != nil {
@@ -351,7 +365,7 @@ func newExtension(h *netlink.Handle, cfg *subnet.Config, lease subnet.Lease, log
 	}
 	return Dataplane{Backend: b, Cleanup: func() error {
 		return errors.Join(vxlan.RemoveDevices(h, cfg.Backend.VNI), removeUVXLAN(h, cfg.Backend.VNI),
-			wireguard.RemoveDevices(h))
+			vxlan.RemoveFilter(netns), hostgw.RemoveFilter(netns), wireguard.RemoveDevices(h))
 	}}, nil
 }
 
@@ -373,18 +387,18 @@ func leaseData(ctx context.Context, typ string, cfg *subnet.Config, a *subnet.Le
 // newHostGW builds the host-gw dataplane. As Flannel's, it refuses a node
 // whose advertised address is not the underlay's own (a node behind NAT):
 // peers route to that address directly.
-func newHostGW(h *netlink.Handle, cfg *subnet.Config, lease subnet.Lease, u underlayInfo, log *slog.Logger) (Dataplane, error) {
+func newHostGW(h *netlink.Handle, cfg *subnet.Config, lease subnet.Lease, u underlayInfo, netns string, log *slog.Logger) (Dataplane, error) {
 	a := lease.Attrs
 	if a.PublicIP.IsValid() && a.PublicIP != u.ipv4 || a.PublicIPv6.IsValid() && a.PublicIPv6 != u.ipv6 {
 		return Dataplane{}, fmt.Errorf("host-gw: the public address (%s %s) differs from the underlay's (%s %s): "+
 			"a node behind NAT cannot use host-gw, peers route to its public address directly", a.PublicIP, a.PublicIPv6, u.ipv4, u.ipv6)
 	}
-	b, err := hostgw.New(hostgw.Config{Handle: h, UnderlayIndex: u.index, Local: u.ipv4, LocalIPv6: u.ipv6,
-		Subnet: lease.Subnet, IPv6Subnet: lease.IPv6Subnet}, log)
+	b, err := hostgw.New(hostgw.Config{Handle: h, NetNS: netns, UnderlayIndex: u.index, Local: u.ipv4, LocalIPv6: u.ipv6,
+		Subnet: lease.Subnet, IPv6Subnet: lease.IPv6Subnet, Network: cfg.Network, IPv6Network: cfg.IPv6Network}, log)
 	if err != nil {
 		return Dataplane{}, err
 	}
-	return Dataplane{Backend: b, Cleanup: func() error { return removeOthers(h, cfg, subnet.BackendTypeHostGW, log) }}, nil
+	return Dataplane{Backend: b, Cleanup: func() error { return removeOthers(h, cfg, subnet.BackendTypeHostGW, netns, log) }}, nil
 }
 
 // withRelease adds to cleanup the release of the files the last run kept

@@ -31,7 +31,7 @@ func wireGuardLeaseData(typ string, cfg *subnet.Config, a *subnet.LeaseAttrs) er
 }
 
 // newWireGuard builds the wireguard dataplane for the lease.
-func newWireGuard(h *netlink.Handle, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, log *slog.Logger) (Dataplane, error) {
+func newWireGuard(h *netlink.Handle, cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, netns string, log *slog.Logger) (Dataplane, error) {
 	path := wireguard.KeyFile()
 	key, created, err := wireguard.LoadOrCreateKey(path)
 	if err != nil {
@@ -51,5 +51,5 @@ func newWireGuard(h *netlink.Handle, cfg *subnet.Config, lease subnet.Lease, mtu
 	if err != nil {
 		return Dataplane{}, err
 	}
-	return Dataplane{Backend: b, Cleanup: func() error { return removeOthers(h, cfg, subnet.BackendTypeWireGuard, log) }}, nil
+	return Dataplane{Backend: b, Cleanup: func() error { return removeOthers(h, cfg, subnet.BackendTypeWireGuard, netns, log) }}, nil
 }

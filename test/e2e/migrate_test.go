@@ -261,10 +261,11 @@ func (m *migration) toWeft() {
 }
 
 // removeWeftRules is step 3 of the README's way back to Flannel: weft's
-// masquerade tables, policy tables and forward chain, which flanneld leaves
-// alone.
+// masquerade tables, policy tables, VXLAN port filter and forward chain,
+// which flanneld leaves alone.
 const removeWeftRules = `nft delete table ip weft-ipv4; nft delete table ip6 weft-ipv6
 nft delete table inet weft-policy; nft delete table bridge weft-policy
+nft delete table inet weft-vxlan; nft delete table inet weft-hostgw
 unweft() { $1 -D FORWARD -j WEFT-FWD; $1 -F WEFT-FWD; $1 -X WEFT-FWD; }
 nft list table ip filter >/dev/null 2>&1 && unweft iptables-nft
 nft list table ip6 filter >/dev/null 2>&1 && unweft ip6tables-nft

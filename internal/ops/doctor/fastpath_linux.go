@@ -103,7 +103,7 @@ func (s *state) portRules(port int) ([]portRule, error) {
 			return err
 		}
 		for _, ch := range chains {
-			if ch.Hooknum == nil || !hostHook(*ch.Hooknum) {
+			if ch.Hooknum == nil || !hostHook(*ch.Hooknum) || weftFilter(ch.Table) {
 				continue
 			}
 			rules, err := c.GetRules(ch.Table, ch)

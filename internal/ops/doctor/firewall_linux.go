@@ -9,6 +9,7 @@ import (
 	"github.com/google/nftables/expr"
 
 	"github.com/weft-net/weft/backend/masq"
+	"github.com/weft-net/weft/backend/vxlan"
 )
 
 // dropChain is a forward-hook chain of another owner whose policy drops.
@@ -63,7 +64,8 @@ func checkFirewall(s *state) {
 }
 
 // hookChains calls f, in the node's namespace, for each nftables base
-// chain on hook that is not in weft's masquerade tables.
+// chain on hook that is not in weft's masquerade tables or in the kernel
+// VXLAN backend's port filter (checkPeerFilter reports that one).
 func (s *state) hookChains(hook *nftables.ChainHook, f func(c *nftables.Conn, ch *nftables.Chain) error) error {
 	return s.Do.Run(func() error {
 		c, err := nftables.New()
@@ -75,7 +77,7 @@ func (s *state) hookChains(hook *nftables.ChainHook, f func(c *nftables.Conn, ch
 			return err
 		}
 		for _, ch := range chains {
-			if ch.Hooknum == nil || *ch.Hooknum != *hook || ch.Table.Name == masq.TableIPv4 || ch.Table.Name == masq.TableIPv6 {
+			if ch.Hooknum == nil || *ch.Hooknum != *hook || ch.Table.Name == masq.TableIPv4 || ch.Table.Name == masq.TableIPv6 || weftFilter(ch.Table) {
 				continue
 			}
 			if err := f(c, ch); err != nil {
@@ -84,6 +86,13 @@ func (s *state) hookChains(hook *nftables.ChainHook, f func(c *nftables.Conn, ch
 		}
 		return nil
 	})
+}
+
+// weftFilter reports whether t is the vxlan backend's own filter (table
+// inet weft-vxlan), which firewall/vxlan-peers reports on: its drop of
+// non-peers is no firewall closing the port to peers.
+func weftFilter(t *nftables.Table) bool {
+	return t.Name == vxlan.FilterTable && t.Family == nftables.TableFamilyINet
 }
 
 func (s *state) forwardDropChains() ([]dropChain, error) {

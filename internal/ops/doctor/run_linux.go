@@ -49,6 +49,7 @@ func Run(ctx context.Context, n Node) *Report {
 	checkKernel(s)
 	checkUnderlay(s)
 	checkFirewall(s)
+	checkPeerFilter(s)
 	checkFastPathFirewall(s)
 	checkVXLANPort(s)
 	checkOffload(s)

@@ -9,6 +9,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/weft-net/weft/backend/kernel"
+	"github.com/weft-net/weft/backend/vxlan"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
 )
@@ -165,6 +166,49 @@ func (p *Path) explainUnderlay(h *netlink.Handle, do func(func() error) error, k
 		hop.Problem = "full-size packets will not fit in one underlay frame"
 	}
 	p.add("deliver", "node %s decapsulates VNI %d and routes %s to its bridge and the pod", p.UnderlayDst, vni, p.Dst)
+	p.explainAdmission(h, cfg)
+}
+
+// explainAdmission names what the destination node checks before it
+// delivers (a weft kernel VXLAN node in table inet weft-vxlan, uvxlan in
+// weftd): the outer source must be the public address in this node's
+// lease, and the inner source inside the cluster network.
+func (p *Path) explainAdmission(h *netlink.Handle, cfg *subnet.Config) {
+	if p.DstLease.Attrs.BackendType != subnet.BackendTypeVXLAN {
+		return
+	}
+	if p.SrcLease == nil && cfg != nil && !inNetwork(cfg, p.Src) {
+		p.add("admit", "%s is outside the cluster network: with --ip-masq (the default) this node rewrites it to its overlay address; "+
+			"without it, a weft kernel VXLAN node drops the frame as it leaves its overlay device (rule %q in table inet %s)",
+			p.Src, vxlan.RuleForeignSrc, vxlan.FilterTable)
+	}
+	var adv netip.Addr
+	if p.SrcLease != nil {
+		adv = p.SrcLease.Attrs.PublicIP
+		if p.UnderlayDst.Is6() {
+			adv = p.SrcLease.Attrs.PublicIPv6
+		}
+	}
+	hop := p.add("admit", "node %s takes VXLAN datagrams only from its peers' public addresses (kernel VXLAN: rule %q in table inet %s; uvxlan: counted as not_peer)",
+		p.UnderlayDst, vxlan.RuleNotPeer, vxlan.FilterTable)
+	if !adv.IsValid() || !p.UnderlaySrc.IsValid() || adv == p.UnderlaySrc || !holds(h, adv) {
+		return // the same address, or NAT on the way may rewrite it
+	}
+	hop.Problem = fmt.Sprintf("the datagram leaves from %s but the source's lease advertises %s, which this node holds: the destination drops it", p.UnderlaySrc, adv)
+}
+
+// holds reports whether a is an address of one of h's links.
+func holds(h *netlink.Handle, a netip.Addr) bool {
+	addrs, err := h.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return false
+	}
+	for _, x := range addrs {
+		if y, ok := netip.AddrFromSlice(x.IP); ok && y.Unmap() == a {
+			return true
+		}
+	}
+	return false
 }
 
 // explainFastPath says whether uvxlan's fast path or weftd encapsulates,

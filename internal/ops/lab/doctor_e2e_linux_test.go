@@ -92,14 +92,18 @@ func TestDoctorFaults(t *testing.T) {
 	t.Run("healthy", func(t *testing.T) {
 		for _, n := range st.Nodes {
 			code, checks := doctor(t, bin, dir, n.Name)
-			probes := 0
+			probes, filter := 0, false
 			for _, c := range checks {
 				if c.Status != "ok" {
 					t.Errorf("%s: %s %s: %s", n.Name, c.Status, c.Name, c.Evidence)
 				}
+				filter = filter || c.Name == "firewall/vxlan-peers" && strings.Contains(c.Evidence, "from the 2 peer addresses only")
 				if strings.HasPrefix(c.Name, "probe/") && strings.Contains(c.Evidence, "3/3") && strings.Contains(c.Evidence, "DF 1450 bytes ok") {
 					probes++
 				}
+			}
+			if !filter {
+				t.Errorf("%s: no firewall/vxlan-peers check admitting the 2 peers: %+v", n.Name, checks)
 			}
 			if code != 0 || probes != 2 || len(checks) < 18 {
 				t.Errorf("%s: exit %d, %d good probes, %d checks", n.Name, code, probes, len(checks))

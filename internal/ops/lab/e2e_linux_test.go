@@ -295,6 +295,7 @@ func checkExplain(t *testing.T, bin, dir string, st *State) {
 		fmt.Sprintf("overlay %s MTU %s + 50 = 1500 ≤ underlay eth0 MTU 1500", dev, mtu),
 		"UDP → port 8472, VXLAN VNI 1",
 		"(read on node1)",
+		fmt.Sprintf("admit         node %s takes VXLAN datagrams only from its peers' public addresses (kernel VXLAN: rule \"weft: vxlan from a non-peer\"", n3.Addr),
 	}
 	for _, w := range wants {
 		if !strings.Contains(out, w) {

@@ -1,0 +1,264 @@
+package vxlan
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weft-net/weft/internal/testkit/nettest"
+	"github.com/weft-net/weft/subnet"
+	"github.com/weft-net/weft/vtep"
+)
+
+var (
+	network4 = netip.MustParsePrefix("10.244.0.0/16")
+	network6 = netip.MustParsePrefix("fd00:10:244::/48")
+)
+
+// filtered is nd's config with the cluster networks set.
+func (nd *node) filtered() Config {
+	c := nd.config()
+	c.Network, c.IPv6Network = network4, network6
+	return c
+}
+
+// intruderLab is two peers with a pod each, a host on the same underlay
+// that holds no lease, and a UDP sink on port 9999 in the first pod.
+type intruderLab struct {
+	u            *nettest.Underlay
+	n1, n2       *node
+	b1           *Backend
+	p1, p2       *nettest.NS
+	ip1, ip61    netip.Addr
+	ip2, ip62    netip.Addr
+	evil         *nettest.Host
+	evil6        netip.Addr
+	sink         *nettest.Sink
+	mac1, mac1v6 subnet.MAC
+	to4, to6     netip.AddrPort
+}
+
+func newIntruderLab(t *testing.T) *intruderLab {
+	l := &intruderLab{u: nettest.NewUnderlay(t, ul4, 0)}
+	l.n1, l.n2 = newNode(t, l.u, 1), newNode(t, l.u, 2)
+	l.p1, l.ip1, l.ip61 = pod(t, l.n1, "pod1")
+	l.p2, l.ip2, l.ip62 = pod(t, l.n2, "pod2")
+	l.evil = l.u.AddHost(t, "evil", "eth0")
+	l.evil6 = netip.MustParseAddr("fd77::99")
+	addAddr(t, l.evil.NS, "eth0", netip.PrefixFrom(l.evil6, 64))
+	l.b1 = newBackend(t, l.n1.filtered())
+	l.b1.Set(l.n2.entries(1))
+	b2 := newBackend(t, l.n2.filtered())
+	b2.Set(l.n1.entries(1))
+	for _, b := range []*Backend{l.b1, b2} {
+		start(t, b)
+		waitReady(t, b)
+	}
+	l.mac1, l.mac1v6 = l.b1.MAC()
+	l.to4, l.to6 = netip.AddrPortFrom(l.n1.Addr, 8472), netip.AddrPortFrom(l.n1.Addr6, 8472)
+	l.sink = nettest.ListenUDP(t, l.p1, netip.AddrPortFrom(netip.IPv6Unspecified(), 9999))
+	return l
+}
+
+// forge sends n datagrams from host (at src) to n1's VXLAN port, each an
+// inner UDP datagram from inner to pod1 carrying payload.
+func (l *intruderLab) forge(t *testing.T, host *nettest.NS, src, inner netip.Addr, payload string, n int) {
+	t.Helper()
+	dst, to, mac := l.ip1, l.to4, l.mac1
+	if inner.Is6() {
+		dst, to, mac = l.ip61, l.to6, l.mac1v6
+	}
+	d := nettest.ForgedVXLAN(1, mac, inner, dst, 9999, []byte(payload))
+	for range n {
+		nettest.SendUDP(t, host, src, to, d)
+	}
+}
+
+// waitDrop waits until b has counted want more drops for reason than base.
+func waitDrop(t *testing.T, b *Backend, reason string, base, want uint64) {
+	t.Helper()
+	eventually(t, 5*time.Second, reason+" drops", func() (bool, string) {
+		got := b.Stats().Drops[reason] - base
+		return got == want, fmt.Sprintf("%d %s drops, want %d", got, reason, want)
+	})
+}
+
+// TestOnlyPeersReachPods: a host on the underlay that holds no lease sends
+// VXLAN datagrams that a kernel VXLAN device would deliver (VNI 1, to the
+// node's VTEP MAC, an inner UDP datagram to a pod), with a peer's pod
+// address as inner source and then an outside one, over IPv4 and IPv6.
+// None reaches the pod and each is counted as not_peer, while a TCP
+// transfer between the peers' pods loses nothing. The same datagrams from
+// a peer do reach the pod (the forgery is deliverable), unless their inner
+// source is outside the cluster network (counted as foreign_source). A peer
+// that joins is reachable from its first packet; one that leaves is
+// refused.
+func TestOnlyPeersReachPods(t *testing.T) {
+	l := newIntruderLab(t)
+	const size = 64 << 20
+	tr := nettest.StartTransfer(t, l.p2, l.p1, netip.AddrPortFrom(l.ip1, 5001), size)
+
+	// The forged datagram is deliverable: from a peer, it reaches the pod.
+	l.forge(t, l.n2.NS, l.n2.Addr, l.ip2, "peer-v4", 1)
+	l.forge(t, l.n2.NS, l.n2.Addr6, l.ip62, "peer-v6", 1)
+	for _, p := range []string{"peer-v4", "peer-v6"} {
+		if !l.sink.WaitFor(p, 5*time.Second) {
+			t.Fatalf("a peer's datagram %q did not reach the pod", p)
+		}
+	}
+
+	base := l.b1.Stats().Drops
+	outside4, outside6 := netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("2001:db8::7")
+	l.forge(t, l.evil.NS, l.evil.Addr, l.ip2, "evil-pod-v4", 10)
+	l.forge(t, l.evil.NS, l.evil.Addr, outside4, "evil-out-v4", 10)
+	l.forge(t, l.evil.NS, l.evil6, l.ip62, "evil-pod-v6", 10)
+	l.forge(t, l.evil.NS, l.evil6, outside6, "evil-out-v6", 10)
+	// A peer's pod-network frame with an outside inner source is dropped
+	// where it leaves the overlay device.
+	l.forge(t, l.n2.NS, l.n2.Addr, outside4, "peer-out-v4", 3)
+	l.forge(t, l.n2.NS, l.n2.Addr6, outside6, "peer-out-v6", 3)
+
+	// Sent after the forgeries, a peer's datagram arrives after them too:
+	// once it is in, none of the forgeries is on its way.
+	l.forge(t, l.n2.NS, l.n2.Addr, l.ip2, "peer-after", 1)
+	if !l.sink.WaitFor("peer-after", 5*time.Second) {
+		t.Fatal("a peer's datagram did not reach the pod after the forgeries")
+	}
+	for _, p := range []string{"evil-pod-v4", "evil-out-v4", "evil-pod-v6", "evil-out-v6", "peer-out-v4", "peer-out-v6"} {
+		if n := l.sink.Count(p); n != 0 {
+			t.Errorf("%d datagrams %q reached the pod", n, p)
+		}
+	}
+	waitDrop(t, l.b1, "not_peer", base["not_peer"], 40)
+	waitDrop(t, l.b1, "foreign_source", base["foreign_source"], 6)
+	if err := tr.Wait(2 * time.Minute); err != nil {
+		t.Errorf("TCP transfer between the peers' pods: %v", err)
+	}
+
+	t.Run("join and leave", func(t *testing.T) { testJoinLeave(t, l) })
+}
+
+// testJoinLeave: a third node joins n1's table; its pod's first datagram to
+// pod1 arrives (its address was admitted before its route was written).
+// Then it leaves n1's table and, still sending, is refused and counted.
+func testJoinLeave(t *testing.T, l *intruderLab) {
+	n3 := newNode(t, l.u, 3)
+	p3, _, _ := pod(t, n3, "pod3")
+	b3 := newBackend(t, n3.filtered())
+	b3.Set(l.n1.entries(1))
+	start(t, b3)
+	waitReady(t, b3)
+	route := func(present bool) {
+		t.Helper()
+		eventually(t, 10*time.Second, fmt.Sprintf("n1's route to %s present=%v", n3.Subnet, present), func() (bool, string) {
+			out := nettest.MustRun(t, l.n1, "ip", "route", "show", n3.Subnet.String())
+			return strings.Contains(out, "weft.1") == present, out
+		})
+	}
+	joined := maps.Clone(l.n2.entries(1))
+	maps.Copy(joined, n3.entries(1))
+	l.b1.Set(joined)
+	route(true)
+	to := netip.AddrPortFrom(l.ip1, 9999)
+	nettest.SendUDP(t, p3, netip.IPv4Unspecified(), to, []byte("first"))
+	if !l.sink.WaitFor("first", 5*time.Second) {
+		t.Fatal("the first datagram of a joining peer's pod did not arrive")
+	}
+
+	base := l.b1.Stats().Drops["not_peer"]
+	l.b1.Set(l.n2.entries(1))
+	route(false)
+	// n3 still routes pod1's subnet through the tunnel: its datagrams now
+	// come from a node that is no longer a peer.
+	nettest.SendUDP(t, p3, netip.IPv4Unspecified(), to, []byte("after-leave"))
+	waitDrop(t, l.b1, "not_peer", base, 1)
+	l.forge(t, l.n2.NS, l.n2.Addr, l.ip2, "peer-after-leave", 1)
+	if !l.sink.WaitFor("peer-after-leave", 5*time.Second) {
+		t.Fatal("a peer's datagram did not reach the pod")
+	}
+	if n := l.sink.Count("after-leave"); n != 0 {
+		t.Errorf("a departed peer's datagram reached the pod (%d)", n)
+	}
+}
+
+// TestPeerFilterRepair deletes the filter table, and then a peer's set
+// element, behind the backend's back: the full resync puts both back and
+// counts them as repairs.
+func TestPeerFilterRepair(t *testing.T) {
+	u := nettest.NewUnderlay(t, ul4, 0)
+	n1, n2 := newNode(t, u, 1), newNode(t, u, 2)
+	c := n1.filtered()
+	c.ResyncInterval = 200 * time.Millisecond
+	b := newBackend(t, c)
+	b.Set(n2.entries(1))
+	start(t, b)
+	waitReady(t, b)
+	set := func() string {
+		return nettest.MustRun(t, n1, "nft", "list", "set", "inet", FilterTable, PeerSet) +
+			nettest.MustRun(t, n1, "nft", "list", "set", "inet", FilterTable, PeerSetV6)
+	}
+	has := func() (bool, string) {
+		s := set()
+		return strings.Contains(s, n2.Addr.String()) && strings.Contains(s, n2.Addr6.String()), s
+	}
+	eventually(t, 5*time.Second, "peer sets", has)
+	if err := RemoveFilter(n1.Path); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "table back", func() (bool, string) {
+		out, err := n1.Run("nft", "list", "table", "inet", FilterTable)
+		if err != nil {
+			return false, err.Error()
+		}
+		ok, _ := has()
+		return ok && strings.Contains(out, RuleNotPeer), out
+	})
+	nettest.MustRun(t, n1, "nft", "delete", "element", "inet", FilterTable, PeerSet, "{", n2.Addr.String(), "}")
+	eventually(t, 5*time.Second, "element back", has)
+	if r := b.Stats().Repairs["filter"]; r < 2 {
+		t.Errorf("filter repairs %d, want 2", r)
+	}
+}
+
+// TestNoPeerFilter: with the filter off, no table is programmed, and one
+// left from before is removed.
+func TestNoPeerFilter(t *testing.T) {
+	u := nettest.NewUnderlay(t, ul4, 0)
+	n1, n2 := newNode(t, u, 1), newNode(t, u, 2)
+	b := newBackend(t, n1.filtered())
+	b.Set(n2.entries(1))
+	stop := start(t, b)
+	waitReady(t, b)
+	stop()
+	nettest.MustRun(t, n1, "nft", "list", "table", "inet", FilterTable)
+	c := n1.filtered()
+	c.NoPeerFilter = true
+	b = newBackend(t, c)
+	b.Set(vtep.Table(n2.entries(1)))
+	start(t, b)
+	waitReady(t, b)
+	if out, err := n1.Run("nft", "list", "table", "inet", FilterTable); err == nil {
+		t.Errorf("table left with the filter off:\n%s", out)
+	}
+}
+
+// TestFilterSpecForeignSources: the overlay source check is a prerouting
+// rule per device with a cluster network; AllowForeignSources leaves the
+// chain out, and the port filter stays.
+func TestFilterSpecForeignSources(t *testing.T) {
+	c := Config{Port: 8472, Network: network4, IPv6Network: network6, Name: "weft.1", NameV6: "weft-v6.1",
+		Local: netip.MustParseAddr("192.168.77.1"), LocalIPv6: netip.MustParseAddr("fd77::1"),
+		Subnet: netip.MustParsePrefix("10.244.1.0/24"), IPv6Subnet: netip.MustParsePrefix("fd00:10:244:1::/64")}
+	spec := filterSpec(c, c.specs())
+	if pre := spec.Chain("prerouting"); pre == nil || len(pre.Rules) != 2 {
+		t.Fatalf("prerouting chain %+v, want a rule per device", pre)
+	}
+	c.AllowForeignSources = true
+	spec = filterSpec(c, c.specs())
+	if spec.Chain("prerouting") != nil || spec.Chain("input") == nil {
+		t.Fatalf("with AllowForeignSources: chains %+v, want input only", spec.Chains)
+	}
+}
