@@ -70,11 +70,12 @@ func ParseStamp(line string) (s Stamp, ok bool, err error) {
 }
 
 // Age says how old s's figures are against the tree at root: "Measured at
-// <commit>, <date>; since then these measured paths changed: <paths> (<n>
-// commits)." or "…; nothing it measures changed since.", leaving test
-// files (*_test.go) out. Uncommitted changes to tracked files of a
-// measured path count as one more commit, the one they will become, so
-// that a note written before committing is still right after.
+// <commit>, <date>; since then these measured paths changed: <paths>." or
+// "…; nothing it measures changed since.", leaving test files (*_test.go)
+// out. Uncommitted changes to tracked files count as the commit they will
+// become, so that a note written before committing is still right after.
+// The note names paths, not a count of commits, so that it changes only
+// when another measured path does.
 func Age(root string, s Stamp) (string, error) {
 	commit, _, _ := strings.Cut(s.Commit, "+")
 	git := func(args ...string) (string, error) {
@@ -99,11 +100,6 @@ func Age(root string, s Stamp) (string, error) {
 			return "", fmt.Errorf("report %s: measured path %q has no files in this tree", s.ID, p)
 		}
 	}
-	revs, err := git(append([]string{"rev-list", commit + "..HEAD"}, spec...)...)
-	if err != nil {
-		return "", err
-	}
-	n := len(strings.Fields(revs))
 	files, err := git(append([]string{"log", "--format=", "--name-only", commit + "..HEAD"}, spec...)...)
 	if err != nil {
 		return "", err
@@ -117,13 +113,7 @@ func Age(root string, s Stamp) (string, error) {
 			files += "\n" + l[3:]
 		}
 	}
-	if strings.TrimSpace(dirty) != "" {
-		n++
-	}
 	head := fmt.Sprintf("Measured at %s, %s; ", s.Commit, s.Date)
-	if n == 0 {
-		return head + "nothing it measures changed since.", nil
-	}
 	var changed []string
 	for _, p := range s.Measures {
 		for _, f := range strings.Fields(files) {
@@ -133,11 +123,10 @@ func Age(root string, s Stamp) (string, error) {
 			}
 		}
 	}
-	plural := "s"
-	if n == 1 {
-		plural = ""
+	if len(changed) == 0 {
+		return head + "nothing it measures changed since.", nil
 	}
-	return fmt.Sprintf("%ssince then these measured paths changed: %s (%d commit%s).", head, strings.Join(changed, ", "), n, plural), nil
+	return fmt.Sprintf("%ssince then these measured paths changed: %s.", head, strings.Join(changed, ", ")), nil
 }
 
 // Stamps are the stamps in a report's text, in order.
