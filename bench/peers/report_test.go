@@ -105,6 +105,7 @@ func (c column) cell(f figure) string {
 type section struct {
 	name   string   // names its markers
 	intro  []string // paragraphs before the tables
+	raw    []string // paragraphs in place of the tables below, when set
 	cols   []column
 	figs   []figure
 	perRow func(r result) []string // a round's cells after round, daemon and load
@@ -120,6 +121,12 @@ func (s section) write(w io.Writer, b *testing.B) {
 		strings.TrimSpace(string(rel)), benchreport.Command("./bench/peers"))
 	for _, p := range s.intro {
 		fmt.Fprintf(w, "%s\n\n", p)
+	}
+	if s.raw != nil {
+		for _, p := range append(s.raw, s.tail...) {
+			fmt.Fprintf(w, "%s\n\n", p)
+		}
+		return
 	}
 	n := 0
 	for _, c := range s.cols {
