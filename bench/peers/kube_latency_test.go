@@ -89,7 +89,10 @@ func (m *kubeLatency) measure(b *testing.B, d *daemon, n, probes int) []time.Dur
 	self := fmt.Sprintf("self-%d", m.run)
 	sn := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 200, byte(m.run), 0}), 24)
 	nodes := s.cs.CoreV1().Nodes()
-	if _, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: self},
+	// Annotated as a kubelet's Node is (flanneld writes into the map and
+	// panics on a Node without annotations).
+	if _, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: self,
+		Annotations: map[string]string{"volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
 		Spec: corev1.NodeSpec{PodCIDR: sn.String(), PodCIDRs: []string{sn.String()}}}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
