@@ -114,10 +114,12 @@ func (b *Backend) Run(ctx context.Context) error {
 	return nil
 }
 
-// reconcile makes every device and its peers match the latest table. With
-// full unset, and a table programmed before on devices that still exist, it
-// writes only the difference between the two tables; a full reconcile reads
-// the kernel and repairs drift.
+// reconcile makes every device and its peers match the latest table (the
+// last one Set, with the rows handed to Update since). With full unset, and
+// a table programmed before on devices that still exist, it writes only
+// what changed since (the changed rows, or the difference between two
+// whole tables when one was Set); a full reconcile reads the kernel and
+// repairs drift.
 func (b *Backend) reconcile(full bool) error {
 	b.peers.take(b.Desired, b.self)
 	var tp *vtep.Table
