@@ -167,6 +167,14 @@ func (t Table) Entries() []Entry {
 	return out
 }
 
+// Update is a change to one row of a table: the subnet's new peer, or
+// Gone when the table no longer has the subnet.
+type Update struct {
+	Subnet netip.Prefix
+	Peer   Peer
+	Gone   bool
+}
+
 // Change is a subnet whose VTEP changed (new MAC, new address, or both).
 type Change struct {
 	Subnet   netip.Prefix
@@ -200,11 +208,42 @@ func Compute(old, new Table) Diff {
 			d.Remove = append(d.Remove, Entry{Subnet: p, Peer: ov})
 		}
 	}
+	d.sort()
+	return d
+}
+
+// ComputeAt returns the diff from old to new when they can differ only at
+// the subnets in at (which may hold subnets that did not change, and
+// repeats): Compute's result, in time proportional to len(at) rather than
+// to the tables' size. It is pure.
+func ComputeAt(old, new Table, at []netip.Prefix) Diff {
+	var d Diff
+	seen := make(map[netip.Prefix]bool, len(at))
+	for _, p := range at {
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		ov, inOld := old[p]
+		nv, inNew := new[p]
+		switch {
+		case inNew && !inOld:
+			d.Add = append(d.Add, Entry{Subnet: p, Peer: nv})
+		case inOld && !inNew:
+			d.Remove = append(d.Remove, Entry{Subnet: p, Peer: ov})
+		case inOld && ov != nv:
+			d.Change = append(d.Change, Change{Subnet: p, Old: ov, New: nv})
+		}
+	}
+	d.sort()
+	return d
+}
+
+func (d Diff) sort() {
 	byEntry := func(a, b Entry) int { return comparePrefix(a.Subnet, b.Subnet) }
 	slices.SortFunc(d.Add, byEntry)
 	slices.SortFunc(d.Remove, byEntry)
 	slices.SortFunc(d.Change, func(a, b Change) int { return comparePrefix(a.Subnet, b.Subnet) })
-	return d
 }
 
 func comparePrefix(a, b netip.Prefix) int {

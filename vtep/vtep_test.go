@@ -97,6 +97,18 @@ func TestCompute(t *testing.T) {
 			if !maps.Equal(oldCopy, tt.old) || !maps.Equal(newCopy, tt.new) {
 				t.Fatal("Compute modified a table")
 			}
+			// ComputeAt, told every subnet of both tables (twice, and one
+			// in neither), finds the same diff.
+			at := []netip.Prefix{pfx("10.244.9.0/24")}
+			for p := range tt.old {
+				at = append(at, p, p)
+			}
+			for p := range tt.new {
+				at = append(at, p)
+			}
+			if got := ComputeAt(tt.old, tt.new, at); !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("ComputeAt: got %+v, want %+v", got, tt.want)
+			}
 		})
 	}
 }

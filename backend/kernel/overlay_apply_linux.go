@@ -1,6 +1,10 @@
 package kernel
 
-import "github.com/weft-net/weft/vtep"
+import (
+	"net/netip"
+
+	"github.com/weft-net/weft/vtep"
+)
 
 // EntryStep is a PeerStep that can also add and remove the entry of a
 // single peer without reading the kernel, which lets Apply program a change
@@ -19,12 +23,34 @@ type EntryStep interface {
 // step that is not an EntryStep) it falls back to Sync(next). Drift is
 // Sync's job: Apply trusts that the kernel still holds old.
 func (o *Overlay) Apply(old, next vtep.Table) (SyncStats, error) {
+	return o.apply(next, func() vtep.Diff { return vtep.Compute(o.own(old), o.own(next)) })
+}
+
+// ApplyAt is Apply when old and next can differ only at the subnets in at
+// (the rows a change of a few leases touched): it looks at those rows
+// alone, so a change among thousands of peers costs time in proportion to
+// the change, not to the table.
+func (o *Overlay) ApplyAt(old, next vtep.Table, at []netip.Prefix) (SyncStats, error) {
+	return o.apply(next, func() vtep.Diff {
+		own := make([]netip.Prefix, 0, len(at))
+		for _, p := range at {
+			if o.wants(p.Addr()) {
+				own = append(own, p)
+			}
+		}
+		return vtep.ComputeAt(o.ownAt(old, own), o.ownAt(next, own), own)
+	})
+}
+
+// apply writes the diff that diff computes, or syncs next in full when it
+// cannot work incrementally.
+func (o *Overlay) apply(next vtep.Table, diff func() vtep.Diff) (SyncStats, error) {
 	step, stepOK := o.opts.Step.(EntryStep)
 	if o.opts.DirectRouting || (o.opts.Step != nil && !stepOK) {
 		return o.Sync(next)
 	}
 	var st SyncStats
-	d := vtep.Compute(o.own(old), o.own(next))
+	d := diff()
 	for _, e := range d.Remove {
 		r := wantRoute(Peer{Entry: e}, o.link)
 		r.Protocol = int(RouteProtocol) // the route weft wrote, no other owner's
@@ -73,6 +99,17 @@ func (o *Overlay) addPeer(e vtep.Entry, step EntryStep, st *SyncStats) error {
 		st.StepSet++
 	}
 	return o.setRoutes([]Route{wantRoute(Peer{Entry: e}, o.link)}, st)
+}
+
+// ownAt returns the rows of t among at that this overlay handles.
+func (o *Overlay) ownAt(t vtep.Table, at []netip.Prefix) vtep.Table {
+	out := make(vtep.Table, len(at))
+	for _, p := range at {
+		if v, ok := t[p]; ok && o.carries(p, v) {
+			out[p] = v
+		}
+	}
+	return out
 }
 
 // own returns the rows of t that this overlay handles (its family, with an

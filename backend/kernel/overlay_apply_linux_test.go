@@ -46,8 +46,30 @@ func (s *entrySteps) Remove(e vtep.Entry) error { delete(s.have, e); return nil 
 
 // TestApplyMatchesSync checks that applying a difference leaves the kernel
 // exactly where a full Sync of the new table would: a Sync afterwards finds
-// nothing to do.
+// nothing to do. ApplyAt is told only the rows that differ.
 func TestApplyMatchesSync(t *testing.T) {
+	t.Run("Apply", func(t *testing.T) {
+		testApplyMatchesSync(t, func(o *Overlay, old, next vtep.Table) (SyncStats, error) { return o.Apply(old, next) })
+	})
+	t.Run("ApplyAt", func(t *testing.T) {
+		testApplyMatchesSync(t, func(o *Overlay, old, next vtep.Table) (SyncStats, error) {
+			var at []netip.Prefix
+			for p, v := range old {
+				if w, ok := next[p]; !ok || w != v {
+					at = append(at, p)
+				}
+			}
+			for p := range next {
+				if _, ok := old[p]; !ok {
+					at = append(at, p)
+				}
+			}
+			return o.ApplyAt(old, next, at)
+		})
+	})
+}
+
+func testApplyMatchesSync(t *testing.T, apply func(o *Overlay, old, next vtep.Table) (SyncStats, error)) {
 	ns := nettest.NewNS(t, "apply")
 	nettest.MustRun(t, ns, "ip", "tuntap", "add", "dev", "tap0", "mode", "tap")
 	nettest.MustRun(t, ns, "ip", "link", "set", "tap0", "up")
@@ -73,7 +95,7 @@ func TestApplyMatchesSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 1; i < len(tables); i++ {
-		if _, err := o.Apply(tables[i-1], tables[i]); err != nil {
+		if _, err := apply(o, tables[i-1], tables[i]); err != nil {
 			t.Fatalf("apply %d: %v", i, err)
 		}
 		st, err := o.Sync(tables[i])

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/netip"
 	"sync/atomic"
 	"time"
@@ -30,6 +29,8 @@ type Backend struct {
 	// noTxChecksum: the kernel is older than 5.7, so the devices' transmit
 	// checksum offload is turned off (Config.KernelRelease).
 	noTxChecksum bool
+	// selfV4 and selfV6 are this node's subnets, masked (see self).
+	selfV4, selfV6 netip.Prefix
 
 	// filter admits VXLAN datagrams from peers only; nil with
 	// NoPeerFilter. filterOff is set when the kernel has no nf_tables.
@@ -37,8 +38,8 @@ type Backend struct {
 	filterOff atomic.Bool
 
 	// Owned by Run.
-	devs    []*devState
-	applied vtep.Table // the last table programmed in full, nil before
+	devs  []*devState
+	peers peerState
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -61,6 +62,8 @@ func New(cfg Config, log *slog.Logger) (*Backend, error) {
 		log:          log.With("component", "vxlan"),
 		Desired:      kernel.NewDesired(),
 		noTxChecksum: bug,
+		selfV4:       cfg.Subnet.Masked(),
+		selfV6:       cfg.IPv6Subnet.Masked(),
 	}
 	for _, s := range cfg.specs() {
 		b.devs = append(b.devs, &devState{spec: s})
@@ -145,15 +148,17 @@ func (b *Backend) startFilter() {
 // filtering reports whether the filter follows the peers.
 func (b *Backend) filtering() bool { return b.filter != nil && !b.filterOff.Load() }
 
-// reconcile makes every device and its peers match the latest table. With
-// full unset, and a table programmed before on devices that still exist, it
-// writes only the difference between the two tables; a full reconcile reads
-// the kernel and repairs drift.
+// reconcile makes every device and its peers match the latest table (the
+// last one Set, with the rows handed to Update since). With full unset, and
+// a table programmed before on devices that still exist, it writes only
+// what changed since (the changed rows, or the difference between two
+// whole tables when one was Set); a full reconcile reads the kernel and
+// repairs drift.
 func (b *Backend) reconcile(full bool) error {
-	tp := b.Table()
-	if tp != nil {
-		t := b.withoutSelf(*tp)
-		tp = &t
+	b.peers.take(b.Desired, b.self)
+	var tp *vtep.Table
+	if b.peers.want != nil {
+		tp = &b.peers.want
 	}
 	// A new peer is admitted before its route exists, and a departed one
 	// refused once its route is gone.
@@ -162,9 +167,10 @@ func (b *Backend) reconcile(full bool) error {
 			return fmt.Errorf("admit peers to the VXLAN port: %w", err)
 		}
 	}
+	ch := b.peers.change()
 	var errs []error
 	for _, d := range b.devs {
-		if err := b.reconcileDevice(d, tp, full); err != nil {
+		if err := b.reconcileDevice(d, tp, ch, full); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -176,14 +182,21 @@ func (b *Backend) reconcile(full bool) error {
 			return fmt.Errorf("refuse departed peers at the VXLAN port: %w", err)
 		}
 	}
-	b.applied = *tp
+	b.peers.programmed()
 	if b.MarkReady() {
 		b.log.Info("dataplane ready", "peers", len(*tp))
 	}
 	return nil
 }
 
-func (b *Backend) reconcileDevice(d *devState, tp *vtep.Table, full bool) error {
+func (b *Backend) reconcileDevice(d *devState, tp *vtep.Table, ch change, full bool) error {
+	if !full && ch.ok && d.overlay != nil {
+		// A change of peers on a device a sync made: the device itself
+		// needs no look (any change to it is drift, which calls a full
+		// sync; a write to a device that is gone fails, and the retry is
+		// full).
+		return b.applyChange(d, ch)
+	}
 	idx, created, err := ensureDevice(b.cfg.Handle, d.spec, b.log)
 	if err != nil {
 		return err
@@ -218,18 +231,12 @@ func (b *Backend) reconcileDevice(d *devState, tp *vtep.Table, full bool) error 
 		return nil
 	}
 	start := time.Now()
-	if !full && !created && b.applied != nil {
-		st, err := d.overlay.Apply(b.applied, *tp)
-		if err != nil {
-			return fmt.Errorf("apply peer changes on %s: %w", d.spec.name, err)
-		}
-		b.log.Debug("applied peer changes", "device", d.spec.name, "neigh", st.NeighSet+st.NeighDel,
-			"fdb", st.StepSet+st.StepDel, "route", st.RouteSet+st.RouteDel, "took", time.Since(start))
-		return nil
+	if !full && !created && ch.ok {
+		return b.applyChange(d, ch)
 	}
 	st, err := d.overlay.Sync(*tp)
 	b.log.Debug("synced peers", "device", d.spec.name, "peers", len(*tp), "took", time.Since(start))
-	if st.Changed() && !created && b.applied != nil && maps.Equal(b.applied, *tp) {
+	if st.Changed() && !created && ch.same {
 		b.repairs.add(st)
 		b.log.Warn("repaired drift", "device", d.spec.name,
 			"neigh", st.NeighSet+st.NeighDel, "fdb", st.StepSet+st.StepDel, "route", st.RouteSet+st.RouteDel)
@@ -240,22 +247,30 @@ func (b *Backend) reconcileDevice(d *devState, tp *vtep.Table, full bool) error 
 	return nil
 }
 
-// withoutSelf drops rows that describe this node (its own subnets or
+// applyChange writes ch on d's device, without reading the kernel.
+func (b *Backend) applyChange(d *devState, ch change) error {
+	start := time.Now()
+	var st kernel.SyncStats
+	var err error
+	if ch.at != nil {
+		st, err = d.overlay.ApplyAt(ch.old, ch.next, ch.at)
+	} else {
+		st, err = d.overlay.Apply(ch.old, ch.next)
+	}
+	if err != nil {
+		return fmt.Errorf("apply peer changes on %s: %w", d.spec.name, err)
+	}
+	b.log.Debug("applied peer changes", "device", d.spec.name, "neigh", st.NeighSet+st.NeighDel,
+		"fdb", st.StepSet+st.StepDel, "route", st.RouteSet+st.RouteDel, "took", time.Since(start))
+	return nil
+}
+
+// self reports whether a row describes this node (its own subnets or
 // underlay addresses): a route for our own subnet into the tunnel would cut
-// off our pods. The daemon's table never has them; this is a safety net.
-func (b *Backend) withoutSelf(t vtep.Table) vtep.Table {
-	self := func(p netip.Prefix, v vtep.Peer) bool {
-		return p == b.cfg.Subnet.Masked() || p == b.cfg.IPv6Subnet.Masked() ||
-			v.Addr == b.cfg.Local || v.Addr == b.cfg.LocalIPv6
-	}
-	for p, v := range t {
-		if self(p, v) {
-			out := maps.Clone(t)
-			maps.DeleteFunc(out, self)
-			return out
-		}
-	}
-	return t
+// off our pods, so such rows are left out. The daemon's table never has
+// them; this is a safety net.
+func (b *Backend) self(p netip.Prefix, v vtep.Peer) bool {
+	return p == b.selfV4 || p == b.selfV6 || v.Addr == b.cfg.Local || v.Addr == b.cfg.LocalIPv6
 }
 
 // Repairs counts the kernel entries the backend rewrote because they had

@@ -18,11 +18,8 @@ func (b *Backend) drift() kernel.Drift {
 	for _, d := range b.devs {
 		links[d.spec.name] = d.index
 	}
-	od := kernel.NewOverlayDrift(b.applied, links)
-	fdb := make(map[fdbEntry]bool, len(b.applied))
-	for _, v := range b.applied {
-		fdb[fdbEntry{MAC: v.MAC, Dst: v.Addr}] = true
-	}
+	od := kernel.NewOverlayDrift(b.peers.want, links)
+	fdb := b.peers.fdb
 	dr := od.Drift()
 	dr.Neigh = func(u netlink.NeighUpdate) bool {
 		if u.Family != unix.AF_BRIDGE {
@@ -34,7 +31,7 @@ func (b *Backend) drift() kernel.Drift {
 		ip, _ := netip.AddrFromSlice(u.IP)
 		var mac subnet.MAC
 		copy(mac[:], u.HardwareAddr)
-		want := fdb[fdbEntry{MAC: mac, Dst: ip.Unmap()}]
+		want := fdb[fdbEntry{MAC: mac, Dst: ip.Unmap()}] > 0
 		permanent := u.State&netlink.NUD_PERMANENT != 0
 		switch {
 		case u.Type == unix.RTM_DELNEIGH:

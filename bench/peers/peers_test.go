@@ -490,3 +490,4 @@ func waitRoute(b *testing.B, ch <-chan netlink.RouteUpdate, want netip.Prefix) {
 		}
 	}
 }
+

@@ -105,6 +105,7 @@ func (c column) cell(f figure) string {
 type section struct {
 	name   string   // names its markers
 	intro  []string // paragraphs before the tables
+	raw    []string // paragraphs in place of the tables below, when set
 	cols   []column
 	figs   []figure
 	perRow func(r result) []string // a round's cells after round, daemon and load
@@ -125,6 +126,12 @@ func (s section) write(w io.Writer, b *testing.B) {
 		stamp, host, runtime.NumCPU(), strings.TrimSpace(string(rel)), st.Command)
 	for _, p := range s.intro {
 		fmt.Fprintf(w, "%s\n\n", p)
+	}
+	if s.raw != nil {
+		for _, p := range append(s.raw, s.tail...) {
+			fmt.Fprintf(w, "%s\n\n", p)
+		}
+		return
 	}
 	n := 0
 	for _, c := range s.cols {
@@ -186,8 +193,9 @@ func (s section) write(w io.Writer, b *testing.B) {
 
 // measures are the paths whose code each section's figures describe.
 var measures = map[string][]string{
-	"Peers5000": {"cmd/weftd", "internal/daemon", "subnet", "backend/vxlan", "backend/kernel", "vtep"},
-	"Kube1000":  {"cmd/weftd", "internal/daemon", "subnet", "backend/vxlan", "backend/kernel", "vtep", "policy"},
+	"Peers5000":  {"cmd/weftd", "internal/daemon", "subnet", "backend/vxlan", "backend/kernel", "vtep"},
+	"Kube1000":   {"cmd/weftd", "internal/daemon", "subnet", "backend/vxlan", "backend/kernel", "vtep", "policy"},
+	"LeaseRoute": {"cmd/weftd", "internal/daemon", "subnet", "backend/vxlan", "backend/kernel", "vtep"},
 }
 
 // report prints s and, when WEFT_BENCH_REPORT names a markdown file (a

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net/netip"
 	"os"
 	"time"
@@ -379,6 +380,7 @@ func (d *Daemon) watch(ctx context.Context, cfg *subnet.Config, self subnet.Leas
 				return nil
 			case batch = <-events:
 			}
+			batch = drainBatches(events, batch)
 			start := time.Now()
 			var added, removed int
 			for _, ev := range batch {
@@ -392,15 +394,19 @@ func (d *Daemon) watch(ctx context.Context, cfg *subnet.Config, self subnet.Leas
 					added++
 				}
 			}
-			t := peers.table()
-			b.Set(t)
+			ups, rebuilt := peers.update()
+			if u, ok := b.(updater); ok && !rebuilt {
+				u.Update(ups)
+			} else {
+				b.Set(maps.Clone(peers.tab)) // the backend keeps it; peers changes its own
+			}
 			v4 := 0
-			for p := range t {
+			for p := range peers.tab {
 				if p.Addr().Is4() {
 					v4++
 				}
 			}
-			d.cfg.Metrics.batch(added, removed, len(peers.leases), v4, len(t)-v4, time.Since(start))
+			d.cfg.Metrics.batch(added, removed, len(peers.leases), v4, len(peers.tab)-v4, time.Since(start))
 		}
 	})
 	err := g.Wait()
@@ -408,6 +414,27 @@ func (d *Daemon) watch(ctx context.Context, cfg *subnet.Config, self subnet.Leas
 		return nil
 	}
 	return err
+}
+
+// drainBatches adds to batch the batches already waiting in events, so that
+// a burst of changes (many nodes joining, a relisting) costs one table and
+// one sync rather than one each. It never waits for a batch.
+func drainBatches(events <-chan []subnet.Event, batch []subnet.Event) []subnet.Event {
+	for {
+		select {
+		case more := <-events:
+			batch = append(batch[:len(batch):len(batch)], more...)
+		default:
+			return batch
+		}
+	}
+}
+
+// updater is a backend that keeps the peer table it was last Set and takes
+// changes to it row by row (the vxlan backend): a change among thousands of
+// peers then costs neither a copy of the table nor a comparison of two.
+type updater interface {
+	Update(ups []vtep.Update)
 }
 
 // lostOwnLease reports whether an event on our own key means the lease is

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"iter"
-	"maps"
 	"net/netip"
 
 	"github.com/weft-net/weft/subnet"
@@ -15,9 +14,11 @@ import (
 // unusable public address is left out (logged once and counted), and a key
 // that was a peer and is rewritten with such a value stops being one.
 //
-// It also builds the peer table for the backend (table). A change of a few
-// leases among thousands changes only their rows: the table is copied and
-// those rows are replaced, instead of building every row again.
+// It also keeps the peer table for the backend (tab, brought up to date by
+// update). A change of a few leases among thousands changes only their
+// rows, in place, and update returns them, instead of building every row
+// again: a backend that takes rows (updater) is handed only those, others a
+// copy of the table.
 //
 // A lease is kept as its key, which names its subnets, and its value: what
 // the table is built from, and half the size of a whole subnet.Lease.
@@ -29,9 +30,9 @@ type peerSet struct {
 
 	typ  string       // the lease type of the backend (subnet.LeaseType)
 	self subnet.Lease // left out of the table
-	tab  vtep.Table   // the last table built; never modified once built
-	// touched holds the keys changed since tab was built, each with its
-	// lease then (ok false: it was no peer).
+	tab  vtep.Table   // the table; changed in place, never handed over
+	// touched holds the keys changed since tab was brought up to date,
+	// each with its lease then (ok false: it was no peer).
 	touched map[string]prior
 	// rebuilds counts the tables built from every lease (for tests).
 	rebuilds int
@@ -98,16 +99,17 @@ func (p *peerSet) rows(l subnet.Lease) vtep.Table {
 	return vtep.FromLeaseSeq(p.typ, 1, func(yield func(subnet.Lease) bool) { yield(l) }, p.self)
 }
 
-// table returns the peer table for the leases now: the last one with the
-// rows of the touched keys replaced, or one built from every lease for the
-// first table, for a change of many leases, or when a row that a touched
-// key gave is still given by a key that was not touched. Either way it is
-// what vtep.FromLeaseSeq of the leases gives (where two leases give one
-// subnet, that picks either's row, and so may this).
-func (p *peerSet) table() vtep.Table {
+// update brings tab up to date with the leases now and returns the rows
+// it changed; rebuilt says it built the table anew from every lease (the
+// first table, a change of many leases, or a row that a touched key gave
+// that a key that was not touched still gives), which has no list of rows.
+// Either way tab is what vtep.FromLeaseSeq of the leases gives (where two
+// leases give one subnet, that picks either's row, and so may this).
+func (p *peerSet) update() (ups []vtep.Update, rebuilt bool) {
 	defer p.untouch()
 	if p.tab == nil || len(p.touched) > 16+len(p.leases)/8 {
-		return p.rebuild()
+		p.rebuild()
+		return nil, true
 	}
 	var olds, news []vtep.Table
 	given := map[netip.Prefix]bool{} // rows the touched keys give now
@@ -139,26 +141,26 @@ func (p *peerSet) table() vtep.Table {
 			if gone[l.Subnet] || gone[l.IPv6Subnet] {
 				for q := range p.rows(l) {
 					if gone[q] {
-						return p.rebuild()
+						p.rebuild()
+						return nil, true
 					}
 				}
 			}
 		}
 	}
-	// A new map sized for its rows rather than a clone: a Go map never
-	// shrinks, and a clone keeps the room of every row its source ever had.
-	next := make(vtep.Table, len(p.tab)+len(given))
-	maps.Copy(next, p.tab)
-	for _, rows := range olds {
-		for q := range rows {
-			delete(next, q)
-		}
+	for q := range gone {
+		delete(p.tab, q)
+		ups = append(ups, vtep.Update{Subnet: q, Gone: true})
 	}
 	for _, rows := range news {
-		maps.Copy(next, rows)
+		for q, v := range rows {
+			if old, ok := p.tab[q]; !ok || old != v {
+				p.tab[q] = v
+				ups = append(ups, vtep.Update{Subnet: q, Peer: v})
+			}
+		}
 	}
-	p.tab = next
-	return next
+	return ups, false
 }
 
 // untouch forgets the touched keys; a map that held many (a change of many
@@ -171,8 +173,7 @@ func (p *peerSet) untouch() {
 	clear(p.touched)
 }
 
-func (p *peerSet) rebuild() vtep.Table {
+func (p *peerSet) rebuild() {
 	p.rebuilds++
 	p.tab = vtep.FromLeaseSeq(p.typ, len(p.leases), iter.Seq[subnet.Lease](p.all), p.self)
-	return p.tab
 }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"testing"
@@ -62,7 +63,21 @@ func TestPeerSetTable(t *testing.T) {
 		for _, ev := range batch {
 			p.apply(ev)
 		}
-		got := p.table()
+		prev := maps.Clone(p.tab)
+		ups, rebuilt := p.update()
+		got := p.tab
+		if !rebuilt { // the rows returned are what turns the last table into this one
+			for _, u := range ups {
+				if u.Gone {
+					delete(prev, u.Subnet)
+				} else {
+					prev[u.Subnet] = u.Peer
+				}
+			}
+			if !maps.Equal(prev, got) {
+				t.Fatalf("round %d: the last table with the rows returned (%v) is %v, not the table %v", round, ups, prev, got)
+			}
+		}
 		// What the rows may be: every lease's rows, all givers of a subnet.
 		may := map[netip.Prefix][]vtep.Peer{}
 		for l := range p.all {

@@ -1,0 +1,141 @@
+package vxlan
+
+import (
+	"maps"
+	"net/netip"
+
+	"github.com/weft-net/weft/backend/kernel"
+	"github.com/weft-net/weft/vtep"
+)
+
+// peerState is the backend's own peer table, which it changes in place as
+// the daemon hands it changes row by row (Update), and what it needs to
+// program the next change without comparing whole tables: the rows changed
+// since the table was last programmed, with their value then. Owned by Run.
+type peerState struct {
+	want vtep.Table // the table to program, this node's rows left out; nil before the first
+	// done says a reconcile programmed want (as it was then) once.
+	done bool
+	// undo holds, for each row changed since the last reconcile that
+	// succeeded, its value then (ok false: no row); not kept while whole.
+	undo map[netip.Prefix]row
+	// whole says a whole table was set since; prev is then the table
+	// programmed before it (nil: none).
+	whole bool
+	prev  vtep.Table
+	// fdb counts the FDB entries the programmed table wants (the drift
+	// rules'), kept up to date with each change rather than built again.
+	fdb map[fdbEntry]int
+}
+
+type row struct {
+	peer vtep.Peer
+	ok   bool
+}
+
+// Update hands the backend changes to rows of the table it was last Set
+// (see kernel.Desired.Queue): the daemon's way of telling it a change
+// among thousands of peers. It never blocks.
+func (b *Backend) Update(ups []vtep.Update) { b.Desired.Queue(ups) }
+
+// take applies what was handed over since the last take to want, leaving
+// out the rows self says are this node's.
+func (s *peerState) take(d *kernel.Desired, self func(netip.Prefix, vtep.Peer) bool) {
+	set, ups := d.Take()
+	if set != nil {
+		if !s.whole && s.done {
+			s.revert()
+			s.prev = s.want
+		}
+		s.want = maps.Clone(*set)
+		maps.DeleteFunc(s.want, self)
+		s.whole, s.undo = true, nil
+	}
+	if s.want == nil && len(ups) > 0 {
+		s.want = vtep.Table{}
+	}
+	for _, u := range ups {
+		if !s.whole {
+			if _, noted := s.undo[u.Subnet]; !noted {
+				if s.undo == nil {
+					s.undo = map[netip.Prefix]row{}
+				}
+				v, ok := s.want[u.Subnet]
+				s.undo[u.Subnet] = row{v, ok}
+			}
+		}
+		if u.Gone || self(u.Subnet, u.Peer) {
+			delete(s.want, u.Subnet)
+		} else {
+			s.want[u.Subnet] = u.Peer
+		}
+	}
+}
+
+// revert turns want back into the table last programmed.
+func (s *peerState) revert() {
+	for p, r := range s.undo {
+		if r.ok {
+			s.want[p] = r.peer
+		} else {
+			delete(s.want, p)
+		}
+	}
+	s.undo = nil
+}
+
+// change is what turns the programmed table into want: the old and new
+// values of the rows at (old and next hold only those), or, with at nil,
+// the whole tables. ok is false when it is not known (nothing programmed
+// yet, or a whole table replaced one that was not): then sync in full.
+// same says want is the table programmed last.
+type change struct {
+	old, next vtep.Table
+	at        []netip.Prefix
+	ok, same  bool
+}
+
+func (s *peerState) change() change {
+	switch {
+	case !s.done:
+		return change{}
+	case s.whole && s.prev == nil:
+		return change{}
+	case s.whole:
+		return change{old: s.prev, next: s.want, ok: true}
+	}
+	c := change{old: vtep.Table{}, next: vtep.Table{}, at: make([]netip.Prefix, 0, len(s.undo)), ok: true, same: len(s.undo) == 0}
+	for p, r := range s.undo {
+		c.at = append(c.at, p)
+		if r.ok {
+			c.old[p] = r.peer
+		}
+		if v, ok := s.want[p]; ok {
+			c.next[p] = v
+		}
+	}
+	return c
+}
+
+// programmed records that want is in the kernel.
+func (s *peerState) programmed() {
+	if s.whole || s.fdb == nil {
+		s.fdb = make(map[fdbEntry]int, len(s.want))
+		for _, v := range s.want {
+			s.fdb[fdbEntry{MAC: v.MAC, Dst: v.Addr}]++
+		}
+	} else {
+		for p, r := range s.undo {
+			if r.ok {
+				e := fdbEntry{MAC: r.peer.MAC, Dst: r.peer.Addr}
+				if s.fdb[e]--; s.fdb[e] <= 0 {
+					delete(s.fdb, e)
+				}
+			}
+			if v, ok := s.want[p]; ok {
+				s.fdb[fdbEntry{MAC: v.MAC, Dst: v.Addr}]++
+			}
+		}
+	}
+	s.done, s.whole, s.prev, s.undo = true, false, nil, nil
+}

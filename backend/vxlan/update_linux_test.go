@@ -1,0 +1,77 @@
+package vxlan
+
+import (
+	"maps"
+	"net/netip"
+	"testing"
+
+	"github.com/weft-net/weft/internal/testkit/nettest"
+	"github.com/weft-net/weft/vtep"
+)
+
+// TestUpdateRows hands the backend changes row by row (Update: new peers of
+// both families, a peer moved to another address and MAC, a peer removed,
+// and a row for this node's own subnet, which must stay out) and checks
+// that the incremental reconcile leaves the kernel exactly where a full one
+// of the resulting table does: a full reconcile afterwards, by a second
+// backend Set that table, finds nothing to change. Then a whole table Set
+// after queued rows (the rows are dropped), the same way. It calls
+// reconcile itself, so that no notification turns a sync into a full one.
+func TestUpdateRows(t *testing.T) {
+	u := nettest.NewUnderlay(t, ul4, 0)
+	n1 := newNode(t, u, 1)
+	p, a := netip.MustParsePrefix, netip.MustParseAddr
+	b := newBackend(t, n1.config())
+	b.Set(peerTable())
+	if err := b.reconcile(true); err != nil {
+		t.Fatal(err)
+	}
+	ups := []vtep.Update{
+		{Subnet: p("10.244.3.0/24"), Peer: vtep.Peer{MAC: mac("0a:00:00:00:00:03"), Addr: a("192.168.77.3")}},
+		{Subnet: p("fd00:10:244:3::/64"), Peer: vtep.Peer{MAC: mac("0a:00:00:00:00:03"), Addr: a("fd77::3")}},
+		{Subnet: p("10.244.2.0/24"), Peer: vtep.Peer{MAC: mac("0a:00:00:00:00:22"), Addr: a("192.168.77.22")}},
+		{Subnet: p("fd00:10:244:2::/64"), Gone: true},
+		{Subnet: n1.Subnet, Peer: vtep.Peer{MAC: mac("0a:00:00:00:00:01"), Addr: a("192.168.77.1")}},
+	}
+	want := peerTable()
+	for _, up := range ups[:4] {
+		if up.Gone {
+			delete(want, up.Subnet)
+		} else {
+			want[up.Subnet] = up.Peer
+		}
+	}
+	check := func(step string, want vtep.Table) {
+		t.Helper()
+		if err := b.reconcile(false); err != nil {
+			t.Fatal(err)
+		}
+		if !maps.Equal(b.peers.want, want) {
+			t.Errorf("%s: the backend's table %v, want %v", step, b.peers.want, want)
+		}
+		before4, before6 := state(t, n1.NS, "weft.1"), state(t, n1.NS, "weft-v6.1")
+		b2 := newBackend(t, n1.config())
+		b2.Set(maps.Clone(want))
+		if err := b2.reconcile(true); err != nil {
+			t.Fatal(err)
+		}
+		if got := state(t, n1.NS, "weft.1"); !got.equal(before4) {
+			t.Errorf("%s: IPv4 state after the incremental reconcile:\n%s\na full one of the table made it:\n%s", step, before4, got)
+		}
+		if got := state(t, n1.NS, "weft-v6.1"); !got.equal(before6) {
+			t.Errorf("%s: IPv6 state after the incremental reconcile:\n%s\na full one of the table made it:\n%s", step, before6, got)
+		}
+	}
+	b.Update(ups[:2])
+	b.Update(ups[2:])
+	check("rows", want)
+
+	b.Update([]vtep.Update{{Subnet: p("10.244.9.0/24"), Peer: vtep.Peer{MAC: mac("0a:00:00:00:00:09"), Addr: a("192.168.77.9")}}})
+	next := vtep.Table{p("10.244.3.0/24"): want[p("10.244.3.0/24")], p("10.244.4.0/24"): {MAC: mac("0a:00:00:00:00:04"), Addr: a("192.168.77.4")}}
+	b.Set(next)
+	check("a whole table after rows", next)
+
+	b.Update([]vtep.Update{{Subnet: p("10.244.4.0/24"), Gone: true}})
+	delete(next, p("10.244.4.0/24"))
+	check("rows after a whole table", next)
+}
