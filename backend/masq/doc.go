@@ -41,8 +41,11 @@
 // rest is Flannel's rule for rule. Flannel's nftables mode (EnableNFTables)
 // matches the exact mark 0x4000 and returns for `saddr != S daddr N`, which
 // makes its last masquerade rule unreachable; weft follows its iptables
-// rules, the ones Flannel runs by default. weft always uses fully-random
-// ports (--ip-masq-fully-random-disable is ignored).
+// rules, the ones Flannel runs by default. Like Flannel, weft masquerades
+// with fully-random ports unless Config.KeepPorts (flanneld's
+// --ip-masq-fully-random-disable) asks for plain masquerade, which keeps a
+// flow's source port when it is free; nftables always supports
+// fully-random, so weft needs no check for it.
 //
 // On a node taken over from flanneld, package backend/forward removes
 // Flannel's FLANNEL-POSTRTG chains and flannel-ipv4/flannel-ipv6 tables when
@@ -53,7 +56,8 @@
 // Masquerading rather than SNAT to a fixed address follows the outgoing
 // interface's address; fully-random port selection avoids the source-port
 // collisions that plain masquerade hits when many pods talk to one
-// destination. The table is replaced in one nftables transaction, so the
+// destination. Plain masquerade is for pods that need their port kept
+// (NAT traversal, as Tailscale does from a pod). The table is replaced in one nftables transaction, so the
 // rules are never missing even while they are rewritten.
 //
 // # Repair and lifetime

@@ -48,8 +48,9 @@ func comment(s string) []byte { return userdata.AppendString(nil, userdata.TypeC
 const KubeProxyMark = 0x4000
 
 // specFor is the table for the cluster network n and this node's subnet s
-// (invalid: no rule for it), see the package doc.
-func specFor(n, s netip.Prefix) tableSpec {
+// (invalid: no rule for it), see the package doc; keepPorts drops
+// fully-random from the masquerade rules.
+func specFor(n, s netip.Prefix, keepPorts bool) tableSpec {
 	name, family, mcast := TableIPv4, nftables.TableFamilyIPv4, netip.MustParsePrefix("224.0.0.0/4")
 	if n.Addr().Is6() {
 		name, family, mcast = TableIPv6, nftables.TableFamilyIPv6, netip.MustParsePrefix("ff00::/8")
@@ -58,13 +59,13 @@ func specFor(n, s netip.Prefix) tableSpec {
 		{"weft: kube-proxy masquerades it", concat(markSet(KubeProxyMark), ret())},
 		{"weft: pod to pod, no nat", concat(match(n, false), match(n, true), ret())},
 		{"weft: multicast, no nat", concat(match(n, false), match(mcast, true), ret())},
-		{"weft: pod leaving the cluster network", concat(match(n, false), masquerade())},
+		{"weft: pod leaving the cluster network", concat(match(n, false), masquerade(keepPorts))},
 	}
 	if s.IsValid() {
 		rules = append(rules, ruleSpec{"weft: to this node's pods, no nat", concat(notMatch(n, false), match(s, true), ret())})
 	}
 	rules = append(rules, ruleSpec{"weft: to other nodes' pods from outside the cluster network",
-		concat(notMatch(n, false), match(n, true), masquerade())})
+		concat(notMatch(n, false), match(n, true), masquerade(keepPorts))})
 	return tableSpec{name: name, family: family, chains: []chainSpec{{
 		name: "postrouting", typ: nftables.ChainTypeNAT,
 		hook: nftables.ChainHookPostrouting, priority: nftables.ChainPriorityNATSource,
@@ -108,7 +109,10 @@ func match(p netip.Prefix, dst bool) []expr.Any {
 
 func ret() []expr.Any { return []expr.Any{&expr.Verdict{Kind: expr.VerdictReturn}} }
 
-func masquerade() []expr.Any { return []expr.Any{&expr.Masq{FullyRandom: true}} }
+// masquerade translates the source to the outgoing interface's address, with
+// a fully-random source port unless keepPorts: then the kernel keeps the
+// pod's port when no other flow holds it.
+func masquerade(keepPorts bool) []expr.Any { return []expr.Any{&expr.Masq{FullyRandom: !keepPorts}} }
 
 func concat(parts ...[]expr.Any) []expr.Any {
 	var out []expr.Any
