@@ -26,7 +26,7 @@ func header(o options) string {
 	if m := readCPU().cpus; m > runtime.NumCPU() {
 		cpus = fmt.Sprintf("%d CPUs, of which the benchmark's CPU affinity allows %d", m, runtime.NumCPU())
 	}
-	return fmt.Sprintf("%s, %s; %s (%s); iperf3 TCP %s per run; %d interleaved rounds per condition (median, and lowest–highest); %d pings per round; uvxlan: both nodes' dataplanes in this process (GOMAXPROCS %d), uvxlan-proc: each in a process of its own, as weftd runs; uvxlan-fast: the same with the fast path (Config.FastPath); uvxlan-tun-proc: the TUN-based prototype (bench/dataplane/tunpath) run as uvxlan-proc; kernel-to-fast and the like: one kernel VXLAN node, one uvxlan node, traffic from the first named; dataplanes at nice %d, everything else at 0",
+	return fmt.Sprintf("%s, %s; %s (%s); iperf3 TCP %s per run; %d interleaved rounds per condition (median, and lowest–highest); %d pings per round; uvxlan: both nodes' dataplanes in this process (GOMAXPROCS %d), uvxlan-proc: each in a process of its own, as weftd runs; uvxlan-fast: the same with the fast path (Config.FastPath); kernel-to-fast and the like: one kernel VXLAN node, one uvxlan node, traffic from the first named; dataplanes at nice %d, everything else at 0",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), host, cpus, kernelRelease(), o.dur, o.rounds, o.pings, runtime.GOMAXPROCS(0), o.nice)
 }
 
@@ -141,7 +141,7 @@ func goals(mode string) goal {
 	switch {
 	case mode == "uvxlan-fast":
 		return goal{stream1: 100, stream4: 100, p50: 1.0}
-	case mode == "uvxlan-proc" || mode == "uvxlan-tun-proc":
+	case mode == "uvxlan-proc":
 		return goal{stream1: 55, p50: 2.0} // the userspace path, per process as weftd runs it
 	case mode == "uvxlan" || mode == "uvxlan-plain":
 		return goal{why: "both nodes in one process, not as weftd runs: no goal"}
