@@ -37,7 +37,7 @@ var flannelFailures = []failureRow{
 		Weft: "weftd checks every second that the underlay device is the one it started on; when a new device holds its name and an address " +
 			"of each family the old one had, weftd starts the node again on it in the same process (moving the lease when the address changed), " +
 			"and the dataplane is rebuilt on the new device",
-		Test: "`TestFlannel2247UnderlayRecreated` (vxlan, uvxlan and host-gw; the underlay veth deleted and a new one made, with the same address, then with a new one; " +
+		Test: "`TestFlannel2247UnderlayRecreated` (vxlan, uvxlan, uvxlan with its files kept by a service manager, and host-gw; the underlay veth deleted and a new one made, with the same address, then with a new one; " +
 			"this kernel has no VLAN driver)",
 		Removed: "the watch of a recreated device and the in-process restart: vxlan and host-gw fail with the same address, all three with a new one " +
 			"(pods do not talk again within 20 s)"},

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -18,17 +19,22 @@ import (
 // device eth0 is deleted and a new one made under its name, first with the
 // same address and then with a new one; each time the
 // pods must talk again both ways while the same weftd process keeps
-// running, on vxlan, uvxlan and host-gw.
+// running, on vxlan, uvxlan (also with its files kept by a service
+// manager) and host-gw.
 func TestFlannel2247UnderlayRecreated(t *testing.T) {
-	for _, backend := range []string{"vxlan", "uvxlan", "host-gw"} {
+	for _, backend := range []string{"vxlan", "uvxlan", "uvxlan-fdstore", "host-gw"} {
 		t.Run(backend, func(t *testing.T) {
-			typ := map[string]string{"uvxlan": "vxlan"}[backend]
-			if typ == "" {
+			typ := "vxlan"
+			if backend == "host-gw" {
 				typ = backend
 			}
-			c := NewCluster(t, Options{Nodes: 0, Config: `{"Network":"10.244.0.0/16","Backend":{"Type":"` + typ + `"}}`})
+			// uvxlan-fdstore: weftd as systemd runs it with
+			// FileDescriptorStoreMax=, its TAP queues and sockets kept by
+			// the service manager across the node's runs.
+			c := NewCluster(t, Options{Nodes: 0, Config: `{"Network":"10.244.0.0/16","Backend":{"Type":"` + typ + `"}}`,
+				FDStore: backend == "uvxlan-fdstore"})
 			var args []string
-			if backend == "uvxlan" {
+			if strings.HasPrefix(backend, "uvxlan") {
 				args = []string{"--backend", "uvxlan"}
 			}
 			n1, n2 := c.AddNode("n1", args...), c.AddNode("n2", args...)
@@ -53,6 +59,29 @@ func TestFlannel2247UnderlayRecreated(t *testing.T) {
 					}
 					if got := n1.PID(); got != pid {
 						t.Fatalf("weftd on n1 is pid %d, was %d", got, pid)
+					}
+					// uvxlan's socket and TAP outlive the device with its
+					// address: pods may talk again before weftd sees the new
+					// device (every second) and starts the node on it.
+					Eventually(t, 5*time.Second, "the node started again on the new device", func() error {
+						log, _ := os.ReadFile(n1.LogFile)
+						if got := strings.Count(string(log), "starting the node again"); got != i+1 {
+							return fmt.Errorf("%d times in weftd's log, want %d", got, i+1)
+						}
+						return nil
+					})
+					// Ready again: the new run holds its sockets and
+					// devices before the next case takes the device away.
+					n1.WaitReady()
+					if strings.HasPrefix(backend, "uvxlan") {
+						// The new run's dataplane attached its fast path to
+						// the new device.
+						Eventually(t, 5*time.Second, "fast path attached", func() error {
+							if v, err := n1.Metric("weft_dataplane_events_total", "event", "fastpath_attaches"); err != nil || v < 1 {
+								return fmt.Errorf("weft_dataplane_events_total{event=fastpath_attaches} = %v (%v)", v, err)
+							}
+							return nil
+						})
 					}
 					recordFailure(t, "2247", fmt.Sprintf("%s, recreated with %s: pods talk again %s after the underlay came back",
 						backend, map[bool]string{true: "the same address", false: "a new address"}[i == 0], took.Round(time.Millisecond)))
