@@ -78,6 +78,13 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 	defer closeReg()
 	p := &process{c: c, reg: reg, etcd: etcdClient, live: live, metricsReg: metricsReg, metrics: metrics,
 		rej: rej, files: files, log: log}
+	// STOPPING=1 once, when weftd stops: not between the node's runs (the
+	// service manager would take it for a stop and kill weftd after its
+	// stop timeout).
+	sctx, stop := context.WithCancel(ctx)
+	stopped := make(chan struct{})
+	go func() { notifyStopping(sctx, files, log); close(stopped) }()
+	defer func() { stop(); <-stopped }()
 	for {
 		err := p.runNode(ctx)
 		ch, ok := errors.AsType[*underlayChanged](err)
@@ -152,7 +159,6 @@ func (p *process) runNode(ctx context.Context) error {
 		mountMetrics(hs, p.metricsReg)
 		g.Go(func() error { return hs.Run(gctx) })
 	}
-	g.Go(func() error { notifyStopping(gctx, p.files, log); return nil })
 	err = g.Wait()
 	if ch, ok := errors.AsType[*underlayChanged](err); ok && ch.old.IsValid() && ctx.Err() == nil {
 		mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
