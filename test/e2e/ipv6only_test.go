@@ -1,11 +1,19 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/weft-net/weft/internal/testkit/kubetest"
 	"github.com/weft-net/weft/internal/testkit/nettest"
 )
 
@@ -87,5 +95,66 @@ func checkIPv6OnlyPods(t *testing.T, n1, n2 *Node) {
 			t.Fatalf("TCP %s: %v", d.name, err)
 		}
 		t.Logf("TCP %s: 10 MiB at %.2f Gb/s", d.name, rate*8/1e9)
+	}
+}
+
+// TestIPv6OnlyKubernetes runs the IPv6-only cluster of TestIPv6Only in
+// Kubernetes mode against a real kube-apiserver, as the ServiceAccount of
+// kube-manifests/ under its RBAC: each Node has an IPv6 podCIDR only.
+func TestIPv6OnlyKubernetes(t *testing.T) {
+	k := kubetest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	applyManifests(ctx, t, k)
+	kubeconfig := saKubeconfig(ctx, t, k, "kube-weft", "weft")
+	for _, backend := range []string{"vxlan", "uvxlan"} {
+		t.Run(backend, func(t *testing.T) {
+			netConf := filepath.Join(t.TempDir(), "net-conf.json")
+			if err := os.WriteFile(netConf, []byte(ipv6OnlyConfig), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			c := NewCluster(t, Options{Nodes: 0, UnderlayV6: netip.MustParsePrefix("fd77::/64")})
+			apiserver := strings.TrimPrefix(k.Admin.Host, "https://")
+			c.OnNode = func(n *Node) {
+				ipv6OnlyUnderlay(t, n.NS)
+				nettest.ForwardLoopback(t, n, apiserver)
+			}
+			var nodes []*Node
+			for i, name := range []string{backend + "-n1", backend + "-n2"} {
+				cidr := fmt.Sprintf("fd00:10:244:%x::/64", 0x10*(map[string]int{"vxlan": 1, "uvxlan": 2}[backend])+i)
+				createNodeWithCIDR(ctx, t, k, name, cidr)
+				args := []string{"--kube-subnet-mgr", "--kubeconfig", kubeconfig, "--node-name", name, "--net-config-path", netConf}
+				if backend == "uvxlan" {
+					args = append(args, "--backend", "uvxlan")
+				}
+				nodes = append(nodes, c.AddNode(fmt.Sprintf("n%d", i+1), args...))
+			}
+			for _, n := range nodes {
+				n.WaitReady()
+			}
+			dev, absent := "weft-v6.1", device
+			if backend == "uvxlan" {
+				dev, absent = "weft-u.1", "weft-u6.1"
+			}
+			checkOverlayDevices(t, nodes[0], dev, absent)
+			node, err := k.Client.CoreV1().Nodes().Get(ctx, backend+"-n1", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const p = "flannel.alpha.coreos.com/"
+			if node.Annotations[p+"public-ipv6"] != ipv6Of(t, nodes[0]).String() || node.Annotations[p+"public-ip"] != "" {
+				t.Errorf("n1's annotations: %v, want public-ipv6 %s and no public-ip", node.Annotations, ipv6Of(t, nodes[0]))
+			}
+			checkIPv6OnlyPods(t, nodes[0], nodes[1])
+		})
+	}
+}
+
+// createNodeWithCIDR creates the Node name with the one podCIDR cidr.
+func createNodeWithCIDR(ctx context.Context, t *testing.T, k *kubetest.Cluster, name, cidr string) {
+	t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}}}
+	if _, err := k.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
