@@ -28,7 +28,6 @@ import (
 // Main is weftd's main: it runs weftd with the process's arguments until
 // SIGINT or SIGTERM and exits 1 on an error.
 func Main(version string) {
-	tuneGC()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := Run(ctx, os.Args[0], os.Args[1:], version); err != nil {
