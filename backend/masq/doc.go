@@ -17,7 +17,9 @@
 //		}
 //	}
 //
-// and the same in `ip6 weft-ipv6` for the IPv6Network (multicast ff00::/8).
+// and the same in `ip6 weft-ipv6` for the IPv6Network (multicast ff00::/8);
+// with Config.KeepPorts (flanneld's --ip-masq-fully-random-disable) the two
+// masquerades are plain, keeping a flow's source port when it is free.
 // Node-to-pod traffic on this node has a source outside N and is never
 // translated, so the Kubernetes rule holds that a node reaches its pods
 // without NAT. Traffic from outside N to other nodes' pods (a node without

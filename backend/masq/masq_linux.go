@@ -36,6 +36,11 @@ type Config struct {
 	// and IPv6Network: traffic to them from outside the cluster network
 	// keeps its source. An unset one gets no such rule.
 	Subnet, IPv6Subnet netip.Prefix
+	// KeepPorts masquerades without fully-random ports, so that a flow
+	// keeps its source port when no other flow holds it (flanneld's
+	// --ip-masq-fully-random-disable, for NAT traversal such as Tailscale's
+	// from pods).
+	KeepPorts bool
 	// CheckInterval overrides the period of the check (0: CheckInterval).
 	CheckInterval time.Duration
 }
@@ -136,10 +141,10 @@ func (m *Masq) ensure(conn *nftables.Conn, programmed bool) error {
 func (m *Masq) tables() []nft.Table {
 	var out []nft.Table
 	if m.cfg.Network.IsValid() {
-		out = append(out, specFor(m.cfg.Network, m.cfg.Subnet))
+		out = append(out, specFor(m.cfg.Network, m.cfg.Subnet, m.cfg.KeepPorts))
 	}
 	if m.cfg.IPv6Network.IsValid() {
-		out = append(out, specFor(m.cfg.IPv6Network, m.cfg.IPv6Subnet))
+		out = append(out, specFor(m.cfg.IPv6Network, m.cfg.IPv6Subnet, m.cfg.KeepPorts))
 	}
 	return out
 }

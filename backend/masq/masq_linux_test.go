@@ -97,10 +97,12 @@ func start(t *testing.T, m *Masq) (stop func()) {
 	return stop
 }
 
-func newMasq(t *testing.T, ns *nettest.NS) *Masq {
+func newMasq(t *testing.T, ns *nettest.NS) *Masq { return newMasqKeepPorts(t, ns, false) }
+
+func newMasqKeepPorts(t *testing.T, ns *nettest.NS, keepPorts bool) *Masq {
 	t.Helper()
 	m, err := New(Config{NetNS: ns.Path, Network: network, IPv6Network: network6, Subnet: subnet, IPv6Subnet: subnet6,
-		CheckInterval: 200 * time.Millisecond},
+		KeepPorts: keepPorts, CheckInterval: 200 * time.Millisecond},
 		slog.New(slog.NewTextHandler(t.Output(), nil)))
 	if err != nil {
 		t.Fatal(err)

@@ -24,8 +24,7 @@ import (
 )
 
 // nodeEnv makes the binary one node's uvxlan dataplane (modes uvxlan-proc,
-// uvxlan-fast) or tunpath node (uvxlan-tun-proc): its value is the node's
-// nodeSpec in JSON.
+// uvxlan-fast): its value is the node's nodeSpec in JSON.
 const nodeEnv = "WEFT_BENCH_NODE"
 
 // nodeProfileEnv, when set in the benchmark's environment, makes each node
@@ -43,16 +42,6 @@ type nodeSpec struct {
 	PeerSubnet netip.Prefix `json:"peer_subnet"`
 	Queues     int          `json:"queues"`
 	FastPath   bool         `json:"fast_path"`
-	TUN        bool         `json:"tun"` // run bench/dataplane/tunpath instead of uvxlan
-}
-
-// dataplane is what a node process runs: a uvxlan Backend or a tunpath
-// Node. Ready is closed once it forwards to its peer; Stats may be called
-// after Run has returned.
-type dataplane interface {
-	Run(ctx context.Context) error
-	Ready() <-chan struct{}
-	Stats() backend.Stats
 }
 
 // runNode is the main of a node process: it runs the dataplane, writes
@@ -74,34 +63,22 @@ func runNode(spec string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	var (
-		dp  dataplane
-		ub  *uvxlan.Backend
-		err error
-	)
-	if s.TUN {
-		dp, err = newTUNNode(s)
-	} else {
-		ub, err = uvxlan.New(uvxlan.Config{NetNS: s.NetNS, Local: s.Local, MAC: vtep.DeviceMAC(s.Local, 1),
-			MTU: overlayMTU, Subnet: s.Subnet, Queues: s.Queues, FastPath: s.FastPath}, slog.New(slog.DiscardHandler))
-		dp = ub
-	}
+	dp, err := uvxlan.New(uvxlan.Config{NetNS: s.NetNS, Local: s.Local, MAC: vtep.DeviceMAC(s.Local, 1),
+		MTU: overlayMTU, Subnet: s.Subnet, Queues: s.Queues, FastPath: s.FastPath}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	exited := make(chan error, 1)
 	go func() { exited <- dp.Run(ctx) }()
-	if ub != nil {
-		ub.Set(vtep.Table{s.PeerSubnet: {MAC: vtep.DeviceMAC(s.PeerAddr, 1), Addr: s.PeerAddr}})
-	}
+	dp.Set(vtep.Table{s.PeerSubnet: {MAC: vtep.DeviceMAC(s.PeerAddr, 1), Addr: s.PeerAddr}})
 	select {
 	case <-dp.Ready():
 	case err := <-exited:
 		cancel()
 		return errors.Join(errors.New("dataplane stopped"), err)
 	}
-	if s.FastPath && ub.Stats().Events[uvxlan.EventFastAttaches] == 0 {
+	if s.FastPath && dp.Stats().Events[uvxlan.EventFastAttaches] == 0 {
 		cancel()
 		<-exited
 		return errors.New("the fast path did not attach (see weftd's log for why: run the backend with a logger)")

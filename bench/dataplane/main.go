@@ -76,7 +76,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("dataplane", flag.ContinueOnError)
-	modes := fs.String("modes", "kernel,uvxlan-fast,uvxlan-proc,uvxlan", "comma-separated modes: underlay, kernel (hand-made kernel VXLAN), weft-vxlan (weft's kernel backend, with its VXLAN port filter), weft-vxlan-open (the same with the filter off), uvxlan, uvxlan-plain, uvxlan-proc (uvxlan with each node in a process of its own, as weftd), uvxlan-fast (uvxlan-proc with the fast path), uvxlan-tun-proc (uvxlan-proc's processes running the TUN-based prototype bench/dataplane/tunpath); kernel-to-fast, kernel-to-proc, fast-to-kernel, proc-to-kernel (one kernel VXLAN node and one uvxlan node, with or without the fast path; traffic from the first named to the second)")
+	modes := fs.String("modes", "kernel,uvxlan-fast,uvxlan-proc,uvxlan", "comma-separated modes: underlay, kernel (hand-made kernel VXLAN), weft-vxlan (weft's kernel backend, with its VXLAN port filter), weft-vxlan-open (the same with the filter off), uvxlan, uvxlan-plain, uvxlan-proc (uvxlan with each node in a process of its own, as weftd), uvxlan-fast (uvxlan-proc with the fast path); kernel-to-fast, kernel-to-proc, fast-to-kernel, proc-to-kernel (one kernel VXLAN node and one uvxlan node, with or without the fast path; traffic from the first named to the second)")
 	loads := fs.String("load", "quiet,busy", "comma-separated conditions: quiet, busy (a child process keeps one core busy)")
 	quick := fs.Bool("quick", false, "3 s runs, 1 round, quiet only, no breakdown")
 	var o options

@@ -27,7 +27,7 @@ func header(o options) string {
 	if m := readCPU().cpus; m > runtime.NumCPU() {
 		cpus = fmt.Sprintf("%d CPUs, of which the benchmark's CPU affinity allows %d", m, runtime.NumCPU())
 	}
-	return fmt.Sprintf("%s, %s; %s (%s); iperf3 TCP %s per run; %d interleaved rounds per condition (median, and lowest–highest); %d pings per round; uvxlan: both nodes' dataplanes in this process (GOMAXPROCS %d), uvxlan-proc: each in a process of its own, as weftd runs; uvxlan-fast: the same with the fast path (Config.FastPath); uvxlan-tun-proc: the TUN-based prototype (bench/dataplane/tunpath) run as uvxlan-proc; kernel-to-fast and the like: one kernel VXLAN node, one uvxlan node, traffic from the first named; dataplanes at nice %d, everything else at 0",
+	return fmt.Sprintf("%s, %s; %s (%s); iperf3 TCP %s per run; %d interleaved rounds per condition (median, and lowest–highest); %d pings per round; uvxlan: both nodes' dataplanes in this process (GOMAXPROCS %d), uvxlan-proc: each in a process of its own, as weftd runs; uvxlan-fast: the same with the fast path (Config.FastPath); kernel-to-fast and the like: one kernel VXLAN node, one uvxlan node, traffic from the first named; dataplanes at nice %d, everything else at 0",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), host, cpus, kernelRelease(), o.dur, o.rounds, o.pings, runtime.GOMAXPROCS(0), o.nice)
 }
 
@@ -136,7 +136,7 @@ func goals(mode string) []benchreport.Goal {
 	case "uvxlan-fast":
 		return []benchreport.Goal{{Name: mode + goal1, Bound: 100, Unit: "%"},
 			{Name: mode + goal4, Bound: 100, Unit: "%"}, {Name: mode + goalP50, AtMost: true, Bound: 1, Unit: "×"}}
-	case "uvxlan-proc", "uvxlan-tun-proc": // the userspace path, per process as weftd runs it
+	case "uvxlan-proc": // the userspace path, per process as weftd runs it
 		return []benchreport.Goal{{Name: mode + goal1, Bound: 55, Unit: "%"}, {Name: mode + goalP50, AtMost: true, Bound: 2, Unit: "×"}}
 	}
 	return nil

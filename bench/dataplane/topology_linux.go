@@ -160,8 +160,6 @@ func build(ctx context.Context, mode string, queues int, log *slog.Logger) (t *t
 		err = t.userVXLAN(ctx, mode == "uvxlan-plain", queues, log)
 	case "uvxlan-proc", "uvxlan-fast":
 		err = t.processVXLAN(queues, mode == "uvxlan-fast")
-	case "uvxlan-tun-proc":
-		err = t.tunProcessVXLAN(queues)
 	case "kernel-to-fast", "kernel-to-proc", "fast-to-kernel", "proc-to-kernel":
 		err = t.mixedVXLAN(mode, queues)
 	default:

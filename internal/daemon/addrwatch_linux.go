@@ -12,24 +12,31 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrUnderlayAddrChanged ends weftd when the address it advertises was
-// taken from the underlay device and the device now holds another one in
-// its place: the lease, the VXLAN device and every peer's entries name the
-// old address, and a fresh start advertises the new one.
-var ErrUnderlayAddrChanged = errors.New("the underlay address weftd advertises was replaced")
+// errUnderlayChanged is the error of an addrWatch that saw the underlay
+// change under weftd: the lease, the dataplane and every peer's entries
+// name the old device or the old address, so Run starts the node again on
+// the new one, in the same process.
+var errUnderlayChanged = errors.New("the underlay changed")
 
-// addrChanged is the error of an addrWatch that saw the address replaced.
-type addrChanged struct {
-	device   string
-	old, now netip.Addr
+// underlayChanged says what changed.
+type underlayChanged struct {
+	device    string
+	recreated bool       // a new device under the old name (new index)
+	old, now  netip.Addr // the advertised address and the one in its place; invalid when it stayed
 }
 
-func (e *addrChanged) Error() string {
-	return fmt.Sprintf("%v: %s on %s is now %s: exiting so that the service manager starts weftd again with the new address",
-		ErrUnderlayAddrChanged, e.old, e.device, e.now)
+func (e *underlayChanged) Error() string {
+	what := "the device was replaced by a new one"
+	if !e.recreated {
+		what = "its address was replaced"
+	}
+	if e.old.IsValid() {
+		what += fmt.Sprintf(", %s is now %s", e.old, e.now)
+	}
+	return fmt.Sprintf("%v: %s: %s", errUnderlayChanged, e.device, what)
 }
 
-func (e *addrChanged) Unwrap() error { return ErrUnderlayAddrChanged }
+func (e *underlayChanged) Unwrap() error { return errUnderlayChanged }
 
 // Timing of addrWatch.
 const (
@@ -41,19 +48,25 @@ const (
 	addrGrace = 5 * time.Second
 )
 
-// addrWatch checks the underlay device's addresses every addrCheckEvery.
+// addrWatch checks the underlay device every addrCheckEvery: that it is
+// still the device weftd started on, and still holds the addresses weftd
+// took from it.
 type addrWatch struct {
 	index        int
 	name         string
 	want4, want6 netip.Addr // addresses taken from the device; invalid: not watched
+	// need4 and need6: the device had an address of that family, which a
+	// device recreated under its name must have before weftd uses it.
+	need4, need6 bool
 	log          *slog.Logger
 }
 
-// newAddrWatch watches the addresses of node that came from the underlay u
-// (not those set by flag or annotation, even when the device holds them:
-// the operator chose them, and a restart would advertise them again).
+// newAddrWatch watches the underlay u and the addresses of node that came
+// from it (not those set by flag or annotation, even when the device holds
+// them: the operator chose them, and a new start advertises them again).
 func newAddrWatch(u underlayInfo, node Node, log *slog.Logger) addrWatch {
-	w := addrWatch{index: u.index, name: u.name, log: log.With("component", "underlay")}
+	w := addrWatch{index: u.index, name: u.name, need4: u.ipv4.IsValid(), need6: u.ipv6.IsValid(),
+		log: log.With("component", "underlay")}
 	if u.picked4 && node.PublicIP.IsValid() && node.PublicIP == u.ipv4 {
 		w.want4 = node.PublicIP
 	}
@@ -63,68 +76,93 @@ func newAddrWatch(u underlayInfo, node Node, log *slog.Logger) addrWatch {
 	return w
 }
 
-// Run returns ErrUnderlayAddrChanged (wrapped) once an advertised address
-// has been missing from the device for addrGrace while another global
+// Run returns an *underlayChanged (errUnderlayChanged) once the device was
+// recreated under its name and holds its addresses again, or once an
+// advertised address has been missing for addrGrace while another global
 // address of its family is there; nil when ctx ends.
 func (w addrWatch) Run(ctx context.Context) error {
-	if !w.want4.IsValid() && !w.want6.IsValid() {
-		return nil
-	}
 	h, err := netlink.NewHandle()
 	if err != nil {
-		return fmt.Errorf("watch underlay addresses: netlink: %w", err)
+		return fmt.Errorf("watch the underlay: netlink: %w", err)
 	}
 	defer h.Close()
 	tick := time.NewTicker(addrCheckEvery)
 	defer tick.Stop()
 	var since time.Time
-	failing := false
+	var failing string
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
 		}
-		old, now, err := w.replaced(h)
+		ch, err := w.check(h)
 		switch {
 		case err != nil:
-			// The device itself gone (recreated with another index, or
-			// removed) is the dataplane's to repair and the operator's to
-			// see; the address cannot be compared meanwhile.
-			if !failing {
-				w.log.Warn("cannot read the underlay addresses", "device", w.name, "err", err)
+			// The device gone, or back without its addresses yet: the
+			// dataplane cannot run on it meanwhile, and the operator sees it.
+			if err.Error() != failing {
+				w.log.Warn("waiting for the underlay", "device", w.name, "err", err)
 			}
-			failing = true
+			failing = err.Error()
 			continue
-		case !old.IsValid():
-			failing, since = false, time.Time{}
+		case ch == nil:
+			failing, since = "", time.Time{}
 			continue
+		case ch.recreated && !ch.old.IsValid():
+			return ch
 		case since.IsZero():
 			since = time.Now()
 			w.log.Warn("the advertised underlay address is gone and another is there; waiting for it to come back",
-				"device", w.name, "advertised", old, "now", now, "grace", addrGrace)
+				"device", w.name, "advertised", ch.old, "now", ch.now, "grace", addrGrace)
 		}
 		if time.Since(since) >= addrGrace {
-			return &addrChanged{device: w.name, old: old, now: now}
+			return ch
 		}
 	}
 }
 
-// replaced returns an advertised address missing from the device and the
-// device's global address of the same family that took its place, when
-// there is one. Addresses that are not settled in their place are not
-// taken for it: a secondary address (a VIP beside the primary), a
-// tentative IPv6 address (duplicate detection still running) and a
-// deprecated one.
-func (w addrWatch) replaced(h *netlink.Handle) (old, now netip.Addr, err error) {
+// check returns what changed (nil: nothing), or an error while the device
+// is gone or, recreated, lacks an address of a family it had.
+func (w addrWatch) check(h *netlink.Handle) (*underlayChanged, error) {
 	l, err := h.LinkByIndex(w.index)
-	if err != nil {
-		return old, now, err
+	if err == nil {
+		addrs, err := h.AddrList(l, netlink.FAMILY_ALL)
+		if err != nil {
+			return nil, err
+		}
+		if old, now := w.replacement(addrs); old.IsValid() {
+			return &underlayChanged{device: w.name, old: old, now: now}, nil
+		}
+		return nil, nil
+	}
+	if !errors.As(err, &netlink.LinkNotFoundError{}) {
+		return nil, err
+	}
+	if l, err = h.LinkByName(w.name); err != nil {
+		return nil, fmt.Errorf("device gone: %w", err)
 	}
 	addrs, err := h.AddrList(l, netlink.FAMILY_ALL)
 	if err != nil {
-		return old, now, err
+		return nil, err
 	}
+	for _, fam := range []struct {
+		need bool
+		is4  bool
+	}{{w.need4, true}, {w.need6, false}} {
+		if fam.need && !hasSettled(addrs, fam.is4) {
+			return nil, fmt.Errorf("device recreated (index %d, was %d), waiting for its addresses", l.Attrs().Index, w.index)
+		}
+	}
+	old, now := w.replacement(addrs)
+	return &underlayChanged{device: w.name, recreated: true, old: old, now: now}, nil
+}
+
+// replacement returns an advertised address missing from addrs and the
+// global address of the same family that took its place, when there is
+// one. Addresses that are not settled in their place are not taken for it
+// (settled).
+func (w addrWatch) replacement(addrs []netlink.Addr) (old, now netip.Addr) {
 	for _, want := range []netip.Addr{w.want4, w.want6} {
 		if !want.IsValid() {
 			continue
@@ -139,14 +177,33 @@ func (w addrWatch) replaced(h *netlink.Handle) (old, now netip.Addr, err error) 
 			switch {
 			case ip == want:
 				found = ip
-			case ip.Is4() == want.Is4() && ip.IsGlobalUnicast() && !other.IsValid() &&
-				a.Flags&(unix.IFA_F_SECONDARY|unix.IFA_F_TENTATIVE|unix.IFA_F_DEPRECATED) == 0:
+			case ip.Is4() == want.Is4() && settled(a) && !other.IsValid():
 				other = ip
 			}
 		}
 		if !found.IsValid() && other.IsValid() {
-			return want, other, nil
+			return want, other
 		}
 	}
-	return old, now, nil
+	return old, now
+}
+
+// settled reports whether a is a global address in its place: not a
+// secondary address (a VIP beside the primary), a tentative IPv6 address
+// (duplicate detection still running) or a deprecated one.
+func settled(a netlink.Addr) bool {
+	ip, ok := netip.AddrFromSlice(a.IP)
+	return ok && ip.Unmap().IsGlobalUnicast() &&
+		a.Flags&(unix.IFA_F_SECONDARY|unix.IFA_F_TENTATIVE|unix.IFA_F_DEPRECATED) == 0
+}
+
+// hasSettled reports whether addrs hold a settled address of the
+// family (IPv4 when is4).
+func hasSettled(addrs []netlink.Addr, is4 bool) bool {
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap().Is4() == is4 && settled(a) {
+			return true
+		}
+	}
+	return false
 }

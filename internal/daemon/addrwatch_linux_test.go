@@ -34,12 +34,16 @@ func TestAddrWatchReplaced(t *testing.T) {
 		if s.cmd != nil {
 			nettest.MustRun(t, ns, s.cmd...)
 		}
-		old, now, err := w.replaced(ns.Handle)
+		ch, err := w.check(ns.Handle)
 		if err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
-		if addrString(old) != s.old || addrString(now) != s.now {
-			t.Errorf("%s: replaced = %v, %v; want %q, %q", s.name, old, now, s.old, s.now)
+		var old, now netip.Addr
+		if ch != nil {
+			old, now = ch.old, ch.now
+		}
+		if addrString(old) != s.old || addrString(now) != s.now || ch != nil && ch.recreated {
+			t.Errorf("%s: check = %+v; want %q, %q", s.name, ch, s.old, s.now)
 		}
 	}
 }
@@ -49,4 +53,51 @@ func addrString(a netip.Addr) string {
 		return ""
 	}
 	return a.String()
+}
+
+// TestAddrWatchRecreated: a device recreated under the underlay's name is
+// a change once it holds an address of each family the old one had, with
+// the advertised address kept or replaced.
+func TestAddrWatchRecreated(t *testing.T) {
+	ns := nettest.NewNS(t, "addrw")
+	mk := func(addr string) {
+		nettest.MustRun(t, ns, "ip", "link", "add", "ul0", "type", "veth", "peer", "name", "ul1")
+		if addr != "" {
+			nettest.MustRun(t, ns, "ip", "addr", "add", addr, "dev", "ul0")
+		}
+	}
+	mk("10.1.0.1/24")
+	l, err := ns.Handle.LinkByName("ul0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := addrWatch{index: l.Attrs().Index, name: "ul0", want4: netip.MustParseAddr("10.1.0.1"), need4: true}
+	steps := []struct {
+		name     string
+		run      func()
+		wantErr  bool
+		old, now string
+	}{
+		{"device deleted", func() { nettest.MustRun(t, ns, "ip", "link", "del", "ul0") }, true, "", ""},
+		{"recreated without an address", func() { mk("") }, true, "", ""},
+		{"recreated with an IPv6 address only", func() { nettest.MustRun(t, ns, "ip", "addr", "add", "fd01::1/64", "dev", "ul0", "nodad") }, true, "", ""},
+		{"recreated with the same address", func() { nettest.MustRun(t, ns, "ip", "addr", "add", "10.1.0.1/24", "dev", "ul0") }, false, "", ""},
+		{"recreated with another address", func() {
+			nettest.MustRun(t, ns, "ip", "link", "del", "ul0")
+			mk("10.1.0.2/24")
+		}, false, "10.1.0.1", "10.1.0.2"},
+	}
+	for _, s := range steps {
+		s.run()
+		ch, err := w.check(ns.Handle)
+		if s.wantErr {
+			if err == nil {
+				t.Errorf("%s: check = %+v, want an error (waiting)", s.name, ch)
+			}
+			continue
+		}
+		if err != nil || ch == nil || !ch.recreated || addrString(ch.old) != s.old || addrString(ch.now) != s.now {
+			t.Errorf("%s: check = %+v, %v; want recreated, %q, %q", s.name, ch, err, s.old, s.now)
+		}
+	}
 }

@@ -13,10 +13,11 @@
 // loop itself knows no datastore and no kernel: it sees the Registry and
 // Dataplane interfaces, which its tests fake. cmd/weftd is a one-line main.
 //
-// Run also watches the underlay address weftd took from the device: when
-// another address replaces it (a network manager handing out a new one),
-// weftd moves its lease to the new address (etcd) and exits, so that the
-// service manager starts it again on the new address with the same subnet.
+// Run also watches the underlay: when a new device takes the old one's name
+// (tailscaled or a network manager recreating it) or another address
+// replaces the one weftd took from the device, weftd moves its lease to the
+// new address (etcd) and starts the node again on the new underlay, in the
+// same process, with the same subnet.
 package daemon
 
 import (

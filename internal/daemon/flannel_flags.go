@@ -36,7 +36,7 @@ func (f *flannelFlags) register(s *flagenv.Set, c *config) {
 	s.Bool(&f.blackholeRoute, "ip-blackhole-route", false, "add a blackhole route for this node's pod subnet, so its unused addresses are never routed elsewhere")
 	s.Bool(&f.forwardRules, "iptables-forward-rules", true, "accept traffic to and from the cluster network in the iptables FORWARD chains (chain WEFT-FWD), whatever --ip-masq says; false removes them")
 	s.Int(&f.resyncSeconds, "iptables-resync", 5, "seconds between checks of the masquerade and forward rules")
-	s.Bool(&f.masqRandomDisable, "ip-masq-fully-random-disable", false, "flanneld: masquerade without fully-random ports (ignored by weft)")
+	s.Bool(&f.masqRandomDisable, "ip-masq-fully-random-disable", false, "with --ip-masq, masquerade without fully-random source ports, so that a flow keeps its source port when it is free (NAT traversal from pods)")
 	s.Int(&f.verbosity, "v", 0, "flanneld's (klog's) verbosity: 2 or more means --log-level debug")
 	s.String(&f.vmodule, "vmodule", "", "flanneld's (klog's) per-file verbosity (ignored by weft)")
 	s.String(&f.backtraceAt, "log_backtrace_at", "", "flanneld's (klog's) backtrace location (ignored by weft)")
@@ -71,8 +71,8 @@ func (c *config) ignored() []ignoredFlag {
 	if f.backtraceAt != "" && f.backtraceAt != ":0" {
 		out = append(out, ignoredFlag{"--log_backtrace_at", "weft logs no backtraces"})
 	}
-	if f.masqRandomDisable {
-		out = append(out, ignoredFlag{"--ip-masq-fully-random-disable", "weft always masquerades with fully-random source ports"})
+	if f.masqRandomDisable && !c.ipMasq {
+		out = append(out, ignoredFlag{"--ip-masq-fully-random-disable", "used only with --ip-masq"})
 	}
 	if c.kubeAPIURL != "" && !c.kubeSubnetMgr {
 		out = append(out, ignoredFlag{"--kube-api-url", "used only with --kube-subnet-mgr"})

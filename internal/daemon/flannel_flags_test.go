@@ -76,6 +76,7 @@ func TestFlanneldFlags(t *testing.T) {
 		{"FLANNELD_IFACE list", nil, map[string]string{"FLANNELD_IFACE": "eth1,eth2"}, func(c *config) any { return c.ifaces }, []string{"eth1", "eth2"}},
 		{"FLANNELD_SUBNET_LEASE_RENEW_MARGIN", nil, map[string]string{"FLANNELD_SUBNET_LEASE_RENEW_MARGIN": "30"}, func(c *config) any { return c.renewMargin }, 30 * time.Minute},
 		{"FLANNELD_IP_MASQ", nil, map[string]string{"FLANNELD_IP_MASQ": "true"}, func(c *config) any { return c.ipMasq }, true},
+		{"FLANNELD_IP_MASQ_FULLY_RANDOM_DISABLE", nil, map[string]string{"FLANNELD_IP_MASQ_FULLY_RANDOM_DISABLE": "true"}, func(c *config) any { return c.flannel.masqRandomDisable }, true},
 		{"FLANNELD_HEALTHZ_PORT", nil, map[string]string{"FLANNELD_HEALTHZ_PORT": "8081"}, func(c *config) any { return c.healthAddr }, "0.0.0.0:8081"},
 		{"command line beats FLANNELD_", []string{"--etcd-prefix=/cli"}, map[string]string{"FLANNELD_ETCD_PREFIX": "/env"}, func(c *config) any { return c.etcd.Prefix }, "/cli"},
 		{"WEFT_ beats FLANNELD_", nil, map[string]string{"FLANNELD_ETCD_PREFIX": "/flannel", "WEFT_ETCD_PREFIX": "/weft"}, func(c *config) any { return c.etcd.Prefix }, "/weft"},
@@ -238,8 +239,10 @@ func TestIgnoredFlagsAreReported(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ignored %v, want %v", got, want)
 	}
-	// --iptables-forward-rules acts with and without --ip-masq.
-	for _, args := range [][]string{{"--iptables-forward-rules=false"}, {"--iptables-forward-rules=false", "--ip-masq"}} {
+	// --iptables-forward-rules acts with and without --ip-masq,
+	// --ip-masq-fully-random-disable with it.
+	for _, args := range [][]string{{"--iptables-forward-rules=false"}, {"--iptables-forward-rules=false", "--ip-masq"},
+		{"--ip-masq", "--ip-masq-fully-random-disable"}} {
 		c, err := parseFlags("flanneld", args, io.Discard)
 		if err != nil {
 			t.Fatal(err)

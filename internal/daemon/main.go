@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 
@@ -27,7 +28,6 @@ import (
 // Main is weftd's main: it runs weftd with the process's arguments until
 // SIGINT or SIGTERM and exits 1 on an error.
 func Main(version string) {
-	tuneGC()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := Run(ctx, os.Args[0], os.Args[1:], version); err != nil {
@@ -75,40 +75,73 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 		return err
 	}
 	defer closeReg()
-	node, underlay, err := findNode(ctx, c, reg, log)
+	p := &process{c: c, reg: reg, etcd: etcdClient, live: live, metricsReg: metricsReg, metrics: metrics,
+		rej: rej, files: files, log: log}
+	// STOPPING=1 once, when weftd stops: not between the node's runs (the
+	// service manager would take it for a stop and kill weftd after its
+	// stop timeout).
+	sctx, stop := context.WithCancel(ctx)
+	stopped := make(chan struct{})
+	go func() { notifyStopping(sctx, files, log); close(stopped) }()
+	defer func() { stop(); <-stopped }()
+	for {
+		err := p.runNode(ctx)
+		ch, ok := errors.AsType[*underlayChanged](err)
+		if !ok || ctx.Err() != nil {
+			log.Info("weftd stopped; lease and dataplane left in place")
+			return ignoreCanceled(ctx, err)
+		}
+		log.Warn("the underlay changed: starting the node again on it", "change", ch.Error())
+	}
+}
+
+// process is what weftd keeps across the node's runs: its flags, registry,
+// metrics and the files the service manager passed.
+type process struct {
+	c          *config
+	reg        subnet.Registry
+	etcd       *clientv3.Client // nil in Kubernetes mode
+	live       *liveBackend
+	metricsReg *prometheus.Registry
+	metrics    *Metrics
+	rej        *subnet.Rejections
+	files      *fdstore.Store
+	log        *slog.Logger
+}
+
+// runNode finds the underlay and runs the node on it (lease, dataplane,
+// presence, health) until ctx ends or the underlay changes under it (an
+// *underlayChanged): then it moves the lease to the underlay's new address,
+// if it has one, and returns so that Run starts the node again on it.
+func (p *process) runNode(ctx context.Context) error {
+	c, log := p.c, p.log
+	node, underlay, err := findNode(ctx, c, p.reg, log)
 	if err != nil {
 		return ignoreCanceled(ctx, err)
 	}
+	reg := p.reg
 	if c.kubeSubnetMgr && !c.setNodeNetUnav {
 		reg = registryOnly{reg}
 	}
-	log.Info("underlay", "device", underlay.name, "mtu", underlay.mtu, "publicIP", node.PublicIP, "publicIPv6", node.PublicIPv6)
+	log.Info("underlay", "device", underlay.name, "index", underlay.index, "mtu", underlay.mtu,
+		"publicIP", node.PublicIP, "publicIPv6", node.PublicIPv6)
 	if err := enableForwarding(forwardIPv4, log); err != nil {
 		return err
 	}
 	var presence *etcd.Presence
-	if etcdClient != nil {
-		if presence, err = newPresence(c, etcdClient, node, log); err != nil {
+	if p.etcd != nil {
+		if presence, err = newPresence(c, p.etcd, node, log); err != nil {
 			return err
 		}
 	}
-
-	f := factories(c, underlay, live, files, log)
+	f := factories(c, underlay, p.live, p.files, log)
 	if f.Policy, err = policyFactory(c, log); err != nil {
 		return err
 	}
 	d, err := New(Config{
-		Registry:    reg,
-		Node:        node,
-		Metrics:     metrics,
-		Rejections:  rej,
-		Factories:   f,
-		SubnetFile:  c.subnetFile,
-		IPMasq:      c.ipMasq,
-		BackendType: c.backend,
-		RenewMargin: c.renewMargin,
-		Notifier:    files,
-		Presence:    presenceOrNil(presence),
+		Registry: reg, Node: node, Metrics: p.metrics, Rejections: p.rej, Factories: f,
+		SubnetFile: c.subnetFile, IPMasq: c.ipMasq, BackendType: c.backend, RenewMargin: c.renewMargin,
+		Notifier: p.files, Presence: presenceOrNil(presence),
 	}, log)
 	if err != nil {
 		return err
@@ -122,19 +155,17 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 	if c.healthAddr != "" {
 		hs := NewHealthServer(c.healthAddr, d.Ready, log)
 		hs.Why = d.Waiting
-		mountMetrics(hs, metricsReg)
+		mountMetrics(hs, p.metricsReg)
 		g.Go(func() error { return hs.Run(gctx) })
 	}
-	g.Go(func() error { notifyStopping(gctx, files, log); return nil })
 	err = g.Wait()
-	if moved, ok := errors.AsType[*addrChanged](err); ok {
-		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		if merr := d.MoveLease(mctx, moved.now); merr != nil {
-			log.Error("cannot move the lease to the new address; the next start takes another subnet", "err", merr)
+	if ch, ok := errors.AsType[*underlayChanged](err); ok && ch.old.IsValid() && ctx.Err() == nil {
+		mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if merr := d.MoveLease(mctx, ch.now); merr != nil {
+			log.Error("cannot move the lease to the new address; the next run takes another subnet", "err", merr)
 		}
 		cancel()
 	}
-	log.Info("weftd stopped; lease and dataplane left in place")
 	return err
 }
 

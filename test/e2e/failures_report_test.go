@@ -29,10 +29,19 @@ var flannelFailures = []failureRow{
 		Weft: "every dataplane watches the kernel's link, address, route and neighbour notifications and repairs what drifted; " +
 			"host-gw treats any change of the underlay device or its addresses as drift (the kernel drops routes via a downed device without a notification). " +
 			"When the address weftd took from the device (not one a flag or annotation chose) is replaced by another for 5 s, weftd moves its etcd lease " +
-			"to the new address and exits, so that the service manager starts it on the new address with the same subnet",
+			"to the new address and starts the node again on it with the same subnet, in the same process",
 		Test: "`TestFlannel1070UnderlayRestart` (vxlan and host-gw: link down 300 ms then up; address flushed and added again; address replaced by a new one)",
 		Removed: "host-gw's drift rules for the underlay link and its addresses (`Link`/`Addr` always false), and the underlay address watch: " +
 			"host-gw's three cases fail (routes not back within 10 s; weftd still running 5 s after its address was replaced)"},
+	{ID: "2247", Report: "#2247, k3s-io/k3s#12436: the underlay device deleted and created again (tailscale0, ZeroTier, VLAN, bond)",
+		Users: "pods on the node cut off until flanneld restarts",
+		Weft: "weftd checks every second that the underlay device is the one it started on; when a new device holds its name and an address " +
+			"of each family the old one had, weftd starts the node again on it in the same process (moving the lease when the address changed), " +
+			"and the dataplane is rebuilt on the new device",
+		Test: "`TestFlannel2247UnderlayRecreated` (vxlan, uvxlan, uvxlan with its files kept by a service manager, and host-gw; the underlay veth deleted and a new one made, with the same address, then with a new one; " +
+			"this kernel has no VLAN driver)",
+		Removed: "the watch of a recreated device and the in-process restart: vxlan and host-gw fail with the same address, all three with a new one " +
+			"(pods do not talk again within 20 s)"},
 	{ID: "2554", Report: "#2554: stale routes to removed nodes",
 		Users: "traffic black-holed to old addresses; a reused subnet unreachable",
 		Weft: "the first sync after start is a full one: every route, neighbour and FDB entry weft owns that no lease asks for is removed; " +

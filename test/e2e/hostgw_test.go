@@ -37,7 +37,7 @@ func TestHostGW(t *testing.T) {
 	c.OnNode = func(n *Node) {
 		if n.Label == "n3" {
 			n.Prog = flanneld
-			n.Env = []string{"FLANNELD_IFACE=eth0", "FLANNELD_SUBNET_LEASE_RENEW_MARGIN=60"}
+			n.Env = []string{"FLANNELD_IFACE=eth0", "FLANNELD_SUBNET_LEASE_RENEW_MARGIN=60", "FLANNELD_IP_MASQ_FULLY_RANDOM_DISABLE=true"}
 		}
 	}
 	c.AddNode("n1")
@@ -69,6 +69,15 @@ func TestHostGW(t *testing.T) {
 			}
 			if v["BackendType"] != "host-gw" || len(v) != 3 || v["PublicIP"] == nil || v["PublicIPv6"] == nil {
 				t.Errorf("lease %s = %s, want exactly PublicIP, PublicIPv6 and BackendType host-gw", kv.Key, kv.Value)
+			}
+		}
+	})
+
+	t.Run("FLANNELD_IP_MASQ_FULLY_RANDOM_DISABLE masquerades without fully-random", func(t *testing.T) {
+		for _, fam := range []string{"ip weft-ipv4", "ip6 weft-ipv6"} {
+			got := Output(t, n3.NS, append([]string{"nft", "list", "chain"}, append(strings.Fields(fam), "postrouting")...)...)
+			if strings.Count(got, " masquerade comment ") != 2 || strings.Contains(got, "fully-random") {
+				t.Errorf("n3 %s postrouting: want two plain masquerade rules:\n%s", fam, got)
 			}
 		}
 	})

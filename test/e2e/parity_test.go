@@ -78,7 +78,8 @@ func (s *notifySocket) next(t *testing.T, want string, within time.Duration) (no
 // TestWeftdNotifiesSystemd runs weftd as a Type=notify unit runs it: with
 // NOTIFY_SOCKET. It sends READY=1 only once it holds its lease, has written
 // the subnet file and programmed its device (not while it waits for the
-// network config), and STOPPING=1 when it is told to stop.
+// network config), READY=1 again and no STOPPING=1 when it starts the node
+// again on a recreated underlay, and STOPPING=1 when it is told to stop.
 func TestWeftdNotifiesSystemd(t *testing.T) {
 	c := NewCluster(t, Options{NoConfig: true})
 	var node atomic.Pointer[Node]
@@ -107,6 +108,23 @@ func TestWeftdNotifiesSystemd(t *testing.T) {
 	}
 	if code, _, err := n.HTTPGet("http://127.0.0.1:9470/readyz"); err != nil || code != 200 {
 		t.Errorf("/readyz after READY=1: %d %v", code, err)
+	}
+	// The underlay device recreated: weftd starts the node again in the
+	// same process, and says READY=1 again but never STOPPING=1 meanwhile
+	// (systemd would take it for a stop and kill weftd).
+	nettest.MustRun(t, n, "ip", "link", "del", "eth0")
+	plugUnderlay(t, c, n, "p-n1-again", n.Addr.String())
+	deadline := time.After(30 * time.Second)
+	for again := false; !again; {
+		select {
+		case m := <-sock.msgs:
+			if strings.Contains(m.state, "STOPPING=1") {
+				t.Fatalf("STOPPING=1 while weftd started the node again on the new underlay: %q", m.state)
+			}
+			again = strings.Contains(m.state, "READY=1")
+		case <-deadline:
+			t.Fatal("no READY=1 within 30s of the underlay's return")
+		}
 	}
 	n.Stop()
 	if _, err := sock.next(t, "STOPPING=1", 5*time.Second); err != nil {
