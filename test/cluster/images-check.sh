@@ -65,7 +65,7 @@ check() {
 	shift 2
 	[ -s "$a" ] || { log "FAIL: no archive $a"; fails=$((fails + 1)); return; }
 	if ! $ctr images ls -q | grep -qx "$img"; then
-		$ctr images import "$a" >/dev/null
+		$ctr images import "$a" >/dev/null || { log "FAIL: ctr images import $a"; fails=$((fails + 1)); return; }
 	fi
 	$ctr images ls -q | grep -qx "$img" || { log "FAIL: $img not listed after importing $a"; fails=$((fails + 1)); return; }
 	if out=$($ctr run --rm --cgroup "/$cg/$id" "$img" "$id" "$@" 2>&1); then
