@@ -80,7 +80,7 @@ check pause registry.k8s.io/pause:3.10.2 /pause -v
 check busybox registry.k8s.io/e2e-test-images/busybox:1.37.0-2 sh -c 'id -u && wget --help 2>&1 | head -1 && nc --help 2>&1 | head -1'
 check nginx registry.k8s.io/e2e-test-images/nginx:1.27.0-2 nginx -t
 check nginx registry.k8s.io/e2e-test-images/nginx:1.28.0-2 nginx -v
-check glibc-dns-testing registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1 sh -c 'dig -v && getent hosts localhost && /coredns -version'
+check glibc-dns-testing registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1 sh -c 'dig -v && getent passwd root && /coredns -version'
 check agnhost registry.k8s.io/e2e-test-images/agnhost:2.66.1 sh -c 'for c in dig nslookup curl wget nc ss ip iperf bash socat ipcs ping timeout hostname /coredns /agnhost-2; do command -v $c >/dev/null || { echo missing $c; exit 1; }; done; id user-defined-in-image; /agnhost --version'
 check agnhost registry.k8s.io/e2e-test-images/agnhost:2.66.1 /agnhost dns-suffix
 check coredns registry.k8s.io/coredns/coredns:v1.14.6 /coredns -version

@@ -159,16 +159,17 @@ build_glibc-dns-testing() {
 # agnhost as its upstream Dockerfile makes it, on Debian: the tools the specs
 # run in it (dig and nslookup, curl, nc, ss and ip, iperf, bash, socat,
 # ipcs), /coredns, /uploads, porter's certificates, agnhost-2, the user and
-# group a SupplementalGroups spec expects; and, like Alpine's busybox,
-# busybox applets for commands Debian's packages leave out (wget, ping, ...
-# are real packages here, the rest are applets).
+# group a SupplementalGroups spec expects; and, for the network tools
+# Alpine's busybox has and these packages leave out (netstat, route,
+# traceroute, arping, ...), busybox applets.
 build_agnhost() {
 	local r="$tmp/agnhost" src a
 	debroot "$r" bind9-dnsutils,curl,wget,netcat-openbsd,iproute2,iputils-ping,iperf,socat,procps,util-linux,ca-certificates,busybox-static
 	chroot "$r" groupadd -g 50000 group-defined-in-image
 	chroot "$r" useradd -m -u 1000 -G group-defined-in-image user-defined-in-image
-	for a in $(chroot "$r" busybox --list); do
-		[ -e "$r/usr/bin/$a" ] || [ -e "$r/usr/sbin/$a" ] || ln -s /usr/bin/busybox "$r/usr/local/bin/$a"
+	for a in arp arping ifconfig netstat route traceroute traceroute6 telnet httpd ipcalc hexdump xxd less vi unzip strings killall time; do
+		[ -e "$r/usr/bin/$a" ] || [ -L "$r/usr/bin/$a" ] || [ -e "$r/usr/sbin/$a" ] || [ -L "$r/usr/sbin/$a" ] ||
+			ln -s /usr/bin/busybox "$r/usr/local/bin/$a"
 	done
 	cp "$(gobin agnhost)" "$r/agnhost"
 	ln -s agnhost "$r/agnhost-2"
