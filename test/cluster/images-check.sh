@@ -64,10 +64,15 @@ check() {
 	local a="$dir/$1.tar" img=$2 id="check-$RANDOM"
 	shift 2
 	[ -s "$a" ] || { log "FAIL: no archive $a"; fails=$((fails + 1)); return; }
-	if ! $ctr images ls -q | grep -qx "$img"; then
+	# (the list is read first: with pipefail, grep -q ending early would
+	# make ctr's SIGPIPE fail the pipeline)
+	local have
+	have="$($ctr images ls -q)"
+	if ! grep -qx "$img" <<<"$have"; then
 		$ctr images import "$a" >/dev/null || { log "FAIL: ctr images import $a"; fails=$((fails + 1)); return; }
+		have="$($ctr images ls -q)"
 	fi
-	$ctr images ls -q | grep -qx "$img" || { log "FAIL: $img not listed after importing $a"; fails=$((fails + 1)); return; }
+	grep -qx "$img" <<<"$have" || { log "FAIL: $img not listed after importing $a"; fails=$((fails + 1)); return; }
 	if out=$($ctr run --rm --cgroup "/$cg/$id" "$img" "$id" "$@" 2>&1); then
 		log "ok: $img: $* -> $(echo "$out" | head -1)"
 	else
@@ -82,7 +87,7 @@ check nginx registry.k8s.io/e2e-test-images/nginx:1.27.0-2 nginx -t
 check nginx registry.k8s.io/e2e-test-images/nginx:1.28.0-2 nginx -v
 check glibc-dns-testing registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1 sh -c 'dig -v && getent passwd root && /coredns -version'
 check agnhost registry.k8s.io/e2e-test-images/agnhost:2.66.1 sh -c 'for c in dig nslookup curl wget nc ss ip iperf bash socat ipcs ping timeout hostname /coredns /agnhost-2; do command -v $c >/dev/null || { echo missing $c; exit 1; }; done; id user-defined-in-image; /agnhost --version'
-check agnhost registry.k8s.io/e2e-test-images/agnhost:2.66.1 /agnhost dns-suffix
+check agnhost registry.k8s.io/e2e-test-images/agnhost:2.66.1 sh -c 'test "$(/agnhost --help | grep -c -E "^  (netexec|connect|serve-hostname|pause|porter|test-webserver|dns-suffix) ")" = 7 && echo 7 subcommands'
 check coredns registry.k8s.io/coredns/coredns:v1.14.6 /coredns -version
 $ctr images ls | awk '/registry.k8s.io/ {print $1, $4, $5}' >&2
 [ "$fails" = 0 ] || { log "$fails failed"; exit 1; }
