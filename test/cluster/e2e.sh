@@ -146,7 +146,7 @@ for s in "${sels[@]}"; do
 	mkdir -p "$d"
 	dry_run "$s" "$d"
 	n="$(report_tool count -skip "$skip" "$d/selected.json")"
-	log "$s: $n specs selected${skip:+, skipped by name: $skip}; reports in $d"
+	log "$s: $n${skip:+ ($skip)}; reports in $d"
 	mapfile -t flags < <(e2e_flags "$s")
 	start=$(date +%s)
 	rc=0

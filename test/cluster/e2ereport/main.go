@@ -83,7 +83,7 @@ func count(out io.Writer, names []string, skip string) error {
 			}
 		}
 	}
-	fmt.Fprintf(out, "%d (%d skipped by name)\n", len(names), n)
+	fmt.Fprintf(out, "%d specs selected, %d of them skipped by name\n", len(names), n)
 	return nil
 }
 
