@@ -13,9 +13,10 @@
 #
 # Usage: test/cluster/conformance.sh [OUTDIR]   (default /var/tmp/weft-conformance/<date>)
 # WEFT_CONFORMANCE_ONLY=REGEX runs only the configurations whose label
-# matches (docs/conformance.md is then not written). Needs root. Expect
-# several hours on 2 cores: the conformance specs take ~30-45 min per
-# configuration, the Netpol suite 1-2 h.
+# matches (docs/conformance.md is then not written). Needs root. Measured on
+# one configuration (weft vxlan, kube-proxy iptables, 3 nodes, 2 loaded
+# cores): conformance 408 s, Netpol 444 s; the whole matrix should take a
+# little over an hour.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 # shellcheck source=test/go.sh
