@@ -15,14 +15,15 @@ need_pkgs=()
 # Debian's CNI plugins (portmap, loopback), systemd-analyze for dist/, a C
 # compiler for flanneld (its udp backend is cgo), promtool (Debian's
 # prometheus package; its service is not started, see policy-rc.d below)
-# for the alerting rules in kube-manifests/alerts, and chromium, the
-# headless browser test/web opens `weftctl web`'s page in. clang, llvm
+# for the alerting rules in kube-manifests/alerts, chromium, the
+# headless browser test/web opens `weftctl web`'s page in, and mmdebstrap,
+# which makes the Debian roots of the e2e suite's images (test/cluster). clang, llvm
 # (llvm-strip) and libbpf-dev compile uvxlan's fast path (backend/uvxlan/bpf):
 # only to regenerate its committed objects, which a test compares with the
 # source.
 for p in iproute2 iputils-ping iperf3 ethtool tcpdump nftables conntrack \
 	docker.io podman containerd runc busybox-static containernetworking-plugins iptables systemd \
-	gcc libc6-dev prometheus chromium clang llvm libbpf-dev; do
+	gcc libc6-dev prometheus chromium clang llvm libbpf-dev mmdebstrap; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -107,3 +108,10 @@ fi
 # The real Kubernetes control plane for the Kubernetes-mode tests, built once
 # from source and cached by version (a cold build takes 10-20 min).
 test/kube/build.sh
+
+# For the real cluster of test/cluster: Kubernetes' e2e suite (e2e.test) and
+# the images its specs and the cluster's DNS run, built offline, both cached
+# by version (cold, on a loaded 2-core machine: e2e.test 15 min after the
+# build above; the images 17 min, most of it CoreDNS's build).
+test/kube/e2e-build.sh
+test/cluster/images.sh >/dev/null

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// spec makes a Ginkgo spec report of an It node.
+func spec(container, leaf, state string, d time.Duration) map[string]any {
+	return map[string]any{
+		"ContainerHierarchyTexts": []string{"[sig-network] " + container},
+		"LeafNodeType":            "It",
+		"LeafNodeText":            leaf,
+		"State":                   state,
+		"RunTime":                 int64(d),
+	}
+}
+
+func writeJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fakeRun writes what e2e.sh writes for one selection: a dry run that
+// selected three specs (one of them SCTP; a fourth outside the focus), and
+// a run report with the results given.
+func fakeRun(t *testing.T, dir string, results []map[string]any) {
+	t.Helper()
+	dry := []map[string]any{
+		spec("DNS", "should provide DNS for the cluster [Conformance]", "passed", 0),
+		spec("Services", "should serve a basic endpoint from pods [Conformance]", "passed", 0),
+		spec("Services", "should allow creating a basic SCTP service [Feature:SCTPConnectivity]", "passed", 0),
+		spec("Other", "is not selected", "skipped", 0),
+		{"LeafNodeType": "SynchronizedBeforeSuite", "State": "passed"},
+	}
+	writeJSON(t, filepath.Join(dir, "selected.json"), []map[string]any{{"SpecReports": dry}})
+	writeJSON(t, filepath.Join(dir, "ginkgo", "report.json"), []map[string]any{{"SuiteSucceeded": false, "SpecReports": results}})
+	meta := "label=x\nselection=conformance\nkube_version=v1.37.2\ncommit=abc\nstarted=2026-12-06T15:00:00Z\nseconds=75\n" +
+		"skip=\\[Feature:SCTPConnectivity\\]\nskip_reason=SCTP: this kernel has no SCTP\n"
+	if err := os.WriteFile(filepath.Join(dir, "meta.txt"), []byte(meta), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMarkdownOfACompleteRun(t *testing.T) {
+	root := t.TempDir()
+	fakeRun(t, filepath.Join(root, "a"), []map[string]any{
+		spec("DNS", "should provide DNS for the cluster [Conformance]", "passed", 12*time.Second),
+		spec("Services", "should serve a basic endpoint from pods [Conformance]", "failed", 30*time.Second),
+		spec("Services", "should allow creating a basic SCTP service [Feature:SCTPConnectivity]", "skipped", 0),
+	})
+	plan := filepath.Join(root, "plan")
+	if err := os.WriteFile(plan, []byte("weft vxlan, iptables\ta\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(root, "conformance.md")
+	if err := run1([]string{"markdown", "-o", out, plan}, os.Stdout); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(b)
+	for _, want := range []string{
+		"| [sig-network] DNS should provide DNS for the cluster [Conformance] | pass (12s) |",
+		"| [sig-network] Services should serve a basic endpoint from pods [Conformance] | **FAIL** (30s) |",
+		"SCTP service [Feature:SCTPConnectivity] | skipped by name |",
+		"| weft vxlan, iptables | conformance | 3 | 1 | 1 | 1 | 1m15s |",
+		"- weft commit: abc", "- Kubernetes: v1.37.2",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the report lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "is not selected") {
+		t.Errorf("the report lists a spec outside the selection:\n%s", md)
+	}
+}
+
+// An incomplete run (a selected spec without a result, or a spec skipped
+// that no skip names) writes nothing.
+func TestMarkdownRefusesAnIncompleteRun(t *testing.T) {
+	for name, results := range map[string][]map[string]any{
+		"missing": {
+			spec("DNS", "should provide DNS for the cluster [Conformance]", "passed", time.Second),
+			spec("Services", "should allow creating a basic SCTP service [Feature:SCTPConnectivity]", "skipped", 0),
+		},
+		"skipped without a reason": {
+			spec("DNS", "should provide DNS for the cluster [Conformance]", "passed", time.Second),
+			spec("Services", "should serve a basic endpoint from pods [Conformance]", "skipped", 0),
+			spec("Services", "should allow creating a basic SCTP service [Feature:SCTPConnectivity]", "skipped", 0),
+		},
+		"interrupted": {
+			spec("DNS", "should provide DNS for the cluster [Conformance]", "passed", time.Second),
+			spec("Services", "should serve a basic endpoint from pods [Conformance]", "interrupted", 0),
+			spec("Services", "should allow creating a basic SCTP service [Feature:SCTPConnectivity]", "skipped", 0),
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			root := t.TempDir()
+			fakeRun(t, filepath.Join(root, "a"), results)
+			plan := filepath.Join(root, "plan")
+			if err := os.WriteFile(plan, []byte("weft vxlan, iptables\ta\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(root, "conformance.md")
+			err := run1([]string{"markdown", "-o", out, plan}, os.Stdout)
+			if err == nil || !strings.Contains(err.Error(), "not a complete run") {
+				t.Fatalf("markdown of an incomplete run: %v, want an error", err)
+			}
+			if _, err := os.Stat(out); !os.IsNotExist(err) {
+				t.Errorf("%s was written: %v", out, err)
+			}
+		})
+	}
+}
