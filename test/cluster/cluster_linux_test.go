@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -79,7 +80,7 @@ func TestCluster(t *testing.T) {
 	t.Run("pod to pod across nodes", func(t *testing.T) {
 		podExec(t, ctx, s, a.Name, "ping", "-c", "3", "-W", "2", b.Status.PodIP)
 		podExec(t, ctx, s, b.Name, "ping", "-c", "3", "-W", "2", a.Status.PodIP)
-		if got := podExec(t, ctx, s, a.Name, "wget", "-qO-", "-T", "5", "http://"+b.Status.PodIP+":8080/"); strings.TrimSpace(got) != b.Name {
+		if got := podExec(t, ctx, s, a.Name, "httpget", "http://"+b.Status.PodIP+":8080/"); strings.TrimSpace(got) != b.Name {
 			t.Fatalf("web-b answered %q", got)
 		}
 	})
@@ -98,7 +99,7 @@ func TestCluster(t *testing.T) {
 		}
 	})
 	t.Run("Service kubernetes from a pod", func(t *testing.T) {
-		out := podExec(t, ctx, s, a.Name, "wget", "-qO-", "-T", "5", "--no-check-certificate", "https://kubernetes.default.svc.cluster.local/version")
+		out := podExec(t, ctx, s, a.Name, "httpget", "https://"+kubernetesIP(t, ctx, c)+"/version")
 		if !strings.Contains(out, `"gitVersion": "`+kubetest.Version+`"`) {
 			t.Fatalf("GET /version from a pod answered %q", out)
 		}
@@ -147,8 +148,20 @@ func checkWeftInstalled(t *testing.T, ctx context.Context, s *kubecluster.State,
 	}
 }
 
+// busyboxArchive builds the test pods' image: busybox and httpget
+// (testdata/httpget) as /bin/httpget.
 func busyboxArchive(t *testing.T) string {
-	layer, err := ociimage.BusyboxLayer()
+	bin := filepath.Join(t.TempDir(), "httpget")
+	cmd := osexec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./testdata/httpget")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build httpget: %v: %s", err, out)
+	}
+	hg, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer, err := ociimage.BusyboxLayer(ociimage.File{Name: "bin/httpget", Mode: 0o755, Data: hg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +238,7 @@ func checkService(t *testing.T, ctx context.Context, s *kubecluster.State, c kub
 	seen := map[string]bool{}
 	var last string
 	for end := time.Now().Add(2 * time.Minute); time.Now().Before(end) && len(seen) < 2; {
-		out, err := s.Kubectl(ctx, kubeBin(t), "exec", client, "--", "wget", "-qO-", "-T", "3", "http://"+svc.Spec.ClusterIP+"/")
+		out, err := s.Kubectl(ctx, kubeBin(t), "exec", client, "--", "httpget", "http://"+svc.Spec.ClusterIP+"/")
 		if err == nil {
 			seen[strings.TrimSpace(out)] = true
 		}
@@ -234,6 +247,15 @@ func checkService(t *testing.T, ctx context.Context, s *kubecluster.State, c kub
 	if !seen["web-a"] || !seen["web-b"] {
 		t.Fatalf("through Service %s answered: %v (last: %s)", svc.Spec.ClusterIP, seen, last)
 	}
+}
+
+// kubernetesIP is the ClusterIP of the Service kubernetes.
+func kubernetesIP(t *testing.T, ctx context.Context, c kubernetes.Interface) string {
+	svc, err := c.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc.Spec.ClusterIP
 }
 
 func kubeBin(t *testing.T) string {

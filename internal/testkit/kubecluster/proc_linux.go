@@ -41,11 +41,14 @@ func (s *State) startDaemon(name string, enter, argv []string, marker string) (l
 	// Wait for the prefix to exec argv (which may exec further).
 	for end := time.Now().Add(10 * time.Second); ; {
 		args, err := cmdline(pid)
-		if err != nil {
+		if err != nil && !running(pid) {
 			return lab.Proc{}, fmt.Errorf("kubecluster: %s exited at once: %w (log: %s)", name, err, logTail(s.Dir, name))
 		}
-		if b := filepath.Base(args[0]); b != "nsenter" && b != "unshare" && b != "env" {
-			break
+		// (An empty command line while it runs: it is in the middle of an exec.)
+		if err == nil {
+			if b := filepath.Base(args[0]); b != "nsenter" && b != "unshare" && b != "env" {
+				break
+			}
 		}
 		if time.Now().After(end) {
 			return lab.Proc{}, fmt.Errorf("kubecluster: %s: %s did not exec %s (it runs %q)", name, enter[0], argv[0], args)
@@ -163,17 +166,19 @@ func killAll(pids []int, timeout time.Duration) {
 	for end := time.Now().Add(timeout); time.Now().Before(end); {
 		alive := false
 		for _, pid := range pids {
-			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
-				if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); !zombie(string(st)) {
-					alive = true
-				}
-			}
+			alive = alive || running(pid)
 		}
 		if !alive {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// running reports whether pid exists and is not a zombie.
+func running(pid int) bool {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return err == nil && !zombie(string(st))
 }
 
 func zombie(stat string) bool {

@@ -17,7 +17,7 @@ import (
 // the cluster runs until Down(cfg.Dir). Nodes are registered and have
 // their podCIDRs when it returns, but are not Ready: no pod network is
 // installed (apply weft's manifest). On failure it takes down what it
-// built.
+// built (keeping the daemons' logs at $WEFT_CLUSTER_KEEP_LOGS if set).
 func Up(ctx context.Context, cfg Config) (*State, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
@@ -36,6 +36,9 @@ func Up(ctx context.Context, cfg Config) (*State, error) {
 		return nil, err
 	}
 	if err := s.up(ctx, &cfg); err != nil {
+		if keep := os.Getenv("WEFT_CLUSTER_KEEP_LOGS"); keep != "" {
+			os.Rename(filepath.Join(cfg.Dir, "logs"), keep)
+		}
 		return nil, errors.Join(err, Down(cfg.Dir))
 	}
 	return s, nil

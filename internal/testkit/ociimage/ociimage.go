@@ -46,8 +46,8 @@ func Layer(files ...File) ([]byte, error) {
 }
 
 // BusyboxLayer returns a root file system tar: the static busybox with a
-// symlink per applet under /bin, and an empty /tmp.
-func BusyboxLayer() ([]byte, error) {
+// symlink per applet under /bin, an empty /tmp, and the extra files.
+func BusyboxLayer(extra ...File) ([]byte, error) {
 	bin, err := os.ReadFile(BusyboxBin)
 	if err != nil {
 		return nil, fmt.Errorf("ociimage: busybox-static (test/setup.sh installs it): %w", err)
@@ -79,6 +79,14 @@ func BusyboxLayer() ([]byte, error) {
 			continue
 		}
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: "bin/" + a, Linkname: "busybox", Mode: 0o777, ModTime: mod}); err != nil {
+			return nil, fmt.Errorf("ociimage: %w", err)
+		}
+	}
+	for _, f := range extra {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.Name, Mode: f.Mode, Size: int64(len(f.Data)), ModTime: mod}); err != nil {
+			return nil, fmt.Errorf("ociimage: %w", err)
+		}
+		if _, err := tw.Write(f.Data); err != nil {
 			return nil, fmt.Errorf("ociimage: %w", err)
 		}
 	}
