@@ -43,8 +43,17 @@ func TestCluster(t *testing.T) {
 	if _, err := kubetest.BinDir(); err != nil {
 		nettest.CannotRun(t, nettest.SkipTools, err.Error())
 	}
+	// A fixed directory: a run that was killed left its state there, and
+	// this run takes that cluster down first (restoring the sysctls its
+	// kubelets changed).
+	dir := "/var/tmp/weft-cluster-test"
+	if _, err := kubecluster.LoadState(dir); err == nil {
+		t.Logf("taking down the cluster a killed run left in %s", dir)
+		if err := kubecluster.Down(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
 	before := kubecluster.Sysctls(kubecluster.WatchedSysctls)
-	dir := filepath.Join(t.TempDir(), "cluster")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	t0 := time.Now()
