@@ -24,6 +24,17 @@ const defaultDir = "/var/tmp/weft-cluster"
 // up builds a minimal one under that name.
 const sandboxImage = "registry.k8s.io/pause:3.10.2"
 
+// defaultName names the cluster unless WEFT_CLUSTER_NAME says otherwise
+// (clusters of different names and directories run side by side).
+const defaultName = "dev"
+
+func clusterName() string {
+	if n := os.Getenv("WEFT_CLUSTER_NAME"); n != "" {
+		return n
+	}
+	return defaultName
+}
+
 func stateDir() string {
 	if d := os.Getenv("WEFT_CLUSTER_DIR"); d != "" {
 		return d
@@ -32,6 +43,7 @@ func stateDir() string {
 }
 
 type options struct {
+	Name      string
 	Dir       string
 	Nodes     int
 	ProxyMode string
@@ -63,7 +75,7 @@ func bringUp(ctx context.Context, o options, log io.Writer) (*kubecluster.State,
 		return nil, errors.Join(err, <-built)
 	}
 	cfg := kubecluster.Config{
-		Dir: o.Dir, Nodes: o.Nodes, ProxyMode: o.ProxyMode, KubeBin: kubeBin,
+		Name: o.Name, Dir: o.Dir, Nodes: o.Nodes, ProxyMode: o.ProxyMode, KubeBin: kubeBin,
 		CNIBin: cniBin(), SandboxImage: sandboxImage, Images: images,
 	}
 	t0 := time.Now()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/netip"
@@ -30,7 +31,8 @@ func TestMain(m *testing.M) {
 const busyboxImage = "weft.test/busybox:local"
 
 // TestCluster brings up a real two-node cluster (kubelet, containerd,
-// kube-proxy per node; the control plane in a namespace of its own), with
+// kube-proxy per node, in iptables mode or WEFT_CLUSTER_PROXY_MODE's; the
+// control plane in a namespace of its own), with
 // weft installed by applying its manifest, checks that pods on different
 // nodes reach each other, directly and through a ClusterIP Service, and
 // that the Service kubernetes answers from a pod; then takes the cluster
@@ -53,11 +55,13 @@ func TestCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// kube-proxy's mode: iptables, or nftables when asked.
+	proxyMode := cmp.Or(os.Getenv("WEFT_CLUSTER_PROXY_MODE"), "iptables")
 	before := kubecluster.Sysctls(kubecluster.WatchedSysctls)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	s, err := bringUp(ctx, options{Dir: dir, Nodes: 2, ProxyMode: "iptables"}, testLog{t})
+	s, err := bringUp(ctx, options{Name: "test", Dir: dir, Nodes: 2, ProxyMode: proxyMode}, testLog{t})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +137,7 @@ func TestCluster(t *testing.T) {
 		if err := kubecluster.Down(dir); err != nil {
 			t.Fatal(err)
 		}
-		if err := kubecluster.Leftovers(dir, before); err != nil {
+		if err := kubecluster.Leftovers(dir, "test", before); err != nil {
 			t.Fatal(err)
 		}
 	})

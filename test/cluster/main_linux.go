@@ -11,7 +11,8 @@
 // applies kube-manifests/kube-weft.yml with only the image tag set by a
 // kustomization, waits until every node is Ready and weft runs on each,
 // prints the admin kubeconfig's path and exits, leaving the cluster
-// running. down stops it and removes everything up made.
+// running. down stops it, removes everything up made and checks that
+// nothing of it is left.
 package main
 
 import (
@@ -27,7 +28,8 @@ import (
 func main() {
 	kubecluster.MaybeForward()
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: cluster up [-nodes N] [-proxy-mode M] | down  (state in $WEFT_CLUSTER_DIR, default "+defaultDir+")")
+		fmt.Fprintln(os.Stderr, "usage: cluster up [-nodes N] [-proxy-mode M] | down  (state in $WEFT_CLUSTER_DIR, default "+defaultDir+
+			"; namespaces and cgroups named "+kubecluster.NamePrefix("<$WEFT_CLUSTER_NAME, default "+defaultName+">")+"…)")
 		os.Exit(2)
 	}
 	var err error
@@ -35,7 +37,9 @@ func main() {
 	case "up":
 		err = up(os.Args[2:])
 	case "down":
-		err = kubecluster.Down(stateDir())
+		if err = kubecluster.Down(stateDir()); err == nil {
+			err = kubecluster.Leftovers(stateDir(), clusterName(), nil)
+		}
 	default:
 		err = fmt.Errorf("unknown command %q: want up or down", os.Args[1])
 	}
@@ -47,7 +51,7 @@ func main() {
 
 func up(args []string) error {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
-	o := options{Dir: stateDir()}
+	o := options{Dir: stateDir(), Name: clusterName()}
 	fs.IntVar(&o.Nodes, "nodes", 3, "worker nodes")
 	fs.StringVar(&o.ProxyMode, "proxy-mode", "iptables", "kube-proxy mode: iptables or nftables")
 	if err := fs.Parse(args); err != nil {

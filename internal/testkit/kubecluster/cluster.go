@@ -28,10 +28,15 @@ import (
 	"github.com/weft-net/weft/internal/ops/lab"
 )
 
-// Prefix starts every namespace and cgroup name of the cluster. It is not
-// namespace.NamePrefix: test/run.sh sweeps those at its start, and a cluster
-// brought up by hand must survive that.
+// Prefix starts every namespace and cgroup name of every cluster, followed
+// by the cluster's name and a dash. It is not namespace.NamePrefix:
+// test/run.sh sweeps those at its start, and a cluster brought up by hand
+// must survive that.
 const Prefix = "weftkc-"
+
+// NamePrefix is the prefix of the namespaces and cgroups of the cluster
+// called name.
+func NamePrefix(name string) string { return Prefix + name + "-" }
 
 // Network layout.
 var (
@@ -53,6 +58,9 @@ const apiserverPort = 6443
 
 // Config says what cluster to build.
 type Config struct {
+	// Name tells clusters apart (1 to 5 lower-case letters or digits):
+	// several may run at once, each with its own Dir.
+	Name string
 	// Dir holds the cluster's state: certificates, configs, logs and each
 	// node's containerd root. Down removes it.
 	Dir string
@@ -77,6 +85,7 @@ type Config struct {
 // State is what Up records for Down and for clients.
 type State struct {
 	Dir        string   `json:"dir"`
+	Prefix     string   `json:"prefix"`     // NamePrefix(Config.Name)
 	Kubeconfig string   `json:"kubeconfig"` // the admin's, through the loopback forwarder
 	Nodes      []Node   `json:"nodes"`
 	Procs      []Daemon `json:"procs"`

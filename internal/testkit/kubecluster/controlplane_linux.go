@@ -22,7 +22,7 @@ func (s *State) controlPlane(ctx context.Context, cfg *Config, p *pki) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("kubecluster: %w", err)
 	}
-	enter := []string{"nsenter", "--net=" + netnsPath(cpNS), "--"}
+	enter := []string{"nsenter", "--net=" + netnsPath(s.CPNetNS()), "--"}
 	bin := func(name string) string { return filepath.Join(cfg.KubeBin, name) }
 	etcdData := filepath.Join(dir, "etcd")
 	_, err := s.startDaemon("etcd", enter, []string{bin("etcd"),
@@ -89,7 +89,7 @@ func (s *State) startForwarder(cfg *Config) error {
 	}
 	portFile := filepath.Join(s.Dir, "apiserver.port")
 	target := net.JoinHostPort(apiserverIP.String(), strconv.Itoa(apiserverPort))
-	if _, err := s.startDaemon("forward", []string{"env"}, []string{copyTo, ForwardArg, portFile, netnsPath(cpNS), target}, portFile); err != nil {
+	if _, err := s.startDaemon("forward", []string{"env"}, []string{copyTo, ForwardArg, portFile, netnsPath(s.CPNetNS()), target}, portFile); err != nil {
 		return err
 	}
 	_, err = waitPortFile(portFile, 10*time.Second)

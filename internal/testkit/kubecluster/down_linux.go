@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -15,9 +16,9 @@ import (
 // Down stops the cluster whose state is in dir and removes all it made:
 // every process (pods, containerd and its shims, kubelets, kube-proxies,
 // the control plane, the forwarder), the nodes' cgroups, every namespace
-// whose name starts with Prefix, and dir itself; it restores the sysctls
-// kubelet changed. A cluster that Up left half-built, or whose state file
-// is gone, is swept by its names.
+// whose name starts with its prefix, and dir itself; it restores the
+// sysctls kubelet changed when no other cluster runs. A cluster that Up
+// left half-built is swept by its names.
 func Down(dir string) error {
 	s, err := LoadState(dir)
 	if errors.Is(err, ErrNoCluster) {
@@ -42,17 +43,26 @@ func Down(dir string) error {
 		}
 	}
 	nets := map[uint64]bool{}
-	names, _ := filepath.Glob(netnsPath(Prefix + "*"))
+	names := s.owned(func(prefix string) []string {
+		found, _ := filepath.Glob(netnsPath(prefix + "*"))
+		return found
+	})
+	for _, n := range s.Namespaces {
+		if p := netnsPath(n); !slices.Contains(names, p) {
+			if _, err := os.Stat(p); err == nil {
+				names = append(names, p)
+			}
+		}
+	}
 	for _, p := range names {
 		if ino, err := nsInode(p); err == nil {
 			nets[ino] = true
 		}
 	}
 	cgroups := append([]string{}, s.Cgroups...)
-	for _, h := range cgroupHierarchies() {
-		found, _ := filepath.Glob(filepath.Join(h, Prefix+"*"))
-		for _, f := range found {
-			cgroups = append(cgroups, "/"+filepath.Base(f))
+	for _, f := range s.owned(globCgroups) {
+		if cg := "/" + filepath.Base(f); !slices.Contains(cgroups, cg) {
+			cgroups = append(cgroups, cg)
 		}
 	}
 	// Pods, shims, containerd, kube-proxy and the holders: everything in a
@@ -74,9 +84,7 @@ func Down(dir string) error {
 			errs = append(errs, err)
 		}
 	}
-	if len(s.Sysctls) > 0 {
-		errs = append(errs, restoreSysctls(s.Sysctls))
-	}
+	errs = append(errs, releaseSysctls(dir, s.Sysctls))
 	errs = append(errs, unmountUnder(dir))
 	if err := os.RemoveAll(dir); err != nil {
 		errs = append(errs, fmt.Errorf("kubecluster: remove %s: %w", dir, err))
@@ -114,21 +122,38 @@ func mountsMatching(match func(mp, source string) bool) []string {
 	return out
 }
 
-// Leftovers reports what a cluster that was in dir left on the machine:
-// namespaces or cgroups named with Prefix, processes in such cgroups or
-// running a program from dir, mounts under dir or of its files, dir
-// itself, and sysctls whose values differ from before (a snapshot taken
-// with Sysctls before Up).
-func Leftovers(dir string, before []Sysctl) error {
+// owned applies glob to the cluster's name prefix (none for a state
+// without one).
+func (s *State) owned(glob func(prefix string) []string) []string {
+	if s.Prefix == "" {
+		return nil
+	}
+	return glob(s.Prefix)
+}
+
+// globCgroups lists the cgroup directories, in every hierarchy, whose names
+// start with prefix.
+func globCgroups(prefix string) []string {
+	var out []string
+	for _, h := range cgroupHierarchies() {
+		found, _ := filepath.Glob(filepath.Join(h, prefix+"*"))
+		out = append(out, found...)
+	}
+	return out
+}
+
+// Leftovers reports what the cluster called name that was in dir left on
+// the machine: namespaces or cgroups named with its prefix, processes in
+// such cgroups or running a program from dir, mounts under dir or of its
+// files, dir itself, and sysctls whose values differ from before (a
+// snapshot taken with Sysctls before Up).
+func Leftovers(dir, name string, before []Sysctl) error {
 	var errs []error
-	if names, _ := filepath.Glob(netnsPath(Prefix + "*")); len(names) > 0 {
+	prefix := NamePrefix(name)
+	if names, _ := filepath.Glob(netnsPath(prefix + "*")); len(names) > 0 {
 		errs = append(errs, fmt.Errorf("namespaces left: %v", names))
 	}
-	var cgroups []string
-	for _, h := range cgroupHierarchies() {
-		found, _ := filepath.Glob(filepath.Join(h, Prefix+"*"))
-		cgroups = append(cgroups, found...)
-	}
+	cgroups := globCgroups(prefix)
 	if len(cgroups) > 0 {
 		errs = append(errs, fmt.Errorf("cgroups left: %v", cgroups))
 	}
@@ -147,7 +172,7 @@ func Leftovers(dir string, before []Sysctl) error {
 		errs = append(errs, fmt.Errorf("processes left: %v", procs))
 	}
 	if m := mountsMatching(func(mp, src string) bool {
-		return strings.HasPrefix(mp, dir) || strings.Contains(src, dir) || strings.Contains(mp, Prefix)
+		return strings.HasPrefix(mp, dir) || strings.Contains(src, dir) || strings.Contains(mp, prefix)
 	}); len(m) > 0 {
 		errs = append(errs, fmt.Errorf("mounts left: %v", m))
 	}

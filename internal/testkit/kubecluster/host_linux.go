@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -23,20 +25,96 @@ func readSysctl(name string) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-// saveSysctls records the kubelet sysctls' values, once per cluster: a
-// value saved earlier is the machine's own, not a kubelet's.
-func (s *State) saveSysctls() error {
-	if len(s.Sysctls) > 0 {
+// sysctlRecord is the machine-wide record of the kubelet sysctls' values
+// before the first of the running clusters started its kubelets, and of
+// the clusters (their state directories) running since: the last one
+// down restores the values.
+const sysctlRecord = "/run/weft-kubecluster-sysctls.json"
+
+type sysctlHolders struct {
+	Saved   []Sysctl `json:"saved"`
+	Holders []string `json:"holders"`
+}
+
+// withRecord runs f on the record under a lock on /run, then writes it
+// back, or removes it when no cluster holds it.
+func withRecord(f func(r *sysctlHolders) error) error {
+	lock, err := os.Open("/run")
+	if err != nil {
+		return fmt.Errorf("kubecluster: %w", err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("kubecluster: lock /run: %w", err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	var r sysctlHolders
+	if b, err := os.ReadFile(sysctlRecord); err == nil {
+		if err := json.Unmarshal(b, &r); err != nil {
+			return fmt.Errorf("kubecluster: %s: %w", sysctlRecord, err)
+		}
+	}
+	// Clusters whose state is gone hold nothing.
+	r.Holders = slices.DeleteFunc(r.Holders, func(d string) bool {
+		_, err := os.Stat(stateFile(d))
+		return err != nil
+	})
+	if err := f(&r); err != nil {
+		return err
+	}
+	if len(r.Holders) == 0 {
+		if err := os.Remove(sysctlRecord); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("kubecluster: %w", err)
+		}
 		return nil
 	}
-	for _, name := range kubeletSysctls {
-		v, err := readSysctl(name)
-		if err != nil {
-			return err
+	return writeJSON(sysctlRecord, r)
+}
+
+// saveSysctls records the kubelet sysctls' values before this cluster's
+// kubelets start: the machine's own, or, when other clusters run (or ran
+// and were killed), the values recorded before theirs.
+func (s *State) saveSysctls() error {
+	err := withRecord(func(r *sysctlHolders) error {
+		// A record no running cluster holds is a killed cluster's: its
+		// values are still the machine's own.
+		if len(r.Saved) == 0 {
+			for _, name := range kubeletSysctls {
+				v, err := readSysctl(name)
+				if err != nil {
+					return err
+				}
+				r.Saved = append(r.Saved, Sysctl{Name: name, Value: v})
+			}
 		}
-		s.Sysctls = append(s.Sysctls, Sysctl{Name: name, Value: v})
+		if !slices.Contains(r.Holders, s.Dir) {
+			r.Holders = append(r.Holders, s.Dir)
+		}
+		s.Sysctls = r.Saved
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	return s.save()
+}
+
+// releaseSysctls drops the cluster in dir from the record and, when no
+// other cluster runs, restores the recorded values (own, this cluster's
+// copy, when there is no record).
+func releaseSysctls(dir string, own []Sysctl) error {
+	return withRecord(func(r *sysctlHolders) error {
+		had := len(r.Holders) > 0 || len(r.Saved) > 0
+		r.Holders = slices.DeleteFunc(r.Holders, func(d string) bool { return d == dir })
+		if len(r.Holders) > 0 {
+			return nil
+		}
+		saved := r.Saved
+		if !had {
+			saved = own
+		}
+		return restoreSysctls(saved)
+	})
 }
 
 // restoreSysctls writes the saved values back and checks them.

@@ -13,10 +13,10 @@ import (
 	"github.com/weft-net/weft/internal/namespace"
 )
 
-const (
-	underlayNS = Prefix + "ul"
-	cpNS       = Prefix + "cp"
-)
+func (s *State) underlayNS() string { return s.Prefix + "ul" }
+
+// CPNetNS is the name of the control plane's network namespace.
+func (s *State) CPNetNS() string { return s.Prefix + "cp" }
 
 // addNS creates a namespace and records it before anything else is done
 // in it, so that Down removes it even if Up fails next.
@@ -32,7 +32,7 @@ func (s *State) addNS(name string) (*namespace.NS, error) {
 // buildUnderlay makes the underlay namespace with its bridge (at
 // underlayGW, the members' default gateway, which forwards nothing).
 func (s *State) buildUnderlay() (*namespace.NS, error) {
-	ul, err := s.addNS(underlayNS)
+	ul, err := s.addNS(s.underlayNS())
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +51,7 @@ func (s *State) attach(ul *namespace.NS, name string, ip netip.Addr) (*namespace
 	if err != nil {
 		return nil, err
 	}
-	port := strings.TrimPrefix(name, Prefix)
+	port := strings.TrimPrefix(name, s.Prefix)
 	if err := namespace.VethPair(ul, port, n, "eth0"); err != nil {
 		return nil, err
 	}
@@ -78,7 +78,7 @@ func (s *State) attach(ul *namespace.NS, name string, ip netip.Addr) (*namespace
 // through that node, so that the API server reaches pods (proxy
 // subresources, webhooks), as it would on a control-plane node that runs
 // weft itself.
-func routePodCIDR(cidr string, via string) error {
+func routePodCIDR(cpNS, cidr, via string) error {
 	n, err := namespace.OpenNamed(cpNS)
 	if err != nil {
 		return fmt.Errorf("kubecluster: %w", err)

@@ -143,8 +143,8 @@ func cgroupMounts() (string, error) {
 // containerd with the images imported. Kubelet and kube-proxy start later
 // (startKubelet).
 func (s *State) addNode(ctx context.Context, cfg *Config, ul *namespace.NS, i int) (*Node, error) {
-	n := &Node{Name: nodeName(i), NetNS: Prefix + nodeName(i), IP: nodeIP(i).String(),
-		Dir: filepath.Join(s.Dir, "nodes", nodeName(i)), Cgroup: "/" + Prefix + nodeName(i)}
+	n := &Node{Name: nodeName(i), NetNS: s.Prefix + nodeName(i), IP: nodeIP(i).String(),
+		Dir: filepath.Join(s.Dir, "nodes", nodeName(i)), Cgroup: "/" + s.Prefix + nodeName(i)}
 	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("kubecluster: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,13 +26,14 @@ func Up(ctx context.Context, cfg Config) (*State, error) {
 	if _, err := os.Stat(stateFile(cfg.Dir)); err == nil {
 		return nil, fmt.Errorf("kubecluster: a cluster is up in %s: take it down first", cfg.Dir)
 	}
-	if left, _ := filepath.Glob(netnsPath(Prefix + "*")); len(left) > 0 {
-		return nil, fmt.Errorf("kubecluster: namespaces of another cluster exist (%v): take it down first", left)
+	prefix := NamePrefix(cfg.Name)
+	if left, _ := filepath.Glob(netnsPath(prefix + "*")); len(left) > 0 {
+		return nil, fmt.Errorf("kubecluster: namespaces of a cluster named %q exist (%v): take it down first", cfg.Name, left)
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("kubecluster: %w", err)
 	}
-	s := &State{Dir: cfg.Dir}
+	s := &State{Dir: cfg.Dir, Prefix: prefix}
 	if err := s.save(); err != nil {
 		return nil, err
 	}
@@ -45,6 +47,9 @@ func Up(ctx context.Context, cfg Config) (*State, error) {
 }
 
 func (c *Config) check() error {
+	if len(c.Name) < 1 || len(c.Name) > 5 || strings.Trim(c.Name, "abcdefghijklmnopqrstuvwxyz0123456789") != "" {
+		return fmt.Errorf("kubecluster: cluster name %q: want 1 to 5 lower-case letters or digits", c.Name)
+	}
 	if c.Dir == "" || !filepath.IsAbs(c.Dir) {
 		return fmt.Errorf("kubecluster: the state directory must be an absolute path, not %q", c.Dir)
 	}
@@ -78,7 +83,7 @@ func (s *State) up(ctx context.Context, cfg *Config) error {
 		return err
 	}
 	defer ul.Handle.Close()
-	cp, err := s.attach(ul, cpNS, apiserverIP)
+	cp, err := s.attach(ul, s.CPNetNS(), apiserverIP)
 	if err != nil {
 		return err
 	}
@@ -138,7 +143,7 @@ func (s *State) routePodCIDRs(ctx context.Context) error {
 		for {
 			node, err := c.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 			if err == nil && node.Spec.PodCIDR != "" {
-				if err := routePodCIDR(node.Spec.PodCIDR, n.IP); err != nil {
+				if err := routePodCIDR(s.CPNetNS(), node.Spec.PodCIDR, n.IP); err != nil {
 					return err
 				}
 				break
