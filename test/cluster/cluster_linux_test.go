@@ -150,9 +150,9 @@ func (l testLog) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// checkWeftInstalled checks that a weft pod runs on every node and that
-// its init containers installed the plugin and the conflist in the node's
-// CNI directories.
+// checkWeftInstalled checks that a weft pod runs on every node, logging
+// neither errors nor warnings, and that its init containers installed the
+// plugin and the conflist in the node's CNI directories.
 func checkWeftInstalled(t *testing.T, ctx context.Context, s *kubecluster.State, c kubernetes.Interface) {
 	pods, err := c.CoreV1().Pods("kube-weft").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=weft"})
 	if err != nil {
@@ -162,6 +162,18 @@ func checkWeftInstalled(t *testing.T, ctx context.Context, s *kubecluster.State,
 	for _, p := range pods.Items {
 		if p.Status.Phase == corev1.PodRunning {
 			on[p.Spec.NodeName] = true
+		}
+	}
+	// A fresh node is nothing to complain about.
+	for _, p := range pods.Items {
+		b, err := c.CoreV1().Pods("kube-weft").GetLogs(p.Name, &corev1.PodLogOptions{Container: "weftd"}).DoRaw(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "level=ERROR") || strings.Contains(l, "level=WARN") {
+				t.Errorf("weftd on %s: %s", p.Spec.NodeName, l)
+			}
 		}
 	}
 	for _, n := range s.Nodes {
