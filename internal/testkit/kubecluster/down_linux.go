@@ -34,37 +34,7 @@ func Down(dir string) error {
 			stopProc(d.Proc, 5*time.Second)
 		}
 	}
-	mnts := map[uint64]bool{}
-	for _, n := range s.Nodes {
-		if n.Holder.Alive() {
-			if ino, err := nsInode(fmt.Sprintf("/proc/%d/ns/mnt", n.Holder.PID)); err == nil {
-				mnts[ino] = true
-			}
-		}
-	}
-	nets := map[uint64]bool{}
-	names := s.owned(func(prefix string) []string {
-		found, _ := filepath.Glob(netnsPath(prefix + "*"))
-		return found
-	})
-	for _, n := range s.Namespaces {
-		if p := netnsPath(n); !slices.Contains(names, p) {
-			if _, err := os.Stat(p); err == nil {
-				names = append(names, p)
-			}
-		}
-	}
-	for _, p := range names {
-		if ino, err := nsInode(p); err == nil {
-			nets[ino] = true
-		}
-	}
-	cgroups := append([]string{}, s.Cgroups...)
-	for _, f := range s.owned(globCgroups) {
-		if cg := "/" + filepath.Base(f); !slices.Contains(cgroups, cg) {
-			cgroups = append(cgroups, cg)
-		}
-	}
+	names, nets, mnts, cgroups := s.footprint()
 	// Pods, shims, containerd, kube-proxy and the holders: everything in a
 	// node's cgroup, mount namespace or network namespace.
 	killAll(procsWhere(func(pid int) bool {
@@ -90,6 +60,43 @@ func Down(dir string) error {
 		errs = append(errs, fmt.Errorf("kubecluster: remove %s: %w", dir, err))
 	}
 	return errors.Join(errs...)
+}
+
+// footprint lists what the cluster made: its namespaces (paths) and their
+// inodes, the inodes of its nodes' mount namespaces, and its cgroups.
+func (s *State) footprint() (names []string, nets, mnts map[uint64]bool, cgroups []string) {
+	mnts = map[uint64]bool{}
+	for _, n := range s.Nodes {
+		if n.Holder.Alive() {
+			if ino, err := nsInode(fmt.Sprintf("/proc/%d/ns/mnt", n.Holder.PID)); err == nil {
+				mnts[ino] = true
+			}
+		}
+	}
+	names = s.owned(func(prefix string) []string {
+		found, _ := filepath.Glob(netnsPath(prefix + "*"))
+		return found
+	})
+	for _, n := range s.Namespaces {
+		if p := netnsPath(n); !slices.Contains(names, p) {
+			if _, err := os.Stat(p); err == nil {
+				names = append(names, p)
+			}
+		}
+	}
+	nets = map[uint64]bool{}
+	for _, p := range names {
+		if ino, err := nsInode(p); err == nil {
+			nets[ino] = true
+		}
+	}
+	cgroups = append([]string{}, s.Cgroups...)
+	for _, f := range s.owned(globCgroups) {
+		if cg := "/" + filepath.Base(f); !slices.Contains(cgroups, cg) {
+			cgroups = append(cgroups, cg)
+		}
+	}
+	return names, nets, mnts, cgroups
 }
 
 // unmountUnder detaches any mount of the caller's mount namespace under
