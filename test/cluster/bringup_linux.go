@@ -43,6 +43,9 @@ func stateDir() string {
 }
 
 type options struct {
+	// DNSOnly imports of the e2e suite's images only CoreDNS's (the
+	// test's pods run an image of their own).
+	DNSOnly   bool
 	Name      string
 	Dir       string
 	Nodes     int
@@ -70,7 +73,7 @@ func bringUp(ctx context.Context, o options, log io.Writer) (*kubecluster.State,
 	weftTar := filepath.Join(tmp, "weft.tar")
 	built := make(chan error, 1)
 	go func() { built <- buildWeftImage(ctx, root, weftRef, weftTar, log) }()
-	images, err := localImages(root, tmp)
+	images, err := localImages(root, tmp, o.DNSOnly)
 	if err != nil {
 		return nil, errors.Join(err, <-built)
 	}
@@ -154,8 +157,9 @@ func buildWeftImage(ctx context.Context, root, ref, archive string, log io.Write
 // localImages writes the pause image the sandboxes run (a static Go
 // pause, test/runtimes/testdata/pause) into dir and returns it, followed
 // by every archive in $WEFT_CACHE/images-<version>/ (the e2e suite's
-// images, when they have been built there), which may replace it.
-func localImages(root, dir string) ([]string, error) {
+// images, when they have been built there), which may replace it, or only
+// CoreDNS's with dnsOnly.
+func localImages(root, dir string, dnsOnly bool) ([]string, error) {
 	bin := filepath.Join(dir, "pause")
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./test/runtimes/testdata/pause")
 	cmd.Dir = root
@@ -178,6 +182,12 @@ func localImages(root, dir string) ([]string, error) {
 	pause := filepath.Join(dir, "pause.tar")
 	if err := os.WriteFile(pause, arch, 0o644); err != nil {
 		return nil, err
+	}
+	if dnsOnly {
+		if _, err := os.Stat(corednsArchive()); err != nil {
+			return []string{pause}, nil
+		}
+		return []string{pause, corednsArchive()}, nil
 	}
 	more, _ := filepath.Glob(filepath.Join(cacheDir(), "images-"+kubetest.Version, "*.tar"))
 	return append([]string{pause}, more...), nil
