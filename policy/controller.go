@@ -295,7 +295,7 @@ func (c *Controller) sync(pods, nss, nps cache.Store) error {
 	var srcErr error
 	if c.cfg.AddressStore != "" {
 		ports, err := PortsFromStore(c.cfg.AddressStore)
-		srcErr = err
+		srcErr = storeProblem(err, in.Pods, c.cfg.Subnet, c.cfg.IPv6Subnet)
 		for i := range plans {
 			for _, pp := range ports {
 				if pp.Addr.Is4() != plans[i].V6 {

@@ -238,10 +238,19 @@ func TestSourceChecksReported(t *testing.T) {
 	waitUntil("bridge table refused", func(prog, src error, n int) bool {
 		return n > 0 && prog == nil && errors.Is(src, ErrNoSourceChecks)
 	})
-	refuse.Store(false) // the store does not exist yet
-	waitUntil("address store missing", func(prog, src error, n int) bool {
+	// A file where the store should be: it cannot be read. (A store that
+	// does not exist on a node without pods is none of the checks'
+	// problems: TestStoreProblem.)
+	if err := os.WriteFile(store, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	refuse.Store(false)
+	waitUntil("address store unreadable", func(prog, src error, n int) bool {
 		return n > 0 && prog == nil && src != nil && !errors.Is(src, ErrNoSourceChecks)
 	})
+	if err := os.Remove(store); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Mkdir(store, 0o700); err != nil {
 		t.Fatal(err)
 	}

@@ -5,11 +5,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // PodPort is a pod address and the node's bridge port (the host end of
@@ -53,4 +56,33 @@ func PortsFromStore(dir string) ([]PodPort, error) {
 	}
 	slices.SortFunc(out, func(a, b PodPort) int { return a.Addr.Compare(b.Addr) })
 	return out, nil
+}
+
+// storeProblem is what the error of PortsFromStore means for the source
+// checks. A store that does not exist while no running pod has an address
+// in the node's subnets is none: the CNI plugin creates it with the first
+// pod's address, so every new node starts without one. With such a pod, a
+// missing store is a problem (its path is not the plugin's).
+func storeProblem(err error, pods []*corev1.Pod, locals ...netip.Prefix) error {
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	for _, p := range pods {
+		if p.Spec.HostNetwork || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		ips := []string{p.Status.PodIP}
+		for _, ip := range p.Status.PodIPs {
+			ips = append(ips, ip.IP)
+		}
+		for _, ip := range ips {
+			a, perr := netip.ParseAddr(ip)
+			for _, l := range locals {
+				if perr == nil && l.IsValid() && l.Contains(a) {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }

@@ -35,6 +35,7 @@ go test -count=1 -timeout 45m "$@" ./test/e2e ./...
 
 # Every package again under the race detector, but those whose tests drive
 # only programs of other builds: test/image (a docker build of the image),
+# test/cluster (a real cluster running that image),
 # test/runtimes (dockerd, podman, containerd around weft's binaries),
 # test/e2e (weftd, weftctl and the plugin built as the image builds them,
 # without the race detector, beside flanneld) and test/helm (the helm CLI);
@@ -43,7 +44,7 @@ go test -count=1 -timeout 45m "$@" ./test/e2e ./...
 # repair tests), the registries and the daemon while leases change.
 race=()
 for p in $(go list ./...); do
-	case "$p" in */test/image | */test/runtimes | */test/e2e | */test/helm) continue ;; esac
+	case "$p" in */test/image | */test/cluster | */test/runtimes | */test/e2e | */test/helm) continue ;; esac
 	race+=("$p")
 done
 # Tests whose weft code all runs in weftd, weftctl and the plugin, built by

@@ -11,7 +11,10 @@
 #
 # dockerd runs with its own data/exec roots and socket, touches no network
 # state (no bridge, iptables, masquerade or ip_forward), and is stopped by
-# PID with its state removed on exit. Exit status 77: docker.io cannot be
+# PID with its state removed on exit. With WEFT_IMAGE_SAVE=<file> the
+# checked image is also written there (docker save), named WEFT_IMAGE_NAME
+# (default ghcr.io/weft-net/weft:<version>), for a cluster's nodes to
+# import (test/cluster). Exit status 77: docker.io cannot be
 # installed (the Go test then fails, or skips when WEFT_TEST_SKIP names
 # tools; under CI=true it always fails).
 set -euo pipefail
@@ -170,3 +173,9 @@ lv="$("$docker" image inspect -f '{{index .Config.Labels "org.opencontainers.ima
 size="$("$docker" image inspect -f '{{.Size}}' "$img")"
 [ "$size" -lt $((150 * 1024 * 1024)) ] || fail "image is $size bytes"
 log "ok: $img, $((size / 1024 / 1024)) MiB, files: $files, total $(($(date +%s) - start)) s"
+if [ -n "${WEFT_IMAGE_SAVE:-}" ]; then
+	name="${WEFT_IMAGE_NAME:-ghcr.io/weft-net/weft:$version}"
+	"$docker" tag "$img" "$name"
+	"$docker" save -o "$WEFT_IMAGE_SAVE" "$name"
+	log "saved $name to $WEFT_IMAGE_SAVE"
+fi

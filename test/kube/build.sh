@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes binaries that weft's Kubernetes-mode tests run:
-# kube-apiserver, kube-controller-manager and kube-proxy from k8s.io/kubernetes,
-# and etcd at the version Kubernetes is released with. The binaries go into
+# kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, kubelet
+# and kubectl from k8s.io/kubernetes (the last three for the real cluster of
+# test/cluster), and etcd at the version Kubernetes is released with. The binaries go into
 # $WEFT_CACHE/kube-$KUBE_VERSION/ and only those absent there are built, so a
 # warm machine never rebuilds them. A cold build takes 10-20 min on 2 cores
-# (kube-proxy alone a few minutes).
+# (kube-proxy alone a few minutes; kubelet, kube-scheduler and kubectl a few
+# more with the others' build cache warm).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 WEFT_CACHE="${WEFT_CACHE:-${HOME:-/root}/.cache/weft}"
@@ -15,6 +17,9 @@ declare -A pkgs=(
 	[kube-apiserver]=k8s.io/kubernetes/cmd/kube-apiserver
 	[kube-controller-manager]=k8s.io/kubernetes/cmd/kube-controller-manager
 	[kube-proxy]=k8s.io/kubernetes/cmd/kube-proxy
+	[kube-scheduler]=k8s.io/kubernetes/cmd/kube-scheduler
+	[kubelet]=k8s.io/kubernetes/cmd/kubelet
+	[kubectl]=k8s.io/kubernetes/cmd/kubectl
 	[etcd]=./etcd
 )
 

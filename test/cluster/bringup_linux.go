@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/weft-net/weft/internal/testkit/kubecluster"
+	"github.com/weft-net/weft/internal/testkit/kubetest"
+	"github.com/weft-net/weft/internal/testkit/ociimage"
+)
+
+// defaultDir holds a cluster's state unless WEFT_CLUSTER_DIR says
+// otherwise (on disk: each node's containerd keeps its images there).
+const defaultDir = "/var/tmp/weft-cluster"
+
+// SandboxImage is the pause image the e2e suite of kubetest.Version names;
+// up builds a minimal one under that name.
+const sandboxImage = "registry.k8s.io/pause:3.10.2"
+
+// defaultName names the cluster unless WEFT_CLUSTER_NAME says otherwise
+// (clusters of different names and directories run side by side).
+const defaultName = "dev"
+
+func clusterName() string {
+	if n := os.Getenv("WEFT_CLUSTER_NAME"); n != "" {
+		return n
+	}
+	return defaultName
+}
+
+func stateDir() string {
+	if d := os.Getenv("WEFT_CLUSTER_DIR"); d != "" {
+		return d
+	}
+	return defaultDir
+}
+
+type options struct {
+	// DNSOnly imports of the e2e suite's images only CoreDNS's (the
+	// test's pods run an image of their own).
+	DNSOnly   bool
+	Name      string
+	Dir       string
+	Nodes     int
+	ProxyMode string
+}
+
+// bringUp builds the images, brings the cluster up and installs weft by
+// its manifest; progress goes to log. On failure the cluster is down.
+func bringUp(ctx context.Context, o options, log io.Writer) (*kubecluster.State, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return nil, err
+	}
+	kubeBin, err := kubetest.BinDir()
+	if err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp("", "weft-cluster-images.")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	// weft's image builds (a few minutes cold) while the cluster comes up.
+	weftRef := fmt.Sprintf("ghcr.io/weft-net/weft:kc-%d", time.Now().Unix())
+	weftTar := filepath.Join(tmp, "weft.tar")
+	built := make(chan error, 1)
+	go func() { built <- buildWeftImage(ctx, root, weftRef, weftTar, log) }()
+	images, err := localImages(root, tmp, o.DNSOnly)
+	if err != nil {
+		return nil, errors.Join(err, <-built)
+	}
+	cfg := kubecluster.Config{
+		Name: o.Name, Dir: o.Dir, Nodes: o.Nodes, ProxyMode: o.ProxyMode, KubeBin: kubeBin,
+		CNIBin: cniBin(), SandboxImage: sandboxImage, Images: images,
+	}
+	t0 := time.Now()
+	s, err := kubecluster.Up(ctx, cfg)
+	if err != nil {
+		return nil, errors.Join(err, <-built)
+	}
+	fmt.Fprintf(log, "cluster: control plane and %d nodes up in %s\n", o.Nodes, time.Since(t0).Round(time.Second))
+	if err := installWeft(ctx, s, kubeBin, root, weftRef, weftTar, built, log); err != nil {
+		return nil, errors.Join(err, kubecluster.Down(o.Dir))
+	}
+	if err := installDNS(ctx, s, kubeBin, root, log); err != nil {
+		return nil, errors.Join(err, kubecluster.Down(o.Dir))
+	}
+	return s, nil
+}
+
+// corednsArchive is where test/cluster/images.sh leaves CoreDNS's image.
+func corednsArchive() string {
+	return filepath.Join(cacheDir(), "images-"+kubetest.Version, "coredns.tar")
+}
+
+// installDNS deploys CoreDNS (test/cluster/coredns.yml) when its image has
+// been built (and so imported by Up), and waits until it is available.
+func installDNS(ctx context.Context, s *kubecluster.State, kubeBin, root string, log io.Writer) error {
+	if _, err := os.Stat(corednsArchive()); err != nil {
+		fmt.Fprintf(log, "cluster: no cluster DNS: %s is missing (test/cluster/images.sh builds it)\n", corednsArchive())
+		return nil
+	}
+	t0 := time.Now()
+	if _, err := s.Kubectl(ctx, kubeBin, "apply", "-f", filepath.Join(root, "test", "cluster", "coredns.yml")); err != nil {
+		return err
+	}
+	if _, err := s.Kubectl(ctx, kubeBin, "-n", "kube-system", "rollout", "status", "deployment/coredns", "--timeout=3m"); err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "cluster: CoreDNS available in %s\n", time.Since(t0).Round(time.Second))
+	return nil
+}
+
+func installWeft(ctx context.Context, s *kubecluster.State, kubeBin, root, ref, archive string, built <-chan error, log io.Writer) error {
+	if err := <-built; err != nil {
+		return err
+	}
+	if err := s.ImportImage(ctx, archive); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if err := s.ApplyWithImage(ctx, kubeBin, filepath.Join(root, "kube-manifests", "kube-weft.yml"), ref); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if err := s.WaitReady(wctx, "kube-weft", "weft"); err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "cluster: weft applied, every node Ready in %s\n", time.Since(t0).Round(time.Second))
+	return nil
+}
+
+// buildWeftImage builds weft's image from the Dockerfile with
+// test/image/build.sh and saves it to archive as ref.
+func buildWeftImage(ctx context.Context, root, ref, archive string, log io.Writer) error {
+	t0 := time.Now()
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "test", "image", "build.sh"))
+	cmd.Env = append(os.Environ(), "WEFT_IMAGE_SAVE="+archive, "WEFT_IMAGE_NAME="+ref)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("build weft's image: %w:\n%s", err, out.String())
+	}
+	fmt.Fprintf(log, "cluster: weft's image %s built in %s\n", ref, time.Since(t0).Round(time.Second))
+	return nil
+}
+
+// localImages writes the pause image the sandboxes run (a static Go
+// pause, test/runtimes/testdata/pause) into dir and returns it, followed
+// by every archive in $WEFT_CACHE/images-<version>/ (the e2e suite's
+// images, when they have been built there), which may replace it, or only
+// CoreDNS's with dnsOnly.
+func localImages(root, dir string, dnsOnly bool) ([]string, error) {
+	bin := filepath.Join(dir, "pause")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./test/runtimes/testdata/pause")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build pause: %w: %s", err, out)
+	}
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		return nil, err
+	}
+	layer, err := ociimage.Layer(ociimage.File{Name: "pause", Mode: 0o755, Data: b})
+	if err != nil {
+		return nil, err
+	}
+	arch, err := ociimage.Archive(sandboxImage, layer, []string{"/pause"})
+	if err != nil {
+		return nil, err
+	}
+	pause := filepath.Join(dir, "pause.tar")
+	if err := os.WriteFile(pause, arch, 0o644); err != nil {
+		return nil, err
+	}
+	if dnsOnly {
+		if _, err := os.Stat(corednsArchive()); err != nil {
+			return []string{pause}, nil
+		}
+		return []string{pause, corednsArchive()}, nil
+	}
+	more, _ := filepath.Glob(filepath.Join(cacheDir(), "images-"+kubetest.Version, "*.tar"))
+	return append([]string{pause}, more...), nil
+}
+
+func cacheDir() string {
+	if c := os.Getenv("WEFT_CACHE"); c != "" {
+		return c
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "weft")
+}
+
+// cniBin is where the standard CNI plugins are: $WEFT_CNI_BIN (test/run.sh
+// sets it) or Debian's containernetworking-plugins.
+func cniBin() string {
+	if d := os.Getenv("WEFT_CNI_BIN"); d != "" {
+		return d
+	}
+	return "/usr/lib/cni"
+}
+
+// moduleRoot finds weft's module root from the working directory up.
+func moduleRoot() (string, error) {
+	d, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && strings.HasPrefix(string(b), "module github.com/weft-net/weft\n") {
+			return d, nil
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return "", errors.New("not inside weft's module")
+		}
+		d = parent
+	}
+}
