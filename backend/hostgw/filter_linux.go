@@ -1,15 +1,11 @@
 package hostgw
 
 import (
-	"errors"
-	"fmt"
 	"net"
 	"net/netip"
-	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
-	"github.com/google/nftables/userdata"
 	"golang.org/x/sys/unix"
 
 	"github.com/weft-net/weft/backend/nft"
@@ -102,55 +98,10 @@ func peerSubnets(t vtep.Table) map[netip.Addr]bool {
 // namespace at netns ("" for the current one) counted, as drops
 // "not_peer_subnet". A missing table reports nothing and no error.
 func FilterDrops(netns string) (map[string]uint64, error) {
-	conn, done, err := nft.Dial(netns)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	t := &nftables.Table{Name: FilterTable, Family: nftables.TableFamilyINet}
-	rules, err := conn.GetRules(t, &nftables.Chain{Name: "prerouting", Table: t})
-	if errors.Is(err, unix.ENOENT) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read table inet %s: %w", FilterTable, err)
-	}
-	out := map[string]uint64{}
-	for _, r := range rules {
-		if c, _ := userdata.GetString(r.UserData, userdata.TypeComment); c != RuleNotPeerSubnet {
-			continue
-		}
-		for _, e := range r.Exprs {
-			if n, ok := e.(*expr.Counter); ok {
-				out["not_peer_subnet"] += n.Packets
-			}
-		}
-	}
-	return out, nil
+	return nft.Counted(netns, FilterTable, []string{"prerouting"}, map[string]string{RuleNotPeerSubnet: "not_peer_subnet"})
 }
 
 // RemoveFilter deletes the filter table from the namespace at netns, for a
 // node that runs another dataplane: its sets would no longer follow the
 // peers. A missing table, or a kernel without nf_tables, is not an error.
-func RemoveFilter(netns string) error {
-	conn, done, err := nft.Dial(netns)
-	if err != nil {
-		return err
-	}
-	defer done()
-	tables, err := conn.ListTablesOfFamily(nftables.TableFamilyINet)
-	if nft.Missing(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("list nftables tables: %w", err)
-	}
-	if !slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == FilterTable }) {
-		return nil
-	}
-	conn.DelTable(&nftables.Table{Name: FilterTable, Family: nftables.TableFamilyINet})
-	if err := conn.Flush(); err != nil {
-		return fmt.Errorf("delete table inet %s: %w", FilterTable, err)
-	}
-	return nil
-}
+func RemoveFilter(netns string) error { return nft.Remove(netns, FilterTable) }

@@ -2,14 +2,10 @@ package vxlan
 
 import (
 	"encoding/binary"
-	"errors"
-	"fmt"
 	"net/netip"
-	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
-	"github.com/google/nftables/userdata"
 	"golang.org/x/sys/unix"
 
 	"github.com/weft-net/weft/backend/nft"
@@ -131,57 +127,12 @@ func peerAddrs(t vtep.Table) map[netip.Addr]bool {
 // device with a source outside the cluster network). A missing table
 // reports nothing and no error.
 func FilterDrops(netns string) (map[string]uint64, error) {
-	conn, done, err := nft.Dial(netns)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	t := &nftables.Table{Name: FilterTable, Family: nftables.TableFamilyINet}
-	out := map[string]uint64{}
-	for _, chain := range []string{filterInputName, "prerouting"} {
-		rules, err := conn.GetRules(t, &nftables.Chain{Name: chain, Table: t})
-		if errors.Is(err, unix.ENOENT) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read table inet %s: %w", FilterTable, err)
-		}
-		for _, r := range rules {
-			c, _ := userdata.GetString(r.UserData, userdata.TypeComment)
-			reason := map[string]string{RuleNotPeer: dropNotPeer, RuleForeignSrc: dropForeignSrc}[c]
-			for _, e := range r.Exprs {
-				if n, ok := e.(*expr.Counter); ok && reason != "" {
-					out[reason] += n.Packets
-				}
-			}
-		}
-	}
-	return out, nil
+	return nft.Counted(netns, FilterTable, []string{filterInputName, "prerouting"},
+		map[string]string{RuleNotPeer: dropNotPeer, RuleForeignSrc: dropForeignSrc})
 }
 
 // RemoveFilter deletes the filter table from the namespace at netns (""
 // for the current one), for a node that runs another dataplane or turned
 // the filter off: its sets would no longer follow the peers. A missing
 // table, or a kernel without nf_tables, is not an error.
-func RemoveFilter(netns string) error {
-	conn, done, err := nft.Dial(netns)
-	if err != nil {
-		return err
-	}
-	defer done()
-	tables, err := conn.ListTablesOfFamily(nftables.TableFamilyINet)
-	if nft.Missing(err) {
-		return nil // no nf_tables: no table either
-	}
-	if err != nil {
-		return fmt.Errorf("list nftables tables: %w", err)
-	}
-	if !slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == FilterTable }) {
-		return nil
-	}
-	conn.DelTable(&nftables.Table{Name: FilterTable, Family: nftables.TableFamilyINet})
-	if err := conn.Flush(); err != nil {
-		return fmt.Errorf("delete table inet %s: %w", FilterTable, err)
-	}
-	return nil
-}
+func RemoveFilter(netns string) error { return nft.Remove(netns, FilterTable) }

@@ -61,7 +61,7 @@ func TestCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	s, err := bringUp(ctx, options{Name: "test", Dir: dir, Nodes: 2, ProxyMode: proxyMode, DNSOnly: true}, testLog{t})
+	s, err := bringUp(ctx, options{Name: "test", Dir: dir, Nodes: 2, ProxyMode: proxyMode}, testLog{t})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,6 +131,17 @@ func TestCluster(t *testing.T) {
 		if !strings.Contains(out, `"gitVersion": "`+kubetest.Version+`"`) {
 			t.Fatalf("GET /version from a pod answered %q", out)
 		}
+	})
+	t.Run("Kubernetes' own specs, the CI subset", func(t *testing.T) {
+		// e2e.sh's "ci" selection: Services, DNS, pod-to-pod and node-to-pod
+		// across nodes, NetworkPolicy deny and allow (docs/kubernetes-e2e.md).
+		out := t.TempDir()
+		cmd := osexec.CommandContext(ctx, "./e2e.sh", "-o", out, "-l", "test-"+proxyMode, s.Kubeconfig, "ci")
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("e2e.sh ci: %v\n%s", err, tail(string(b), 60))
+		}
+		t.Logf("e2e.sh ci:\n%s", tail(string(b), 8))
 	})
 	t.Run("down leaves nothing", func(t *testing.T) {
 		downed = true
@@ -314,4 +325,10 @@ func podExec(t *testing.T, ctx context.Context, s *kubecluster.State, pod string
 		t.Fatal(err)
 	}
 	return out
+}
+
+// tail is the last n lines of out.
+func tail(out string, n int) string {
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
