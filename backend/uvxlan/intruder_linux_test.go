@@ -85,6 +85,19 @@ func testOnlyPeers(t *testing.T, fast bool) {
 	joined := vtep.Table{b.subnet: peers[b.subnet], c.subnet: {MAC: c.mac, Addr: c.host.Addr}}
 	a.b.Set(joined)
 	route(true)
+	// c sends once its own dataplane has programmed a (what is tested is
+	// that a takes c's first packet, not how soon c can send one).
+	select {
+	case <-c.b.Ready():
+	case <-time.After(30 * time.Second):
+		t.Fatal("c's dataplane never became ready")
+	}
+	eventually(t, fmt.Sprintf("c's route to %s", a.subnet), func() error {
+		if out := nettest.MustRun(t, c.host, "ip", "route", "show", a.subnet.String()); !strings.Contains(out, "via") {
+			return fmt.Errorf("route: %q", out)
+		}
+		return nil
+	})
 	dst := netip.AddrPortFrom(a.podIP, 9999)
 	nettest.SendUDP(t, c.pod, netip.IPv4Unspecified(), dst, []byte("first"))
 	if !sink.WaitFor("first", 5*time.Second) {

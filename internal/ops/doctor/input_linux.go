@@ -137,7 +137,9 @@ func (s *state) inputVerdict(evs []traceEvent, rules *ruleTexts, what string, sr
 			s.r.add("firewall/input", Fail, acceptFix(e, src.String(), port),
 				"%s: the kernel dropped it in %s%s", what, rules.describe(e), note)
 			return true
-		case e.verdict == 1 && !strings.HasPrefix(e.table, traceTable): // NF_ACCEPT
+		case e.verdict == 1 && !strings.HasPrefix(e.table, traceTable) && !weftFilter(&nftables.Table{Name: e.table, Family: e.family}):
+			// NF_ACCEPT; weft's own filter's accepts of peers are
+			// firewall/vxlan-peers' to report.
 			if d := rules.describe(e); !slices.Contains(accepts, d) {
 				accepts = append(accepts, d)
 			}
