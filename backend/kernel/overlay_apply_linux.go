@@ -29,7 +29,8 @@ func (o *Overlay) Apply(old, next vtep.Table) (SyncStats, error) {
 // ApplyAt is Apply when old and next can differ only at the subnets in at
 // (the rows a change of a few leases touched): it looks at those rows
 // alone, so a change among thousands of peers costs time in proportion to
-// the change, not to the table.
+// the change, not to the table. old need hold only those rows; next must be
+// the whole table, which the fallback to Sync programs.
 func (o *Overlay) ApplyAt(old, next vtep.Table, at []netip.Prefix) (SyncStats, error) {
 	return o.apply(next, func() vtep.Diff {
 		own := make([]netip.Prefix, 0, len(at))

@@ -85,7 +85,7 @@ func (s *peerState) revert() {
 }
 
 // change is what turns the programmed table into want: the old and new
-// values of the rows at (old and next hold only those), or, with at nil,
+// values of the rows at (old holds only those, next is the whole table), or, with at nil,
 // the whole tables. ok is false when it is not known (nothing programmed
 // yet, or a whole table replaced one that was not): then sync in full.
 // same says want is the table programmed last.
@@ -104,14 +104,13 @@ func (s *peerState) change() change {
 	case s.whole:
 		return change{old: s.prev, next: s.want, ok: true}
 	}
-	c := change{old: vtep.Table{}, next: vtep.Table{}, at: make([]netip.Prefix, 0, len(s.undo)), ok: true, same: len(s.undo) == 0}
+	// next is the whole table: ApplyAt reads only the rows at at, but
+	// syncs next in full where it cannot work row by row (DirectRouting).
+	c := change{old: vtep.Table{}, next: s.want, at: make([]netip.Prefix, 0, len(s.undo)), ok: true, same: len(s.undo) == 0}
 	for p, r := range s.undo {
 		c.at = append(c.at, p)
 		if r.ok {
 			c.old[p] = r.peer
-		}
-		if v, ok := s.want[p]; ok {
-			c.next[p] = v
 		}
 	}
 	return c

@@ -3,6 +3,7 @@ package vxlan
 import (
 	"maps"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/weft-net/weft/internal/testkit/nettest"
@@ -17,11 +18,21 @@ import (
 // backend Set that table, finds nothing to change. Then a whole table Set
 // after queued rows (the rows are dropped), the same way. It calls
 // reconcile itself, so that no notification turns a sync into a full one.
+// With DirectRouting, where the overlay syncs the whole table instead of
+// writing rows, the same holds (the other peers' routes survive a change).
 func TestUpdateRows(t *testing.T) {
+	for _, direct := range []bool{false, true} {
+		t.Run(map[bool]string{false: "encapsulated", true: "DirectRouting"}[direct], func(t *testing.T) { testUpdateRows(t, direct) })
+	}
+}
+
+func testUpdateRows(t *testing.T, direct bool) {
 	u := nettest.NewUnderlay(t, ul4, 0)
 	n1 := newNode(t, u, 1)
 	p, a := netip.MustParsePrefix, netip.MustParseAddr
-	b := newBackend(t, n1.config())
+	cfg := n1.config()
+	cfg.DirectRouting = direct
+	b := newBackend(t, cfg)
 	b.Set(peerTable())
 	if err := b.reconcile(true); err != nil {
 		t.Fatal(err)
@@ -50,7 +61,12 @@ func TestUpdateRows(t *testing.T) {
 			t.Errorf("%s: the backend's table %v, want %v", step, b.peers.want, want)
 		}
 		before4, before6 := state(t, n1.NS, "weft.1"), state(t, n1.NS, "weft-v6.1")
-		b2 := newBackend(t, n1.config())
+		// Direct routes go through the underlay device, not the overlay's.
+		routes := func() []string {
+			return append(lines(t, n1.NS, "ip", "-4", "route", "show"), lines(t, n1.NS, "ip", "-6", "route", "show")...)
+		}
+		beforeRoutes := routes()
+		b2 := newBackend(t, cfg)
 		b2.Set(maps.Clone(want))
 		if err := b2.reconcile(true); err != nil {
 			t.Fatal(err)
@@ -60,6 +76,10 @@ func TestUpdateRows(t *testing.T) {
 		}
 		if got := state(t, n1.NS, "weft-v6.1"); !got.equal(before6) {
 			t.Errorf("%s: IPv6 state after the incremental reconcile:\n%s\na full one of the table made it:\n%s", step, before6, got)
+		}
+		if got := routes(); !(kernelState{Route: got}).equal(kernelState{Route: beforeRoutes}) {
+			t.Errorf("%s: routes after the incremental reconcile:\n%s\na full one of the table made them:\n%s", step,
+				strings.Join(beforeRoutes, "\n"), strings.Join(got, "\n"))
 		}
 	}
 	b.Update(ups[:2])
