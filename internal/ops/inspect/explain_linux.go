@@ -177,7 +177,7 @@ func (p *Path) explainAdmission(h *netlink.Handle, cfg *subnet.Config) {
 	if p.DstLease.Attrs.BackendType != subnet.BackendTypeVXLAN {
 		return
 	}
-	if p.SrcLease == nil && cfg != nil && !inNetwork(cfg, p.Src) {
+	if p.SrcLease == nil && cfg != nil && !cfg.Backend.AllowForeignSources && !inNetwork(cfg, p.Src) {
 		p.add("admit", "%s is outside the cluster network: with --ip-masq (the default) this node rewrites it to its overlay address; "+
 			"without it, a weft kernel VXLAN node drops the frame as it leaves its overlay device (rule %q in table inet %s)",
 			p.Src, vxlan.RuleForeignSrc, vxlan.FilterTable)
