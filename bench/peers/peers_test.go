@@ -490,4 +490,3 @@ func waitRoute(b *testing.B, ch <-chan netlink.RouteUpdate, want netip.Prefix) {
 		}
 	}
 }
-
