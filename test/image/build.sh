@@ -87,6 +87,10 @@ if ls "$d/ctx"/cmd/weftctl/*.go >/dev/null 2>&1; then pkgs="$pkgs ./cmd/weftctl"
 version="test-$(date +%s)"
 gocache="$WEFT_CACHE/image-gocache"
 mkdir -p "$gocache" "$d/warm"
+# Builds at once (test/image's and test/cluster's run in parallel) share
+# the cache: one must not pack it while another writes to it.
+exec {cachelock}>"$gocache.lock"
+flock "$cachelock"
 wstart=$(date +%s)
 # shellcheck disable=SC2086
 (cd "$d/ctx" && CGO_ENABLED=0 GOCACHE="$gocache" GOFLAGS= go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$d/warm/" $pkgs)
@@ -103,6 +107,7 @@ for a in $(/bin/busybox --list); do [ "$a" = busybox ] || ln -s busybox "$d/gola
 tar -C "$d/golang" -cf "$d/golang.tar" .
 tar -C "$(dirname "$goroot")" -rf "$d/golang.tar" --transform "s|^$(basename "$goroot")|usr/local/go|" "$(basename "$goroot")"
 tar -C "$gocache" -rf "$d/golang.tar" --transform "s|^\.|root/.cache/go-build|" .
+flock -u "$cachelock"
 "$docker" import \
 	--change 'ENV PATH=/usr/local/go/bin:/bin' --change 'ENV GOTOOLCHAIN=local' --change 'ENV HOME=/root' \
 	"$d/golang.tar" weft-local/golang:local >/dev/null
