@@ -10,11 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/weft-net/weft/internal/testkit/kubetest"
 	"github.com/weft-net/weft/internal/testkit/nettest"
@@ -59,24 +57,7 @@ func (m *kubeLatency) cluster(b *testing.B, n int) *kubeSet {
 	if s := m.clusters[n]; s != nil {
 		return s
 	}
-	k := kubetest.Start(b)
-	fast := rest.CopyConfig(k.Admin)
-	fast.QPS, fast.Burst = 500, 1000
-	cs, err := kubernetes.NewForConfig(fast)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var g errgroup.Group
-	g.SetLimit(16)
-	for i := range n {
-		g.Go(func() error {
-			_, err := cs.CoreV1().Nodes().Create(context.Background(), kubetest.PeerNode(i), metav1.CreateOptions{})
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		b.Fatal(err)
-	}
+	k, cs := peerNodes(b, n)
 	s := &kubeSet{k: k, cs: cs}
 	m.clusters[n] = s
 	return s

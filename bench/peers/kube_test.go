@@ -34,25 +34,7 @@ import (
 // earlier build; WEFT_BENCH_REPORT writes the report's Kube1000 section.
 func BenchmarkPeersKube1000(b *testing.B) {
 	const peers = 1000
-	k := kubetest.Start(b)
-	ctx := context.Background()
-	fast := rest.CopyConfig(k.Admin)
-	fast.QPS, fast.Burst = 500, 1000
-	cs, err := kubernetes.NewForConfig(fast)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var g errgroup.Group
-	g.SetLimit(16)
-	for i := range peers {
-		g.Go(func() error {
-			_, err := cs.CoreV1().Nodes().Create(ctx, kubetest.PeerNode(i), metav1.CreateOptions{})
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		b.Fatal(err)
-	}
+	k, cs := peerNodes(b, peers)
 	netConf := filepath.Join(b.TempDir(), "net-conf.json")
 	if err := os.WriteFile(netConf, []byte(config), 0o644); err != nil {
 		b.Fatal(err)
@@ -193,4 +175,28 @@ func kubeRound(b *testing.B, k *kubetest.Cluster, cs kubernetes.Interface, weftd
 	}
 	r.loadEnd = loadAvg()
 	return r
+}
+
+// peerNodes starts a kube-apiserver holding n peer Nodes (kubetest.PeerNode)
+// and returns it with a client allowed to write fast.
+func peerNodes(b *testing.B, n int) (*kubetest.Cluster, *kubernetes.Clientset) {
+	k := kubetest.Start(b)
+	fast := rest.CopyConfig(k.Admin)
+	fast.QPS, fast.Burst = 500, 1000
+	cs, err := kubernetes.NewForConfig(fast)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var g errgroup.Group
+	g.SetLimit(16)
+	for i := range n {
+		g.Go(func() error {
+			_, err := cs.CoreV1().Nodes().Create(context.Background(), kubetest.PeerNode(i), metav1.CreateOptions{})
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
+	}
+	return k, cs
 }
