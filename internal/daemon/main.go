@@ -13,10 +13,10 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 
@@ -75,7 +75,7 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 		return err
 	}
 	defer closeReg()
-	p := &process{c: c, reg: reg, etcd: etcdClient, live: live, metricsReg: metricsReg, metrics: metrics,
+	p := &process{c: c, reg: reg, etcd: etcdClient, live: live, metrics: metrics,
 		rej: rej, files: files, log: log}
 	// STOPPING=1 once, when weftd stops: not between the node's runs (the
 	// service manager would take it for a stop and kill weftd after its
@@ -84,33 +84,80 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 	stopped := make(chan struct{})
 	go func() { notifyStopping(sctx, files, log); close(stopped) }()
 	defer func() { stop(); <-stopped }()
-	for {
-		err := p.runNode(ctx)
-		ch, ok := errors.AsType[*underlayChanged](err)
-		if !ok || ctx.Err() != nil {
-			log.Info("weftd stopped; lease and dataplane left in place")
-			return ignoreCanceled(ctx, err)
-		}
-		log.Warn("the underlay changed: starting the node again on it", "change", ch.Error())
+	// The health server outlives the node's runs: between two of them
+	// weftd is alive (kubelet's liveness probe must not kill it) but not
+	// ready.
+	g, gctx := errgroup.WithContext(ctx)
+	hctx, stopHealth := context.WithCancel(gctx)
+	defer stopHealth()
+	if c.healthAddr != "" {
+		hs := NewHealthServer(c.healthAddr, p.status.Ready, log)
+		hs.Why = p.status.Why
+		mountMetrics(hs, metricsReg)
+		g.Go(func() error { return hs.Run(hctx) })
 	}
+	g.Go(func() error {
+		defer stopHealth()
+		for {
+			err := p.runNode(gctx)
+			ch, ok := errors.AsType[*underlayChanged](err)
+			if !ok || gctx.Err() != nil {
+				log.Info("weftd stopped; lease and dataplane left in place")
+				return ignoreCanceled(gctx, err)
+			}
+			log.Warn("the underlay changed: starting the node again on it", "change", ch.Error())
+			p.status.between("the underlay changed (" + ch.Error() + "): starting the node again on it")
+		}
+	})
+	return g.Wait()
+}
+
+// nodeStatus answers the health server for the node's current run.
+type nodeStatus struct {
+	d   atomic.Pointer[Daemon]
+	gap atomic.Pointer[string] // why no run is current, once one ended
+}
+
+func (s *nodeStatus) set(d *Daemon) { s.d.Store(d) }
+
+func (s *nodeStatus) between(why string) {
+	s.gap.Store(&why)
+	s.d.Store(nil)
+}
+
+// Ready reports whether the current run is ready.
+func (s *nodeStatus) Ready() bool {
+	d := s.d.Load()
+	return d != nil && d.Ready()
+}
+
+// Why says what the node waits for.
+func (s *nodeStatus) Why() string {
+	if d := s.d.Load(); d != nil {
+		return d.Waiting()
+	}
+	if g := s.gap.Load(); g != nil {
+		return *g
+	}
+	return "starting"
 }
 
 // process is what weftd keeps across the node's runs: its flags, registry,
 // metrics and the files the service manager passed.
 type process struct {
-	c          *config
-	reg        subnet.Registry
-	etcd       *clientv3.Client // nil in Kubernetes mode
-	live       *liveBackend
-	metricsReg *prometheus.Registry
-	metrics    *Metrics
-	rej        *subnet.Rejections
-	files      *fdstore.Store
-	log        *slog.Logger
+	c       *config
+	reg     subnet.Registry
+	etcd    *clientv3.Client // nil in Kubernetes mode
+	live    *liveBackend
+	metrics *Metrics
+	rej     *subnet.Rejections
+	files   *fdstore.Store
+	log     *slog.Logger
+	status  nodeStatus
 }
 
 // runNode finds the underlay and runs the node on it (lease, dataplane,
-// presence, health) until ctx ends or the underlay changes under it (an
+// presence) until ctx ends or the underlay changes under it (an
 // *underlayChanged): then it moves the lease to the underlay's new address,
 // if it has one, and returns so that Run starts the node again on it.
 func (p *process) runNode(ctx context.Context) error {
@@ -152,12 +199,7 @@ func (p *process) runNode(ctx context.Context) error {
 		g.Go(func() error { return presence.Run(gctx) })
 	}
 	g.Go(func() error { return newAddrWatch(underlay, node, log).Run(gctx) })
-	if c.healthAddr != "" {
-		hs := NewHealthServer(c.healthAddr, d.Ready, log)
-		hs.Why = d.Waiting
-		mountMetrics(hs, p.metricsReg)
-		g.Go(func() error { return hs.Run(gctx) })
-	}
+	p.status.set(d)
 	err = g.Wait()
 	if ch, ok := errors.AsType[*underlayChanged](err); ok && ch.old.IsValid() && ctx.Err() == nil {
 		mctx, cancel := context.WithTimeout(ctx, 10*time.Second)

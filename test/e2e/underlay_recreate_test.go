@@ -19,8 +19,8 @@ import (
 // device eth0 is deleted and a new one made under its name, first with the
 // same address and then with a new one; each time the
 // pods must talk again both ways while the same weftd process keeps
-// running, on vxlan, uvxlan (also with its files kept by a service
-// manager) and host-gw.
+// running, and its health server keeps answering, on vxlan, uvxlan (also
+// with its files kept by a service manager) and host-gw.
 func TestFlannel2247UnderlayRecreated(t *testing.T) {
 	for _, backend := range []string{"vxlan", "uvxlan", "uvxlan-fdstore", "host-gw"} {
 		t.Run(backend, func(t *testing.T) {
@@ -70,6 +70,12 @@ func TestFlannel2247UnderlayRecreated(t *testing.T) {
 						}
 						return nil
 					})
+					// The health server kept listening across the node's
+					// runs: kubelet's liveness probe never saw it gone.
+					if log, _ := os.ReadFile(n1.LogFile); strings.Count(string(log), "serving health and metrics") != 1 {
+						t.Errorf("weftd's health server started %d times, want once:\n%s",
+							strings.Count(string(log), "serving health and metrics"), tail(string(log), 30))
+					}
 					// Ready again: the new run holds its sockets and
 					// devices before the next case takes the device away.
 					n1.WaitReady()
