@@ -27,7 +27,8 @@ func (c dropChain) String() string {
 // checkFirewall looks for other firewalls that drop forwarded pod traffic:
 // nftables chains on the forward hook with policy drop (iptables-nft's
 // FORWARD included, where Docker sets DROP), and iptables-legacy tables,
-// which nftables does not show (their filter FORWARD policy is read too).
+// which nftables does not show (their filter FORWARD policy is named as a
+// suspect, see legacyNote).
 func checkFirewall(s *state) {
 	chains, err := s.forwardDropChains()
 	if err != nil {
@@ -57,9 +58,10 @@ func checkFirewall(s *state) {
 		s.r.ok("firewall/forward", "no other forward chain with policy drop")
 	}
 	if names, err := s.procNet("ip_tables_names"); err == nil && strings.TrimSpace(names) != "" {
+		tables := strings.Fields(names)
 		s.r.add("firewall/iptables-legacy", Warn, "check them with `iptables-legacy -S` (and migrate them to iptables-nft or nft)",
-			"iptables-legacy tables %s are loaded: their rules run beside nftables and `nft list ruleset` does not show them", strings.Join(strings.Fields(names), ", "))
-		checkLegacyForward(s, names)
+			"iptables-legacy tables %s are loaded: their rules run beside nftables, and neither `nft list ruleset` nor the kernel's trace sees them%s",
+			strings.Join(tables, ", "), legacyNote(s, tables))
 	}
 }
 
