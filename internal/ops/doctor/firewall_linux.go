@@ -12,54 +12,61 @@ import (
 	"github.com/weft-net/weft/backend/vxlan"
 )
 
-// dropChain is a forward-hook chain of another owner whose policy drops.
-type dropChain struct {
-	family      nftables.TableFamily
-	table, name string
-	accepts     bool // a rule accepts the cluster network
-}
-
-func (c dropChain) String() string {
-	fam := map[nftables.TableFamily]string{nftables.TableFamilyIPv4: "ip", nftables.TableFamilyIPv6: "ip6", nftables.TableFamilyINet: "inet", nftables.TableFamilyBridge: "bridge"}[c.family]
-	return fmt.Sprintf("table %s %s chain %s", fam, c.table, c.name)
-}
-
 // checkFirewall looks for other firewalls that drop forwarded pod traffic:
 // nftables chains on the forward hook with policy drop (iptables-nft's
-// FORWARD included, where Docker sets DROP), and iptables-legacy tables,
-// which nftables does not show (their filter FORWARD policy is read too).
+// FORWARD included, where Docker sets DROP) and no rule, in them or in a
+// chain they jump to for every packet (weft's WEFT-FWD, Flannel's
+// FLANNEL-FWD), that accepts the cluster network by address; and
+// iptables-legacy tables, which nftables does not show (their filter
+// FORWARD policy is named as a suspect, see legacyNote).
 func checkFirewall(s *state) {
-	chains, err := s.forwardDropChains()
-	if err != nil {
-		s.r.add("firewall/forward", Warn, "", "read nftables chains: %v", err)
-	}
 	network := "the cluster network"
 	if s.Config != nil {
 		network = s.Config.Network.String()
 	}
-
-	for _, c := range chains {
-		if c.accepts {
-			s.r.ok("firewall/forward", "%s has policy drop but a rule accepts %s", c, network)
-			continue
+	found := 0
+	err := s.hookChains(nftables.ChainHookForward, func(c *nftables.Conn, ch *nftables.Chain) error {
+		if ch.Policy == nil || *ch.Policy != nftables.ChainPolicyDrop {
+			return nil
 		}
-
-		fix := fmt.Sprintf("nft insert rule %s %s ip saddr %s accept; nft insert rule %s %s ip daddr %s accept",
-			strings.Fields(c.String())[1]+" "+c.table, c.name, network, strings.Fields(c.String())[1]+" "+c.table, c.name, network)
-		if c.table == "filter" && c.name == "FORWARD" {
+		found++
+		rules, err := c.GetRules(ch.Table, ch)
+		accepts := s.Config != nil && acceptsNetwork(rules, s.Config.Network)
+		for _, r := range rules {
+			if target := jumpTarget(r); target != "" && err == nil {
+				var sub []*nftables.Rule
+				sub, err = c.GetRules(ch.Table, &nftables.Chain{Name: target, Table: ch.Table})
+				accepts = accepts || s.Config != nil && acceptsNetwork(sub, s.Config.Network)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		where := fmt.Sprintf("table %s %s chain %s", familyName(ch.Table.Family), ch.Table.Name, ch.Name)
+		if accepts {
+			s.r.ok("firewall/forward", "%s has policy drop but a rule accepts %s", where, network)
+			return nil
+		}
+		t := familyName(ch.Table.Family) + " " + ch.Table.Name
+		fix := fmt.Sprintf("nft insert rule %s %s ip saddr %s accept; nft insert rule %s %s ip daddr %s accept", t, ch.Name, network, t, ch.Name, network)
+		if ch.Table.Name == "filter" && ch.Name == "FORWARD" {
 			fix = fmt.Sprintf("run weftd with --iptables-forward-rules (the default) and without EnableNFTables: it keeps chain WEFT-FWD accepting %s here; "+
 				"or iptables -I FORWARD -s %s -j ACCEPT; iptables -I FORWARD -d %s -j ACCEPT", network, network, network)
 		}
 		s.r.add("firewall/forward", Fail, fix,
-			"%s has policy drop and no rule accepting %s: forwarded pod traffic is dropped there, whatever other tables accept", c, network)
-	}
-	if err == nil && len(chains) == 0 {
+			"%s has policy drop and no rule accepting %s: forwarded pod traffic is dropped there, whatever other tables accept", where, network)
+		return nil
+	})
+	if err != nil {
+		s.r.add("firewall/forward", Warn, "", "read nftables chains: %v", err)
+	} else if found == 0 {
 		s.r.ok("firewall/forward", "no other forward chain with policy drop")
 	}
 	if names, err := s.procNet("ip_tables_names"); err == nil && strings.TrimSpace(names) != "" {
+		tables := strings.Fields(names)
 		s.r.add("firewall/iptables-legacy", Warn, "check them with `iptables-legacy -S` (and migrate them to iptables-nft or nft)",
-			"iptables-legacy tables %s are loaded: their rules run beside nftables and `nft list ruleset` does not show them", strings.Join(strings.Fields(names), ", "))
-		checkLegacyForward(s, names)
+			"iptables-legacy tables %s are loaded: their rules run beside nftables, and neither `nft list ruleset` nor the kernel's trace sees them%s",
+			strings.Join(tables, ", "), legacyNote(s, tables))
 	}
 }
 
@@ -95,43 +102,8 @@ func weftFilter(t *nftables.Table) bool {
 	return t.Name == vxlan.FilterTable && t.Family == nftables.TableFamilyINet
 }
 
-func (s *state) forwardDropChains() ([]dropChain, error) {
-	var out []dropChain
-	err := s.hookChains(nftables.ChainHookForward, func(c *nftables.Conn, ch *nftables.Chain) error {
-		if ch.Policy == nil || *ch.Policy != nftables.ChainPolicyDrop {
-			return nil
-		}
-		d := dropChain{family: ch.Table.Family, table: ch.Table.Name, name: ch.Name}
-		rules, err := c.GetRules(ch.Table, ch)
-		if err != nil {
-			return err
-		}
-		d.accepts = s.Config != nil && acceptsNetwork(rules, s.Config.Network)
-		for _, target := range jumpTargets(rules) { // weft's -j WEFT-FWD, Flannel's -j FLANNEL-FWD
-			sub, err := c.GetRules(ch.Table, &nftables.Chain{Name: target, Table: ch.Table})
-			if err != nil {
-				return err
-			}
-			d.accepts = d.accepts || s.Config != nil && acceptsNetwork(sub, s.Config.Network)
-		}
-		out = append(out, d)
-		return nil
-	})
-	return out, err
-}
-
-// jumpTargets are the chains that rules jump (or go) to for every packet:
-// rules with no expression but a counter and the verdict.
-func jumpTargets(rules []*nftables.Rule) []string {
-	var out []string
-	for _, r := range rules {
-		if t := jumpTarget(r); t != "" {
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
+// jumpTarget is the chain a rule jumps (or goes) to for every packet (a
+// rule with no expression but a counter and the verdict), or "".
 func jumpTarget(r *nftables.Rule) string {
 	target := ""
 	for _, e := range r.Exprs {

@@ -52,7 +52,7 @@ func TestAcceptsNetwork(t *testing.T) {
 	}
 }
 
-func TestJumpTargets(t *testing.T) {
+func TestJumpTarget(t *testing.T) {
 	jump := &nftables.Rule{Exprs: []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictJump, Chain: "WEFT-FWD"}}}
 	conditional := &nftables.Rule{Exprs: []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
@@ -60,7 +60,12 @@ func TestJumpTargets(t *testing.T) {
 		&expr.Verdict{Kind: expr.VerdictJump, Chain: "OTHER"},
 	}}
 	accept := &nftables.Rule{Exprs: []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictAccept}}}
-	if got := jumpTargets([]*nftables.Rule{conditional, jump, accept}); len(got) != 1 || got[0] != "WEFT-FWD" {
-		t.Errorf("jumpTargets = %q, want [WEFT-FWD]", got)
+	for _, tt := range []struct {
+		r    *nftables.Rule
+		want string
+	}{{conditional, ""}, {jump, "WEFT-FWD"}, {accept, ""}} {
+		if got := jumpTarget(tt.r); got != tt.want {
+			t.Errorf("jumpTarget(%v) = %q, want %q", tt.r.Exprs, got, tt.want)
+		}
 	}
 }

@@ -67,10 +67,10 @@ func (s *state) startInputTrace() *inputTrace {
 // chains that accepted them. A peer whose datagrams no chain saw was
 // carried by uvxlan's fast path (tc takes them before netfilter) when its
 // probe came back, and otherwise sent nothing here to judge. Where the
-// kernel cannot say (it cannot be asked, nothing came, or nftables
-// accepted what loaded iptables-legacy tables may have dropped), the
-// probes' answer stands, with this node's chains and rules on the port as
-// suspects.
+// kernel cannot say (it cannot be asked, nothing came, events were lost,
+// or nftables accepted what loaded iptables-legacy tables may have
+// dropped), the probes' answer stands, with this node's chains and rules
+// on the port as suspects.
 func checkInput(s *state, it *inputTrace) {
 	if it == nil {
 		return
@@ -80,22 +80,14 @@ func checkInput(s *state, it *inputTrace) {
 		return
 	}
 	events, lost := it.t.stop(s.Do)
-	note := ""
-	if lost != nil {
-		note += fmt.Sprintf("; some trace events were lost (%v)", lost)
-	}
 	names, _ := s.procNet("ip_tables_names")
-	legacy := strings.Join(strings.Fields(names), ", ")
+	legacy, note := strings.Join(strings.Fields(names), ", "), ""
 	if legacy != "" {
-		note += fmt.Sprintf("; iptables-legacy tables %s are loaded, which the trace does not see", legacy)
+		note = fmt.Sprintf("; iptables-legacy tables %s are loaded, which the trace does not see", legacy)
 	}
 	rules := ruleTexts{s: s}
 	for _, p := range s.peers() {
-		name := p.Attrs.PublicIP
-		if !name.IsValid() {
-			name = p.Attrs.PublicIPv6
-		}
-		peer := fmt.Sprintf("peer %s (%s)", name, p.Subnet)
+		peer := fmt.Sprintf("peer %s (%s)", cmp.Or(p.Attrs.PublicIP, p.Attrs.PublicIPv6), p.Subnet)
 		seen := false
 		for _, a := range []netip.Addr{p.Attrs.PublicIP.Unmap(), p.Attrs.PublicIPv6} {
 			evs := slices.DeleteFunc(slices.Clone(events), func(e traceEvent) bool { return !a.IsValid() || e.src != a })
@@ -103,21 +95,18 @@ func checkInput(s *state, it *inputTrace) {
 				continue
 			}
 			seen = true
-			port := it.port4
-			if a.Is6() {
-				port = it.port6
-			}
-			what := fmt.Sprintf("UDP %d (%s) from %s over %s", port, it.what, peer, ipFamily(a))
-			if !s.inputVerdict(evs, &rules, what, a, port, note, lost == nil && (legacy == "" || s.reached(p))) {
-				// nftables let them through as far as the events tell,
-				// but some were lost, or the probe did not come back and
-				// iptables-legacy's rules, which the trace does not see,
-				// may have dropped them.
-				why := fmt.Sprintf("some trace events were lost (%v)", lost)
-				if lost == nil {
-					why = "its probe did not come back and iptables-legacy tables " + legacy + " are loaded"
-				}
-				s.inputSuspects(it, what+": nftables accepted it, but "+why)
+			port := map[bool]uint16{false: it.port4, true: it.port6}[a.Is6()]
+			what := fmt.Sprintf("UDP %d (%s) from %s over %s", port, it.what, peer, map[bool]string{false: "IPv4", true: "IPv6"}[a.Is6()])
+			drop, accepts := rules.decision(evs)
+			switch {
+			case drop != nil:
+				s.r.add("firewall/input", Fail, acceptFix(*drop, a.String(), port), "%s: the kernel dropped it in %s%s", what, rules.describe(*drop), note)
+			case lost != nil:
+				s.inputSuspects(it, fmt.Sprintf("%s: nftables accepted it, but some trace events were lost (%v)", what, lost))
+			case legacy != "" && !s.reached(p):
+				s.inputSuspects(it, what+": nftables accepted it, but its probe did not come back and iptables-legacy tables "+legacy+" are loaded")
+			default:
+				s.r.ok("firewall/input", "%s: the kernel accepted it: %s%s", what, strings.Join(accepts, "; "), note)
 			}
 		}
 		if !seen {
@@ -126,33 +115,25 @@ func checkInput(s *state, it *inputTrace) {
 	}
 }
 
-// inputVerdict reports one peer's traced datagrams of one family: the
-// first drop the kernel reported, or the accepts; sure is false when an
-// accept may not be the end of it (it then reports nothing and says so).
-func (s *state) inputVerdict(evs []traceEvent, rules *ruleTexts, what string, src netip.Addr, port uint16, note string, sure bool) bool {
+// decision is the first drop (or reject) among one peer's trace events,
+// or else the chains and rules that accepted them; weft's own filter's
+// accepts are firewall/vxlan-peers' to report.
+func (r *ruleTexts) decision(evs []traceEvent) (*traceEvent, []string) {
 	var accepts []string
 	for _, e := range evs {
 		switch {
-		case e.verdict == 0: // NF_DROP: a drop or a reject
-			s.r.add("firewall/input", Fail, acceptFix(e, src.String(), port),
-				"%s: the kernel dropped it in %s%s", what, rules.describe(e), note)
-			return true
-		case e.verdict == 1 && !strings.HasPrefix(e.table, traceTable) && !weftFilter(&nftables.Table{Name: e.table, Family: e.family}):
-			// NF_ACCEPT; weft's own filter's accepts of peers are
-			// firewall/vxlan-peers' to report.
-			if d := rules.describe(e); !slices.Contains(accepts, d) {
+		case e.verdict == 0: // NF_DROP
+			return &e, nil
+		case e.verdict == 1 && !strings.HasPrefix(e.table, traceTable) && !weftFilter(&nftables.Table{Name: e.table, Family: e.family}): // NF_ACCEPT
+			if d := r.describe(e); !slices.Contains(accepts, d) {
 				accepts = append(accepts, d)
 			}
 		}
 	}
-	if !sure {
-		return false
-	}
 	if len(accepts) == 0 {
 		accepts = []string{"no chain but doctor's own trace chain met it"}
 	}
-	s.r.ok("firewall/input", "%s: the kernel accepted it: %s%s", what, strings.Join(accepts, "; "), note)
-	return true
+	return nil, accepts
 }
 
 // reached reports whether the probe of peer p came back.
@@ -247,13 +228,6 @@ func acceptFix(e traceEvent, src string, port uint16) string {
 		src = "{ " + src + " }"
 	}
 	return fmt.Sprintf("nft %s rule %s %s %s%s %s saddr %s udp dport %d accept", verb, familyName(e.family), e.table, e.chain, where, ip, src, port)
-}
-
-func ipFamily(a netip.Addr) string {
-	if a.Is6() {
-		return "IPv6"
-	}
-	return "IPv4"
 }
 
 // ruleTexts names traced rules, with their text from `nft -a list chain`

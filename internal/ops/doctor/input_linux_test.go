@@ -101,7 +101,7 @@ func nixos(ports string) string {
 }
 
 // TestInputTrace sends real UDP datagrams from two peers (192.168.77.2
-// and .3, or fd77::2 and ::3) to port 8472 of a node whose input
+// and .3, or fd77::2 and ::3) to port 8472 (51820 for WireGuard) of a node whose input
 // firewall is one of the common shapes, and checks that firewall/input,
 // from the kernel's trace, fails exactly for the peers whose datagrams did
 // not arrive at a socket on the port, and names the chain that decided;
@@ -141,6 +141,10 @@ func TestInputTrace(t *testing.T) {
 		{"NixOS, port not allowed", nixos("8080"), "", "", false, `dropped it in table inet nixos-fw chain input by its policy drop`, ""},
 		{"iptables-legacy drops the port: the kernel's trace cannot say", "", "", "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p udp --dport 8472 -j DROP\nCOMMIT\n", false,
 			`nftables accepted it, but its probe did not come back and iptables-legacy tables filter are loaded: .* suspects only: iptables-legacy tables filter`, ""},
+		{"WireGuard, policy drop, accept by the underlay interface", "table inet f { chain in { type filter hook input priority 0; policy drop; iifname \"eth0\" udp dport 51820 accept\n}\n}", "", "", false,
+			`^UDP 51820 \(WireGuard\) from peer .*: the kernel accepted it: table inet f chain in by rule handle \d+ \(iifname "eth0" udp dport 51820 accept\)`, ""},
+		{"WireGuard, policy drop, accept by another interface", "table inet f { chain in { type filter hook input priority 0; policy drop; iifname \"eth1\" udp dport 51820 accept\n}\n}", "", "", false,
+			`^UDP 51820 \(WireGuard\) from peer .*: the kernel dropped it in table inet f chain in by its policy drop`, ""},
 		{"IPv6 underlay, ip6 drop", "table ip6 f { chain in { type filter hook input priority 0; udp dport 8472 drop\n}\n}", "", "", true,
 			`over IPv6: the kernel dropped it in table ip6 f chain in`, ""},
 		{"IPv6 underlay, an ip table's drop does not hold", "table ip f { chain in { type filter hook input priority 0; udp dport 8472 drop\n}\n}", "", "", true,
@@ -165,20 +169,20 @@ func TestInputTrace(t *testing.T) {
 					leases[i].Attrs.PublicIP = h.Addr
 				}
 			}
-			s := &state{Node: Node{Do: connectivity.Do(node.Do), Leases: leases, Config: &subnet.Config{Backend: subnet.BackendConfig{Type: subnet.BackendTypeVXLAN, Port: 8472}}},
-				r: &Report{}, self: &leases[0], fp: &fastPathRead{}}
-			var p4, p6 []netip.Addr
-			if tt.v6 {
-				p6 = []netip.Addr{p2.Addr, p3.Addr}
-			} else {
-				p4 = []netip.Addr{p2.Addr, p3.Addr}
+			// The firewall sees WireGuard's datagrams as it sees VXLAN's:
+			// UDP to the backend's port.
+			backend, port := subnet.BackendConfig{Type: subnet.BackendTypeVXLAN, Port: 8472}, 8472
+			if strings.HasPrefix(tt.name, "WireGuard") {
+				backend, port = subnet.BackendConfig{Type: subnet.BackendTypeWireGuard, ListenPort: 51820}, 51820
 			}
-			tr, err := startTrace(s.Do, p4, p6, 8472, 8472)
-			if err != nil {
-				t.Fatal(err)
+			s := &state{Node: Node{Do: connectivity.Do(node.Do), Leases: leases, Config: &subnet.Config{Backend: backend}},
+				r: &Report{}, self: &leases[0], fp: &fastPathRead{}, k: &inspect.Kernel{}}
+			it := s.startInputTrace()
+			if it.err != nil {
+				t.Fatal(it.err)
 			}
-			arrived := sendDatagrams(t, node, 8472, p2, p3)
-			checkInput(s, &inputTrace{t: tr, port4: 8472, port6: 8472, what: "VXLAN"})
+			arrived := sendDatagrams(t, node, port, p2, p3)
+			checkInput(s, it)
 			for i, h := range []*nettest.Host{p2, p3} {
 				want := []string{tt.want2, tt.want3}[i]
 				c := peerCheck(t, s.r, h.Addr)
