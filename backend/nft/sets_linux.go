@@ -181,15 +181,8 @@ func (s *AddrSets) write(conn *nftables.Conn, addrs []netip.Addr, add bool) erro
 		}
 		byFamily[i] = append(byFamily[i], a)
 	}
-	op := conn.SetAddElements
-	if !add {
-		op = conn.SetDeleteElements
-	}
 	for i, as := range byFamily {
-		if len(as) == 0 {
-			continue
-		}
-		if err := op(&nftables.Set{Table: s.Spec.Ref(), Name: s.Spec.Sets[i].Name}, Elements(as)); err != nil {
+		if err := QueueElements(conn, &nftables.Set{Table: s.Spec.Ref(), Name: s.Spec.Sets[i].Name}, as, add); err != nil {
 			return err
 		}
 	}
