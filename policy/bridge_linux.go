@@ -11,6 +11,8 @@ import (
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/userdata"
 	"golang.org/x/sys/unix"
+
+	"github.com/weft-net/weft/backend/nft"
 )
 
 // This file builds the bridge table (the pods' source checks and the
@@ -60,7 +62,7 @@ func buildAntiSpoof(conn *nftables.Conn, t *nftables.Table, plans []Plan) error 
 		s   *nftables.Set
 		els []nftables.SetElement
 	}{{ports, portEls}, {v4, v4Els}, {v6, v6Els}} {
-		if err := conn.AddSet(x.s, x.els); err != nil {
+		if err := nft.AddSet(conn, x.s, x.els); err != nil {
 			return fmt.Errorf("set %s: %w", x.s.Name, err)
 		}
 	}
@@ -110,7 +112,7 @@ func isolateBroadcast(conn *nftables.Conn, t *nftables.Table, plans []Plan, v4, 
 			}
 		}
 	}
-	if err := conn.AddSet(iso, els); err != nil {
+	if err := nft.AddSet(conn, iso, els); err != nil {
 		return fmt.Errorf("set %s: %w", iso.Name, err)
 	}
 	c := conn.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,

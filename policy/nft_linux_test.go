@@ -2,6 +2,7 @@ package policy
 
 import (
 	"net/netip"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -70,5 +71,33 @@ func TestProgramLists(t *testing.T) {
 	}
 	if out := nettest.MustRun(t, ns, "nft", "list", "ruleset"); strings.Contains(out, Table) {
 		t.Errorf("table left after Remove:\n%s", out)
+	}
+}
+
+// TestProgramThousands: sets of thousands of elements hold all of them (a
+// netlink message of 4,096 addresses overflows its list's 16-bit length,
+// and the kernel would read it cut short without an error): a rule's 5,000
+// local pods and its 3,000 peer ranges (6,000 elements with their ends).
+func TestProgramThousands(t *testing.T) {
+	ns := nettest.NewNS(t, "npbig")
+	var peers []Range
+	for i := range 3000 {
+		a := netip.AddrFrom4([4]byte{10, byte(i >> 7), byte(i << 1), 1})
+		peers = append(peers, Range{a, a})
+	}
+	var local []netip.Addr
+	for i := range 5000 {
+		local = append(local, netip.AddrFrom4([4]byte{10, 200, byte(i >> 8), byte(i)}))
+	}
+	plan := Plan{IngressIsolated: local, Rules: []Rule{{Name: "a/p ingress 0", Local: local, Peers: peers, AllPorts: true}}}
+	if err := Program(ns.Path, plan); err != nil {
+		t.Fatal(err)
+	}
+	addr := regexp.MustCompile(`\b10\.\d+\.\d+\.\d+\b`)
+	for set, want := range map[string]int{"ingress-isolated": 5000, "r0-local": 5000, "r0-peers": 3000} {
+		out := nettest.MustRun(t, ns, "nft", "list", "set", "inet", Table, set)
+		if got := len(addr.FindAllString(out, -1)); got != want {
+			t.Errorf("set %s holds %d addresses, want %d", set, got, want)
+		}
 	}
 }

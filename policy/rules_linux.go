@@ -11,6 +11,8 @@ import (
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/weft-net/weft/backend/nft"
 )
 
 // This file builds the inet table: per family, the forward chain, the
@@ -204,7 +206,7 @@ func addrSet(conn *nftables.Conn, t *nftables.Table, f family, name string, addr
 		}
 		els = append(els, nftables.SetElement{Key: a.AsSlice()})
 	}
-	if err := conn.AddSet(s, els); err != nil {
+	if err := nft.AddSet(conn, s, els); err != nil {
 		return nil, fmt.Errorf("set %s: %w", name, err)
 	}
 	return s, nil
@@ -225,7 +227,7 @@ func rangeSet(conn *nftables.Conn, t *nftables.Table, f family, name string, rs 
 			els = append(els, nftables.SetElement{Key: end.AsSlice(), IntervalEnd: true})
 		}
 	}
-	if err := conn.AddSet(s, els); err != nil {
+	if err := nft.AddSet(conn, s, els); err != nil {
 		return nil, fmt.Errorf("set %s: %w", name, err)
 	}
 	return s, nil
@@ -242,7 +244,7 @@ func portSet(conn *nftables.Conn, t *nftables.Table, f family, name string, es [
 		}
 		els = append(els, nftables.SetElement{Key: portKey(e.Addr.First, e.Proto, e.First), KeyEnd: portKey(e.Addr.Last, e.Proto, e.Last)})
 	}
-	if err := conn.AddSet(s, els); err != nil {
+	if err := nft.AddSet(conn, s, els); err != nil {
 		return nil, fmt.Errorf("set %s: %w", name, err)
 	}
 	return s, nil

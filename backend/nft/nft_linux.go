@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"reflect"
+	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -202,7 +203,7 @@ func Program(conn *nftables.Conn, want Table) error {
 	conn.AddTable(t)
 	for _, s := range want.Sets {
 		set := &nftables.Set{Table: t, Name: s.Name, KeyType: s.KeyType}
-		if err := conn.AddSet(set, Elements(s.Elements)); err != nil {
+		if err := AddSet(conn, set, Elements(s.Elements)); err != nil {
 			return fmt.Errorf("program nftables set %s: %w", s.Name, err)
 		}
 	}
@@ -219,6 +220,44 @@ func Program(conn *nftables.Conn, want Table) error {
 	}
 	if err := conn.Flush(); err != nil {
 		return fmt.Errorf("program nftables table %s: %w", want.Name, err)
+	}
+	return nil
+}
+
+// elementsPerMessage bounds the elements of one netlink message. The
+// attribute that lists them has a 16-bit length, which 4,096 IPv4
+// elements (16 bytes each) overflow; the kernel then reads the list cut
+// short, silently, and adds or deletes only what it read.
+const elementsPerMessage = 1024
+
+// AddSet queues on conn the creation of set with els, the elements in
+// messages of at most elementsPerMessage (conn.AddSet would put them all
+// in one). Where an interval's start and end fall into two messages, the
+// transaction still holds both.
+func AddSet(conn *nftables.Conn, set *nftables.Set, els []nftables.SetElement) error {
+	if err := conn.AddSet(set, nil); err != nil {
+		return err
+	}
+	for c := range slices.Chunk(els, elementsPerMessage) {
+		if err := conn.SetAddElements(set, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// QueueElements queues on conn the addition (add false: the deletion) of
+// addrs to set, in messages of at most elementsPerMessage elements, for
+// the next Flush to write in one transaction.
+func QueueElements(conn *nftables.Conn, set *nftables.Set, addrs []netip.Addr, add bool) error {
+	op := conn.SetAddElements
+	if !add {
+		op = conn.SetDeleteElements
+	}
+	for as := range slices.Chunk(addrs, elementsPerMessage) {
+		if err := op(set, Elements(as)); err != nil {
+			return err
+		}
 	}
 	return nil
 }

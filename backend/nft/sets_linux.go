@@ -31,6 +31,40 @@ type AddrSets struct {
 	repairs atomic.Uint64
 }
 
+// Known reports whether the AddrSets knows what the sets hold: an Admit
+// read or wrote them and no write failed since. Add and Drop need it.
+func (s *AddrSets) Known() bool { return s.have != nil }
+
+// Add adds those of addrs the sets do not hold: Admit for a change whose
+// new addresses the caller knows, without going through every peer's.
+func (s *AddrSets) Add(addrs []netip.Addr) error {
+	return s.change(addrs, true)
+}
+
+// Drop takes out those of addrs the sets hold: Prune for a change whose
+// departed addresses the caller knows.
+func (s *AddrSets) Drop(addrs []netip.Addr) error {
+	return s.change(addrs, false)
+}
+
+func (s *AddrSets) change(addrs []netip.Addr, add bool) error {
+	if s.have == nil {
+		return fmt.Errorf("%s: what the sets hold is not known", s.What)
+	}
+	todo := slices.DeleteFunc(slices.Clone(addrs), func(a netip.Addr) bool { return s.have[a] == add })
+	slices.SortFunc(todo, netip.Addr.Compare)
+	todo = slices.Compact(todo)
+	if len(todo) == 0 {
+		return nil // the usual change: nothing to write, no socket to open
+	}
+	conn, done, err := Dial(s.NetNS)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return s.write(conn, todo, add)
+}
+
 // Repairs counts the rewrites of a table or set that someone changed after
 // it was in place.
 func (s *AddrSets) Repairs() uint64 { return s.repairs.Load() }
@@ -147,15 +181,8 @@ func (s *AddrSets) write(conn *nftables.Conn, addrs []netip.Addr, add bool) erro
 		}
 		byFamily[i] = append(byFamily[i], a)
 	}
-	op := conn.SetAddElements
-	if !add {
-		op = conn.SetDeleteElements
-	}
 	for i, as := range byFamily {
-		if len(as) == 0 {
-			continue
-		}
-		if err := op(&nftables.Set{Table: s.Spec.Ref(), Name: s.Spec.Sets[i].Name}, Elements(as)); err != nil {
+		if err := QueueElements(conn, &nftables.Set{Table: s.Spec.Ref(), Name: s.Spec.Sets[i].Name}, as, add); err != nil {
 			return err
 		}
 	}

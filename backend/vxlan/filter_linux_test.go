@@ -262,3 +262,46 @@ func TestFilterSpecForeignSources(t *testing.T) {
 		t.Fatalf("with AllowForeignSources: chains %+v, want input only", spec.Chains)
 	}
 }
+
+// TestPeerFilterThousands: with 6,000 peers the filter's sets hold every
+// peer's address, after the first sync (the table written whole) and after
+// a full sync that adds 5,000 at once (one netlink message of them would
+// overflow its list's 16-bit length, and the kernel would read it cut
+// short without an error).
+func TestPeerFilterThousands(t *testing.T) {
+	u := nettest.NewUnderlay(t, ul4, 0)
+	n1 := newNode(t, u, 1)
+	b := newBackend(t, n1.filtered())
+	peer := func(i int) (netip.Prefix, vtep.Peer) {
+		n := i + 10
+		return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 50 + byte(n>>8), byte(n), 0}), 24),
+			vtep.Peer{MAC: mac("0a:00:00:00:00:03"), Addr: netip.AddrFrom4([4]byte{100, 64, byte(n >> 8), byte(n)})}
+	}
+	tab := vtep.Table{}
+	for i := range 6000 {
+		sn, p := peer(i)
+		tab[sn] = p
+	}
+	b.Set(maps.Clone(tab))
+	if err := b.reconcile(true); err != nil {
+		t.Fatal(err)
+	}
+	if got := filterSets(t, n1); len(got) != 6000 {
+		t.Fatalf("after the first sync the filter's sets hold %d addresses, want 6000", len(got))
+	}
+	// Take 5,000 out by hand: the next full sync adds them back.
+	for i := 0; i < 5000; i += 500 {
+		var del []string
+		for j := i; j < i+500; j++ {
+			_, p := peer(j)
+			del = append(del, p.Addr.String())
+		}
+		nettest.MustRun(t, n1, "nft", "delete", "element", "inet", FilterTable, PeerSet, "{", strings.Join(del, ","), "}")
+	}
+	if err := b.reconcile(true); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := filterSets(t, n1), peerAddrs(tab); !maps.Equal(got, want) {
+		t.Fatalf("after a full sync the filter's sets hold %d addresses, want the %d peers'", len(got), len(want))
+	}
+}

@@ -26,6 +26,10 @@ type peerState struct {
 	// fdb counts the FDB entries the programmed table wants (the drift
 	// rules'), kept up to date with each change rather than built again.
 	fdb map[fdbEntry]int
+	// addrs counts the rows of the programmed table by underlay address
+	// (unmapped), kept up to date like fdb: the VXLAN port filter's sets
+	// follow it one changed row at a time.
+	addrs map[netip.Addr]int
 }
 
 type row struct {
@@ -116,25 +120,65 @@ func (s *peerState) change() change {
 	return c
 }
 
+// addrDelta is, for a change made row by row (c.at), the underlay
+// addresses of the rows it writes, and those that no row of c.next uses
+// once it is made; ok is false for any other change (then the filter
+// compares whole tables).
+func (s *peerState) addrDelta(c change) (add, gone []netip.Addr, ok bool) {
+	if !c.ok || c.at == nil || s.addrs == nil {
+		return nil, nil, false
+	}
+	d := map[netip.Addr]int{}
+	for _, p := range c.at {
+		if v, ok := c.old[p]; ok && v.Addr.IsValid() {
+			d[v.Addr.Unmap()]--
+		}
+		if v, ok := c.next[p]; ok && v.Addr.IsValid() {
+			a := v.Addr.Unmap()
+			d[a]++
+			add = append(add, a)
+		}
+	}
+	for a, n := range d {
+		if s.addrs[a]+n <= 0 {
+			gone = append(gone, a)
+		}
+	}
+	return add, gone, true
+}
+
 // programmed records that want is in the kernel.
 func (s *peerState) programmed() {
-	if s.whole || s.fdb == nil {
+	if s.whole || s.fdb == nil || s.addrs == nil {
 		s.fdb = make(map[fdbEntry]int, len(s.want))
+		s.addrs = make(map[netip.Addr]int, len(s.want))
 		for _, v := range s.want {
-			s.fdb[fdbEntry{MAC: v.MAC, Dst: v.Addr}]++
+			s.count(v, 1)
 		}
 	} else {
 		for p, r := range s.undo {
 			if r.ok {
-				e := fdbEntry{MAC: r.peer.MAC, Dst: r.peer.Addr}
-				if s.fdb[e]--; s.fdb[e] <= 0 {
-					delete(s.fdb, e)
-				}
+				s.count(r.peer, -1)
 			}
 			if v, ok := s.want[p]; ok {
-				s.fdb[fdbEntry{MAC: v.MAC, Dst: v.Addr}]++
+				s.count(v, 1)
 			}
 		}
 	}
 	s.done, s.whole, s.prev, s.undo = true, false, nil, nil
+}
+
+// count adds n to the counts of v's FDB entry and underlay address.
+func (s *peerState) count(v vtep.Peer, n int) {
+	e := fdbEntry{MAC: v.MAC, Dst: v.Addr}
+	if s.fdb[e] += n; s.fdb[e] <= 0 {
+		delete(s.fdb, e)
+	}
+	if !v.Addr.IsValid() {
+		return
+	}
+	a := v.Addr.Unmap()
+	if s.addrs[a] += n; s.addrs[a] <= 0 {
+		delete(s.addrs, a)
+	}
 }

@@ -3,6 +3,7 @@ package vxlan
 import (
 	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -20,6 +21,8 @@ import (
 // reconcile itself, so that no notification turns a sync into a full one.
 // With DirectRouting, where the overlay syncs the whole table instead of
 // writing rows, the same holds (the other peers' routes survive a change).
+// Each time the VXLAN port filter's sets, which a change made row by row
+// writes at those rows' addresses only, hold exactly the table's peers.
 func TestUpdateRows(t *testing.T) {
 	for _, direct := range []bool{false, true} {
 		t.Run(map[bool]string{false: "encapsulated", true: "DirectRouting"}[direct], func(t *testing.T) { testUpdateRows(t, direct) })
@@ -60,6 +63,9 @@ func testUpdateRows(t *testing.T, direct bool) {
 		if !maps.Equal(b.peers.want, want) {
 			t.Errorf("%s: the backend's table %v, want %v", step, b.peers.want, want)
 		}
+		if got, w := filterSets(t, n1), peerAddrs(want); !maps.Equal(got, w) {
+			t.Errorf("%s: the filter's sets hold %v, want %v", step, slices.SortedFunc(maps.Keys(got), netip.Addr.Compare), slices.SortedFunc(maps.Keys(w), netip.Addr.Compare))
+		}
 		before4, before6 := state(t, n1.NS, "weft.1"), state(t, n1.NS, "weft-v6.1")
 		// Direct routes go through the underlay device, not the overlay's.
 		routes := func() []string {
@@ -94,4 +100,33 @@ func testUpdateRows(t *testing.T, direct bool) {
 	b.Update([]vtep.Update{{Subnet: p("10.244.4.0/24"), Gone: true}})
 	delete(next, p("10.244.4.0/24"))
 	check("rows after a whole table", next)
+
+	// A peer moved to the address of another, then that other gone: the
+	// address stays admitted while a row uses it.
+	shared := next[p("10.244.3.0/24")]
+	b.Update([]vtep.Update{{Subnet: p("10.244.5.0/24"), Peer: vtep.Peer{MAC: mac("0a:00:00:00:00:05"), Addr: shared.Addr}}})
+	next[p("10.244.5.0/24")] = vtep.Peer{MAC: mac("0a:00:00:00:00:05"), Addr: shared.Addr}
+	check("two rows at one address", next)
+	b.Update([]vtep.Update{{Subnet: p("10.244.3.0/24"), Gone: true}})
+	delete(next, p("10.244.3.0/24"))
+	check("one of them gone", next)
+}
+
+// filterSets is what the VXLAN port filter's sets on nd hold.
+func filterSets(t *testing.T, nd *node) map[netip.Addr]bool {
+	t.Helper()
+	out := map[netip.Addr]bool{}
+	for _, set := range []string{PeerSet, PeerSetV6} {
+		s := nettest.MustRun(t, nd, "nft", "list", "set", "inet", FilterTable, set)
+		i := strings.Index(s, "elements = {")
+		if i < 0 {
+			continue
+		}
+		s = s[i+len("elements = {"):]
+		s = s[:strings.Index(s, "}")]
+		for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' }) {
+			out[netip.MustParseAddr(f)] = true
+		}
+	}
+	return out
 }

@@ -160,14 +160,23 @@ func (b *Backend) reconcile(full bool) error {
 	if b.peers.want != nil {
 		tp = &b.peers.want
 	}
+	ch := b.peers.change()
 	// A new peer is admitted before its route exists, and a departed one
-	// refused once its route is gone.
+	// refused once its route is gone: a change made row by row touches
+	// the filter's sets at those rows' addresses only.
+	add, gone, rows := b.peers.addrDelta(ch)
+	rows = rows && !full && b.filter != nil && b.filter.Known()
 	if tp != nil && b.filtering() {
-		if err := b.filter.Admit(peerAddrs(*tp), full); err != nil {
+		var err error
+		if rows {
+			err = b.filter.Add(add)
+		} else {
+			err = b.filter.Admit(peerAddrs(*tp), full)
+		}
+		if err != nil {
 			return fmt.Errorf("admit peers to the VXLAN port: %w", err)
 		}
 	}
-	ch := b.peers.change()
 	var errs []error
 	for _, d := range b.devs {
 		if err := b.reconcileDevice(d, tp, ch, full); err != nil {
@@ -178,7 +187,13 @@ func (b *Backend) reconcile(full bool) error {
 		return errors.Join(errs...)
 	}
 	if b.filtering() {
-		if err := b.filter.Prune(peerAddrs(*tp)); err != nil {
+		var err error
+		if rows {
+			err = b.filter.Drop(gone)
+		} else {
+			err = b.filter.Prune(peerAddrs(*tp))
+		}
+		if err != nil {
 			return fmt.Errorf("refuse departed peers at the VXLAN port: %w", err)
 		}
 	}

@@ -1,5 +1,5 @@
 // Package peers benchmarks what weftd costs a node with thousands of peers,
-// against the kernel: with 5,000 peer leases in etcd (or 1,000 Nodes in a
+// against the kernel: with 5,000 peer leases in etcd (or 5,000 Nodes in a
 // real kube-apiserver, kube_test.go), how long weftd takes from start to
 // all of them programmed, how fast a new lease turns into a route, and
 // what the daemon holds at rest and under churn: its anonymous memory and

@@ -195,6 +195,7 @@ func (s section) write(w io.Writer, b *testing.B) {
 var measures = map[string][]string{
 	"Peers5000":  {"cmd/weftd", "internal/daemon", "subnet", "backend/vxlan", "backend/kernel", "vtep"},
 	"Kube1000":   {"cmd/weftd", "internal/daemon", "subnet", "backend/vxlan", "backend/kernel", "vtep", "policy"},
+	"Kube5000":   {"cmd/weftd", "internal/daemon", "subnet", "backend/vxlan", "backend/kernel", "vtep", "policy"},
 	"LeaseRoute": {"cmd/weftd", "internal/daemon", "subnet", "backend/vxlan", "backend/kernel", "vtep"},
 }
 
