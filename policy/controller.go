@@ -53,6 +53,9 @@ type Config struct {
 	// Bridge is the CNI plugin's bridge (empty: DefaultBridge): see
 	// Plan.Bridge.
 	Bridge string
+	// LogGroup is the NFLOG group the drops are logged to, rate-limited
+	// (see Plan.LogGroup; 0: not logged).
+	LogGroup uint16
 	// MaxBackoff bounds the wait between the attempts after a failed
 	// transaction, which starts at 100ms and doubles (0: 30s).
 	MaxBackoff time.Duration
@@ -290,6 +293,7 @@ func (c *Controller) sync(pods, nss, nps cache.Store) error {
 		in.Local = local
 		p := Compute(in)
 		p.Bridge = c.cfg.Bridge
+		p.LogGroup = c.cfg.LogGroup
 		plans = append(plans, p)
 	}
 	var srcErr error
