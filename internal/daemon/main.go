@@ -75,8 +75,12 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 		return err
 	}
 	defer closeReg()
+	fl, err := newFlows(c, metricsReg)
+	if err != nil {
+		return err
+	}
 	p := &process{c: c, reg: reg, etcd: etcdClient, live: live, metricsReg: metricsReg, metrics: metrics,
-		rej: rej, files: files, log: log}
+		rej: rej, files: files, flows: fl, log: log}
 	// STOPPING=1 once, when weftd stops: not between the node's runs (the
 	// service manager would take it for a stop and kill weftd after its
 	// stop timeout).
@@ -106,6 +110,7 @@ type process struct {
 	metrics    *Metrics
 	rej        *subnet.Rejections
 	files      *fdstore.Store
+	flows      *flows // nil: --flows off
 	log        *slog.Logger
 }
 
@@ -138,6 +143,9 @@ func (p *process) runNode(ctx context.Context) error {
 	if f.Policy, err = policyFactory(c, log); err != nil {
 		return err
 	}
+	if p.flows != nil {
+		f.Flows = p.flows.factory(c, log)
+	}
 	d, err := New(Config{
 		Registry: reg, Node: node, Metrics: p.metrics, Rejections: p.rej, Factories: f,
 		SubnetFile: c.subnetFile, IPMasq: c.ipMasq, BackendType: c.backend, RenewMargin: c.renewMargin,
@@ -156,6 +164,9 @@ func (p *process) runNode(ctx context.Context) error {
 		hs := NewHealthServer(c.healthAddr, d.Ready, log)
 		hs.Why = d.Waiting
 		mountMetrics(hs, p.metricsReg)
+		if p.flows != nil {
+			p.flows.mount(hs, flowNode(c))
+		}
 		g.Go(func() error { return hs.Run(gctx) })
 	}
 	err = g.Wait()
