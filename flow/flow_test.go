@@ -127,3 +127,22 @@ func TestFromPacket(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRingFlood adds drop flows as fast as one core can, as a flood
+// of logged drops would if nothing in front of the ring limited it: the
+// ring keeps at most its rate (the rest cost one locked token check each,
+// and no allocation: allocs/op), so its memory stays its slots. It reports
+// the flows kept per second and the share turned away.
+func BenchmarkRingFlood(b *testing.B) {
+	r := NewRing(4096, 1000, 1000)
+	f := Flow{Event: EventDrop, Verdict: Dropped, Proto: "udp", Src: netip.MustParseAddr("10.0.0.2"), Dst: netip.MustParseAddr("10.0.1.2"),
+		DstPort: 9, Direction: DirIngress, Policies: []string{"x/iso"}}
+	start := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		r.Add(f)
+	}
+	st := r.Stats()
+	b.ReportMetric(float64(st.Last)/time.Since(start).Seconds(), "kept/s")
+	b.ReportMetric(float64(st.Suppressed)/float64(b.N), "suppressed/op")
+}
