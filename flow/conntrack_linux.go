@@ -101,6 +101,14 @@ func (c *Conntrack) flowOf(ev conntrack.Event) (Flow, bool) {
 	f := Flow{Time: time.Now(), Verdict: Allowed, Proto: ProtoName(t.Proto.Protocol),
 		Src: t.IP.SourceAddress.Unmap(), Dst: t.IP.DestinationAddress.Unmap(),
 		SrcPort: t.Proto.SourcePort, DstPort: t.Proto.DestinationPort}
+	r := ev.Flow.TupleReply
+	if ev.Flow.Status.SrcNAT() && r.IP.DestinationAddress.IsValid() {
+		f.Masqueraded, f.MasqueradedAs = true, r.IP.DestinationAddress.Unmap()
+	}
+	if ev.Flow.Status.DstNAT() && r.IP.SourceAddress.IsValid() {
+		f.Service = netip.AddrPortFrom(f.Dst, f.DstPort)
+		f.Dst, f.DstPort = r.IP.SourceAddress.Unmap(), r.Proto.SourcePort
+	}
 	switch ev.Type {
 	case conntrack.EventNew:
 		f.Event = EventNew

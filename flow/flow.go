@@ -54,6 +54,14 @@ type Flow struct {
 	Direction    string   `json:"direction,omitempty"`
 	Policies     []string `json:"policies,omitempty"`
 	MorePolicies int      `json:"morePolicies,omitempty"`
+	// Masqueraded says the kernel rewrote the source (SNAT, as weft's
+	// masquerade does to traffic leaving the cluster network) to
+	// MasqueradedAs. Service is the address the client asked for when the
+	// kernel rewrote the destination (DNAT, as kube-proxy does to a
+	// Service's address); Dst and DstPort are then where it went.
+	Masqueraded   bool           `json:"masqueraded,omitempty"`
+	MasqueradedAs netip.Addr     `json:"masqueradedAs,omitzero"`
+	Service       netip.AddrPort `json:"service,omitzero"`
 	// Counts are the bytes and packets of a closed connection, each way;
 	// nil when the kernel did not count them (nf_conntrack_acct off).
 	Counts *Counts `json:"counts,omitempty"`

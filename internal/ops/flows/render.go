@@ -42,6 +42,12 @@ func Text(w io.Writer, f flow.Flow, names Names) error {
 			tail = "counts unknown (nf_conntrack_acct off on the node)"
 		}
 	}
+	if f.Service.IsValid() {
+		tail = "via Service " + f.Service.String() + " " + tail
+	}
+	if f.Masqueraded {
+		tail = "masqueraded as " + f.MasqueradedAs.String() + " " + tail
+	}
 	_, err := fmt.Fprintf(w, "%s %-8s %-7s %-6s %s -> %s %s\n", f.Time.Local().Format("15:04:05.000"), f.Node, what, f.Proto,
 		names.end(f.Src, f.SrcPort), names.end(f.Dst, f.DstPort), tail)
 	return err
