@@ -49,7 +49,11 @@ func (c *Conntrack) Run(ctx context.Context, sink func(Flow)) error {
 			return nil
 		}
 		c.lost.Add(1)
-		c.Log.Warn("conntrack events lost; listening again", "err", err)
+		log := c.Log
+		if log == nil {
+			log = slog.New(slog.DiscardHandler)
+		}
+		log.Warn("conntrack events lost; listening again", "err", err)
 		select {
 		case <-ctx.Done():
 			return nil
