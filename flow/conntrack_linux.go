@@ -41,41 +41,67 @@ type Conntrack struct {
 func (c *Conntrack) Lost() uint64 { return c.lost.Load() }
 
 // Run hands the pods' connection events to sink until ctx is done. When
-// the socket's buffer overflows it counts the loss and listens again.
+// the socket's buffer overflows it counts the loss and listens again; it
+// returns the error of a socket it cannot open.
 func (c *Conntrack) Run(ctx context.Context, sink func(Flow)) error {
+	log := c.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	for {
-		err := c.listen(ctx, sink)
+		conn, errs, events, err := c.open()
+		if err != nil {
+			return err
+		}
+		err = c.read(ctx, errs, events, sink)
+		closeDraining(conn, errs, events)
 		if ctx.Err() != nil {
 			return nil
 		}
 		c.lost.Add(1)
-		log := c.Log
-		if log == nil {
-			log = slog.New(slog.DiscardHandler)
-		}
 		log.Warn("conntrack events lost; listening again", "err", err)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(100 * time.Millisecond):
-		}
 	}
 }
 
-func (c *Conntrack) listen(ctx context.Context, sink func(Flow)) error {
+// open listens for new and destroyed connections.
+func (c *Conntrack) open() (*conntrack.Conn, chan error, chan conntrack.Event, error) {
 	conn, err := conntrack.Dial(&netlink.Config{NetNS: c.NetNS})
 	if err != nil {
-		return fmt.Errorf("conntrack events: %w", err)
+		return nil, nil, nil, fmt.Errorf("conntrack events: %w", err)
 	}
-	defer conn.Close()
 	if err := conn.SetReadBuffer(1 << 20); err != nil {
-		return fmt.Errorf("conntrack events: read buffer: %w", err)
+		conn.Close()
+		return nil, nil, nil, fmt.Errorf("conntrack events: read buffer: %w", err)
 	}
 	events := make(chan conntrack.Event, 256)
 	errs, err := conn.Listen(events, 1, []netfilter.NetlinkGroup{netfilter.GroupCTNew, netfilter.GroupCTDestroy})
 	if err != nil {
-		return fmt.Errorf("conntrack events: %w", err)
+		conn.Close()
+		return nil, nil, nil, fmt.Errorf("conntrack events: %w", err)
 	}
+	return conn, errs, events, nil
+}
+
+// closeDraining closes conn, which waits for its worker, while taking
+// what the worker may still be sending.
+func closeDraining(conn *conntrack.Conn, errs chan error, events chan conntrack.Event) {
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-events:
+			case <-errs:
+			case <-done:
+				return
+			}
+		}
+	}()
+	conn.Close()
+	close(done)
+}
+
+// read hands events to sink until ctx is done or the socket fails.
+func (c *Conntrack) read(ctx context.Context, errs chan error, events chan conntrack.Event, sink func(Flow)) error {
 	for {
 		select {
 		case <-ctx.Done():

@@ -2,14 +2,15 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/weft-net/weft/flow"
 	"github.com/weft-net/weft/subnet"
@@ -28,6 +29,9 @@ const (
 type flows struct {
 	ring    *flow.Ring
 	metrics *flow.Metrics
+	mu      sync.Mutex
+	lost    uint64      // events the kernel dropped in runners that ended
+	current *flowRunner // the runner of this node's run
 }
 
 // newFlows returns the ring and registers the metric; nil with --flows off
@@ -40,7 +44,30 @@ func newFlows(c *config, reg prometheus.Registerer) (*flows, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &flows{ring: flow.NewRing(flowSlots, flowRate, flowBurst), metrics: m}, nil
+	f := &flows{ring: flow.NewRing(flowSlots, flowRate, flowBurst), metrics: m}
+	suppressed := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "weft_flows_suppressed_total",
+		Help: "Flows the ring of /flows turned away over its rate (" + fmt.Sprint(flowRate) + " a second)."},
+		func() float64 { return float64(f.ring.Stats().Suppressed) })
+	lost := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "weft_flow_events_lost_total",
+		Help: "Times the kernel said flow events (conntrack's, or logged drops) were lost because weftd's socket was full."},
+		func() float64 { return float64(f.lostNow()) })
+	for _, c := range []prometheus.Collector{suppressed, lost} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// lostNow is the events lost so far, by every runner.
+func (f *flows) lostNow() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.lost
+	if f.current != nil {
+		n += f.current.lost()
+	}
+	return n
 }
 
 func (f *flows) add(fl flow.Flow) {
@@ -75,7 +102,7 @@ func (f *flows) factory(c *config, log *slog.Logger) func(cfg *subnet.Config) (R
 			}
 		}
 		log := log.With("component", "flows")
-		r := &flowRunner{f: f, ct: &flow.Conntrack{Pods: pods, Accounting: conntrackAccounting(c, log), Log: log}}
+		r := &flowRunner{f: f, log: log, ct: &flow.Conntrack{Pods: pods, Accounting: conntrackAccounting(c, log), Log: log}}
 		if c.kubeSubnetMgr && c.networkPolicy {
 			r.nflog = &flow.NFLog{Group: uint16(c.flowLogGroup), Log: log}
 		}
@@ -87,15 +114,46 @@ type flowRunner struct {
 	f     *flows
 	ct    *flow.Conntrack
 	nflog *flow.NFLog
+	log   *slog.Logger
 }
 
+// Run reads until ctx is done. A reader that fails (no conntrack in this
+// kernel, the NFLOG group bound by another program) is logged and left
+// stopped: flows are for looking, and never stop the node.
 func (r *flowRunner) Run(ctx context.Context) error {
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return r.ct.Run(gctx, r.f.add) })
-	if r.nflog != nil {
-		g.Go(func() error { return r.nflog.Run(gctx, r.f.add) })
+	r.f.mu.Lock()
+	r.f.current = r
+	r.f.mu.Unlock()
+	defer func() {
+		r.f.mu.Lock()
+		defer r.f.mu.Unlock()
+		r.f.lost += r.lost()
+		if r.f.current == r {
+			r.f.current = nil
+		}
+	}()
+	var wg sync.WaitGroup
+	run := func(what string, read func(context.Context, func(flow.Flow)) error) {
+		wg.Go(func() {
+			if err := read(ctx, r.f.add); err != nil {
+				r.log.Warn("flows: cannot read "+what+"; /flows goes on without them", "err", err)
+			}
+		})
 	}
-	return g.Wait()
+	run("conntrack's events", r.ct.Run)
+	if r.nflog != nil {
+		run("the policy drops (NFLOG)", r.nflog.Run)
+	}
+	wg.Wait()
+	return nil
+}
+
+func (r *flowRunner) lost() uint64 {
+	n := r.ct.Lost()
+	if r.nflog != nil {
+		n += r.nflog.Lost()
+	}
+	return n
 }
 
 // conntrackAccounting says whether the kernel counts the bytes and

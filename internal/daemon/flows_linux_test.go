@@ -128,8 +128,11 @@ func TestFlowsServed(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(body), `weft_policy_verdicts_total{direction="ingress",namespace="x",policy="deny",verdict="dropped"}`) {
-		t.Errorf("no verdict counter in /metrics:\n%s", body)
+	for _, want := range []string{`weft_policy_verdicts_total{direction="ingress",namespace="x",policy="deny",verdict="dropped"}`,
+		"weft_flows_suppressed_total 0", "weft_flow_events_lost_total 0"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("no %s in /metrics:\n%s", want, body)
+		}
 	}
 }
 
@@ -146,5 +149,25 @@ func getJSON(t *testing.T, url string, v any) {
 	}
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestFlowsReadersFailQuietly: readers that cannot open their sockets (here
+// a namespace descriptor that is not one) are logged, and the runner
+// returns nil so that the node goes on.
+func TestFlowsReadersFailQuietly(t *testing.T) {
+	notNS, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notNS.Close()
+	fd := int(notNS.Fd())
+	r := &flowRunner{f: &flows{ring: flow.NewRing(4, 1, 1)}, log: slog.New(slog.DiscardHandler),
+		ct: &flow.Conntrack{NetNS: fd}, nflog: &flow.NFLog{Group: 9, NetNS: fd}}
+	if err := r.Run(context.Background()); err != nil {
+		t.Errorf("run: %v", err)
+	}
+	if err := (&flow.Conntrack{NetNS: fd}).Run(context.Background(), func(flow.Flow) {}); err == nil {
+		t.Error("conntrack reader in no namespace: no error")
 	}
 }
