@@ -97,6 +97,8 @@ func ProtoName(p uint8) string {
 	switch p {
 	case 1:
 		return "icmp"
+	case 2:
+		return "igmp"
 	case 6:
 		return "tcp"
 	case 17:
