@@ -21,13 +21,12 @@ const (
 	nfulnlMsgPacket = 0
 	nfulnlMsgConfig = 1
 
-	nfulaCfgCmd    = 1
-	nfulaCfgMode   = 2
-	nfulnlCmdBind  = 1
-	nfulnlCopyPkt  = 2
-	nfulaPayload   = 9
-	nfulaPrefix    = 10
-	nfulaTimestamp = 3
+	nfulaCfgCmd   = 1
+	nfulaCfgMode  = 2
+	nfulnlCmdBind = 1
+	nfulnlCopyPkt = 2
+	nfulaPayload  = 9
+	nfulaPrefix   = 10
 )
 
 // SnapLen is how much of each logged packet NFLog asks for: the IP and
@@ -79,7 +78,9 @@ func (n *NFLog) Run(ctx context.Context, sink func(Flow)) error {
 			return nil
 		}
 		if errors.Is(err, unix.ENOBUFS) {
-			n.lost.Add(1)
+			if n.lost.Add(1) == 1 && n.Log != nil {
+				n.Log.Warn("nflog: the kernel dropped logged packets, weftd's socket was full (counted from now on)", "group", n.Group)
+			}
 			continue
 		}
 		if err != nil {

@@ -54,16 +54,16 @@ func (r *Ring) Add(f Flow) bool {
 	return true
 }
 
-// Since returns up to max flows (0: all held) after sequence number seq
-// that match, oldest first, and the sequence number to ask from next.
-func (r *Ring) Since(seq uint64, match func(Flow) bool, max int) ([]Flow, uint64) {
+// Since returns the last limit flows (0: all held) after sequence number
+// seq that match, oldest first, and the sequence number to ask from next.
+func (r *Ring) Since(seq uint64, match func(Flow) bool, limit int) ([]Flow, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	first := uint64(1)
 	if n := uint64(len(r.slots)); r.next > n {
 		first = r.next - n
 	}
-	first = maxU(first, seq+1)
+	first = max(first, seq+1)
 	var out []Flow
 	for s := first; s < r.next; s++ {
 		f := r.slots[s%uint64(len(r.slots))]
@@ -71,17 +71,10 @@ func (r *Ring) Since(seq uint64, match func(Flow) bool, max int) ([]Flow, uint64
 			out = append(out, f)
 		}
 	}
-	if max > 0 && len(out) > max {
-		out = out[len(out)-max:]
+	if limit > 0 && len(out) > limit {
+		out = out[len(out)-limit:]
 	}
 	return out, r.next - 1
-}
-
-func maxU(a, b uint64) uint64 {
-	if a > b {
-		return a
-	}
-	return b
 }
 
 // Wait returns when a flow after seq is added, or ctx is done.
