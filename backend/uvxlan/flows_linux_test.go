@@ -85,6 +85,14 @@ func TestFlowsVerdicts(t *testing.T) {
 			}
 		})
 	}
+	// The transfers to and from a went through its fast path, not
+	// around it: what the flows above show, the fast path carried.
+	st := a.b.Stats()
+	if st.Events[EventFastRxFrames] == 0 || st.Events[EventFastTxFrames] == 0 || st.Events[EventFastErrors] != 0 {
+		t.Errorf("a's fast path: %+v", st.Events)
+	}
+	t.Logf("a's fast path carried %d frames in, %d out (all frames: %d in, %d out)",
+		st.Events[EventFastRxFrames], st.Events[EventFastTxFrames], st.RxFrames, st.TxFrames)
 }
 
 // watchFlows reads n's logged drops and conntrack events into a ring
