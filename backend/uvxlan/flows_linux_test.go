@@ -24,7 +24,9 @@ import (
 // read them, and conntrack's events, in the node's namespace. A connection
 // from the other node's pod to port 9090 must come back as a drop naming
 // shop/db and the ingress direction; one to 8080 as a new flow and, once
-// closed, with the bytes sent.
+// closed, with the bytes sent. On a, every frame of those connections must
+// have gone through the fast path: it hides nothing of them from the
+// forward hook where the table and conntrack see them.
 func TestFlowsVerdicts(t *testing.T) {
 	u := nettest.NewUnderlay(t, netip.MustParsePrefix("192.168.79.0/24"), 1500)
 	a := newUVNodeWith(t, u, "fa", subnetA, func(c *Config) { c.FastPath = true })
