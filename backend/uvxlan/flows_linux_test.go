@@ -19,11 +19,11 @@ import (
 
 // TestFlowsVerdicts: node a runs uvxlan with the tc fast path, node b the
 // kernel's VXLAN device. On each node the pod is isolated for ingress by
-// the policy shop/db, and shop/web allows TCP 8080 to it; weft's policy
+// the policies shop/db and shop/web, and shop/web allows TCP 8080 to it; weft's policy
 // table logs its drops to NFLOG group 7, and flow.NFLog and flow.Conntrack
 // read them, and conntrack's events, in the node's namespace. A connection
 // from the other node's pod to port 9090 must come back as a drop naming
-// shop/db and the ingress direction; one to 8080 as a new flow and, once
+// both policies and the ingress direction; one to 8080 as a new flow and, once
 // closed, with the bytes sent. On a, every frame of those connections must
 // have gone through the fast path: it hides nothing of them from the
 // forward hook where the table and conntrack see them.
