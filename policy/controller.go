@@ -84,6 +84,8 @@ type Controller struct {
 	// noBridge: the pod bridge was missing while the address store listed
 	// pods, said once
 	noBridge bool
+	// noLog: the kernel refused the drop log once, said once
+	noLog bool
 }
 
 // New validates cfg; nothing is watched or programmed until Run.
@@ -311,7 +313,7 @@ func (c *Controller) sync(pods, nss, nps cache.Store) error {
 	for _, err := range plans[0].Errors { // the same in both families: said once
 		c.log.Error("network policy not understood: its pods are isolated and none of its rules applied", "err", err)
 	}
-	err := c.cfg.Program(plans...)
+	err := c.program(plans)
 	if errors.Is(err, ErrNoSourceChecks) {
 		srcErr, err = err, nil // the inet table committed
 	}
@@ -327,6 +329,29 @@ func (c *Controller) sync(pods, nss, nps cache.Store) error {
 	c.log.Debug("programmed network policy", "policies", len(in.Policies), "rules", rules,
 		"ingressIsolated", ing, "egressIsolated", eg, "took", time.Since(start))
 	return nil
+}
+
+// program writes plans. When the kernel refuses them with the drop log
+// (as one without NFLOG would), it writes them without it: logging never
+// stands in the way of enforcement. It says so once.
+func (c *Controller) program(plans []Plan) error {
+	err := c.cfg.Program(plans...)
+	if err == nil || errors.Is(err, ErrNoSourceChecks) || c.cfg.LogGroup == 0 {
+		return err
+	}
+	bare := slices.Clone(plans)
+	for i := range bare {
+		bare[i].LogGroup = 0
+	}
+	berr := c.cfg.Program(bare...)
+	if berr != nil && !errors.Is(berr, ErrNoSourceChecks) {
+		return err
+	}
+	if !c.noLog {
+		c.noLog = true
+		c.log.Warn("network policy drops are not logged (no verdicts in flows): the kernel refused the log rules; the policy is enforced", "err", err)
+	}
+	return berr
 }
 
 // sourceChecks tells the reporter whether the pods' source addresses are
