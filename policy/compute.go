@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -35,12 +36,27 @@ type Plan struct {
 	// whose bridged IPv6 link-local traffic is dropped; the plans of one
 	// node name the same bridge.
 	Bridge string
+	// IngressBy and EgressBy group the isolated pods by the policies that
+	// select them (for the verdict log: a drop names the policies that
+	// isolate its pod). Compute fills them; a plan without them logs no
+	// drops.
+	IngressBy, EgressBy []Isolation
+	// LogGroup is the NFLOG group the drops of isolated pods are logged
+	// to (0: not logged). The controller sets it from Config.LogGroup.
+	LogGroup uint16
 	// Errors are the policies that could not be read (a selector or a
 	// port the API should have refused). Their pods stay isolated as the
 	// policy's types say, with none of its rules: closed, not open. When
 	// the podSelector itself cannot be read, every pod of the policy's
 	// namespace is isolated.
 	Errors []error
+}
+
+// Isolation is a group of local pods isolated (for ingress or for
+// egress) by the same policies, named "namespace/name" and sorted.
+type Isolation struct {
+	Policies []string
+	Addrs    []netip.Addr
 }
 
 // Rule is one entry of a policy's ingress or egress list, for this node's
@@ -100,25 +116,48 @@ func Compute(in Input) Plan {
 		nsLabels[n.Name] = labels.Set(n.Labels)
 	}
 	plan := Plan{V6: !in.Local.Addr().Is4()}
-	ingress, egress := map[netip.Addr]bool{}, map[netip.Addr]bool{}
+	ingress, egress := map[netip.Addr][]string{}, map[netip.Addr][]string{}
 	for _, np := range in.Policies {
+		name := np.Namespace + "/" + np.Name
 		rules, ing, eg, err := policyRules(np, pods, nsLabels, in.Local)
 		if err != nil {
 			plan.Errors = append(plan.Errors, fmt.Errorf("networkpolicy %s/%s: %w", np.Namespace, np.Name, err))
 		}
 		plan.Rules = append(plan.Rules, rules...)
 		for _, a := range ing {
-			ingress[a] = true
+			ingress[a] = append(ingress[a], name)
 		}
 		for _, a := range eg {
-			egress[a] = true
+			egress[a] = append(egress[a], name)
 		}
 	}
 	plan.IngressIsolated, plan.EgressIsolated = sortedKeys(ingress), sortedKeys(egress)
+	plan.IngressBy, plan.EgressBy = groupBy(plan.IngressIsolated, ingress), groupBy(plan.EgressIsolated, egress)
 	return plan
 }
 
-func sortedKeys(m map[netip.Addr]bool) []netip.Addr {
+// groupBy groups addrs (sorted) by the policies byAddr lists for them, in
+// the order of the groups' first addresses.
+func groupBy(addrs []netip.Addr, byAddr map[netip.Addr][]string) []Isolation {
+	var out []Isolation
+	index := map[string]int{}
+	for _, a := range addrs {
+		ps := slices.Clone(byAddr[a])
+		slices.Sort(ps)
+		ps = slices.Compact(ps)
+		key := strings.Join(ps, " ")
+		i, ok := index[key]
+		if !ok {
+			i = len(out)
+			index[key] = i
+			out = append(out, Isolation{Policies: ps})
+		}
+		out[i].Addrs = append(out[i].Addrs, a)
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[netip.Addr]V) []netip.Addr {
 	out := make([]netip.Addr, 0, len(m))
 	for a := range m {
 		out = append(out, a)

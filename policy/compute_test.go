@@ -213,3 +213,31 @@ func TestDualStackPlans(t *testing.T) {
 		t.Errorf("v4 peers %v, want %v", v4.Rules[0].Peers, want)
 	}
 }
+
+// TestIsolatedBy: the isolated pods are grouped by the policies that
+// select them, which the drop log names.
+func TestIsolatedBy(t *testing.T) {
+	sel := func(pods ...string) metav1.LabelSelector {
+		return metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "pod", Operator: metav1.LabelSelectorOpIn, Values: pods}}}
+	}
+	np := func(name string, types []networkingv1.PolicyType, s metav1.LabelSelector) *networkingv1.NetworkPolicy {
+		return &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: name},
+			Spec: networkingv1.NetworkPolicySpec{PodSelector: s, PolicyTypes: types}}
+	}
+	in, eg := networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress
+	plan := Compute(Input{Local: netip.MustParsePrefix("10.244.1.0/24"),
+		Pods: []*corev1.Pod{testPod("x", "a", "10.244.1.2", 80), testPod("x", "b", "10.244.1.3", 80), testPod("x", "c", "10.244.1.4", 80)},
+		Policies: []*networkingv1.NetworkPolicy{
+			np("q", []networkingv1.PolicyType{in}, sel("b", "c")),
+			np("p", []networkingv1.PolicyType{in, eg}, sel("a", "b")),
+		}})
+	wantIn := []Isolation{
+		{Policies: []string{"x/p"}, Addrs: []netip.Addr{ip("10.244.1.2")}},
+		{Policies: []string{"x/p", "x/q"}, Addrs: []netip.Addr{ip("10.244.1.3")}},
+		{Policies: []string{"x/q"}, Addrs: []netip.Addr{ip("10.244.1.4")}},
+	}
+	wantEg := []Isolation{{Policies: []string{"x/p"}, Addrs: []netip.Addr{ip("10.244.1.2"), ip("10.244.1.3")}}}
+	if !reflect.DeepEqual(plan.IngressBy, wantIn) || !reflect.DeepEqual(plan.EgressBy, wantEg) {
+		t.Errorf("ingress by %+v\negress by %+v", plan.IngressBy, plan.EgressBy)
+	}
+}

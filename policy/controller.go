@@ -53,6 +53,9 @@ type Config struct {
 	// Bridge is the CNI plugin's bridge (empty: DefaultBridge): see
 	// Plan.Bridge.
 	Bridge string
+	// LogGroup is the NFLOG group the drops are logged to, rate-limited
+	// (see Plan.LogGroup; 0: not logged).
+	LogGroup uint16
 	// MaxBackoff bounds the wait between the attempts after a failed
 	// transaction, which starts at 100ms and doubles (0: 30s).
 	MaxBackoff time.Duration
@@ -81,6 +84,8 @@ type Controller struct {
 	// noBridge: the pod bridge was missing while the address store listed
 	// pods, said once
 	noBridge bool
+	// noLog: the kernel refused the drop log once, said once
+	noLog bool
 }
 
 // New validates cfg; nothing is watched or programmed until Run.
@@ -290,6 +295,7 @@ func (c *Controller) sync(pods, nss, nps cache.Store) error {
 		in.Local = local
 		p := Compute(in)
 		p.Bridge = c.cfg.Bridge
+		p.LogGroup = c.cfg.LogGroup
 		plans = append(plans, p)
 	}
 	var srcErr error
@@ -307,7 +313,7 @@ func (c *Controller) sync(pods, nss, nps cache.Store) error {
 	for _, err := range plans[0].Errors { // the same in both families: said once
 		c.log.Error("network policy not understood: its pods are isolated and none of its rules applied", "err", err)
 	}
-	err := c.cfg.Program(plans...)
+	err := c.program(plans)
 	if errors.Is(err, ErrNoSourceChecks) {
 		srcErr, err = err, nil // the inet table committed
 	}
@@ -323,6 +329,29 @@ func (c *Controller) sync(pods, nss, nps cache.Store) error {
 	c.log.Debug("programmed network policy", "policies", len(in.Policies), "rules", rules,
 		"ingressIsolated", ing, "egressIsolated", eg, "took", time.Since(start))
 	return nil
+}
+
+// program writes plans. When the kernel refuses them with the drop log
+// (as one without NFLOG would), it writes them without it: logging never
+// stands in the way of enforcement. It says so once.
+func (c *Controller) program(plans []Plan) error {
+	err := c.cfg.Program(plans...)
+	if err == nil || errors.Is(err, ErrNoSourceChecks) || c.cfg.LogGroup == 0 {
+		return err
+	}
+	bare := slices.Clone(plans)
+	for i := range bare {
+		bare[i].LogGroup = 0
+	}
+	berr := c.cfg.Program(bare...)
+	if berr != nil && !errors.Is(berr, ErrNoSourceChecks) {
+		return err
+	}
+	if !c.noLog {
+		c.noLog = true
+		c.log.Warn("network policy drops are not logged (no verdicts in flows): the kernel refused the log rules; the policy is enforced", "err", err)
+	}
+	return berr
 }
 
 // sourceChecks tells the reporter whether the pods' source addresses are

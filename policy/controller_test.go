@@ -256,3 +256,46 @@ func TestSourceChecksReported(t *testing.T) {
 	}
 	waitUntil("all fine", func(prog, src error, n int) bool { return n > 0 && prog == nil && src == nil })
 }
+
+// TestDropLogNeverBlocksEnforcement: a kernel that refuses the log rules
+// (no NFLOG) gets the table without them, and the transaction counts as
+// committed; with the log accepted, the plans carry the log group.
+func TestDropLogNeverBlocksEnforcement(t *testing.T) {
+	for _, refuse := range []bool{true, false} {
+		rep := &reports{}
+		var mu sync.Mutex
+		var groups []uint16
+		runController(t, Config{Client: fakeAPI(t), Subnet: netip.MustParsePrefix("10.244.1.0/24"), Reporter: rep, LogGroup: 7,
+			Program: func(ps ...Plan) error {
+				mu.Lock()
+				defer mu.Unlock()
+				groups = append(groups, ps[0].LogGroup)
+				if refuse && ps[0].LogGroup != 0 {
+					return errors.New("program nftables table weft-policy: no such file or directory")
+				}
+				return nil
+			}})
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if _, errs := rep.get(); len(errs) > 0 {
+				if errs[0] != nil {
+					t.Errorf("refuse %v: %v", refuse, errs[0])
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("refuse %v: nothing programmed in 5s", refuse)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		mu.Lock()
+		want := []uint16{7}
+		if refuse {
+			want = []uint16{7, 0}
+		}
+		if !reflect.DeepEqual(groups[:len(want)], want) {
+			t.Errorf("refuse %v: programmed with log groups %v, want %v first", refuse, groups, want)
+		}
+		mu.Unlock()
+	}
+}

@@ -16,7 +16,10 @@
 // related traffic, drops IPv6 link-local traffic other than neighbour
 // discovery bridged between pods on Config.Bridge, and sends packets from pods isolated for egress and to
 // pods isolated for ingress to per-family egress and ingress chains: one
-// rule per policy rule that selects a local pod, then a counted drop. Pods
+// rule per policy rule that selects a local pod, then a counted drop. With
+// Config.LogGroup, a rule before each drop jumps (within LogRate a second)
+// to a chain that logs the packet to that NFLOG group, with a prefix naming
+// the direction and the policies that isolate the pod (flow.LogPrefix). Pods
 // and peers are set elements, so rules grow with policies, not pods. A pod's
 // identity is the Pod that holds its address: host-network and finished
 // Pods are left out, and of two live Pods listing one address the one

@@ -56,6 +56,27 @@ func TestProgramLists(t *testing.T) {
 			t.Errorf("no %q in\n%s", want, out)
 		}
 	}
+	if strings.Contains(out, "log") {
+		t.Errorf("drops logged without a log group:\n%s", out)
+	}
+	plan.LogGroup = 7
+	plan.IngressBy = []Isolation{{Policies: []string{"a/p"}, Addrs: []netip.Addr{ip("10.244.1.2")}}, {Policies: []string{"a/p", "a/q"}, Addrs: []netip.Addr{ip("10.244.1.3")}}}
+	plan.EgressBy = []Isolation{{Policies: []string{"a/q"}, Addrs: []netip.Addr{ip("10.244.1.3")}}}
+	if err := Program(ns.Path, plan); err != nil {
+		t.Fatal(err)
+	}
+	out = nettest.MustRun(t, ns, "nft", "list", "table", "inet", Table)
+	for _, want := range []string{
+		"limit rate 100/second burst 50 packets jump ingress-log",
+		"limit rate 100/second burst 50 packets jump egress-log",
+		`ip daddr @in-log-0 log prefix "weft drop ingress a/p" group 7 snaplen 128`,
+		`ip daddr @in-log-1 log prefix "weft drop ingress a/p a/q" group 7 snaplen 128`,
+		`ip saddr @eg-log-0 log prefix "weft drop egress a/q" group 7 snaplen 128`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
 	if n := strings.Count(out, "table inet "+Table); n != 1 {
 		t.Errorf("%d tables", n)
 	}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/weft-net/weft/backend/nft"
+	"github.com/weft-net/weft/flow"
 )
 
 // This file builds the inet table: per family, the forward chain, the
@@ -98,10 +99,63 @@ func build(conn *nftables.Conn, t *nftables.Table, plans []Plan) error {
 				add(c, "weft: "+r.Name, m, v)
 			}
 		}
+		if plan.LogGroup != 0 {
+			if err := logDrops(conn, t, f, plan, ingress, egress); err != nil {
+				return err
+			}
+		}
 		add(egress, "weft: no policy allows it", counted(), verdict(expr.VerdictDrop))
 		add(ingress, "weft: no policy allows it", counted(), verdict(expr.VerdictDrop))
 	}
 	return nil
+}
+
+// The drops logged to NFLOG, per family and direction: at most LogRate a
+// second, in bursts of LogBurst; the others are dropped unlogged (the
+// drop rule's counter still counts them).
+const (
+	LogRate  = 100
+	LogBurst = 50
+)
+
+// logDrops adds, before the drops of ingress and egress, a rule that
+// jumps (within the rate limit) to a chain logging each packet to
+// plan.LogGroup with a prefix that names the policies isolating its pod:
+//
+//	ingress: ... limit rate LogRate/second burst LogBurst packets jump ingress-log
+//	ingress-log: daddr @in-log-0 log group G snaplen 128 prefix "weft drop ingress ns/a"
+//	             daddr @in-log-1 log group G snaplen 128 prefix "weft drop ingress ns/a ns/b"
+//
+// One set and one rule per group of pods the same policies isolate.
+func logDrops(conn *nftables.Conn, t *nftables.Table, f family, plan Plan, ingress, egress *nftables.Chain) error {
+	for _, d := range []struct {
+		dir    string
+		chain  *nftables.Chain
+		by     []Isolation
+		field  uint32
+		prefix string
+	}{
+		{flow.DirIngress, ingress, plan.IngressBy, f.daddr, "in"},
+		{flow.DirEgress, egress, plan.EgressBy, f.saddr, "eg"},
+	} {
+		logc := conn.AddChain(&nftables.Chain{Name: d.chain.Name + "-log", Table: t})
+		add := commentedRules(conn, t, logc)
+		for i, g := range d.by {
+			s, err := addrSet(conn, t, f, fmt.Sprintf("%s%s-log-%d", f.prefix, d.prefix, i), g.Addrs)
+			if err != nil {
+				return err
+			}
+			add("weft: log drops", isFamily(f), lookup(f.field(d.field), s), logTo(plan.LogGroup, flow.LogPrefix(d.dir, g.Policies)))
+		}
+		limit := []expr.Any{&expr.Limit{Type: expr.LimitTypePkts, Rate: LogRate, Unit: expr.LimitTimeSecond, Burst: LogBurst}}
+		commentedRules(conn, t, d.chain)("weft: log drops, rate-limited", limit, jump(logc.Name))
+	}
+	return nil
+}
+
+func logTo(group uint16, prefix string) []expr.Any {
+	return []expr.Any{&expr.Log{Key: 1<<unix.NFTA_LOG_GROUP | 1<<unix.NFTA_LOG_PREFIX | 1<<unix.NFTA_LOG_SNAPLEN,
+		Group: group, Snaplen: flow.SnapLen, Data: []byte(prefix)}}
 }
 
 // bridgeOf is the pod bridge the plans name.

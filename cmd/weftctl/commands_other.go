@@ -14,6 +14,7 @@ func runPeers(context.Context, []string, io.Writer, io.Writer) error   { return 
 func runExplain(context.Context, []string, io.Writer, io.Writer) error { return errLinuxOnly }
 func runLab(context.Context, []string, io.Writer, io.Writer) error     { return errLinuxOnly }
 func runDoctor(context.Context, []string, io.Writer, io.Writer) error  { return errLinuxOnly }
+func runFlows(context.Context, []string, io.Writer, io.Writer) error   { return errLinuxOnly }
 func runWeb(context.Context, []string, io.Writer, io.Writer) error     { return errLinuxOnly }
 func runConnectivity(context.Context, []string, io.Writer, io.Writer) error {
 	return errLinuxOnly

@@ -85,7 +85,7 @@ func runLabUp(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if !*withWeb {
 		return lab.Up(ctx, o)
 	}
-	serve, err := listenWeb(ctx, labWebSource(o.StateDir, logger(stderr)), wf, explicitListen(fs), nil, stdout, logger(stderr))
+	serve, err := listenWeb(ctx, labWebSource(o.StateDir, logger(stderr)), labWebFlows(o.StateDir), wf, explicitListen(fs), nil, stdout, logger(stderr))
 	if err != nil {
 		return err
 	}

@@ -45,6 +45,7 @@ the Kubernetes API; --lab for the local lab):
   doctor                     check this node for what breaks an overlay; probe every peer
   connectivity               pod-to-pod and node-to-node matrix: loss, round trip, TCP
                              (Kubernetes: through probe DaemonSets it creates and deletes)
+  flows [--follow]           recent flows and NetworkPolicy verdicts (drops name the policy), from every node
   web [--listen 127.0.0.1:9471]  a live page of the overlay and a packet's path (read-only)
 
 A plain Docker host:
@@ -70,6 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"doctor":       runDoctor,
 		"connectivity": runConnectivity,
 		"web":          runWeb,
+		"flows":        runFlows,
 	}
 	cmds["docker-opts"] = runDockerOpts
 	switch args[0] {

@@ -7,8 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"os"
 	"time"
 
+	"github.com/weft-net/weft/flow"
+	"github.com/weft-net/weft/internal/ops/flows"
+	"github.com/weft-net/weft/internal/ops/lab"
 	"github.com/weft-net/weft/internal/ops/web"
 	"github.com/weft-net/weft/subnet"
 )
@@ -62,13 +67,14 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return ls, cfg, err
 	}
 	var src web.Source = &web.NodeSource{Leases: leases, Source: s.kind(), HealthAddr: f.healthAddr, Name: f.nodeName}
+	fl := nodeWebFlows(f.healthAddr, f.nodeName)
 	if s.lab {
 		if _, err := s.labState(); err != nil {
 			return err
 		}
-		src = labWebSource(s.stateDir, log)
+		src, fl = labWebSource(s.stateDir, log), labWebFlows(s.stateDir)
 	}
-	serve, err := listenWeb(ctx, src, f, explicitListen(fs), s.secrets(), stdout, log)
+	serve, err := listenWeb(ctx, src, fl, f, explicitListen(fs), s.secrets(), stdout, log)
 	if err != nil {
 		return err
 	}
@@ -77,7 +83,7 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 // listenWeb checks the flags and listens; the function it returns serves
 // the page until ctx ends.
-func listenWeb(ctx context.Context, src web.Source, f webFlags, explicit bool, secrets []string, stdout io.Writer, log *slog.Logger) (func(context.Context) error, error) {
+func listenWeb(ctx context.Context, src web.Source, fl web.Flows, f webFlags, explicit bool, secrets []string, stdout io.Writer, log *slog.Logger) (func(context.Context) error, error) {
 	if err := web.CheckListen(f.listen, explicit); err != nil {
 		return nil, err
 	}
@@ -89,7 +95,7 @@ func listenWeb(ctx context.Context, src web.Source, f webFlags, explicit bool, s
 		return nil, fmt.Errorf("web: %w", err)
 	}
 	fmt.Fprintf(stdout, "weftctl web: serving http://%s/ (read-only)\n", ln.Addr())
-	srv := &web.Server{Source: src, Interval: f.interval, Log: log, AllowRemote: explicit && !loopback(f.listen), Redact: secrets}
+	srv := &web.Server{Source: src, Flows: fl, Interval: f.interval, Log: log, AllowRemote: explicit && !loopback(f.listen), Redact: secrets}
 	return func(ctx context.Context) error { return srv.Run(ctx, ln) }, nil
 }
 
@@ -105,6 +111,33 @@ func labWebSource(dir string, log *slog.Logger) web.Source {
 		return ls, cfg, err
 	}
 	return &web.LabSource{Dir: dir, Leases: leases, Source: "etcd"}
+}
+
+// labWebFlows reads the flows of every node of the lab of dir.
+func labWebFlows(dir string) web.Flows {
+	return func(ctx context.Context, limit int) ([]flow.Flow, []error) {
+		st, err := lab.LoadState(dir)
+		if err != nil {
+			return nil, []error{err}
+		}
+		eps, names, closeEPs, err := flows.LabEndpoints(st)
+		if err != nil {
+			return nil, []error{err}
+		}
+		defer closeEPs()
+		return flows.Recent(ctx, eps, flows.Query{Limit: limit}, names)
+	}
+}
+
+// nodeWebFlows reads the flows of this node's weftd.
+func nodeWebFlows(healthAddr, name string) web.Flows {
+	if name == "" {
+		name, _ = os.Hostname()
+	}
+	ep := flows.Endpoint{Node: name, Client: &http.Client{}, Base: "http://" + healthAddr}
+	return func(ctx context.Context, limit int) ([]flow.Flow, []error) {
+		return flows.Recent(ctx, []flows.Endpoint{ep}, flows.Query{Limit: limit}, nil)
+	}
 }
 
 func loopback(addr string) bool { return web.CheckListen(addr, false) == nil }

@@ -90,6 +90,9 @@ type Factories struct {
 	// Forward builds the forward accept rules (and removes Flannel's
 	// leftovers); nil: none.
 	Forward func(cfg *subnet.Config) (Runner, error)
+	// Flows builds the reader of the kernel's flow events for the
+	// network; nil: none (--flows off).
+	Flows func(cfg *subnet.Config) (Runner, error)
 	// LeaseData, if set, adds the backend data that only the dataplane
 	// knows to the lease value (the wireguard public key).
 	LeaseData func(ctx context.Context, typ string, cfg *subnet.Config, a *subnet.LeaseAttrs) error
@@ -282,9 +285,18 @@ func (d *Daemon) Run(ctx context.Context) error {
 			return fmt.Errorf("daemon: forward rules: %w", err)
 		}
 	}
+	var fl Runner
+	if d.cfg.Factories.Flows != nil {
+		if fl, err = d.cfg.Factories.Flows(cfg); err != nil {
+			return fmt.Errorf("daemon: flows: %w", err)
+		}
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	if fwd != nil {
 		g.Go(func() error { return fwd.Run(gctx) })
+	}
+	if fl != nil {
+		g.Go(func() error { return fl.Run(gctx) })
 	}
 	g.Go(func() error { return d.leaseLoop(gctx, cfg, typ) })
 	return ignoreCanceled(ctx, g.Wait())

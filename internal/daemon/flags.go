@@ -45,17 +45,20 @@ type config struct {
 	networkPolicy bool
 	// vxlanPeerFilter: the vxlan backend admits VXLAN datagrams from
 	// peers only.
-	vxlanPeerFilter bool
-	procSys         string // where the sysctls are ("": /proc/sys); tests change it
-	addressStore    string
-	podBridge       string
-	renewMargin     time.Duration
-	backend         string
-	dataplaneNice   int
-	healthAddr      string
-	logFormat       string
-	logLevel        string
-	version         bool
+	vxlanPeerFilter   bool
+	flows             bool
+	flowLogGroup      int
+	flowConntrackAcct bool
+	procSys           string // where the sysctls are ("": /proc/sys); tests change it
+	addressStore      string
+	podBridge         string
+	renewMargin       time.Duration
+	backend           string
+	dataplaneNice     int
+	healthAddr        string
+	logFormat         string
+	logLevel          string
+	version           bool
 
 	flannel flannelFlags
 	// compat is set when weftd runs as flanneld: started under that name
@@ -111,6 +114,9 @@ func parseFlags(prog string, args []string, stderr io.Writer) (*config, error) {
 	s.Bool(&c.networkPolicy, "network-policy", def.networkPolicy, "enforce Kubernetes NetworkPolicy for this node's pods in nftables (with --kube-subnet-mgr; default on, off when run as flanneld)")
 	s.Bool(&c.vxlanPeerFilter, "vxlan-peer-filter", true, "vxlan backend: accept VXLAN datagrams only from the current peers' public addresses and drop frames from the overlay with a source outside the cluster network (nftables table inet weft-vxlan); false leaves the port open to any host, as Flannel does")
 	s.String(&c.podBridge, "pod-bridge", "cni0", "the CNI plugin's bridge (its bridge setting): with --network-policy, IPv6 link-local traffic between pods on it is dropped (other bridges are left alone)")
+	s.Bool(&c.flows, "flows", true, "keep the node's recent flows and policy verdicts in memory (bounded) and serve them read-only on /flows of --health-addr")
+	s.Int(&c.flowLogGroup, "flow-log-group", 2357, "NFLOG group the policy table logs its drops to, rate-limited, for --flows (1 to 65535)")
+	s.Bool(&c.flowConntrackAcct, "flow-conntrack-acct", false, "turn on net.netfilter.nf_conntrack_acct in weftd's network namespace so closed flows carry byte and packet counts (a setting for every connection of the host's namespace: opt-in)")
 	s.String(&c.addressStore, "pod-address-store", "/var/lib/cni/networks/weft", "weft CNI plugin's address store (<ipam.dataDir>/<network name>), read by --network-policy to tie each pod address to its bridge port and drop frames with another source address; empty: no source checks")
 	s.Bool(&c.version, "version", false, "print the version and exit")
 	s.Minutes(&c.renewMargin, "subnet-lease-renew-margin", time.Hour, "renew the lease this long before it expires: minutes (flanneld's unit) or a duration")
@@ -162,6 +168,9 @@ func (c *config) validate() error {
 	}
 	if c.compat && c.renewMargin >= 24*time.Hour {
 		return fmt.Errorf("--subnet-lease-renew-margin %s: flanneld takes 1 to 1439 minutes", c.renewMargin)
+	}
+	if c.flowLogGroup < 1 || c.flowLogGroup > 65535 {
+		return fmt.Errorf("--flow-log-group %d: must be between 1 and 65535", c.flowLogGroup)
 	}
 	if c.flannel.resyncSeconds < 1 {
 		return fmt.Errorf("--iptables-resync %d: must be at least 1 (seconds)", c.flannel.resyncSeconds)

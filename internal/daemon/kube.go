@@ -85,12 +85,21 @@ func policyFactory(c *config, log *slog.Logger) (func(*subnet.Config, subnet.Lea
 			return cannotEnforce{err, rep}, nil
 		}
 		ctl, err := policy.New(policy.Config{Client: rc, Subnet: lease.Subnet, IPv6Subnet: lease.IPv6Subnet, Reporter: rep,
-			AddressStore: c.addressStore, Bridge: c.podBridge}, log)
+			AddressStore: c.addressStore, Bridge: c.podBridge, LogGroup: logGroup(c)}, log)
 		if err != nil {
 			return cannotEnforce{err, rep}, nil
 		}
 		return ctl, nil
 	}, nil
+}
+
+// logGroup is the NFLOG group of the policy table's drops: none without
+// --flows.
+func logGroup(c *config) uint16 {
+	if !c.flows || c.healthAddr == "" {
+		return 0
+	}
+	return uint16(c.flowLogGroup)
 }
 
 // cannotEnforce is the policy runner of a node where policy cannot be

@@ -75,8 +75,12 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 		return err
 	}
 	defer closeReg()
+	fl, err := newFlows(c, metricsReg)
+	if err != nil {
+		return err
+	}
 	p := &process{c: c, reg: reg, etcd: etcdClient, live: live, metrics: metrics,
-		rej: rej, files: files, log: log}
+		rej: rej, files: files, flows: fl, log: log}
 	// STOPPING=1 once, when weftd stops: not between the node's runs (the
 	// service manager would take it for a stop and kill weftd after its
 	// stop timeout).
@@ -94,6 +98,9 @@ func Run(ctx context.Context, prog string, args []string, version string) error 
 		hs := NewHealthServer(c.healthAddr, p.status.Ready, log)
 		hs.Why = p.status.Why
 		mountMetrics(hs, metricsReg)
+		if fl != nil {
+			fl.mount(hs, flowNode(c))
+		}
 		g.Go(func() error { return hs.Run(hctx) })
 	}
 	g.Go(func() error {
@@ -152,6 +159,7 @@ type process struct {
 	metrics *Metrics
 	rej     *subnet.Rejections
 	files   *fdstore.Store
+	flows   *flows // nil: --flows off
 	log     *slog.Logger
 	status  nodeStatus
 }
@@ -184,6 +192,9 @@ func (p *process) runNode(ctx context.Context) error {
 	f := factories(c, underlay, p.live, p.files, log)
 	if f.Policy, err = policyFactory(c, log); err != nil {
 		return err
+	}
+	if p.flows != nil {
+		f.Flows = p.flows.factory(c, log)
 	}
 	d, err := New(Config{
 		Registry: reg, Node: node, Metrics: p.metrics, Rejections: p.rej, Factories: f,

@@ -10,4 +10,7 @@
 // drift repair logged; a packet's path equal to `weftctl explain`'s;
 // `weftctl web` run inside a node as on a real node (etcd flags, no --lab). With
 // WEFT_WEB_SCREENSHOTS=1 it writes docs/web-1280.png and docs/web-phone.png.
+// TestFlowsPanel checks the flows panel on one node namespace of its own
+// whose policy table logs a drop that the browser must show, with the
+// policy's name, and draw between the pods (docs/web-flows.png).
 package web

@@ -3,7 +3,9 @@
 // dataplane, each node's pods on its bridge, the links between nodes with
 // the dataplane's frame and byte rates, drift repairs and rejected leases as
 // they happen, and a packet's path between two addresses as `weftctl
-// explain` reads it, with the pod ends (eth0, veth, bridge) around it.
+// explain` reads it, with the pod ends (eth0, veth, bridge) around it, and
+// a flows panel: the latest flows weftd keeps on the nodes (Server.Flows),
+// each drop with the policies behind it, drawn between its pods.
 //
 // A Source reads the overlay: the leases from etcd or the Kubernetes API,
 // each observed node's kernel (inspect.ReadKernel, inspect.Compare) and its

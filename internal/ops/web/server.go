@@ -26,7 +26,8 @@ const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 's
 	"object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
 // Server serves the page, its files, /api/events (server-sent events, one
-// Snapshot as JSON every Interval), /api/snapshot and /api/path.
+// Snapshot as JSON every Interval), /api/snapshot, /api/path and
+// /api/flows.
 type Server struct {
 	Source   Source
 	Interval time.Duration // 1s when zero
@@ -40,6 +41,8 @@ type Server struct {
 	// each is replaced by "[redacted]" in every error text sent, the only
 	// place where they could appear (the rest is leases and kernel state).
 	Redact []string
+	// Flows, if set, feeds the flows panel (/api/flows).
+	Flows Flows
 
 	mu      sync.Mutex
 	last    []byte        // the latest snapshot, JSON
@@ -81,6 +84,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/snapshot", s.snapshot)
 	mux.HandleFunc("GET /api/events", s.events)
 	mux.HandleFunc("GET /api/path", s.path)
+	mux.HandleFunc("GET /api/flows", s.flows)
 	return s.headers(mux)
 }
 

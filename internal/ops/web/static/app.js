@@ -7,6 +7,7 @@ const SVG = "http://www.w3.org/2000/svg";
 let prev = null;       // the previous snapshot, for rates and events
 let rates = {};        // node name → {tx, rx, txB, rxB} per second
 let chosen = null;     // the path shown: {srcNode, dstNode, srcPod, dstPod}
+let drops = [];        // the latest dropped flows, drawn between their pods
 const $ = (id) => document.getElementById(id);
 
 function el(tag, attrs, text) {
@@ -141,8 +142,83 @@ function drawSVG(s) {
     });
     nodes.append(g);
   }
+  drawDrops(s, pos);
   $("svg-desc").textContent = s.nodes.length + " nodes and " + s.links.length + " links; the same facts are in the Nodes and Links tables below. " +
     s.nodes.map(nodeText).join(" ");
+}
+
+// podAt is where pod ip is drawn: its row's left and right ends.
+function podAt(s, pos, ip) {
+  for (const n of s.nodes) {
+    const i = n.pods.findIndex((p) => p.ip === ip);
+    if (i < 0 || !pos[n.name]) continue;
+    const p = pos[n.name], y = p.y - p.h / 2 + 68 + 24 * i + 10;
+    return { name: n.pods[i].name, l: p.x - BOX / 2 + 10, r: p.x + BOX / 2 - 10, y: y, node: n.name };
+  }
+  return null;
+}
+
+// drawDrops draws each of the latest drops whose pods are both on the page:
+// a dotted line from one pod's row to the other's, bending out to the
+// right, labelled with the policies.
+function drawDrops(s, pos) {
+  const layer = $("flows-layer");
+  layer.replaceChildren();
+  const seen = new Set();
+  for (const f of drops) {
+    const a = podAt(s, pos, f.src), b = podAt(s, pos, f.dst);
+    const key = f.src + ">" + f.dst;
+    if (!a || !b || seen.has(key)) continue;
+    seen.add(key);
+    const g = sv("g", { class: "drop", "data-drop": key });
+    g.append(sv("title", {}, "dropped " + f.proto + " " + a.name + " → " + b.name + (f.dstPort ? ":" + f.dstPort : "") + ": " + f.reason));
+    const x1 = a.r, x2 = b.r, c = Math.max(x1, x2) + 50 + 20 * (seen.size % 3);
+    g.append(sv("path", { d: "M" + x1 + "," + a.y + " C" + c + "," + a.y + " " + c + "," + b.y + " " + x2 + "," + b.y }));
+    g.append(sv("text", { x: 0.125 * (x1 + x2) + 0.75 * c + 8, y: (a.y + b.y) / 2 + 5 }, "✗ " + (f.policies || []).join(", ")));
+    layer.append(g);
+  }
+}
+
+function fmtBytes(c) {
+  if (!c) return "";
+  return fmt(c.origBytes) + "B, " + fmt(c.replyBytes) + "B";
+}
+
+function podName(ip) {
+  const p = nodeOf(ip);
+  return p ? p.pod + " (" + ip + ")" : ip;
+}
+
+function drawFlows(body) {
+  const fs = body.flows.slice().reverse();
+  drops = fs.filter((f) => f.verdict === "dropped").slice(0, 5);
+  const what = { drop: "✗ dropped", new: "✓ allowed", close: "✓ closed" };
+  tableRows($("flows-table").tBodies[0], fs.length ? fs.map((f) => [
+    { text: new Date(f.time).toLocaleTimeString(), attrs: { class: "num" } },
+    { text: f.node },
+    { text: what[f.event] || f.event, attrs: f.verdict === "dropped" ? { class: "bad", "data-verdict": "dropped" } : { "data-verdict": f.verdict } },
+    { text: podName(f.src) + (f.srcPort ? ":" + f.srcPort : "") },
+    { text: podName(f.dst) + (f.dstPort ? ":" + f.dstPort : "") + " " + f.proto },
+    { text: f.verdict === "dropped" ? f.reason : (f.service ? "via Service " + f.service : "") + (f.masqueraded ? " masqueraded as " + f.masqueradedAs : ""), attrs: { "data-reason": "" } },
+    { text: f.event === "close" ? (f.counts ? fmtBytes(f.counts) : "unknown") : "", attrs: { class: "num" } },
+  ]) : [[{ text: "no flows yet" }, { text: "" }, { text: "" }, { text: "" }, { text: "" }, { text: "" }, { text: "" }]]);
+  $("flows-status").textContent = body.errors.length ? "✗ " + body.errors.join("; ") : "✓ " + fs.length + " flows, updated " + new Date().toLocaleTimeString();
+  $("flows-status").className = body.errors.length ? "bad" : "";
+  if (prev) drawSVG(prev);
+}
+
+async function pollFlows() {
+  try {
+    const r = await fetch("api/flows");
+    const body = await r.json();
+    if (r.status === 404) { $("flows-status").textContent = body.error; return; }
+    if (!r.ok) throw new Error(body.error || r.statusText);
+    drawFlows(body);
+  } catch (e) {
+    $("flows-status").textContent = "✗ " + e.message;
+    $("flows-status").className = "bad";
+  }
+  setTimeout(pollFlows, 2000);
 }
 
 function nodeText(n) {
@@ -271,4 +347,5 @@ document.addEventListener("DOMContentLoaded", () => {
   $("path-form").addEventListener("submit", showPath);
   $("path-dst").addEventListener("change", () => { $("outside-label").hidden = $("path-dst").value !== "outside"; });
   connect();
+  pollFlows();
 });

@@ -1,0 +1,99 @@
+package flow_test
+
+import (
+	"context"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/weft-net/weft/flow"
+	"github.com/weft-net/weft/internal/testkit/nettest"
+	"github.com/weft-net/weft/policy"
+)
+
+// TestDropFloodIsRateLimited sends a flood of UDP packets from one pod to
+// a pod isolated for ingress, through a test node namespace. The table
+// drops every one (its counter says so), but logs only what its limit
+// lets through: at most LogBurst plus LogRate a second of the time the
+// flood and the reading took, so weftd's reader never sees the flood.
+func TestDropFloodIsRateLimited(t *testing.T) {
+	node, p1, p2 := nettest.NewNS(t, "fldnode"), nettest.NewNS(t, "fldp1"), nettest.NewNS(t, "fldp2")
+	nettest.Veth(t, node, "v1", p1, "eth0")
+	nettest.Veth(t, node, "v2", p2, "eth0")
+	for _, c := range [][]string{
+		{"node", "v1", "10.8.1.1/24", ""}, {"node", "v2", "10.8.2.1/24", ""},
+		{"p1", "eth0", "10.8.1.2/24", "10.8.1.1"}, {"p2", "eth0", "10.8.2.2/24", "10.8.2.1"},
+	} {
+		ns := map[string]*nettest.NS{"node": node, "p1": p1, "p2": p2}[c[0]]
+		nettest.MustRun(t, ns, "ip", "addr", "add", c[2], "dev", c[1])
+		if c[3] != "" {
+			nettest.MustRun(t, ns, "ip", "route", "add", "default", "via", c[3])
+		}
+	}
+	nettest.MustRun(t, node, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	dst := netip.MustParseAddr("10.8.2.2")
+	if err := policy.Program(node.Path, policy.Plan{IngressIsolated: []netip.Addr{dst},
+		IngressBy: []policy.Isolation{{Policies: []string{"x/iso"}, Addrs: []netip.Addr{dst}}}, LogGroup: 11}); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(node.Path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	var logged atomic.Int64
+	nfl := &flow.NFLog{Group: 11, NetNS: fd}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- nfl.Run(ctx, func(flow.Flow) { logged.Add(1) }) }()
+	// The reader is bound once one packet comes back.
+	for logged.Load() == 0 {
+		nettest.SendUDP(t, p1, netip.MustParseAddr("10.8.1.2"), netip.AddrPortFrom(dst, 7), []byte("x"))
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // the limit's bucket fills again
+	before := logged.Load()
+	start := time.Now()
+	const n = 20000
+	payloads := make([][]byte, n)
+	for i := range payloads {
+		payloads[i] = []byte("flood")
+	}
+	nettest.SendUDP(t, p1, netip.MustParseAddr("10.8.1.2"), netip.AddrPortFrom(dst, 9), payloads...)
+	time.Sleep(200 * time.Millisecond) // what was logged is read
+	elapsed := time.Since(start)
+	got := logged.Load() - before
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	bound := int64(policy.LogBurst) + int64(elapsed.Seconds()*policy.LogRate) + 1
+	if got == 0 || got > bound {
+		t.Errorf("%d drops logged out of %d sent in %s; want 1 to %d", got, n, elapsed, bound)
+	}
+	out := nettest.MustRun(t, node, "nft", "list", "chain", "inet", policy.Table, "ingress")
+	dropped := counted(out)
+	if dropped < n {
+		t.Errorf("the drop rule counted %d packets, want at least %d:\n%s", dropped, n, out)
+	}
+	t.Logf("flood of %d packets in %s: %d dropped, %d logged (bound %d)", n, elapsed, dropped, got, bound)
+}
+
+// counted reads "counter packets N" from the drop rule.
+func counted(out string) int64 {
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		for i := range f {
+			if f[i] == "counter" && i+2 < len(f) && f[i+1] == "packets" {
+				n, _ := strconv.ParseInt(f[i+2], 10, 64)
+				return n
+			}
+		}
+	}
+	return -1
+}
