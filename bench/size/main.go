@@ -42,7 +42,7 @@ func run() error {
 	}
 	defer os.RemoveAll(tmp)
 	st := benchreport.NewStamp(root, "binaries", "go run ./bench/size", "cmd", "internal/daemon", "internal/etcdlocal", "internal/fdstore", "internal/flagenv", "internal/namespace", "internal/ops",
-		"backend", "subnet", "plugin", "policy", "vtep", "go.mod")
+		"backend", "subnet", "plugin", "policy", "flow", "vtep", "go.mod")
 	stamp, err := st.Markdown(root)
 	if err != nil {
 		return err
