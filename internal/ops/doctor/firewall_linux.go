@@ -9,16 +9,15 @@ import (
 	"github.com/weft-net/weft/backend/vxlan"
 )
 
-// checkFirewall reports iptables-legacy tables, which nftables and its
-// trace do not see (their filter FORWARD policy is named as a suspect, see
-// legacyNote). firewall/forward and firewall/input ask the kernel's trace
-// (checkForward, checkInput).
+// checkFirewall reports iptables-legacy tables, which `nft list ruleset`
+// does not show. firewall/forward and firewall/input ask the kernel's
+// trace (checkForward, checkInput); the forward trace ends in a chain
+// after theirs, the input trace does not.
 func checkFirewall(s *state) {
 	if names, err := s.procNet("ip_tables_names"); err == nil && strings.TrimSpace(names) != "" {
-		tables := strings.Fields(names)
 		s.r.add("firewall/iptables-legacy", Warn, "check them with `iptables-legacy -S` (and migrate them to iptables-nft or nft)",
-			"iptables-legacy tables %s are loaded: their rules run beside nftables, and neither `nft list ruleset` nor the kernel's trace sees them%s",
-			strings.Join(tables, ", "), legacyNote(s, tables))
+			"iptables-legacy tables %s are loaded: their rules run beside nftables, and `nft list ruleset` does not show them "+
+				"(firewall/forward sees whether they let forwarded traffic through, firewall/input does not)", strings.Join(strings.Fields(names), ", "))
 	}
 }
 

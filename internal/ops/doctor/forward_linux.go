@@ -220,12 +220,16 @@ func (s *state) forwardSuspects(why string) {
 	if err != nil {
 		suspects = append(suspects, fmt.Sprintf("(nftables unreadable: %v)", err))
 	}
+	if names, err := s.procNet("ip_tables_names"); err == nil && strings.TrimSpace(names) != "" {
+		suspects = append(suspects, "iptables-legacy tables "+strings.Join(strings.Fields(names), ", ")+" (iptables-legacy -S)")
+		fixes = append(fixes, s.forwardFix(traceEvent{table: "filter", chain: "FORWARD"}))
+	}
 	if len(suspects) == 0 {
-		s.r.ok("firewall/forward", "%s; no forward chain here has policy drop", why)
+		s.r.ok("firewall/forward", "%s; no forward chain here has policy drop, no iptables-legacy table is loaded", why)
 		return
 	}
 	s.r.add("firewall/forward", Warn, "if a suspect drops pods' traffic: "+strings.Join(fixes, "; "),
-		"%s; forward chains with policy drop, suspects only: %s", why, strings.Join(suspects, "; "))
+		"%s; forward chains with policy drop and iptables-legacy tables, suspects only: %s", why, strings.Join(suspects, "; "))
 }
 
 // forwardFix is the pair of rules that accept the cluster network ahead

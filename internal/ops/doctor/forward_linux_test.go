@@ -27,19 +27,25 @@ func TestForwardTrace(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name, nft, ipt string
+		legacy         string // loaded with iptables-legacy-restore
 		want           Status // the worst firewall/forward check
 		re             string // in one of them
 	}{
-		{"no firewall", "", "", OK, `^echo reply from peer .* forwarded to 10.244.1.254 on cni0 \(this node's pods\): the kernel forwarded it: no chain but doctor's own`},
-		{"policy drop, accept by interface", chain("iifname \"ovl\" accept\noifname \"ovl\" accept"), "", OK,
+		{"no firewall", "", "", "", OK, `^echo reply from peer .* forwarded to 10.244.1.254 on cni0 \(this node's pods\): the kernel forwarded it: no chain but doctor's own`},
+		{"policy drop, accept by interface", chain("iifname \"ovl\" accept\noifname \"ovl\" accept"), "", "", OK,
 			`^echo reply from pod 10.244.1.2 on cni0 forwarded to peer .*: the kernel forwarded it: table inet f chain fw by rule handle \d+ \(oifname "ovl" accept\)`},
-		{"policy drop, accept by address", chain("ip saddr 10.244.0.0/16 accept\nip daddr 10.244.0.0/16 accept"), "", OK, `by rule handle \d+ \(ip saddr 10.244.0.0/16 accept\)`},
-		{"policy drop, nothing accepted", chain(""), "", Fail, `: the kernel dropped it in table inet f chain fw by its policy drop$`},
-		{"policy drop, accept by another interface", chain("iifname \"eth1\" accept\noifname \"eth1\" accept"), "", Fail, `the kernel dropped it in table inet f chain fw by its policy drop`},
-		{"policy drop, replies accepted", chain("ct state established,related accept"), "", Warn,
+		{"policy drop, accept by address", chain("ip saddr 10.244.0.0/16 accept\nip daddr 10.244.0.0/16 accept"), "", "", OK, `by rule handle \d+ \(ip saddr 10.244.0.0/16 accept\)`},
+		{"policy drop, nothing accepted", chain(""), "", "", Fail, `: the kernel dropped it in table inet f chain fw by its policy drop$`},
+		{"policy drop, accept by another interface", chain("iifname \"eth1\" accept\noifname \"eth1\" accept"), "", "", Fail, `the kernel dropped it in table inet f chain fw by its policy drop`},
+		{"policy drop, replies accepted", chain("ct state established,related accept"), "", "", Warn,
 			`the kernel forwarded it, as the reply of a flow \(table inet f chain fw rule \d+ test its conntrack state or protocol\).*suspects only: table inet f chain fw policy drop`},
-		{"iptables-nft FORWARD DROP, weft's WEFT-FWD", "", weftFwd, OK, `table ip filter chain WEFT-FWD by rule handle`},
-		{"iptables-nft FORWARD DROP, Docker's accepts for its bridge", "", docker, Warn, `suspects only: table ip filter chain FORWARD policy drop`},
+		{"iptables-nft FORWARD DROP, weft's WEFT-FWD", "", weftFwd, "", OK, `table ip filter chain WEFT-FWD by rule handle`},
+		{"iptables-nft FORWARD DROP, Docker's accepts for its bridge", "", docker, "", Warn, `suspects only: table ip filter chain FORWARD policy drop`},
+		// iptables-legacy's chains are no nf_tables chains, but doctor's
+		// last chain on the hook sees what passed them.
+		{"iptables-legacy FORWARD DROP, weft's WEFT-FWD", "", "", weftFwd, OK, `: the kernel forwarded it: no chain but doctor's own`},
+		{"iptables-legacy FORWARD DROP", "", "", "*filter\n:FORWARD DROP [0:0]\nCOMMIT\n", Warn,
+			`: no reply was forwarded during the probes .*suspects only: iptables-legacy tables filter`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			node, peer, pod := nettest.NewNS(t, "fnode"), nettest.NewNS(t, "fpeer"), nettest.NewNS(t, "fpod")
@@ -58,6 +64,7 @@ func TestForwardTrace(t *testing.T) {
 			nettest.MustRun(t, node, "ping", "-c1", "-W1", "10.244.1.2") // the node's neighbour entry for its pod
 			load(t, node, "nft", tt.nft)
 			load(t, node, "iptables-nft-restore", tt.ipt)
+			load(t, node, "iptables-legacy-restore", tt.legacy)
 			_, errOut := pod.Run("ping", "-c1", "-W1", "10.244.2.0")
 			_, errIn := peer.Run("ping", "-c1", "-W1", "10.244.1.2")
 			reach := errOut == nil && errIn == nil
