@@ -76,6 +76,9 @@ func peers(w io.Writer, h *netlink.Handle, do func(func() error) error, device s
 	if err != nil {
 		return err
 	}
+	if k.Device.Kind == inspect.KindWireGuard {
+		return fmt.Errorf("%s is a WireGuard device: peers compares the routes and neighbours a VXLAN device has per peer, which WireGuard does not use (weftd logs each peer it sets)", k.Device.Name)
+	}
 	self, ok := inspect.SelfLease(inspect.SelfCandidates(cfg, ls), k)
 	if !ok {
 		return fmt.Errorf("none of the %d leases in %s belongs to this node (device %s, addresses %v): %w", len(ls), from, k.Device.Name, k.Device.Addrs, errMismatch)

@@ -235,8 +235,10 @@ func connectivityHosts(t *testing.T, c *Cluster) ([]string, []int) {
 // doctor` must find no firewall at fault. Where they cannot (a base chain
 // of a native nftables table with policy drop drops a packet whatever
 // another table accepted; nor does weft open the VXLAN port on input),
-// doctor must fail naming the table and chain or the rule, and its fix,
-// run as printed, must make the pods reach each other.
+// doctor must fail naming the table and chain or the rule (or, where the
+// kernel forwards the replies doctor makes it forward but not the pods' new
+// connections, warn naming the chain as a suspect), and its fix, run as
+// printed, must make the pods reach each other.
 func TestFlannel1317NFTablesHost(t *testing.T) {
 	for _, bin := range []string{"iptables-legacy", "iptables-nft", "nft"} {
 		if _, err := exec.LookPath(bin); err != nil {
@@ -252,19 +254,21 @@ func TestFlannel1317NFTablesHost(t *testing.T) {
 		check  string   // the doctor check that must fail or warn on n1 ("": traffic flows)
 		want   string   // in its evidence
 		traced string   // firewall/input: in n2's evidence once n1 took its fix
+		warn   bool     // the check warns: the kernel let doctor's probes through, but not the pods' traffic
 	}{
-		{"iptables-legacy FORWARD policy DROP", []string{"iptables-legacy -P FORWARD DROP"}, "", "", ""},
-		{"iptables-nft FORWARD policy DROP", []string{"iptables-nft -P FORWARD DROP"}, "", "", ""},
+		{"iptables-legacy FORWARD policy DROP", []string{"iptables-legacy -P FORWARD DROP"}, "", "", "", false},
+		{"iptables-nft FORWARD policy DROP", []string{"iptables-nft -P FORWARD DROP"}, "", "", "", false},
 		{"iptables-nft INPUT policy DROP", []string{"iptables-nft -A INPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT && iptables-nft -A INPUT -i lo -j ACCEPT && " +
 			"iptables-nft -A INPUT -p icmp -j ACCEPT && iptables-nft -P INPUT DROP"},
-			"firewall/input", "suspects only: table ip filter chain INPUT policy drop", "the kernel dropped it in table ip filter chain INPUT by its policy drop"},
+			"firewall/input", "suspects only: table ip filter chain INPUT policy drop", "the kernel dropped it in table ip filter chain INPUT by its policy drop", false},
 		{"nftables forward policy drop", []string{"nft 'add table inet filter; add chain inet filter forward { type filter hook forward priority 0; policy drop; }; " +
 			"add rule inet filter forward ct state established,related accept'"},
-			"firewall/forward", "table inet filter chain forward has policy drop and no rule accepting 10.244.0.0/16", ""},
+			"firewall/forward", "as the reply of a flow (table inet filter chain forward rule 2 test its conntrack state or protocol), so new connections between pods may meet another verdict; " +
+				"forward chains with policy drop and iptables-legacy tables, suspects only: table inet filter chain forward policy drop", "", true},
 		{"nftables input policy drop", []string{"nft '" + inputBase + "'"},
-			"firewall/input", "suspects only: table inet filter chain input policy drop", "the kernel dropped it in table inet filter chain input by its policy drop"},
+			"firewall/input", "suspects only: table inet filter chain input policy drop", "the kernel dropped it in table inet filter chain input by its policy drop", false},
 		{"nftables rule drops UDP 8472", []string{"nft 'add table inet filter; add chain inet filter input { type filter hook input priority 0; }; add rule inet filter input udp dport 8472 drop'"},
-			"firewall/input", "suspects only: table inet filter chain input rule handle", "the kernel dropped it in table inet filter chain input by rule handle"},
+			"firewall/input", "suspects only: table inet filter chain input rule handle", "the kernel dropped it in table inet filter chain input by rule handle", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := NewCluster(t, Options{})
@@ -309,9 +313,9 @@ func TestFlannel1317NFTablesHost(t *testing.T) {
 			// reply reaches n1's chains and n1's doctor can only name its
 			// suspects (a warning). Once n1 takes its fix, n2's probes are
 			// answered and n2's kernel traces the replies to its rule.
-			status := map[bool]string{true: "warn", false: "fail"}[tt.traced != ""]
+			status := map[bool]string{true: "warn", false: "fail"}[tt.traced != "" || tt.warn]
 			ch, code := doctorCheck(t, c, n1, tt.check)
-			if ch.Status != status || code != 2 || !strings.Contains(ch.Evidence, tt.want) {
+			if ch.Status != status || code < map[string]int{"warn": 1, "fail": 2}[status] || !strings.Contains(ch.Evidence, tt.want) {
 				t.Fatalf("doctor exit %d, %+v; want %s %s with %q", code, ch, tt.check, status, tt.want)
 			}
 			recordFailure(t, "1317", fmt.Sprintf("%s: doctor's %s names it (%q)", tt.name, ch.Name, ch.Evidence))
@@ -326,6 +330,9 @@ func TestFlannel1317NFTablesHost(t *testing.T) {
 			}
 			for n, fix := range fixes {
 				if _, after, ok := strings.Cut(fix, ", or "); ok {
+					fix = after
+				}
+				if _, after, ok := strings.Cut(fix, "drops pods' traffic: "); ok {
 					fix = after
 				}
 				nettest.MustRun(t, n, "sh", "-c", strings.ReplaceAll(fix, "iptables ", "iptables-nft "))

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -97,6 +98,30 @@ func TestWireGuard(t *testing.T) {
 		}
 		if udp < 10 {
 			t.Errorf("only %d WireGuard datagrams captured:\n%s", udp, strings.Join(lines, "\n"))
+		}
+	})
+
+	t.Run("doctor finds the WireGuard device and traces through it", func(t *testing.T) {
+		pingAll(t) // the pods' neighbour entries, for doctor's forward probes
+		checks, _ := doctorChecks(t, c, n1)
+		want := map[string]string{
+			"overlay/device":            `^flannel-wg \(wireguard, MTU 1420, up`,
+			"probe/" + n2.Addr.String(): `over the overlay: 3/3`,
+			"firewall/input":            `^UDP 51820 \(WireGuard\) from peer \S+ \(\S+\) over IPv4: the kernel accepted it`,
+			"firewall/forward":          `: the kernel forwarded it: `,
+			"underlay/mtu":              `^flannel-wg MTU 1420 \+ 60 ≤ eth0 MTU 1500`,
+		}
+		seen := map[string]bool{}
+		for _, ch := range checks {
+			if re, ok := want[ch.Name]; ok {
+				seen[ch.Name] = true
+				if ch.Status != "ok" || !regexp.MustCompile(re).MatchString(ch.Evidence) {
+					t.Errorf("%s: %s %q, want ok matching %q", ch.Name, ch.Status, ch.Evidence, re)
+				}
+			}
+		}
+		if len(seen) != len(want) {
+			t.Errorf("doctor on n1 ran %v of the checks %v: %+v", seen, want, checks)
 		}
 	})
 

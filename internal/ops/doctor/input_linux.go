@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -22,7 +23,12 @@ type inputTrace struct {
 	t            *tracer
 	err          error // why the kernel could not be asked
 	port4, port6 uint16
-	what         string // VXLAN or WireGuard
+	what         string     // VXLAN or WireGuard
+	fwd          []fwdProbe // see checkForward
+	fwdWhy       string     // why there are none
+	events       []traceEvent
+	lost         error // see tracer.stop
+	stopped      bool
 }
 
 // startInputTrace starts the trace before the probes; nil when the
@@ -57,8 +63,28 @@ func (s *state) startInputTrace() *inputTrace {
 			p6 = append(p6, a)
 		}
 	}
-	it.t, it.err = startTrace(s.Do, p4, p6, it.port4, it.port6)
+	sp := traceSpec{peers4: p4, peers6: p6, port4: it.port4, port6: it.port6, echoID: uint16(os.Getpid())}
+	if it.fwd, it.fwdWhy = s.planForward(); len(it.fwd) > 0 {
+		for _, p := range it.fwd {
+			sp.replies = append(sp.replies, p.src) // an out probe's src is a peer's VTEP
+		}
+		slices.SortFunc(sp.replies, netip.Addr.Compare)
+		sp.replies = slices.Compact(sp.replies)
+	}
+	if it.t, it.err = startTrace(s.Do, sp); it.err == nil && len(it.fwd) > 0 {
+		if err := s.sendForward(it.fwd, sp.echoID); err != nil {
+			it.fwd, it.fwdWhy = nil, err.Error()
+		}
+	}
 	return it
+}
+
+// stop ends the trace, once, and keeps what it collected.
+func (it *inputTrace) stop(s *state) {
+	if it != nil && it.err == nil && !it.stopped {
+		it.stopped = true
+		it.events, it.lost = it.t.stop(s.Do)
+	}
 }
 
 // checkInput reports, for each peer and each underlay family its probe
@@ -79,7 +105,8 @@ func checkInput(s *state, it *inputTrace) {
 		s.inputSuspects(it, fmt.Sprintf("cannot trace the %s datagrams: %v", it.what, it.err))
 		return
 	}
-	events, lost := it.t.stop(s.Do)
+	it.stop(s)
+	events, lost := it.events, it.lost
 	names, _ := s.procNet("ip_tables_names")
 	legacy, note := strings.Join(strings.Fields(names), ", "), ""
 	if legacy != "" {

@@ -46,6 +46,8 @@ func checkVXLANModule(s *state) {
 	case s.k != nil && s.k.Device.Kind == inspect.KindTAP && configured && s.HealthAddr == "" && !moduleLoaded("vxlan"):
 		s.r.add("kernel/vxlan", Warn, fixVXLANModule+", unless weftd runs uvxlan by --backend uvxlan",
 			"%s is a TAP while the network config asks for vxlan, and no /sys/module/vxlan: weftd may run uvxlan because the kernel has no VXLAN driver (pass --health-addr to read weftd's reason)", s.k.Device.Name)
+	case s.k != nil && s.k.Device.Kind == inspect.KindWireGuard:
+		s.r.ok("kernel/vxlan", "%s is a WireGuard device: no VXLAN driver needed", s.k.Device.Name)
 	case s.k != nil && s.k.Device.Kind == inspect.KindVXLAN:
 		s.r.ok("kernel/vxlan", "%s is a kernel VXLAN device: the vxlan driver works", s.k.Device.Name)
 	case s.k != nil:
@@ -198,9 +200,12 @@ func checkUnderlay(s *state) {
 	name, mtu := u.Attrs().Name, u.Attrs().MTU
 	s.r.ok("underlay/device", "%s (MTU %d), public IP %s", name, mtu, local)
 	if s.k != nil {
-		overhead := vtep.OverheadIPv4
+		overhead, what := vtep.OverheadIPv4, "VXLAN"
 		if local.Is6() {
 			overhead = vtep.OverheadIPv6
+		}
+		if s.k.Device.Kind == inspect.KindWireGuard { // outer IP, UDP, WireGuard's header and tag
+			overhead, what = map[bool]int{false: 60, true: 80}[local.Is6()], "WireGuard"
 		}
 		fileMTU := "no subnet file"
 		if s.file != nil {
@@ -208,7 +213,7 @@ func checkUnderlay(s *state) {
 		}
 		if need := s.k.Device.MTU + overhead; need > mtu {
 			s.r.add("underlay/mtu", Fail, fmt.Sprintf("raise %s's MTU to %d, or restart weftd so that it sizes %s to %d (and recreate the pods)", name, need, s.k.Device.Name, mtu-overhead),
-				"%s MTU %d + %d bytes of VXLAN = %d > %s MTU %d (%s): full-size packets are dropped or fragmented", s.k.Device.Name, s.k.Device.MTU, overhead, need, name, mtu, fileMTU)
+				"%s MTU %d + %d bytes of %s = %d > %s MTU %d (%s): full-size packets are dropped or fragmented", s.k.Device.Name, s.k.Device.MTU, overhead, what, need, name, mtu, fileMTU)
 		} else {
 			s.r.ok("underlay/mtu", "%s MTU %d + %d ≤ %s MTU %d; %s", s.k.Device.Name, s.k.Device.MTU, overhead, name, mtu, fileMTU)
 		}

@@ -60,7 +60,8 @@ func Run(ctx context.Context, n Node) *Report {
 	if !n.Probe.Skip {
 		checkProbes(ctx, s)
 	}
-	checkInput(s, trace)
+	checkInput(s, trace) // stops the trace
+	checkForwardTrace(s, trace)
 	return s.r
 }
 
@@ -68,7 +69,7 @@ func Run(ctx context.Context, n Node) *Report {
 func (s *state) readOverlay() {
 	k, err := inspect.ReadKernel(s.Handle, s.Device)
 	if err != nil {
-		s.r.add("overlay/device", Fail, "start weftd on this node (it creates weft.<VNI>, or weft-u.<VNI> with --backend uvxlan)", "%v", err)
+		s.r.add("overlay/device", Fail, "start weftd on this node (it creates weft.<VNI>, weft-u.<VNI> with --backend uvxlan, or flannel-wg with --backend wireguard)", "%v", err)
 		return
 	}
 	s.k = k

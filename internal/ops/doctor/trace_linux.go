@@ -32,13 +32,14 @@ import (
 const (
 	traceTable = "weft-doctor-trace-"
 	traceRate  = 10
+	traceEnd   = "end" // see traceReplies
 )
 
 // traceEvent is one trace event of a datagram from src: a rule that
 // matched with its verdict, or a base chain's policy.
 type traceEvent struct {
 	id           uint32     // the kernel's id of the datagram, the same in each event
-	src          netip.Addr // from the datagram's network header (or an earlier event of its id)
+	src, dst     netip.Addr // from the datagram's network header (or an earlier event of its id)
 	family       nftables.TableFamily
 	table, chain string
 	handle       uint64 // the rule's; 0 for the policy
@@ -56,10 +57,19 @@ type tracer struct {
 	done   chan struct{}
 }
 
-// startTrace installs the trace rule in the node's namespace for UDP to
-// port4 from peers4 and to port6 from peers6, and collects trace events
-// until stop.
-func startTrace(do connectivity.Do, peers4, peers6 []netip.Addr, port4, port6 uint16) (*tracer, error) {
+// traceSpec is what the trace marks: UDP to port4 from peers4 and to port6
+// from peers6; and ICMP echo replies with id echoID to the addresses in
+// replies, which the node forwards (see forwardProbe).
+type traceSpec struct {
+	peers4, peers6 []netip.Addr
+	port4, port6   uint16
+	replies        []netip.Addr
+	echoID         uint16
+}
+
+// startTrace installs the trace rules in the node's namespace and collects
+// trace events until stop.
+func startTrace(do connectivity.Do, sp traceSpec) (*tracer, error) {
 	t := &tracer{done: make(chan struct{})}
 	err := do.Run(func() error {
 		var err error
@@ -74,7 +84,7 @@ func startTrace(do connectivity.Do, peers4, peers6 []netip.Addr, port4, port6 ui
 			return err
 		}
 		t.removeStale()
-		return t.install(peers4, peers6, port4, port6)
+		return t.install(sp)
 	})
 	if err != nil {
 		t.close(do)
@@ -84,7 +94,7 @@ func startTrace(do connectivity.Do, peers4, peers6 []netip.Addr, port4, port6 ui
 	return t, nil
 }
 
-func (t *tracer) install(peers4, peers6 []netip.Addr, port4, port6 uint16) error {
+func (t *tracer) install(sp traceSpec) error {
 	tab := t.nft.AddTable(&nftables.Table{Name: traceTable + strconv.Itoa(os.Getpid()), Family: nftables.TableFamilyINet})
 	t.table = tab
 	ch := t.nft.AddChain(&nftables.Chain{Name: "trace", Table: tab, Type: nftables.ChainTypeFilter,
@@ -95,7 +105,7 @@ func (t *tracer) install(peers4, peers6 []netip.Addr, port4, port6 uint16) error
 		proto         byte
 		key           nftables.SetDatatype
 		offset, bytes uint32
-	}{{peers4, port4, unix.NFPROTO_IPV4, nftables.TypeIPAddr, 12, 4}, {peers6, port6, unix.NFPROTO_IPV6, nftables.TypeIP6Addr, 8, 16}} {
+	}{{sp.peers4, sp.port4, unix.NFPROTO_IPV4, nftables.TypeIPAddr, 12, 4}, {sp.peers6, sp.port6, unix.NFPROTO_IPV6, nftables.TypeIP6Addr, 8, 16}} {
 		if len(f.peers) == 0 {
 			continue
 		}
@@ -128,16 +138,53 @@ func (t *tracer) install(peers4, peers6 []netip.Addr, port4, port6 uint16) error
 			&expr.Meta{Key: expr.MetaKeyNFTRACE, SourceRegister: true, Register: 2},
 		}})
 	}
+	if len(sp.replies) > 0 {
+		if err := t.traceReplies(tab, ch, sp.replies, sp.echoID); err != nil {
+			return err
+		}
+	}
 	if err := t.nft.Flush(); err != nil {
 		return fmt.Errorf("install table inet %s: %w", tab.Name, err)
 	}
 	return nil
 }
 
+// traceReplies marks the ICMP echo replies with id to the addresses in
+// to, and adds chain end, empty, last on the forward hook: its policy's
+// event says that a reply passed every other chain there, iptables-legacy's
+// included.
+func (t *tracer) traceReplies(tab *nftables.Table, ch *nftables.Chain, to []netip.Addr, id uint16) error {
+	set := &nftables.Set{Table: tab, Name: "replies", KeyType: nftables.TypeIPAddr}
+	elems := make([]nftables.SetElement, len(to))
+	for i, a := range to {
+		elems[i].Key = a.AsSlice()
+	}
+	if err := t.nft.AddSet(set, elems); err != nil {
+		return err
+	}
+	t.nft.AddRule(&nftables.Rule{Table: tab, Chain: ch, Exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_ICMP}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0}}, // echo reply
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 4, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, id)},
+		&expr.Immediate{Register: 1, Data: []byte{1}},
+		&expr.Meta{Key: expr.MetaKeyNFTRACE, SourceRegister: true, Register: 1},
+	}})
+	t.nft.AddChain(&nftables.Chain{Name: traceEnd, Table: tab, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityRef(math.MaxInt32)})
+	return nil
+}
+
 // collect reads trace events until the socket's deadline or close.
 func (t *tracer) collect() {
 	defer close(t.done)
-	src := map[uint32]netip.Addr{}
+	addrs := map[uint32][2]netip.Addr{}
 	for {
 		msgs, err := t.mon.Receive()
 		if err != nil {
@@ -156,9 +203,10 @@ func (t *tracer) collect() {
 		for _, m := range msgs {
 			e, ok := decodeTrace(m)
 			if e.src.IsValid() {
-				src[e.id] = e.src // the first event of each base chain carries the headers
+				addrs[e.id] = [2]netip.Addr{e.src, e.dst} // the first event of each base chain carries the headers
 			}
-			if e.src = src[e.id]; ok { // doctor's own chain too: a datagram met no other
+			if a := addrs[e.id]; ok { // doctor's own chain too: a datagram met no other
+				e.src, e.dst = a[0], a[1]
 				t.mu.Lock()
 				t.events = append(t.events, e)
 				t.mu.Unlock()
@@ -270,9 +318,9 @@ func decodeTrace(m netlink.Message) (traceEvent, bool) {
 	}
 	switch {
 	case nfproto == unix.NFPROTO_IPV4 && len(network) >= 20:
-		e.src = netip.AddrFrom4([4]byte(network[12:16]))
+		e.src, e.dst = netip.AddrFrom4([4]byte(network[12:16])), netip.AddrFrom4([4]byte(network[16:20]))
 	case nfproto == unix.NFPROTO_IPV6 && len(network) >= 40:
-		e.src = netip.AddrFrom16([16]byte(network[8:24]))
+		e.src, e.dst = netip.AddrFrom16([16]byte(network[8:24])), netip.AddrFrom16([16]byte(network[24:40]))
 	}
 	switch typ {
 	case unix.NFT_TRACETYPE_POLICY:

@@ -15,6 +15,9 @@ import (
 // checkVXLANPort looks for other VXLAN devices that hold weft's UDP port
 // or use its VNI (a flanneld left running, a device left from another run).
 func checkVXLANPort(s *state) {
+	if s.k != nil && s.k.Device.Kind == inspect.KindWireGuard {
+		return
+	}
 	port, vni := subnet.DefaultVXLANPort, subnet.DefaultVNI
 	if s.Config != nil {
 		port, vni = s.Config.Backend.Port, s.Config.Backend.VNI
@@ -64,7 +67,7 @@ func checkVXLANPort(s *state) {
 // weftd's vxlan backend turns it off itself on those kernels, so finding it
 // on there means the device is not (or not yet) weftd's.
 func checkOffload(s *state) {
-	if s.k == nil {
+	if s.k == nil || s.k.Device.Kind == inspect.KindWireGuard {
 		return
 	}
 	if s.k.Device.Kind != inspect.KindVXLAN {

@@ -11,7 +11,14 @@ import (
 const (
 	KindVXLAN = "vxlan" // kernel VXLAN device: the kernel encapsulates
 	KindTAP   = "tap"   // weft's userspace VTEP (uvxlan): weftd encapsulates
+	// KindWireGuard is a WireGuard device: the kernel's, or the TUN that
+	// weftd's in-process WireGuard (wireguard-go) runs on.
+	KindWireGuard = "wireguard"
 )
+
+// wireGuardDevice is the WireGuard backend's device (IPv4, or both
+// families); its IPv6 device in Mode "separate" adds "-v6".
+const wireGuardDevice = "flannel-wg"
 
 // Device is a node's overlay link.
 type Device struct {

@@ -31,7 +31,10 @@ func retry[T any](f func() (T, error)) (T, error) {
 
 // FindDevice finds the overlay device in h's namespace: the one named name
 // if name is not empty, else a VXLAN device named weft.* or a TAP named
-// weft-u.* (weft's), else a VXLAN device named flannel.* (flanneld's).
+// weft-u.* (weft's), else a VXLAN device named flannel.* (flanneld's), else
+// the WireGuard device flannel-wg (weft's and flanneld's: a kernel WireGuard
+// device, or the TUN that weftd's in-process WireGuard runs on), then
+// flannel-wg-v6.
 func FindDevice(h *netlink.Handle, name string) (Device, error) {
 	links, err := retry(h.LinkList)
 	if err != nil {
@@ -51,6 +54,10 @@ func FindDevice(h *netlink.Handle, name string) (Device, error) {
 			return 2
 		case vx && strings.HasPrefix(n, "flannel."):
 			return 3
+		case n == wireGuardDevice:
+			return 4
+		case n == wireGuardDevice+"-v6":
+			return 5
 		}
 		return 0
 	}
@@ -64,7 +71,7 @@ func FindDevice(h *netlink.Handle, name string) (Device, error) {
 		if name != "" {
 			return Device{}, fmt.Errorf("find overlay device: no link named %q in this network namespace", name)
 		}
-		return Device{}, errors.New("find overlay device: no weft.<VNI>, weft-u.<VNI> or flannel.<VNI> device in this network namespace: is weftd running here?")
+		return Device{}, errors.New("find overlay device: no weft.<VNI>, weft-u.<VNI>, flannel.<VNI> or flannel-wg device in this network namespace: is weftd running here?")
 	}
 	return describe(h, best, links)
 }
@@ -73,6 +80,9 @@ func describe(h *netlink.Handle, l netlink.Link, links []netlink.Link) (Device, 
 	a := l.Attrs()
 	d := Device{Name: a.Name, Index: a.Index, Kind: KindTAP, MTU: a.MTU, Up: a.Flags&net.FlagUp != 0}
 	copy(d.MAC[:], a.HardwareAddr)
+	if t, ok := l.(*netlink.Tuntap); l.Type() == "wireguard" || ok && t.Mode == netlink.TUNTAP_MODE_TUN {
+		d.Kind = KindWireGuard
+	}
 	if v, ok := l.(*netlink.Vxlan); ok {
 		d.Kind, d.VNI, d.Port = KindVXLAN, v.VxlanId, v.Port
 		d.Local, _ = netip.AddrFromSlice(v.SrcAddr)

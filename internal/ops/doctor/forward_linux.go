@@ -1,0 +1,248 @@
+package doctor
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/weft-net/weft/backend/kernel"
+	"github.com/weft-net/weft/subnet"
+)
+
+// fwdProbe makes this node forward a datagram between the overlay and its
+// pods: an echo request with a borrowed source, whose reply the node
+// forwards. In, the request goes from an unused address of the node's
+// pod network (pods) to a peer's VTEP, and the peer's reply crosses the
+// overlay device to the pods' link; out, it goes from the peer's VTEP to
+// a pod the node has a neighbour entry for, whose reply crosses the pods'
+// link to the overlay device.
+type fwdProbe struct {
+	peer     subnet.Lease
+	out      bool
+	src, dst netip.Addr // of the request; the reply goes dst → src
+	pods     string     // the pods' link
+}
+
+func (p fwdProbe) String() string {
+	if p.out {
+		return fmt.Sprintf("echo reply from pod %s on %s forwarded to peer %s's VTEP %s", p.dst, p.pods, p.peer.Attrs.PublicIP, p.src)
+	}
+	return fmt.Sprintf("echo reply from peer %s's VTEP %s forwarded to %s on %s (this node's pods)", p.peer.Attrs.PublicIP, p.dst, p.src, p.pods)
+}
+
+// planForward picks the forward probes: in for every peer, out when the
+// pods' link has a neighbour; why says what is missing when there are none.
+func (s *state) planForward() (probes []fwdProbe, why string) {
+	if s.k == nil || s.self == nil || s.Handle == nil || !s.self.Subnet.Addr().Is4() {
+		return nil, "doctor found no overlay device or IPv4 lease to probe through"
+	}
+	sn := s.self.Subnet.Masked()
+	last := binary.BigEndian.Uint32(sn.Addr().AsSlice()) | (1<<(32-sn.Bits()) - 1)
+	unused := netip.AddrFrom4([4]byte(binary.BigEndian.AppendUint32(nil, last-1)))
+	rs, err := s.Handle.RouteGet(unused.AsSlice())
+	if err != nil || len(rs) == 0 || rs[0].LinkIndex == s.k.Device.Index || rs[0].Gw != nil || rs[0].Type == unix.RTN_LOCAL {
+		return nil, fmt.Sprintf("no route to this node's pods (%s) on a link of their own", sn)
+	}
+	link, err := s.Handle.LinkByIndex(rs[0].LinkIndex)
+	if err != nil {
+		return nil, fmt.Sprintf("the link to this node's pods: %v", err)
+	}
+	var pods []netip.Addr
+	neighs, _ := s.Handle.NeighList(rs[0].LinkIndex, netlink.FAMILY_V4)
+	for _, n := range neighs {
+		a, _ := netip.AddrFromSlice(n.IP)
+		if a = a.Unmap(); sn.Contains(a) && a != unused && n.State&(netlink.NUD_REACHABLE|netlink.NUD_STALE|netlink.NUD_DELAY|netlink.NUD_PERMANENT) != 0 {
+			pods = append(pods, a)
+		}
+	}
+	slices.SortFunc(pods, netip.Addr.Compare)
+	name := link.Attrs().Name
+	for _, p := range s.peers() {
+		vtep := kernel.Gateway(p.Subnet)
+		if !vtep.Is4() {
+			continue
+		}
+		probes = append(probes, fwdProbe{peer: p, src: unused, dst: vtep, pods: name})
+		if len(pods) > 0 {
+			probes = append(probes, fwdProbe{peer: p, out: true, src: vtep, dst: pods[0], pods: name})
+		}
+	}
+	return probes, ""
+}
+
+// sendForward sends each probe's echo requests (3, id id) from a raw
+// socket that writes their IP header, with the borrowed source.
+func (s *state) sendForward(probes []fwdProbe, id uint16) error {
+	return s.Do.Run(func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
+		if err != nil {
+			return fmt.Errorf("raw socket: %w", err)
+		}
+		defer unix.Close(fd)
+		for _, p := range probes {
+			for seq := range uint16(3) {
+				pkt := echoRequest(p.src, p.dst, id, seq)
+				if err := unix.Sendto(fd, pkt, 0, &unix.SockaddrInet4{Addr: p.dst.As4()}); err != nil {
+					return fmt.Errorf("send to %s: %w", p.dst, err)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// echoRequest is an IPv4 ICMP echo request (the kernel fills in the IP
+// header's checksum and id).
+func echoRequest(src, dst netip.Addr, id, seq uint16) []byte {
+	b := []byte{0x45, 0, 0, 36, 0, 0, 0, 0, 64, unix.IPPROTO_ICMP, 0, 0}
+	b = append(append(b, src.AsSlice()...), dst.AsSlice()...)
+	icmp := binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint16([]byte{8, 0, 0, 0}, id), seq)
+	icmp = append(icmp, "weftdoc!"...)
+	var sum uint32
+	for i := 0; i < len(icmp); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(icmp[i:]))
+	}
+	sum = sum>>16 + sum&0xffff
+	binary.BigEndian.PutUint16(icmp[2:], ^uint16(sum+sum>>16))
+	return append(b, icmp...)
+}
+
+// checkForward reports what the kernel did with each forward probe's
+// reply: the rule or policy that dropped it, a failure; forwarded, ok,
+// unless a rule it met tested its conntrack state or protocol, which
+// pods' new connections do not share (a warning, with this node's forward
+// chains with policy drop as suspects). Where no reply was forwarded, or
+// none could be made (why), or one direction has no probe, those chains
+// are suspects only.
+func checkForward(s *state, probes []fwdProbe, why string, events []traceEvent, lost error) {
+	rules := ruleTexts{s: s}
+	out := false
+	for _, p := range probes {
+		out = out || p.out
+		evs := slices.DeleteFunc(slices.Clone(events), func(e traceEvent) bool { return e.src != p.dst || e.dst != p.src })
+		drop, accepts := rules.decision(evs)
+		ended := slices.ContainsFunc(evs, func(e traceEvent) bool { return strings.HasPrefix(e.table, traceTable) && e.chain == traceEnd })
+		switch tests := s.replyTests(evs); {
+		case drop != nil:
+			s.r.add("firewall/forward", Fail, s.forwardFix(*drop), "%s: the kernel dropped it in %s", p, rules.describe(*drop))
+		case !ended && lost != nil:
+			s.forwardSuspects(fmt.Sprintf("%s: some trace events were lost (%v)", p, lost))
+		case !ended:
+			s.forwardSuspects(p.String() + ": no reply was forwarded during the probes (the peer, the path, or a firewall the trace does not see)")
+		case len(tests) > 0:
+			s.forwardSuspects(fmt.Sprintf("%s: the kernel forwarded it, as the reply of a flow (%s test its conntrack state or protocol), so new connections between pods may meet another verdict", p, strings.Join(tests, "; ")))
+		default:
+			s.r.ok("firewall/forward", "%s: the kernel forwarded it: %s", p, strings.Join(accepts, "; "))
+		}
+	}
+	switch {
+	case why != "":
+		s.forwardSuspects("cannot make this node forward a datagram: " + why)
+	case !out:
+		s.forwardSuspects("no pod on this node in its neighbour table to make it forward a datagram from its pods to the overlay")
+	}
+}
+
+// checkForwardTrace runs checkForward on what the trace around the probes
+// collected.
+func checkForwardTrace(s *state, it *inputTrace) {
+	switch {
+	case it == nil:
+		s.forwardSuspects("no forwarded datagram traced (probes off, or a backend without a tunnel)")
+	case it.err != nil:
+		s.forwardSuspects(fmt.Sprintf("cannot trace forwarded datagrams: %v", it.err))
+	default:
+		it.stop(s)
+		checkForward(s, it.fwd, it.fwdWhy, it.events, it.lost)
+	}
+}
+
+// replyTests names the rules (not doctor's) that matched a reply and test
+// its conntrack state or status, its protocol or ports, or an xtables
+// match, which doctor does not read.
+func (s *state) replyTests(evs []traceEvent) []string {
+	var out []string
+	cache := map[string][]*nftables.Rule{}
+	for _, e := range evs {
+		if e.handle == 0 || strings.HasPrefix(e.table, traceTable) {
+			continue
+		}
+		key := familyName(e.family) + " " + e.table + " chain " + e.chain
+		rs, ok := cache[key]
+		if !ok {
+			_ = s.Do.Run(func() error {
+				c, err := nftables.New()
+				if err == nil {
+					rs, err = c.GetRules(&nftables.Table{Name: e.table, Family: e.family}, &nftables.Chain{Name: e.chain})
+				}
+				return err
+			})
+			cache[key] = rs
+		}
+		i := slices.IndexFunc(rs, func(r *nftables.Rule) bool { return r.Handle == e.handle })
+		if i >= 0 && slices.ContainsFunc(rs[i].Exprs, func(x expr.Any) bool {
+			switch x := x.(type) {
+			case *expr.Ct:
+				return x.Key == expr.CtKeySTATE || x.Key == expr.CtKeySTATUS
+			case *expr.Meta:
+				return x.Key == expr.MetaKeyL4PROTO
+			case *expr.Payload:
+				return x.Base == expr.PayloadBaseTransportHeader || x.Base == expr.PayloadBaseNetworkHeader && x.Offset == 9
+			case *expr.Match:
+				return true
+			}
+			return false
+		}) && !slices.Contains(out, fmt.Sprintf("table %s rule %d", key, e.handle)) {
+			out = append(out, fmt.Sprintf("table %s rule %d", key, e.handle))
+		}
+	}
+	return out
+}
+
+// forwardSuspects warns (why) with this node's forward chains that have
+// policy drop as suspects only, with the accepts that would open them.
+func (s *state) forwardSuspects(why string) {
+	var suspects, fixes []string
+	err := s.hookChains(nftables.ChainHookForward, func(_ *nftables.Conn, ch *nftables.Chain) error {
+		if ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop {
+			suspects = append(suspects, fmt.Sprintf("table %s %s chain %s policy drop", familyName(ch.Table.Family), ch.Table.Name, ch.Name))
+			fixes = append(fixes, s.forwardFix(traceEvent{family: ch.Table.Family, table: ch.Table.Name, chain: ch.Name}))
+		}
+		return nil
+	})
+	if err != nil {
+		suspects = append(suspects, fmt.Sprintf("(nftables unreadable: %v)", err))
+	}
+	if names, err := s.procNet("ip_tables_names"); err == nil && strings.TrimSpace(names) != "" {
+		suspects = append(suspects, "iptables-legacy tables "+strings.Join(strings.Fields(names), ", ")+" (iptables-legacy -S)")
+		fixes = append(fixes, s.forwardFix(traceEvent{table: "filter", chain: "FORWARD"}))
+	}
+	if len(suspects) == 0 {
+		s.r.ok("firewall/forward", "%s; no forward chain here has policy drop, no iptables-legacy table is loaded", why)
+		return
+	}
+	s.r.add("firewall/forward", Warn, "if a suspect drops pods' traffic: "+strings.Join(fixes, "; "),
+		"%s; forward chains with policy drop and iptables-legacy tables, suspects only: %s", why, strings.Join(suspects, "; "))
+}
+
+// forwardFix is the pair of rules that accept the cluster network ahead
+// of e's drop: iptables' for iptables-nft's FORWARD, nft's elsewhere.
+func (s *state) forwardFix(e traceEvent) string {
+	network := "<cluster network>"
+	if s.Config != nil {
+		network = s.Config.Network.String()
+	}
+	if e.table == "filter" && e.chain == "FORWARD" && e.family != nftables.TableFamilyINet {
+		return fmt.Sprintf("run weftd with --iptables-forward-rules (the default) and without EnableNFTables: it keeps chain WEFT-FWD accepting %s here; "+
+			"or iptables -I FORWARD -s %s -j ACCEPT; iptables -I FORWARD -d %s -j ACCEPT", network, network, network)
+	}
+	t := familyName(e.family) + " " + e.table + " " + e.chain
+	return fmt.Sprintf("nft insert rule %s ip saddr %s accept; nft insert rule %s ip daddr %s accept", t, network, t, network)
+}
