@@ -164,7 +164,7 @@ func write(w io.Writer, b *testing.B, cols []*column, secs, restSecs int) {
 	host, _ := os.Hostname()
 	rel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	root := e2e.ModuleRootDir(b)
-	st := benchreport.NewStamp(root, "Cluster", benchreport.Command("./bench/cluster"),
+	st := benchreport.NewStamp(root, sectionName(), benchreport.Command("./bench/cluster"),
 		"cmd/weftd", "cmd/weft", "internal/daemon", "backend", "policy", "kube-manifests", "bench/cluster/rr")
 	stamp, err := st.Markdown(root)
 	if err != nil {
@@ -240,8 +240,17 @@ func loads(cols []*column) string {
 	return strings.Join(parts, " — ")
 }
 
+// sectionName is the report section a run writes: WEFT_BENCH_SECTION
+// (runs of different columns keep their own sections), else "Cluster".
+func sectionName() string {
+	if s := os.Getenv("WEFT_BENCH_SECTION"); s != "" {
+		return s
+	}
+	return "Cluster"
+}
+
 // report prints the report and, when WEFT_BENCH_REPORT names a markdown
-// file, writes it between the Cluster section's markers there.
+// file, writes it between its section's markers there.
 func report(b *testing.B, cols []*column, secs, restSecs int) {
 	var buf bytes.Buffer
 	write(&buf, b, cols, secs, restSecs)
@@ -250,7 +259,7 @@ func report(b *testing.B, cols []*column, secs, restSecs int) {
 	if path == "" {
 		return
 	}
-	if err := benchreport.WriteSection(path, "cluster", "Cluster", buf.Bytes()); err != nil {
+	if err := benchreport.WriteSection(path, "cluster", sectionName(), buf.Bytes()); err != nil {
 		b.Error(err)
 		return
 	}
