@@ -89,27 +89,33 @@ func describe(o options) string {
 }
 
 // applyManifest applies manifest through a kustomization that sets the
-// image tag and, for each setting o changes, a patch a user would write:
-// the net-conf.json of the manifest's ConfigMap with Backend.Type and
-// Backend.FastPath set, and --network-policy=false added to weftd's args.
+// image tag and makes o's settings (manifestPatches).
 func applyManifest(ctx context.Context, s *kubecluster.State, o options, kubeBin, manifest, ref string) error {
+	patches, err := manifestPatches(o, manifest)
+	if err != nil {
+		return err
+	}
+	return s.ApplyWithImage(ctx, kubeBin, manifest, ref, patches...)
+}
+
+// manifestPatches returns, for each setting o changes, the patch a user
+// would write: the net-conf.json of the manifest's ConfigMap with
+// Backend.Type and Backend.FastPath set, and --network-policy=false added
+// to weftd's args.
+func manifestPatches(o options, manifest string) ([]kubecluster.Patch, error) {
 	var patches []kubecluster.Patch
 	if o.Backend != "" || o.FastPath != "" {
 		p, err := netConfPatch(manifest, o.Backend, o.FastPath)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		patches = append(patches, p)
 	}
-	switch o.NetworkPolicy {
-	case "", "true":
-	case "false":
+	if o.NetworkPolicy == "false" {
 		patches = append(patches, kubecluster.Patch{Kind: "DaemonSet", Name: "weft",
 			Patch: "- op: add\n  path: /spec/template/spec/containers/0/args/-\n  value: --network-policy=false\n"})
-	default:
-		return fmt.Errorf("-network-policy %q: want true or false", o.NetworkPolicy)
 	}
-	return s.ApplyWithImage(ctx, kubeBin, manifest, ref, patches...)
+	return patches, nil
 }
 
 // netConfPatch returns a patch of manifest's ConfigMap that holds
@@ -173,18 +179,29 @@ func helmInstall(ctx context.Context, s *kubecluster.State, o options, kubeBin, 
 	if err != nil {
 		return err
 	}
-	repo, tag, ok := strings.Cut(ref, ":")
-	if !ok {
-		return fmt.Errorf("image %q: want repository:tag", ref)
-	}
 	if _, err := s.Kubectl(ctx, kubeBin, "create", "namespace", weftNamespace); err != nil {
 		return err
 	}
 	if _, err := s.Kubectl(ctx, kubeBin, "label", "namespace", weftNamespace, "pod-security.kubernetes.io/enforce=privileged"); err != nil {
 		return err
 	}
-	args := []string{"install", "weft", filepath.Join(root, "charts", "weft"), "--namespace", weftNamespace,
-		"--kubeconfig", s.Kubeconfig, "--set", "flannel.image.repository=" + repo, "--set-string", "flannel.image.tag=" + tag}
+	args := append([]string{"install", "weft", filepath.Join(root, "charts", "weft"), "--namespace", weftNamespace,
+		"--kubeconfig", s.Kubeconfig}, helmSets(o, ref)...)
+	home := filepath.Join(s.Dir, "helm")
+	cmd := exec.CommandContext(ctx, helm, args...)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_DATA_HOME="+filepath.Join(home, "data"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("helm %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// helmSets returns the chart's values a user sets for the image ref
+// (repository:tag) and o's settings, as helm flags.
+func helmSets(o options, ref string) []string {
+	repo, tag, _ := strings.Cut(ref, ":")
+	args := []string{"--set", "flannel.image.repository=" + repo, "--set-string", "flannel.image.tag=" + tag}
 	if o.Backend != "" {
 		args = append(args, "--set", "flannel.backend="+o.Backend)
 	}
@@ -194,14 +211,7 @@ func helmInstall(ctx context.Context, s *kubecluster.State, o options, kubeBin, 
 	if o.NetworkPolicy == "false" {
 		args = append(args, "--set", "flannel.args={--kube-subnet-mgr,--network-policy=false}")
 	}
-	home := filepath.Join(s.Dir, "helm")
-	cmd := exec.CommandContext(ctx, helm, args...)
-	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(home, "cache"),
-		"HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_DATA_HOME="+filepath.Join(home, "data"))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("helm %s: %w: %s", strings.Join(args, " "), err, out)
-	}
-	return nil
+	return args
 }
 
 // helmBin is the helm test/setup.sh builds: $WEFT_CACHE/helm-<HELM_VERSION

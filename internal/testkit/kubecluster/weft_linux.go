@@ -38,11 +38,21 @@ type Patch struct {
 // pull policy is IfNotPresent, so the imported image is used and nothing
 // is pulled.
 func (s *State) ApplyWithImage(ctx context.Context, kubeBin, manifest, ref string, patches ...Patch) error {
+	dir := filepath.Join(s.Dir, "kustomize", strings.TrimSuffix(filepath.Base(manifest), filepath.Ext(manifest)))
+	if err := Kustomize(dir, manifest, ref, patches...); err != nil {
+		return err
+	}
+	_, err := s.Kubectl(ctx, kubeBin, "apply", "-k", dir)
+	return err
+}
+
+// Kustomize writes into dir the kustomization ApplyWithImage applies: a
+// copy of manifest, the image tag of ref and the patches.
+func Kustomize(dir, manifest, ref string, patches ...Patch) error {
 	repo, tag, ok := strings.Cut(ref, ":")
 	if !ok || strings.Contains(tag, "/") {
 		return fmt.Errorf("kubecluster: image %q: want repository:tag", ref)
 	}
-	dir := filepath.Join(s.Dir, "kustomize", strings.TrimSuffix(filepath.Base(manifest), filepath.Ext(manifest)))
 	if err := copyFile(manifest, filepath.Join(dir, filepath.Base(manifest)), 0o644); err != nil {
 		return err
 	}
@@ -61,8 +71,7 @@ func (s *State) ApplyWithImage(ctx context.Context, kubeBin, manifest, ref strin
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		return fmt.Errorf("kubecluster: %w", err)
 	}
-	_, err := s.Kubectl(ctx, kubeBin, "apply", "-k", dir)
-	return err
+	return nil
 }
 
 // ImportImage imports an image archive into every node's containerd.
