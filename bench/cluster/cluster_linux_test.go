@@ -209,7 +209,7 @@ func (m measurement) String() string {
 	if m.rate > 0 {
 		fmt.Fprintf(&b, "rate=%.0f/s p50=%.0fµs p99=%.0fµs", m.rate, m.p50, m.p99)
 	} else {
-		fmt.Fprintf(&b, "%.2f Gb/s loss=%.2f%%", m.gbps, m.lossPct)
+		fmt.Fprintf(&b, "%.2f Gb/s loss=%.2f%% retrans=%.0f/s", m.gbps, m.lossPct, m.retrans)
 	}
 	fmt.Fprintf(&b, " cpu server node=%.2f client node=%.2f s/s load=%s", m.cpuSrv, m.cpuCli, m.load)
 	return b.String()

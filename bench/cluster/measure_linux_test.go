@@ -84,6 +84,7 @@ type measurement struct {
 	load       string  // load average when the test started
 	gbps       float64 // received
 	lossPct    float64 // UDP
+	retrans    float64 // TCP retransmissions per second
 	p50, p99   float64 // µs, request/response
 	rate       float64 // transactions (rr) or connections (crr) per second
 	cpuSrv     float64 // CPU-seconds per second, the server's node
@@ -139,6 +140,10 @@ func (t test) parse(out []byte, m *measurement) error {
 			Received *struct {
 				BPS float64 `json:"bits_per_second"`
 			} `json:"sum_received"`
+			Sent *struct {
+				Seconds    float64 `json:"seconds"`
+				Retransmit float64 `json:"retransmits"`
+			} `json:"sum_sent"`
 		} `json:"end"`
 		Error string `json:"error"`
 	}
@@ -155,6 +160,9 @@ func (t test) parse(out []byte, m *measurement) error {
 		m.gbps = r.End.Sum.BPS * (1 - r.End.Sum.Lost/100) / 1e9
 	}
 	m.lossPct = r.End.Sum.Lost
+	if s := r.End.Sent; s != nil && s.Seconds > 0 {
+		m.retrans = s.Retransmit / s.Seconds
+	}
 	return nil
 }
 

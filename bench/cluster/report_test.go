@@ -31,16 +31,19 @@ func cpuPerGb(m measurement) float64 {
 	return (m.cpuSrv + m.cpuCli) / m.gbps
 }
 
-func srvCPU(m measurement) float64 { return m.cpuSrv }
-func cliCPU(m measurement) float64 { return m.cpuCli }
-func gbps(m measurement) float64   { return m.gbps }
+func srvCPU(m measurement) float64  { return m.cpuSrv }
+func cliCPU(m measurement) float64  { return m.cpuCli }
+func gbps(m measurement) float64    { return m.gbps }
+func retrans(m measurement) float64 { return m.retrans }
 
 var figures = []figure{
 	{"TCP 1 stream", "Gb/s", 2, gbps, "throughput"},
+	{"TCP 1 stream", "retransmissions/s", 0, retrans, ""},
 	{"TCP 1 stream", "CPU s/s, server node", 2, srvCPU, ""},
 	{"TCP 1 stream", "CPU s/s, client node", 2, cliCPU, ""},
 	{"TCP 1 stream", "CPU-s per Gb (both nodes)", 3, cpuPerGb, "cpu"},
 	{"TCP 8 streams", "Gb/s", 2, gbps, "throughput"},
+	{"TCP 8 streams", "retransmissions/s", 0, retrans, ""},
 	{"TCP 8 streams", "CPU s/s, server node", 2, srvCPU, ""},
 	{"TCP 8 streams", "CPU s/s, client node", 2, cliCPU, ""},
 	{"TCP 8 streams", "CPU-s per Gb (both nodes)", 3, cpuPerGb, "cpu"},
