@@ -168,16 +168,19 @@ func (t test) parse(out []byte, m *measurement) error {
 
 // warmup is how long after the client's start the CPU window opens (the
 // client's exec and iperf3's omitted first second fall before it); every
-// tool runs warmup longer than the window.
+// client runs warmup and a second longer than the window.
 const warmup = 3 * time.Second
 
-// run runs t from c's client to addr for secs plus warmup, and measures
+// clientSeconds is how long a client runs for a CPU window of secs.
+func clientSeconds(secs int) int { return secs + int(warmup/time.Second) + 1 }
+
+// run runs t from c's client to addr for clientSeconds(secs), and measures
 // the two nodes' CPU over secs from warmup on, while the traffic flows.
 func (c *column) run(ctx context.Context, t test, addr string, secs int) (measurement, error) {
 	m := measurement{load: loadAvg(), secs: float64(secs)}
 	tctx, cancel := context.WithTimeout(ctx, time.Duration(secs+60)*time.Second+warmup)
 	defer cancel()
-	cmd := c.client(tctx, t.tool, t.args(addr, secs+int(warmup/time.Second)))
+	cmd := c.client(tctx, t.tool, t.args(addr, clientSeconds(secs)))
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	fail := func(err error) (measurement, error) {

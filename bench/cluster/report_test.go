@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/weft-net/weft/internal/testkit/benchreport"
 	"github.com/weft-net/weft/test/e2e"
@@ -184,7 +183,7 @@ func write(w io.Writer, b *testing.B, cols []*column, secs, restSecs int) {
 	fmt.Fprintf(w, "Each client ran %d s (iperf3 `-t %d -O 1`, so %d s of traffic; the published method runs `-t 60`: on this shared 2-core machine the rounds are shorter), the columns taking turns test by test, the order rotating from round to round. "+
 		"Medians of %d rounds (lowest–highest). CPU s/s: CPU-seconds per second of the node's whole cgroup (kubelet, containerd, kube-proxy, the CNI, the pods; the bare column's tools are put in the same cgroups), "+
 		"over %d s from %s after the client's start, while the traffic flows.\n\n",
-		secs+int(warmup/time.Second), secs+int(warmup/time.Second), secs+int(warmup/time.Second)+1, n, secs, warmup)
+		clientSeconds(secs), clientSeconds(secs), clientSeconds(secs)+1, n, secs, warmup)
 	for _, p := range paths {
 		fmt.Fprintf(w, "**%s** (the bare column: node namespace → node namespace)\n\n| test | figure |", p)
 		var cs []*column
