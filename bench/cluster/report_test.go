@@ -216,6 +216,11 @@ func write(w io.Writer, b *testing.B, cols []*column, secs, restSecs int) {
 		fmt.Fprintf(w, " %s |", restCell(c, func(r atRest) float64 { return r.mem }, 1))
 	}
 	fmt.Fprintf(w, "\n\nLoad average (1, 5, 15 min) at the start of each round's TCP 1 stream pod→pod test, by column: %s.\n\n", loads(cols))
+	for _, c := range cols {
+		if len(c.failed) > 0 {
+			fmt.Fprintf(w, "Failed twice in a round, left out of the medians: %s: %s.\n\n", c.label, strings.Join(c.failed, "; "))
+		}
+	}
 	gs, got := goals(cols)
 	for _, v := range benchreport.Verdicts(gs, got) {
 		fmt.Fprintf(w, "- **%s**\n", v)
