@@ -104,10 +104,22 @@ spec:
 `, benchNS, server, client, iperfImage, rrRef, iperfPort, rrPort)
 }
 
-// deploy imports the images into s's nodes, starts the bench's pods and
-// returns the server pod's address and the Service's.
+// pauseArchive is test/cluster/images.sh's sandbox image, which up
+// imported too: kubelet's image garbage collection removes it when the
+// machine's disk fills past its threshold, and the next pod cannot start.
+func pauseArchive() string {
+	return filepath.Join(filepath.Dir(filepath.Dir(iperfArchive())), "pause.tar")
+}
+
+// deploy imports the images into s's nodes (the sandbox image again, when
+// images.sh built it), starts the bench's pods and returns the server
+// pod's address and the Service's.
 func deploy(ctx context.Context, s *kubecluster.State, kubeBin, dir, rrArchive, rrRef string) (podIP, svcIP string, err error) {
-	for _, a := range []string{iperfArchive(), rrArchive} {
+	archives := []string{iperfArchive(), rrArchive}
+	if _, err := os.Stat(pauseArchive()); err == nil {
+		archives = append(archives, pauseArchive())
+	}
+	for _, a := range archives {
 		if err := s.ImportImage(ctx, a); err != nil {
 			return "", "", err
 		}
