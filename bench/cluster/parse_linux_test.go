@@ -54,7 +54,7 @@ func TestGoals(t *testing.T) {
 	// per path: weft vxlan 4 throughput + 2 latency + 3 CPU-per-Gb rows,
 	// uvxlan and WireGuard 4 throughput rows each; and the 2 at rest.
 	if len(gs) != 2*(4+2+3)+2*2*4+2 {
-		t.Errorf("%d goals", len(gs))
+		t.Errorf("%d comparisons, want 36", len(gs))
 	}
 	tcp := "weft-vxlan / flannel-vxlan, pod→pod TCP 1 stream Gb/s"
 	if got[tcp] != 2 {
