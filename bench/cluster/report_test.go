@@ -185,13 +185,19 @@ func write(w io.Writer, b *testing.B, cols []*column, secs, restSecs int) {
 		"over %d s from %s after the client's start, while the traffic flows.\n\n",
 		clientSeconds(secs), clientSeconds(secs), clientSeconds(secs)+1, n, secs, warmup)
 	for _, p := range paths {
-		fmt.Fprintf(w, "**%s** (the bare column: node namespace → node namespace)\n\n| test | figure |", p)
 		var cs []*column
+		note := ""
 		for _, c := range cols {
 			if _, ok := c.addrs[p]; ok {
 				cs = append(cs, c)
-				fmt.Fprintf(w, " %s |", c.label)
+				if c.bare {
+					note = " (the bare column: node namespace → node namespace)"
+				}
 			}
+		}
+		fmt.Fprintf(w, "**%s**%s\n\n| test | figure |", p, note)
+		for _, c := range cs {
+			fmt.Fprintf(w, " %s |", c.label)
 		}
 		fmt.Fprintf(w, "\n|---|---|%s\n", strings.Repeat("---|", len(cs)))
 		for _, f := range figures {
