@@ -50,11 +50,19 @@ type options struct {
 	Dir       string
 	Nodes     int
 	ProxyMode string
+	// How weft is installed, each as a user sets it (install_linux.go):
+	// Install is "manifest" (default) or "helm"; Backend is Backend.Type in
+	// net-conf.json ("" keeps the manifest's); FastPath and NetworkPolicy
+	// are "true", "false" or "" (unset: weft's default).
+	Install, Backend, FastPath, NetworkPolicy string
 }
 
 // bringUp builds the images, brings the cluster up and installs weft by
 // its manifest; progress goes to log. On failure the cluster is down.
 func bringUp(ctx context.Context, o options, log io.Writer) (*kubecluster.State, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
 	root, err := moduleRoot()
 	if err != nil {
 		return nil, err
@@ -87,7 +95,7 @@ func bringUp(ctx context.Context, o options, log io.Writer) (*kubecluster.State,
 		return nil, errors.Join(err, <-built)
 	}
 	fmt.Fprintf(log, "cluster: control plane and %d nodes up in %s\n", o.Nodes, time.Since(t0).Round(time.Second))
-	if err := installWeft(ctx, s, kubeBin, root, weftRef, weftTar, built, log); err != nil {
+	if err := installWeft(ctx, s, o, kubeBin, root, weftRef, weftTar, built, log); err != nil {
 		return nil, errors.Join(err, kubecluster.Down(o.Dir))
 	}
 	if err := installDNS(ctx, s, kubeBin, root, log); err != nil {
@@ -116,26 +124,6 @@ func installDNS(ctx context.Context, s *kubecluster.State, kubeBin, root string,
 		return err
 	}
 	fmt.Fprintf(log, "cluster: CoreDNS available in %s\n", time.Since(t0).Round(time.Second))
-	return nil
-}
-
-func installWeft(ctx context.Context, s *kubecluster.State, kubeBin, root, ref, archive string, built <-chan error, log io.Writer) error {
-	if err := <-built; err != nil {
-		return err
-	}
-	if err := s.ImportImage(ctx, archive); err != nil {
-		return err
-	}
-	t0 := time.Now()
-	if err := s.ApplyWithImage(ctx, kubeBin, filepath.Join(root, "kube-manifests", "kube-weft.yml"), ref); err != nil {
-		return err
-	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	if err := s.WaitReady(wctx, "kube-weft", "weft"); err != nil {
-		return err
-	}
-	fmt.Fprintf(log, "cluster: weft applied, every node Ready in %s\n", time.Since(t0).Round(time.Second))
 	return nil
 }
 

@@ -35,8 +35,10 @@ const busyboxImage = "weft.test/busybox:local"
 // control plane in a namespace of its own), with
 // weft installed by applying its manifest, checks that pods on different
 // nodes reach each other, directly and through a ClusterIP Service, and
-// that the Service kubernetes answers from a pod; then takes the cluster
-// down and checks that nothing is left on the machine.
+// that the Service kubernetes answers from a pod, runs Kubernetes' own CI
+// subset of network specs, replaces weft by its Helm chart's install and
+// checks it again; then takes the cluster down and checks that nothing is
+// left on the machine.
 func TestCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds weft's image and runs a real cluster: minutes")
@@ -143,6 +145,7 @@ func TestCluster(t *testing.T) {
 		}
 		t.Logf("e2e.sh ci:\n%s", tail(string(b), 8))
 	})
+	t.Run("weft reinstalled by its Helm chart", func(t *testing.T) { checkHelmReinstall(t, ctx, s, c, a) })
 	t.Run("down leaves nothing", func(t *testing.T) {
 		downed = true
 		if err := kubecluster.Down(dir); err != nil {
@@ -152,6 +155,60 @@ func TestCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// checkHelmReinstall replaces the manifest's weft by the Helm chart's, the
+// second way users install it (the chart with default values renders the
+// manifest's objects, test/helm): kubectl delete of the kustomization up
+// applied, the plugin and conflist removed from the nodes so that only the
+// chart's init containers can put them back, helm install with the same
+// image set by --set (up -install helm), then the checks of the manifest's
+// install, and new pods on both nodes reaching each other and pod old,
+// which kept its network across the change.
+func checkHelmReinstall(t *testing.T, ctx context.Context, s *kubecluster.State, c kubernetes.Interface, old *corev1.Pod) {
+	ds, err := c.AppsV1().DaemonSets(weftNamespace).Get(ctx, "weft", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := ds.Spec.Template.Spec.Containers[0].Image
+	if _, err := s.Kubectl(ctx, kubeBin(t), "delete", "-k", filepath.Join(s.Dir, "kustomize", "kube-weft"), "--wait", "--timeout=3m"); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range s.Nodes {
+		if _, err := n.Run(ctx, "rm", "-f", "/opt/cni/bin/weft", "/etc/cni/net.d/10-weft.conflist"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	if err := helmInstall(ctx, s, options{}, kubeBin(t), root, ref); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if err := s.WaitReady(wctx, weftNamespace, "weft"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("weft installed by helm, every node Ready in %s", time.Since(t0).Round(time.Second))
+	ds, err = c.AppsV1().DaemonSets(weftNamespace).Get(ctx, "weft", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds.Annotations["meta.helm.sh/release-name"] != "weft" {
+		t.Fatalf("DaemonSet weft not installed by helm: annotations %v", ds.Annotations)
+	}
+	checkWeftInstalled(t, ctx, s, c)
+	p0 := runPod(t, ctx, c, "web-c", s.Nodes[0].Name)
+	p1 := runPod(t, ctx, c, "web-d", s.Nodes[1].Name)
+	if got := podExec(t, ctx, s, p0.Name, "httpget", "http://"+p1.Status.PodIP+":8080/"); strings.TrimSpace(got) != p1.Name {
+		t.Fatalf("%s answered %q", p1.Name, got)
+	}
+	if got := podExec(t, ctx, s, p1.Name, "httpget", "http://"+old.Status.PodIP+":8080/"); strings.TrimSpace(got) != old.Name {
+		t.Fatalf("%s answered %q", old.Name, got)
+	}
 }
 
 type testLog struct{ t *testing.T }

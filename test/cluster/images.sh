@@ -11,6 +11,11 @@
 #   registry.k8s.io/pause:3.10.2                              pause.c, static
 #   registry.k8s.io/coredns/coredns:v1.14.6                   CoreDNS, static
 #
+# and, only when named, for bench/cluster (in bench/, so that test/cluster's
+# bring-up, which imports every archive of the directory, leaves it out):
+#
+#   weft.test/bench/iperf3:bookworm                           Debian's iperf3
+#
 # Debian roots come from `mmdebstrap --variant=minbase` (bookworm, as the
 # upstream glibc-dns-testing image); agnhost, CoreDNS and pause are built from
 # their sources (Go module proxy, CGO_ENABLED=0; pause.c with gcc -static).
@@ -37,13 +42,19 @@ out="$WEFT_CACHE/images-$KUBE_VERSION"
 log() { echo "images.sh: $*" >&2; }
 
 all=(pause busybox nginx glibc-dns-testing agnhost coredns)
-archive() { echo "$out/$1.tar"; }
+extra=(iperf3)
+archive() {
+	case "$1" in
+	iperf3) echo "$out/bench/$1.tar" ;;
+	*) echo "$out/$1.tar" ;;
+	esac
+}
 
 want=("$@")
 [ ${#want[@]} -gt 0 ] || want=("${all[@]}")
 todo=()
 for i in "${want[@]}"; do
-	case " ${all[*]} " in *" $i "*) ;; *) log "unknown image $i (known: ${all[*]})"; exit 2 ;; esac
+	case " ${all[*]} ${extra[*]} " in *" $i "*) ;; *) log "unknown image $i (known: ${all[*]} ${extra[*]})"; exit 2 ;; esac
 	[ -s "$(archive "$i")" ] || todo+=("$i")
 done
 if [ ${#todo[@]} = 0 ]; then
@@ -59,7 +70,7 @@ for t in mmdebstrap gcc; do
 done
 [ -x /bin/busybox ] || { log "needs /bin/busybox: apt-get install busybox-static"; exit 1; }
 
-mkdir -p "$out/bin"
+mkdir -p "$out/bin" "$out/bench"
 tmp="$(mktemp -d "$out/.build.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 
@@ -190,6 +201,15 @@ build_coredns() {
 	cp "$(gobin coredns)" "$r/coredns"
 	oci_archive "$1" "$r" '{"Entrypoint":["/coredns"],"ExposedPorts":{"53/tcp":{},"53/udp":{}}}' \
 		"registry.k8s.io/coredns/coredns:$COREDNS_VERSION"
+}
+
+# iperf3 alone (the bench's other tool, its request/response client and
+# server, is built by the bench from its own source).
+build_iperf3() {
+	local r="$tmp/iperf3"
+	debroot "$r" iperf3
+	oci_archive "$1" "$r" '{"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],"Entrypoint":["iperf3"],"Cmd":["-s"],"ExposedPorts":{"5201/tcp":{},"5201/udp":{}}}' \
+		weft.test/bench/iperf3:bookworm
 }
 
 for i in "${todo[@]}"; do

@@ -1,7 +1,8 @@
 // Command cluster brings up a real multi-node Kubernetes cluster on this
 // machine with weft installed as users install it, and takes it down:
 //
-//	test/cluster/up.sh [-nodes N] [-proxy-mode iptables|nftables]
+//	test/cluster/up.sh [-nodes N] [-proxy-mode iptables|nftables] [-install manifest|helm]
+//	    [-backend TYPE] [-fast-path true|false] [-network-policy true|false]
 //	test/cluster/down.sh
 //
 // up builds weft's image from the Dockerfile (test/image/build.sh), starts
@@ -9,7 +10,11 @@
 // the image and a locally built pause image into every node's containerd
 // (and every image archive in $WEFT_CACHE/images-<Kubernetes version>/),
 // applies kube-manifests/kube-weft.yml with only the image tag set by a
-// kustomization, waits until every node is Ready and weft runs on each,
+// kustomization (or, with -install helm, installs charts/weft with the
+// image set by --set), each setting of -backend, -fast-path and
+// -network-policy made as a user makes it (a kustomize patch of the
+// net-conf.json ConfigMap or of weftd's args; --set of the chart's
+// value), waits until every node is Ready and weft runs on each,
 // prints the admin kubeconfig's path and exits, leaving the cluster
 // running. down stops it, removes everything up made and checks that
 // nothing of it is left.
@@ -28,7 +33,7 @@ import (
 func main() {
 	kubecluster.MaybeForward()
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: cluster up [-nodes N] [-proxy-mode M] | down  (state in $WEFT_CLUSTER_DIR, default "+defaultDir+
+		fmt.Fprintln(os.Stderr, "usage: cluster up [-nodes N] [-proxy-mode M] [-install manifest|helm] [-backend T] [-fast-path B] [-network-policy B] | down  (state in $WEFT_CLUSTER_DIR, default "+defaultDir+
 			"; namespaces and cgroups named "+kubecluster.NamePrefix("<$WEFT_CLUSTER_NAME, default "+defaultName+">")+"…)")
 		os.Exit(2)
 	}
@@ -54,6 +59,10 @@ func up(args []string) error {
 	o := options{Dir: stateDir(), Name: clusterName()}
 	fs.IntVar(&o.Nodes, "nodes", 3, "worker nodes")
 	fs.StringVar(&o.ProxyMode, "proxy-mode", "iptables", "kube-proxy mode: iptables or nftables")
+	fs.StringVar(&o.Install, "install", "manifest", "how weft is installed: manifest (kubectl apply -k of kube-manifests/kube-weft.yml) or helm (charts/weft)")
+	fs.StringVar(&o.Backend, "backend", "", "Backend.Type in net-conf.json (vxlan, uvxlan, host-gw, wireguard); default: the manifest's or chart's (vxlan)")
+	fs.StringVar(&o.FastPath, "fast-path", "", "uvxlan's Backend.FastPath in net-conf.json, true or false; default: unset (on)")
+	fs.StringVar(&o.NetworkPolicy, "network-policy", "", "false adds --network-policy=false to weftd's args; default: unset (on)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -2,7 +2,21 @@
 # Brings up a real multi-node Kubernetes cluster on this machine, with weft
 # installed by kube-manifests/kube-weft.yml, and prints the admin
 # kubeconfig's path; the cluster runs until test/cluster/down.sh. Needs
-# root. Arguments: -nodes N (default 3), -proxy-mode iptables|nftables.
+# root. Arguments:
+#   -nodes N                      worker nodes (default 3)
+#   -proxy-mode iptables|nftables kube-proxy's mode (default iptables)
+#   -install manifest|helm        kubectl apply -k of kube-weft.yml with the
+#                                 image tag set (default), or helm install of
+#                                 charts/weft with the image set by --set
+#   -backend TYPE                 Backend.Type in net-conf.json: vxlan (the
+#                                 default), uvxlan, host-gw, wireguard
+#   -fast-path true|false         uvxlan's Backend.FastPath (unset: on)
+#   -network-policy true|false    false adds --network-policy=false to weftd's
+#                                 args (unset: weft enforces NetworkPolicy)
+# Each setting is made as a user makes it: a kustomize patch of the
+# manifest's net-conf.json ConfigMap or of weftd's args, or the chart's
+# value by --set (flannel.backend, flannel.fastPath, flannel.args); nothing
+# is copied into a node.
 # State goes to $WEFT_CLUSTER_DIR (default /var/tmp/weft-cluster). The
 # Kubernetes binaries are built first if missing (test/kube/build.sh).
 set -euo pipefail

@@ -25,27 +25,53 @@ func (s *State) Kubectl(ctx context.Context, kubeBin string, args ...string) (st
 	return string(out), nil
 }
 
+// Patch is a kustomize patch, a strategic merge patch or a JSON 6902 patch
+// (in YAML), of the object of kind Kind named Name.
+type Patch struct {
+	Kind, Name, Patch string
+}
+
 // ApplyWithImage applies manifest as a user who loaded the image ref
 // (repository:tag) into the nodes would: through a kustomization that
-// sets the tag of every image of that repository and changes nothing
-// else. With a tag other than "latest", kubelet's default pull policy is
-// IfNotPresent, so the imported image is used and nothing is pulled.
-func (s *State) ApplyWithImage(ctx context.Context, kubeBin, manifest, ref string) error {
+// sets the tag of every image of that repository, applies patches and
+// changes nothing else. With a tag other than "latest", kubelet's default
+// pull policy is IfNotPresent, so the imported image is used and nothing
+// is pulled.
+func (s *State) ApplyWithImage(ctx context.Context, kubeBin, manifest, ref string, patches ...Patch) error {
+	dir := filepath.Join(s.Dir, "kustomize", strings.TrimSuffix(filepath.Base(manifest), filepath.Ext(manifest)))
+	if err := Kustomize(dir, manifest, ref, patches...); err != nil {
+		return err
+	}
+	_, err := s.Kubectl(ctx, kubeBin, "apply", "-k", dir)
+	return err
+}
+
+// Kustomize writes into dir the kustomization ApplyWithImage applies: a
+// copy of manifest, the image tag of ref and the patches.
+func Kustomize(dir, manifest, ref string, patches ...Patch) error {
 	repo, tag, ok := strings.Cut(ref, ":")
 	if !ok || strings.Contains(tag, "/") {
 		return fmt.Errorf("kubecluster: image %q: want repository:tag", ref)
 	}
-	dir := filepath.Join(s.Dir, "kustomize", strings.TrimSuffix(filepath.Base(manifest), filepath.Ext(manifest)))
 	if err := copyFile(manifest, filepath.Join(dir, filepath.Base(manifest)), 0o644); err != nil {
 		return err
 	}
 	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\nimages:\n  - name: %s\n    newTag: %q\n",
 		filepath.Base(manifest), repo, tag)
+	if len(patches) > 0 {
+		k += "patches:\n"
+	}
+	for i, p := range patches {
+		name := fmt.Sprintf("patch-%d.yaml", i)
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(p.Patch), 0o644); err != nil {
+			return fmt.Errorf("kubecluster: %w", err)
+		}
+		k += fmt.Sprintf("  - path: %s\n    target:\n      kind: %s\n      name: %s\n", name, p.Kind, p.Name)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		return fmt.Errorf("kubecluster: %w", err)
 	}
-	_, err := s.Kubectl(ctx, kubeBin, "apply", "-k", dir)
-	return err
+	return nil
 }
 
 // ImportImage imports an image archive into every node's containerd.

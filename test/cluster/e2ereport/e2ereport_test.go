@@ -128,3 +128,49 @@ func TestMarkdownRefusesAnIncompleteRun(t *testing.T) {
 		})
 	}
 }
+
+// Runs made separately (conformance.sh WEFT_CONFORMANCE_ONLY) may come
+// from different commits and Kubernetes versions: the report says so and
+// gives each run's own.
+func TestMarkdownOfRunsFromDifferentCommits(t *testing.T) {
+	root := t.TempDir()
+	all := []map[string]any{
+		spec("DNS", "should provide DNS for the cluster [Conformance]", "passed", time.Second),
+		spec("Services", "should serve a basic endpoint from pods [Conformance]", "passed", time.Second),
+		spec("Services", "should allow creating a basic SCTP service [Feature:SCTPConnectivity]", "skipped", 0),
+	}
+	fakeRun(t, filepath.Join(root, "a"), all)
+	fakeRun(t, filepath.Join(root, "b"), all)
+	f, err := os.OpenFile(filepath.Join(root, "b", "meta.txt"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("commit=def\nstarted=2026-12-07T09:00:00Z\nkube_version=v1.38.0\nup_seconds=190\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	plan := filepath.Join(root, "plan")
+	if err := os.WriteFile(plan, []byte("weft vxlan, iptables\ta\nFlannel, iptables\tb\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(root, "conformance.md")
+	if err := run1([]string{"markdown", "-o", out, plan}, os.Stdout); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(b)
+	for _, want := range []string{
+		"- weft commit: **the runs come from different commits** (abc, def)",
+		"- Kubernetes: **the runs used different versions** (v1.37.2, v1.38.0)",
+		"- Dates: 2026-12-06T15:00:00Z to 2026-12-07T09:00:00Z",
+		"| weft vxlan, iptables | conformance | 3 | 2 | 0 | 1 | 1m15s | abc | 2026-12-06T15:00:00Z | v1.37.2 |  |",
+		"| Flannel, iptables | conformance | 3 | 2 | 0 | 1 | 1m15s | def | 2026-12-07T09:00:00Z | v1.38.0 | 3m10s |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the report lacks %q:\n%s", want, md)
+		}
+	}
+}
