@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Brings up a real multi-node Kubernetes cluster on this machine, with weft
-# installed by kube-manifests/kube-weft.yml, and prints the admin
-# kubeconfig's path; the cluster runs until test/cluster/down.sh. Needs
-# root. Arguments: -nodes N (default 3), -proxy-mode iptables|nftables.
+# installed by kube-manifests/kube-weft.yml (or, with -cni flannel, Flannel
+# by its own kube-flannel.yml), and prints the admin kubeconfig's path; the
+# cluster runs until test/cluster/down.sh. Needs root. Arguments: -nodes N
+# (default 3), -proxy-mode iptables|nftables, -cni weft|flannel, -backend
+# TYPE (flannel: vxlan, host-gw, wireguard).
 # State goes to $WEFT_CLUSTER_DIR (default /var/tmp/weft-cluster). The
 # Kubernetes binaries are built first if missing (test/kube/build.sh).
 set -euo pipefail
