@@ -174,7 +174,8 @@ func installFlannel(ctx context.Context, s *kubecluster.State, kubeBin, root, ba
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	if err := s.WaitReady(wctx, flannelNS, flannelDaemonSet); err != nil {
-		return err
+		out, _ := s.Kubectl(ctx, kubeBin, "-n", flannelNS, "logs", "ds/"+flannelDaemonSet, "--tail=5")
+		return fmt.Errorf("%w; the log of one of Flannel's pods ends:\n%s", err, out)
 	}
 	fmt.Fprintf(log, "cluster: Flannel (%s) applied, every node Ready in %s\n", backend, time.Since(t0).Round(time.Second))
 	return nil
