@@ -69,32 +69,9 @@ if [ ! -x "$crictl_dir/crictl" ]; then
 	(cd / && GOBIN="$crictl_dir" GOFLAGS=-mod=mod go install "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION")
 fi
 
-# A real flanneld for the migration test, built from the Go module proxy's
-# copy of github.com/flannel-io/flannel. The proxy lacks one module that
-# its tencentvpc backend needs, so that backend's import is dropped from
-# main.go first (the test runs the vxlan backend). It builds with cgo, as
-# Flannel's releases do. Nothing of Flannel is kept in this repository: only
-# these steps.
-flanneld_dir="$WEFT_CACHE/flanneld-$FLANNEL_VERSION"
-if [ ! -x "$flanneld_dir/flanneld" ]; then
-	echo "setup: building flanneld $FLANNEL_VERSION into $flanneld_dir (a few minutes, once)"
-	src=$(cd / && GOFLAGS=-mod=mod go mod download -json "github.com/flannel-io/flannel@$FLANNEL_VERSION" |
-		sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p')
-	if [ -z "$src" ] || [ ! -f "$src/main.go" ]; then
-		echo "setup: go mod download gave no source directory for flannel $FLANNEL_VERSION" >&2
-		exit 1
-	fi
-	tmp=$(mktemp -d)
-	cp -r "$src/." "$tmp/"
-	chmod -R u+w "$tmp"
-	sed -i '\#"github.com/flannel-io/flannel/pkg/backend/tencentvpc"#d' "$tmp/main.go"
-	mkdir -p "$flanneld_dir"
-	(cd "$tmp" && GOFLAGS=-mod=mod go build \
-		-ldflags "-X github.com/flannel-io/flannel/pkg/version.Version=$FLANNEL_VERSION" \
-		-o "$flanneld_dir/flanneld.tmp" .)
-	mv "$flanneld_dir/flanneld.tmp" "$flanneld_dir/flanneld"
-	rm -rf "$tmp"
-fi
+# A real flanneld for the migration test (test/e2e) and Flannel's image
+# (test/cluster/flannel-images.sh), built from the Go module proxy.
+test/flanneld.sh >/dev/null
 
 # The helm CLI for the chart tests of test/helm, built from the Go module
 # proxy outside weft's module (Helm's Kubernetes libraries are not weft's).
@@ -115,3 +92,7 @@ test/kube/build.sh
 # build above; the images 17 min, most of it CoreDNS's build).
 test/kube/e2e-build.sh
 test/cluster/images.sh >/dev/null
+# The images Flannel's own manifest runs, for the Flannel columns of
+# test/cluster/conformance.sh (`test/cluster/up.sh -cni flannel`): flanneld
+# on a Debian root and the Flannel CNI plugin, offline, cached by version.
+test/cluster/flannel-images.sh >/dev/null

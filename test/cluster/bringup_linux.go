@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/weft-net/weft/internal/testkit/kubecluster"
@@ -50,15 +53,19 @@ type options struct {
 	Dir       string
 	Nodes     int
 	ProxyMode string
-	// How weft is installed, each as a user sets it (install_linux.go):
-	// Install is "manifest" (default) or "helm"; Backend is Backend.Type in
-	// net-conf.json ("" keeps the manifest's); FastPath and NetworkPolicy
-	// are "true", "false" or "" (unset: weft's default).
-	Install, Backend, FastPath, NetworkPolicy string
+	// CNI is the pod network to install: "weft" (the default) or
+	// "flannel" (Flannel's own manifest, flannel_linux.go).
+	CNI string
+	// Backend is Backend.Type in the CNI's net-conf.json ("" keeps the
+	// manifest's). How weft is installed, each as a user sets it
+	// (install_linux.go): Install is "manifest" (default) or "helm";
+	// FastPath and NetworkPolicy are "true", "false" or "" (unset: weft's
+	// default).
+	Backend, Install, FastPath, NetworkPolicy string
 }
 
-// bringUp builds the images, brings the cluster up and installs weft by
-// its manifest; progress goes to log. On failure the cluster is down.
+// bringUp builds the images, brings the cluster up and installs the pod
+// network (weft or Flannel) by its manifest; progress goes to log. On failure the cluster is down.
 func bringUp(ctx context.Context, o options, log io.Writer) (*kubecluster.State, error) {
 	if err := o.check(); err != nil {
 		return nil, err
@@ -76,14 +83,15 @@ func bringUp(ctx context.Context, o options, log io.Writer) (*kubecluster.State,
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	// weft's image builds (a few minutes cold) while the cluster comes up.
-	weftRef := fmt.Sprintf("ghcr.io/weft-net/weft:kc-%d", time.Now().Unix())
-	weftTar := filepath.Join(tmp, "weft.tar")
-	built := make(chan error, 1)
-	go func() { built <- buildWeftImage(ctx, root, weftRef, weftTar, log) }()
+	// The pod network's images build (a few minutes cold) while the
+	// cluster comes up.
+	install, wait, err := startCNI(ctx, o, root, kubeBin, tmp, log)
+	if err != nil {
+		return nil, err
+	}
 	images, err := localImages(root, tmp, o.DNSOnly)
 	if err != nil {
-		return nil, errors.Join(err, <-built)
+		return nil, errors.Join(err, wait())
 	}
 	cfg := kubecluster.Config{
 		Name: o.Name, Dir: o.Dir, Nodes: o.Nodes, ProxyMode: o.ProxyMode, KubeBin: kubeBin,
@@ -92,10 +100,10 @@ func bringUp(ctx context.Context, o options, log io.Writer) (*kubecluster.State,
 	t0 := time.Now()
 	s, err := kubecluster.Up(ctx, cfg)
 	if err != nil {
-		return nil, errors.Join(err, <-built)
+		return nil, errors.Join(err, wait())
 	}
 	fmt.Fprintf(log, "cluster: control plane and %d nodes up in %s\n", o.Nodes, time.Since(t0).Round(time.Second))
-	if err := installWeft(ctx, s, o, kubeBin, root, weftRef, weftTar, built, log); err != nil {
+	if err := install(s); err != nil {
 		return nil, errors.Join(err, kubecluster.Down(o.Dir))
 	}
 	if err := installDNS(ctx, s, kubeBin, root, log); err != nil {
@@ -125,6 +133,41 @@ func installDNS(ctx context.Context, s *kubecluster.State, kubeBin, root string,
 	}
 	fmt.Fprintf(log, "cluster: CoreDNS available in %s\n", time.Since(t0).Round(time.Second))
 	return nil
+}
+
+// startCNI starts building the images of the pod network o names and
+// returns the function that installs it on the cluster once it is up, and
+// the one that waits for the build (and returns its error).
+func startCNI(ctx context.Context, o options, root, kubeBin, tmp string, log io.Writer) (install func(*kubecluster.State) error, wait func() error, err error) {
+	switch o.CNI {
+	case "", "weft":
+		ref := fmt.Sprintf("ghcr.io/weft-net/weft:kc-%d", time.Now().Unix())
+		archive := filepath.Join(tmp, "weft.tar")
+		built := make(chan error, 1)
+		go func() { built <- buildWeftImage(ctx, root, ref, archive, log) }()
+		wait = sync.OnceValue(func() error { return <-built })
+		install = func(s *kubecluster.State) error {
+			return installWeft(ctx, s, o, kubeBin, root, ref, archive, wait, log)
+		}
+		return install, wait, nil
+	case "flannel":
+		backend := cmp.Or(o.Backend, "vxlan")
+		if !slices.Contains(flannelBackends, backend) {
+			return nil, nil, fmt.Errorf("-backend %s: Flannel's backends here are %v", backend, flannelBackends)
+		}
+		built := make(chan imagesOrErr, 1)
+		go func() {
+			imgs, err := buildFlannelImages(ctx, root, log)
+			built <- imagesOrErr{imgs, err}
+		}()
+		images := sync.OnceValues(func() ([]image, error) { r := <-built; return r.images, r.err })
+		install = func(s *kubecluster.State) error {
+			return installFlannel(ctx, s, kubeBin, root, backend, images, log)
+		}
+		wait = func() error { _, err := images(); return err }
+		return install, wait, nil
+	}
+	return nil, nil, fmt.Errorf("-cni %s: want weft or flannel", o.CNI)
 }
 
 // buildWeftImage builds weft's image from the Dockerfile with

@@ -33,7 +33,9 @@ const busyboxImage = "weft.test/busybox:local"
 // TestCluster brings up a real two-node cluster (kubelet, containerd,
 // kube-proxy per node, in iptables mode or WEFT_CLUSTER_PROXY_MODE's; the
 // control plane in a namespace of its own), with
-// weft installed by applying its manifest, checks that pods on different
+// weft installed by applying its manifest (or, with WEFT_CLUSTER_CNI=flannel,
+// Flannel by its own; then Kubernetes' CI subset, whose NetworkPolicy specs
+// Flannel cannot pass, is left out), checks that pods on different
 // nodes reach each other, directly and through a ClusterIP Service, and
 // that the Service kubernetes answers from a pod, runs Kubernetes' own CI
 // subset of network specs, replaces weft by its Helm chart's install and
@@ -59,15 +61,16 @@ func TestCluster(t *testing.T) {
 	}
 	// kube-proxy's mode: iptables, or nftables when asked.
 	proxyMode := cmp.Or(os.Getenv("WEFT_CLUSTER_PROXY_MODE"), "iptables")
+	cni := cmp.Or(os.Getenv("WEFT_CLUSTER_CNI"), "weft")
 	before := kubecluster.Sysctls(kubecluster.WatchedSysctls)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	s, err := bringUp(ctx, options{Name: "test", Dir: dir, Nodes: 2, ProxyMode: proxyMode}, testLog{t})
+	s, err := bringUp(ctx, options{Name: "test", Dir: dir, Nodes: 2, ProxyMode: proxyMode, CNI: cni}, testLog{t})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("cluster up with weft in %s", time.Since(t0).Round(time.Second))
+	t.Logf("cluster up with %s in %s", cni, time.Since(t0).Round(time.Second))
 	downed := false
 	t.Cleanup(func() {
 		if !downed {
@@ -80,7 +83,11 @@ func TestCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Run("weft installed by its DaemonSet", func(t *testing.T) { checkWeftInstalled(t, ctx, s, c) })
+	if cni == "flannel" {
+		t.Run("Flannel installed by its DaemonSet", func(t *testing.T) { checkFlannelInstalled(t, ctx, s, c) })
+	} else {
+		t.Run("weft installed by its DaemonSet", func(t *testing.T) { checkWeftInstalled(t, ctx, s, c) })
+	}
 	t.Run("machine's sysctls unchanged but kubelet's", func(t *testing.T) {
 		kubelets := map[string]bool{}
 		for _, sc := range s.Sysctls {
@@ -134,18 +141,20 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("GET /version from a pod answered %q", out)
 		}
 	})
-	t.Run("Kubernetes' own specs, the CI subset", func(t *testing.T) {
-		// e2e.sh's "ci" selection: Services, DNS, pod-to-pod and node-to-pod
-		// across nodes, NetworkPolicy deny and allow (docs/kubernetes-e2e.md).
-		out := t.TempDir()
-		cmd := osexec.CommandContext(ctx, "./e2e.sh", "-o", out, "-l", "test-"+proxyMode, s.Kubeconfig, "ci")
-		b, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("e2e.sh ci: %v\n%s", err, tail(string(b), 60))
-		}
-		t.Logf("e2e.sh ci:\n%s", tail(string(b), 8))
-	})
-	t.Run("weft reinstalled by its Helm chart", func(t *testing.T) { checkHelmReinstall(t, ctx, s, c, a) })
+	if cni != "flannel" {
+		t.Run("Kubernetes' own specs, the CI subset", func(t *testing.T) {
+			// e2e.sh's "ci" selection: Services, DNS, pod-to-pod and node-to-pod
+			// across nodes, NetworkPolicy deny and allow (docs/kubernetes-e2e.md).
+			out := t.TempDir()
+			cmd := osexec.CommandContext(ctx, "./e2e.sh", "-o", out, "-l", "test-"+proxyMode, s.Kubeconfig, "ci")
+			b, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("e2e.sh ci: %v\n%s", err, tail(string(b), 60))
+			}
+			t.Logf("e2e.sh ci:\n%s", tail(string(b), 8))
+		})
+		t.Run("weft reinstalled by its Helm chart", func(t *testing.T) { checkHelmReinstall(t, ctx, s, c, a) })
+	}
 	t.Run("down leaves nothing", func(t *testing.T) {
 		downed = true
 		if err := kubecluster.Down(dir); err != nil {

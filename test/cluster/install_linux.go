@@ -24,8 +24,8 @@ const weftNamespace = "kube-weft"
 
 // installWeft installs weft as o.Install says, once its image is built and
 // imported, and waits until it runs on every node.
-func installWeft(ctx context.Context, s *kubecluster.State, o options, kubeBin, root, ref, archive string, built <-chan error, log io.Writer) error {
-	if err := <-built; err != nil {
+func installWeft(ctx context.Context, s *kubecluster.State, o options, kubeBin, root, ref, archive string, built func() error, log io.Writer) error {
+	if err := built(); err != nil {
 		return err
 	}
 	if err := s.ImportImage(ctx, archive); err != nil {
@@ -56,6 +56,9 @@ func installWeft(ctx context.Context, s *kubecluster.State, o options, kubeBin, 
 
 // check refuses settings up cannot make, before anything is brought up.
 func (o options) check() error {
+	if o.CNI == "flannel" && (cmpOr(o.Install, "manifest") != "manifest" || o.FastPath != "" || o.NetworkPolicy != "") {
+		return fmt.Errorf("-install, -fast-path and -network-policy set weft's install; -cni flannel installs Flannel by its own manifest")
+	}
 	if o.Install != "" && o.Install != "manifest" && o.Install != "helm" {
 		return fmt.Errorf("-install %q: want manifest or helm", o.Install)
 	}

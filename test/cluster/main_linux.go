@@ -1,8 +1,8 @@
 // Command cluster brings up a real multi-node Kubernetes cluster on this
 // machine with weft installed as users install it, and takes it down:
 //
-//	test/cluster/up.sh [-nodes N] [-proxy-mode iptables|nftables] [-install manifest|helm]
-//	    [-backend TYPE] [-fast-path true|false] [-network-policy true|false]
+//	test/cluster/up.sh [-nodes N] [-proxy-mode iptables|nftables] [-cni weft|flannel]
+//	    [-install manifest|helm] [-backend TYPE] [-fast-path true|false] [-network-policy true|false]
 //	test/cluster/down.sh
 //
 // up builds weft's image from the Dockerfile (test/image/build.sh), starts
@@ -16,8 +16,11 @@
 // net-conf.json ConfigMap or of weftd's args; --set of the chart's
 // value), waits until every node is Ready and weft runs on each,
 // prints the admin kubeconfig's path and exits, leaving the cluster
-// running. down stops it, removes everything up made and checks that
-// nothing of it is left.
+// running. With -cni flannel it installs Flannel instead, by Flannel's own
+// kube-flannel.yml at FLANNEL_VERSION with images built here
+// (test/cluster/flannel-images.sh) and -backend vxlan (the default),
+// host-gw or wireguard in its net-conf.json. down stops it, removes
+// everything up made and checks that nothing of it is left.
 package main
 
 import (
@@ -33,7 +36,7 @@ import (
 func main() {
 	kubecluster.MaybeForward()
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: cluster up [-nodes N] [-proxy-mode M] [-install manifest|helm] [-backend T] [-fast-path B] [-network-policy B] | down  (state in $WEFT_CLUSTER_DIR, default "+defaultDir+
+		fmt.Fprintln(os.Stderr, "usage: cluster up [-nodes N] [-proxy-mode M] [-cni weft|flannel] [-install manifest|helm] [-backend T] [-fast-path B] [-network-policy B] | down  (state in $WEFT_CLUSTER_DIR, default "+defaultDir+
 			"; namespaces and cgroups named "+kubecluster.NamePrefix("<$WEFT_CLUSTER_NAME, default "+defaultName+">")+"…)")
 		os.Exit(2)
 	}
@@ -59,9 +62,10 @@ func up(args []string) error {
 	o := options{Dir: stateDir(), Name: clusterName()}
 	fs.IntVar(&o.Nodes, "nodes", 3, "worker nodes")
 	fs.StringVar(&o.ProxyMode, "proxy-mode", "iptables", "kube-proxy mode: iptables or nftables")
+	fs.StringVar(&o.CNI, "cni", "weft", "pod network: weft, or flannel (Flannel's own manifest)")
 	fs.StringVar(&o.Install, "install", "manifest", "how weft is installed: manifest (kubectl apply -k of kube-manifests/kube-weft.yml) or helm (charts/weft)")
-	fs.StringVar(&o.Backend, "backend", "", "Backend.Type in net-conf.json (vxlan, uvxlan, host-gw, wireguard); default: the manifest's or chart's (vxlan)")
-	fs.StringVar(&o.FastPath, "fast-path", "", "uvxlan's Backend.FastPath in net-conf.json, true or false; default: unset (on)")
+	fs.StringVar(&o.Backend, "backend", "", "Backend.Type in net-conf.json (weft: vxlan, uvxlan, host-gw, wireguard; flannel: vxlan, host-gw, wireguard); default: the manifest's or chart's (vxlan)")
+	fs.StringVar(&o.FastPath, "fast-path", "", "weft's uvxlan Backend.FastPath in net-conf.json, true or false; default: unset (on)")
 	fs.StringVar(&o.NetworkPolicy, "network-policy", "", "false adds --network-policy=false to weftd's args; default: unset (on)")
 	if err := fs.Parse(args); err != nil {
 		return err

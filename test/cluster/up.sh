@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Brings up a real multi-node Kubernetes cluster on this machine, with weft
-# installed by kube-manifests/kube-weft.yml, and prints the admin
-# kubeconfig's path; the cluster runs until test/cluster/down.sh. Needs
-# root. Arguments:
+# installed by kube-manifests/kube-weft.yml (or, with -cni flannel, Flannel
+# by its own kube-flannel.yml), and prints the admin kubeconfig's path; the
+# cluster runs until test/cluster/down.sh. Needs root. Arguments:
 #   -nodes N                      worker nodes (default 3)
 #   -proxy-mode iptables|nftables kube-proxy's mode (default iptables)
-#   -install manifest|helm        kubectl apply -k of kube-weft.yml with the
-#                                 image tag set (default), or helm install of
-#                                 charts/weft with the image set by --set
+#   -cni weft|flannel             the pod network (default weft)
+#   -install manifest|helm        weft: kubectl apply -k of kube-weft.yml with
+#                                 the image tag set (default), or helm install
+#                                 of charts/weft with the image set by --set
 #   -backend TYPE                 Backend.Type in net-conf.json: vxlan (the
-#                                 default), uvxlan, host-gw, wireguard
-#   -fast-path true|false         uvxlan's Backend.FastPath (unset: on)
+#                                 default), uvxlan (weft), host-gw, wireguard
+#   -fast-path true|false         weft's uvxlan Backend.FastPath (unset: on)
 #   -network-policy true|false    false adds --network-policy=false to weftd's
 #                                 args (unset: weft enforces NetworkPolicy)
 # Each setting is made as a user makes it: a kustomize patch of the

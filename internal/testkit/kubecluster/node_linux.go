@@ -66,6 +66,23 @@ func kubeletConf(n *Node, caFile string) map[string]any {
 			"x509":      map[string]any{"clientCAFile": caFile},
 		},
 		"authorization": map[string]any{"mode": "Webhook"},
+		// The nodes share the machine's disk with everything else on it:
+		// kubelet's default thresholds, percentages of that disk (15 % free
+		// for images), would taint every node with disk-pressure whenever
+		// other work fills it that far, and the cluster would stop
+		// scheduling. Absolute thresholds still evict on a really full disk.
+		// Image garbage collection, also started by a percentage of that
+		// disk (85 % used), is off: it deleted the e2e suite's imported
+		// images, which no registry can give back here.
+		"imageGCHighThresholdPercent": 100,
+		"imageGCLowThresholdPercent":  99,
+		"evictionHard": map[string]string{
+			"memory.available":   "100Mi",
+			"nodefs.available":   "1Gi",
+			"nodefs.inodesFree":  "5%",
+			"imagefs.available":  "1Gi",
+			"imagefs.inodesFree": "5%",
+		},
 	}
 }
 
