@@ -38,7 +38,8 @@ const busyboxImage = "weft.test/busybox:local"
 // Flannel cannot pass, is left out), checks that pods on different
 // nodes reach each other, directly and through a ClusterIP Service, and
 // that the Service kubernetes answers from a pod, runs Kubernetes' own CI
-// subset of network specs, replaces weft by its Helm chart's install and
+// subset of network specs, checks that weftctl flows names the
+// NetworkPolicy that drops a connection, replaces weft by its Helm chart's install and
 // checks it again; then takes the cluster down and checks that nothing is
 // left on the machine.
 func TestCluster(t *testing.T) {
@@ -153,6 +154,7 @@ func TestCluster(t *testing.T) {
 			}
 			t.Logf("e2e.sh ci:\n%s", tail(string(b), 8))
 		})
+		t.Run("weftctl flows shows a NetworkPolicy drop", func(t *testing.T) { checkFlows(t, ctx, s, c, a, b) })
 		t.Run("weft reinstalled by its Helm chart", func(t *testing.T) { checkHelmReinstall(t, ctx, s, c, a) })
 	}
 	t.Run("down leaves nothing", func(t *testing.T) {
