@@ -50,8 +50,8 @@ var flannelFailures = []failureRow{
 		Removed: "the deletion of unwanted routes in `kernel.Overlay.Sync`: fails, n3's route still on n1 2 s after weftd started"},
 	{ID: "2237", Report: "#2237: `FLANNEL-POSTRTG` flushed during a pod restart",
 		Users: "all pods on the node lose egress",
-		Weft: "the masquerade tables and the `WEFT-FWD` forward rules are checked every `--iptables-resync` seconds (5 by default) " +
-			"and rewritten whole when anything differs",
+		Weft: "the masquerade tables and the `WEFT-FWD` forward rules are checked after every nftables change the kernel notifies " +
+			"(iptables-legacy's, of which it gives no notice, every `--iptables-resync` seconds, 5 by default) and rewritten whole when anything differs",
 		Test: "`TestFlannel2237RulesFlushed` (`--iptables-resync=1`, FORWARD policy DROP; masquerade table flushed, deleted, its chain deleted, " +
 			"`WEFT-FWD` flushed, `nft flush ruleset`; bound asserted: the interval plus 1 s)",
 		Removed: "the masquerade table's repair after the first programming (`ensure` skips when programmed): all five cases fail"},
