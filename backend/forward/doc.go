@@ -24,10 +24,13 @@
 // jump is appended, where Flannel puts FLANNEL-FWD: it overrides the policy
 // and rules others put before it keep their say.
 //
-// Run programs the rules at once and checks them every CheckInterval: a
-// WEFT-FWD chain whose rules differ is flushed and written again, a missing
-// jump appended, duplicate jumps reduced to one; a backend that comes into
-// use later gets the rules at the next check. Run leaves the rules in place
+// Run programs the rules at once and checks them after every nftables
+// transaction that touched a table named filter (the kernel notifies it;
+// iptables-nft's rules live there) and every Resync, and iptables-legacy's,
+// of which the kernel gives no notice, every CheckInterval: a WEFT-FWD chain
+// whose rules differ is flushed and written again, a missing jump appended,
+// duplicate jumps reduced to one; a backend that comes into use later gets
+// the rules at the next check. Run leaves the rules in place
 // when it returns, so a restarting weftd never interrupts traffic. With
 // Accept off, Run removes weft's chain and jump instead. Either way, after
 // its first pass Run removes, and logs, what flanneld left: the FLANNEL-FWD

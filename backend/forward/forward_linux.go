@@ -9,11 +9,21 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	nftw "github.com/weft-net/weft/backend/nft"
 )
 
-// CheckInterval is how often Run checks the rules by default (Flannel's
-// --iptables-resync default).
+// CheckInterval is how often Run checks the iptables-legacy rules by
+// default (Flannel's --iptables-resync default): the kernel gives no notice
+// of changes to them.
 const CheckInterval = 5 * time.Second
+
+// Resync is how often Run checks the iptables-nft rules by default besides
+// after every nftables transaction that touched a filter table: a safety
+// net for notifications lost while the subscription was renewed.
+const Resync = 90 * time.Second
 
 // Chain is the chain weft owns in each filter table.
 const Chain = "WEFT-FWD"
@@ -26,8 +36,12 @@ type Config struct {
 	// Accept writes the accept rules; false removes weft's (the node runs
 	// with --iptables-forward-rules=false).
 	Accept bool
-	// CheckInterval overrides the period of the check (0: CheckInterval).
+	// CheckInterval overrides the period of the check of the
+	// iptables-legacy rules (0: CheckInterval).
 	CheckInterval time.Duration
+	// Resync overrides the period of the full check, iptables-nft's rules
+	// included (0: Resync).
+	Resync time.Duration
 	// NATReady, if not nil, is closed once weft's masquerade rules are in
 	// place (or at once when weft does not masquerade): flanneld's nat
 	// chains and nftables tables are removed only then, so that pod traffic
@@ -80,6 +94,9 @@ func New(cfg Config, log *slog.Logger) (*Forwarder, error) {
 	if cfg.CheckInterval <= 0 {
 		cfg.CheckInterval = CheckInterval
 	}
+	if cfg.Resync <= 0 {
+		cfg.Resync = Resync
+	}
 	log = log.With("component", "forward")
 	return &Forwarder{cfg: cfg, log: log, ready: make(chan struct{}), tools: newToolbox(log), programmed: map[string]bool{}}, nil
 }
@@ -93,18 +110,29 @@ func (f *Forwarder) Ready() <-chan struct{} { return f.ready }
 func (f *Forwarder) Repairs() uint64 { return f.repairs.Load() }
 
 // Run programs (or, with Accept off, removes) the rules, removes Flannel's
-// leftovers, and with Accept on checks and repairs the rules every
-// CheckInterval until ctx is done. It leaves the rules in place on return.
+// leftovers, and with Accept on checks and repairs the rules until ctx is
+// done: after every nftables transaction that touched a table named filter
+// (as the kernel notifies it) and every Resync, and those of iptables-legacy
+// every CheckInterval. It leaves the rules in place on return.
 //
 // flanneld's forward chain goes once weft's accepts are in (with Accept
 // off, at once), so that no packet meets neither; its nat chain and
 // nftables tables once NATReady is closed as well.
 func (f *Forwarder) Run(ctx context.Context) error {
-	var tick <-chan time.Time
+	var tick, resync <-chan time.Time
+	var changed <-chan struct{}
 	if f.cfg.Accept {
 		t := time.NewTicker(f.cfg.CheckInterval)
 		defer t.Stop()
-		tick = t.C
+		r := time.NewTicker(f.cfg.Resync)
+		defer r.Stop()
+		tick, resync = t.C, r.C
+		c, stop, err := f.watch(ctx)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		changed = c
 	} else if err := f.removeOwn(); err != nil {
 		f.log.Warn("cannot remove weft's forward rules", "err", err)
 	}
@@ -115,10 +143,11 @@ func (f *Forwarder) Run(ctx context.Context) error {
 		nat = closed
 	}
 	filterDone, natDone := false, false
+	kinds := []string{legacy, nft}
 	for {
 		ok := true
 		if f.cfg.Accept {
-			if err := f.ensure(); err != nil {
+			if err := f.ensure(kinds...); err != nil {
 				f.log.Warn("forward accept rules not in place; retrying", "err", err)
 				ok = false
 			}
@@ -147,13 +176,37 @@ func (f *Forwarder) Run(ctx context.Context) error {
 		if !f.cfg.Accept && natDone {
 			return nil
 		}
+		kinds = []string{legacy, nft}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick:
+			kinds = []string{legacy}
+		case <-resync:
+		case <-changed:
 		case <-natWait:
 		}
 	}
+}
+
+// watch subscribes to the nftables notifications of the calling thread's
+// namespace (the one Run programs): changed has a value after each
+// transaction that touched a filter table. stop ends the subscription.
+func (f *Forwarder) watch(ctx context.Context) (changed <-chan struct{}, stop func(), err error) {
+	fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open this namespace: %w", err)
+	}
+	c := make(chan struct{}, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// The watch subscribes again from other threads: it names this
+		// namespace by the descriptor.
+		nftw.WatchTables(wctx, fmt.Sprintf("/proc/self/fd/%d", fd), []string{"filter"}, f.log, c)
+	}()
+	return c, func() { cancel(); <-done; unix.Close(fd) }, nil
 }
 
 // families are the (IPv4, IPv6) networks to accept, with their family.
@@ -167,14 +220,14 @@ func (f *Forwarder) families() []netip.Prefix {
 	return out
 }
 
-// ensure checks weft's chain and jump in every backend in use and rewrites
+// ensure checks weft's chain and jump in every backend of kinds in use and rewrites
 // what differs. A rewrite counts as a repair when this Run had programmed
 // that binary's rules before or found them in place (not for a backend that
 // just came into use).
-func (f *Forwarder) ensure() error {
+func (f *Forwarder) ensure(kinds ...string) error {
 	var errs []error
 	for _, n := range f.families() {
-		for _, t := range f.tools.inUse(familyOf(n), "filter") {
+		for _, t := range f.tools.inUseOf(familyOf(n), "filter", kinds...) {
 			why, err := t.check(n)
 			if err != nil {
 				errs = append(errs, err)

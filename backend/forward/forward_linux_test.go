@@ -87,7 +87,12 @@ func (l *lab) reaches() (v4, v6 bool) {
 func start(t *testing.T, ns *nettest.NS, cfg Config) (*Forwarder, func()) {
 	t.Helper()
 	if cfg.CheckInterval == 0 {
-		cfg.CheckInterval = 100 * time.Millisecond
+		cfg.CheckInterval = 100 * time.Millisecond // iptables-legacy's, which has no notifications
+	}
+	if cfg.Resync == 0 {
+		// The full check never comes within a test: iptables-nft's rules
+		// are repaired by the kernel's notification of the change.
+		cfg.Resync = time.Hour
 	}
 	f, err := New(cfg, slog.New(slog.NewTextHandler(t.Output(), nil)))
 	if err != nil {

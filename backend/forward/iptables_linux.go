@@ -74,8 +74,13 @@ func binary(kind string, f family) string {
 // table with its built-in chain (FORWARD for filter, POSTROUTING for nat).
 // iptables-legacy in use without its binary is logged once and left out.
 func (b *toolbox) inUse(f family, table string) []backend {
+	return b.inUseOf(f, table, legacy, nft)
+}
+
+// inUseOf is inUse among the backends of the kinds named.
+func (b *toolbox) inUseOf(f family, table string, kinds ...string) []backend {
 	var out []backend
-	for _, kind := range []string{legacy, nft} {
+	for _, kind := range kinds {
 		used, err := b.used(kind, f, table)
 		if err != nil {
 			b.warnOnce("check:"+binary(kind, f)+table, "cannot tell whether "+binary(kind, f)+" is in use", "err", err)

@@ -35,7 +35,8 @@
 //
 // Run programs the tables at once, each replaced in one nftables
 // transaction (the rules are never missing while they are rewritten), and
-// then checks them every CheckInterval: a missing table, a chain with the
+// then checks them after every nftables transaction that touched them (the
+// kernel notifies it) and every CheckInterval besides: a missing table, a chain with the
 // wrong hook, or rules that are not exactly weft's (compared in order,
 // comment and expressions) makes Run write the whole table again. Run
 // leaves the tables in place when it returns, so a restarting weftd never

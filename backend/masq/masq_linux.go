@@ -15,8 +15,10 @@ import (
 	"github.com/weft-net/weft/backend/nft"
 )
 
-// CheckInterval is how often Run checks the tables by default.
-const CheckInterval = 5 * time.Second
+// CheckInterval is how often Run checks the tables by default, besides
+// after every change the kernel notifies: a safety net for notifications
+// lost while the subscription was renewed.
+const CheckInterval = 90 * time.Second
 
 // Table names.
 const (
@@ -41,7 +43,8 @@ type Config struct {
 	// --ip-masq-fully-random-disable, for NAT traversal such as Tailscale's
 	// from pods).
 	KeepPorts bool
-	// CheckInterval overrides the period of the check (0: CheckInterval).
+	// CheckInterval overrides the period of the check that runs besides
+	// the one on every notified change (0: CheckInterval).
 	CheckInterval time.Duration
 }
 
@@ -86,14 +89,24 @@ func (m *Masq) Ready() <-chan struct{} { return m.ready }
 // changed after weft had programmed it.
 func (m *Masq) Repairs() uint64 { return m.repairs.Load() }
 
-// Run programs the tables, then checks and repairs them every
-// CheckInterval until ctx is done. It leaves them in place on return.
+// Run programs the tables, then checks and repairs them after every
+// nftables transaction that touched them (as the kernel notifies it) and
+// every CheckInterval, until ctx is done. It leaves them in place on return.
 func (m *Masq) Run(ctx context.Context) error {
 	conn, closeNS, err := nft.Dial(m.cfg.NetNS)
 	if err != nil {
 		return err
 	}
 	defer closeNS()
+	wctx, stop := context.WithCancel(ctx)
+	changed := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		nft.WatchTables(wctx, m.cfg.NetNS, []string{TableIPv4, TableIPv6}, m.log, changed)
+	}()
+	defer func() { stop(); wg.Wait() }()
 	tick := time.NewTicker(m.cfg.CheckInterval)
 	defer tick.Stop()
 	programmed := false
@@ -108,6 +121,7 @@ func (m *Masq) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
+		case <-changed:
 		}
 	}
 }

@@ -102,7 +102,9 @@ func newMasq(t *testing.T, ns *nettest.NS) *Masq { return newMasqKeepPorts(t, ns
 func newMasqKeepPorts(t *testing.T, ns *nettest.NS, keepPorts bool) *Masq {
 	t.Helper()
 	m, err := New(Config{NetNS: ns.Path, Network: network, IPv6Network: network6, Subnet: subnet, IPv6Subnet: subnet6,
-		KeepPorts: keepPorts, CheckInterval: 200 * time.Millisecond},
+		// The periodic check never comes within a test: a repair is by
+		// the kernel's notification of the change.
+		KeepPorts: keepPorts, CheckInterval: time.Hour},
 		slog.New(slog.NewTextHandler(t.Output(), nil)))
 	if err != nil {
 		t.Fatal(err)

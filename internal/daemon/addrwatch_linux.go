@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -40,7 +41,13 @@ func (e *underlayChanged) Unwrap() error { return errUnderlayChanged }
 
 // Timing of addrWatch.
 const (
-	addrCheckEvery = time.Second
+	// addrResync is how often addrWatch checks the device besides on the
+	// kernel's notifications: a safety net for notifications lost while
+	// the subscription was renewed.
+	addrResync = 90 * time.Second
+	// addrResubscribe is how long addrWatch waits before it subscribes
+	// again after losing its subscription.
+	addrResubscribe = time.Second
 	// addrGrace is how long the advertised address may be missing while
 	// another is present before weftd gives up on it: a network manager that
 	// flushes and adds the same address again, or a DHCP client that drops
@@ -48,9 +55,10 @@ const (
 	addrGrace = 5 * time.Second
 )
 
-// addrWatch checks the underlay device every addrCheckEvery: that it is
-// still the device weftd started on, and still holds the addresses weftd
-// took from it.
+// addrWatch checks the underlay device whenever the kernel notifies a
+// change of a device of that index or name or of an address (and every
+// addrResync): that it is still the device weftd started on, and still
+// holds the addresses weftd took from it.
 type addrWatch struct {
 	index        int
 	name         string
@@ -86,15 +94,31 @@ func (w addrWatch) Run(ctx context.Context) error {
 		return fmt.Errorf("watch the underlay: netlink: %w", err)
 	}
 	defer h.Close()
-	tick := time.NewTicker(addrCheckEvery)
-	defer tick.Stop()
+	sub := w.subscribe()
+	defer func() { sub.stop() }()
+	resync := time.NewTicker(addrResync)
+	defer resync.Stop()
+	grace := time.NewTimer(addrGrace)
+	grace.Stop()
+	defer grace.Stop()
 	var since time.Time
 	var failing string
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C:
+		case <-resync.C:
+		case <-grace.C:
+		case <-sub.wake:
+		case err := <-sub.lost:
+			sub.stop()
+			w.log.Warn("lost the kernel's notifications about the underlay; subscribing again", "err", err, "retryIn", addrResubscribe)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(addrResubscribe):
+			}
+			sub = w.subscribe() // it wakes a check: changes may have gone unseen
 		}
 		ch, err := w.check(h)
 		switch {
@@ -108,11 +132,13 @@ func (w addrWatch) Run(ctx context.Context) error {
 			continue
 		case ch == nil:
 			failing, since = "", time.Time{}
+			grace.Stop()
 			continue
 		case ch.recreated && !ch.old.IsValid():
 			return ch
 		case since.IsZero():
 			since = time.Now()
+			grace.Reset(addrGrace)
 			w.log.Warn("the advertised underlay address is gone and another is there; waiting for it to come back",
 				"device", w.name, "advertised", ch.old, "now", ch.now, "grace", addrGrace)
 		}
@@ -120,6 +146,68 @@ func (w addrWatch) Run(ctx context.Context) error {
 			return ch
 		}
 	}
+}
+
+// subscription is addrWatch's subscription to link and address
+// notifications: wake has a value after a notification that concerns the
+// watch (and once at the start), lost an error once the subscription
+// failed.
+type subscription struct {
+	wake <-chan struct{}
+	lost <-chan error
+	stop func()
+}
+
+// subscribe subscribes to link and address notifications in the calling
+// thread's namespace. A failure to subscribe is reported on lost.
+func (w addrWatch) subscribe() subscription {
+	wake, lost := make(chan struct{}, 1), make(chan error, 2)
+	wake <- struct{}{}
+	done := make(chan struct{})
+	links, addrs := make(chan netlink.LinkUpdate, 16), make(chan netlink.AddrUpdate, 16)
+	onErr := func(err error) {
+		select {
+		case lost <- err:
+		default:
+		}
+	}
+	if err := netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{ErrorCallback: onErr}); err != nil {
+		close(links)
+		onErr(fmt.Errorf("subscribe to link notifications: %w", err))
+	}
+	if err := netlink.AddrSubscribeWithOptions(addrs, done, netlink.AddrSubscribeOptions{ErrorCallback: onErr}); err != nil {
+		close(addrs)
+		onErr(fmt.Errorf("subscribe to address notifications: %w", err))
+	}
+	forwarded := make(chan struct{})
+	go func() {
+		defer close(forwarded)
+		for links != nil || addrs != nil {
+			select {
+			case u, ok := <-links:
+				if !ok {
+					links = nil
+					continue
+				}
+				if u.Attrs().Index != w.index && u.Attrs().Name != w.name {
+					continue
+				}
+			case _, ok := <-addrs:
+				if !ok {
+					addrs = nil
+					continue
+				}
+			}
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	var once sync.Once
+	return subscription{wake: wake, lost: lost, stop: func() {
+		once.Do(func() { close(done); <-forwarded })
+	}}
 }
 
 // check returns what changed (nil: nothing), or an error while the device

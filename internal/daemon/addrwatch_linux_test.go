@@ -1,8 +1,12 @@
 package daemon
 
 import (
+	"context"
+	"errors"
+	"log/slog"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/weft-net/weft/internal/testkit/nettest"
 )
@@ -99,5 +103,46 @@ func TestAddrWatchRecreated(t *testing.T) {
 		if err != nil || ch == nil || !ch.recreated || addrString(ch.old) != s.old || addrString(ch.now) != s.now {
 			t.Errorf("%s: check = %+v, %v; want recreated, %q, %q", s.name, ch, err, s.old, s.now)
 		}
+	}
+}
+
+// TestAddrWatchNotified: Run sees the device recreated with another
+// address by the kernel's notifications, well before its periodic check
+// (addrResync) could.
+func TestAddrWatchNotified(t *testing.T) {
+	ns := nettest.NewNS(t, "addrw")
+	mk := func(addr string) {
+		nettest.MustRun(t, ns, "ip", "link", "add", "ul0", "type", "veth", "peer", "name", "ul1")
+		nettest.MustRun(t, ns, "ip", "addr", "add", addr, "dev", "ul0")
+	}
+	mk("10.1.0.1/24")
+	l, err := ns.Handle.LinkByName("ul0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := addrWatch{index: l.Attrs().Index, name: "ul0", want4: netip.MustParseAddr("10.1.0.1"), need4: true,
+		log: slog.New(slog.NewTextHandler(t.Output(), nil))}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- ns.Do(func() error { return w.Run(ctx) })
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned %v with nothing changed", err)
+	case <-time.After(500 * time.Millisecond): // long enough to have subscribed; the test holds without it
+	}
+	nettest.MustRun(t, ns, "ip", "link", "del", "ul0")
+	mk("10.1.0.2/24")
+	limit := addrResync / 3
+	select {
+	case err := <-done:
+		var ch *underlayChanged
+		if !errors.As(err, &ch) || !ch.recreated || addrString(ch.now) != "10.1.0.2" {
+			t.Fatalf("Run = %v, want the device recreated with 10.1.0.2", err)
+		}
+	case <-time.After(limit):
+		t.Fatalf("the recreated device not seen within %s (the periodic check is every %s)", limit, addrResync)
 	}
 }

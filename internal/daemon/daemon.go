@@ -127,6 +127,9 @@ type Presence interface {
 	// Held reports whether the claim is ours and alive; err says why not
 	// (subnet.ErrPublicIPTaken: another running node holds an address).
 	Held() (bool, error)
+	// Changed has a value after Held's answer may have changed (the
+	// daemon is its only reader).
+	Changed() <-chan struct{}
 }
 
 // PolicyReporter is told how NetworkPolicy enforcement goes.

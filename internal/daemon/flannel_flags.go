@@ -35,7 +35,7 @@ func (f *flannelFlags) register(s *flagenv.Set, c *config) {
 	s.Int(&f.healthzPort, "healthz-port", 0, "serve /healthz, /readyz and /metrics on --healthz-ip and this port (0: use --health-addr)")
 	s.Bool(&f.blackholeRoute, "ip-blackhole-route", false, "add a blackhole route for this node's pod subnet, so its unused addresses are never routed elsewhere")
 	s.Bool(&f.forwardRules, "iptables-forward-rules", true, "accept traffic to and from the cluster network in the iptables FORWARD chains (chain WEFT-FWD), whatever --ip-masq says; false removes them")
-	s.Int(&f.resyncSeconds, "iptables-resync", 5, "seconds between checks of the masquerade and forward rules")
+	s.Int(&f.resyncSeconds, "iptables-resync", 5, "seconds between checks of the iptables-legacy forward rules (nftables rules are checked on every change the kernel notifies)")
 	s.Bool(&f.masqRandomDisable, "ip-masq-fully-random-disable", false, "with --ip-masq, masquerade without fully-random source ports, so that a flow keeps its source port when it is free (NAT traversal from pods)")
 	s.Int(&f.verbosity, "v", 0, "flanneld's (klog's) verbosity: 2 or more means --log-level debug")
 	s.String(&f.vmodule, "vmodule", "", "flanneld's (klog's) per-file verbosity (ignored by weft)")

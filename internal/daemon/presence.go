@@ -4,13 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/weft-net/weft/subnet"
 )
-
-// presenceCheck is how often the presence claim is looked at.
-const presenceCheck = 250 * time.Millisecond
 
 // awaitPresence waits until the node's public addresses are claimed (no
 // other running node advertises them), saying meanwhile why in Waiting.
@@ -19,8 +15,6 @@ func (d *Daemon) awaitPresence(ctx context.Context) error {
 	if p == nil {
 		return nil
 	}
-	tick := time.NewTicker(presenceCheck)
-	defer tick.Stop()
 	for {
 		held, err := p.Held()
 		if held {
@@ -31,7 +25,7 @@ func (d *Daemon) awaitPresence(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-tick.C:
+		case <-p.Changed():
 		}
 	}
 }
@@ -49,13 +43,11 @@ func (d *Daemon) watchPresence(ctx context.Context) error {
 	if p == nil {
 		return nil
 	}
-	tick := time.NewTicker(presenceCheck)
-	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C:
+		case <-p.Changed():
 		}
 		if held, err := p.Held(); !held && errors.Is(err, subnet.ErrPublicIPTaken) {
 			d.log.Error("another running node claimed this node's public IP while its claim had lapsed; stopping the lease's session until the address is ours again",

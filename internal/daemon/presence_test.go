@@ -13,10 +13,17 @@ import (
 
 // fakePresence is a claim the test holds or hands to another node.
 type fakePresence struct {
-	mu   sync.Mutex
-	held bool
-	err  error
+	mu      sync.Mutex
+	held    bool
+	err     error
+	changed chan struct{}
 }
+
+func newFakePresence(held bool, err error) *fakePresence {
+	return &fakePresence{held: held, err: err, changed: make(chan struct{}, 1)}
+}
+
+func (p *fakePresence) Changed() <-chan struct{} { return p.changed }
 
 func (p *fakePresence) Held() (bool, error) {
 	p.mu.Lock()
@@ -28,6 +35,10 @@ func (p *fakePresence) set(held bool, err error) {
 	p.mu.Lock()
 	p.held, p.err = held, err
 	p.mu.Unlock()
+	select {
+	case p.changed <- struct{}{}:
+	default:
+	}
 }
 
 // TestDaemonFollowsPresence: no lease is acquired before the node's address
@@ -37,7 +48,7 @@ func (p *fakePresence) set(held bool, err error) {
 // is its own.
 func TestDaemonFollowsPresence(t *testing.T) {
 	taken := fmt.Errorf("%w: 192.168.77.1 is advertised by the running node \"other\"", subnet.ErrPublicIPTaken)
-	p := &fakePresence{err: taken}
+	p := newFakePresence(false, taken)
 	reg := &fakeRegistry{cfg: testConfig(t)}
 	d, fb, _ := startDaemonMetrics(t, reg, filepath.Join(t.TempDir(), "subnet.env"), func(c *Config) { c.Presence = p })
 	fb.markReady()

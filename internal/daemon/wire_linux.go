@@ -124,8 +124,7 @@ func factories(c *config, u underlayInfo, live *liveBackend, files *fdstore.Stor
 	if c.ipMasq {
 		f.Masquerade = func(cfg *subnet.Config, lease subnet.Lease) (Runner, error) {
 			m, err := masq.New(masq.Config{Network: cfg.Network, IPv6Network: cfg.IPv6Network,
-				Subnet: lease.Subnet, IPv6Subnet: lease.IPv6Subnet, KeepPorts: c.flannel.masqRandomDisable,
-				CheckInterval: resync}, log)
+				Subnet: lease.Subnet, IPv6Subnet: lease.IPv6Subnet, KeepPorts: c.flannel.masqRandomDisable}, log)
 			if err != nil {
 				return nil, err
 			}

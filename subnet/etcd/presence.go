@@ -44,9 +44,10 @@ type Presence struct {
 	retry   time.Duration
 	log     *slog.Logger
 
-	mu   sync.Mutex
-	held bool  // the record is ours and alive
-	err  error // why it is not held; nil while it is
+	mu      sync.Mutex
+	held    bool          // the record is ours and alive
+	err     error         // why it is not held; nil while it is
+	changed chan struct{} // has a value after a set
 }
 
 // PresenceOwner identifies the weftd that holds an address: the node's
@@ -108,6 +109,7 @@ func NewPresence(client *clientv3.Client, owner PresenceOwner, addrs []netip.Add
 		client: client, dir: strings.TrimRight(opts.Prefix, "/") + "/weft-presence/", owner: owner, value: string(value),
 		ttl: int64((opts.TTL + time.Second - 1) / time.Second), timeout: opts.RequestTimeout, retry: opts.Retry,
 		log: log.With("component", "presence"), err: errors.New("presence: not claimed yet"),
+		changed: make(chan struct{}, 1),
 	}
 	for _, a := range addrs {
 		if a.IsValid() {
@@ -132,10 +134,18 @@ func (p *Presence) Held() (bool, error) {
 	return p.held, p.err
 }
 
+// Changed has a value after Held's answer may have changed, for one
+// reader to wait on instead of asking Held again and again.
+func (p *Presence) Changed() <-chan struct{} { return p.changed }
+
 func (p *Presence) set(held bool, err error) {
 	p.mu.Lock()
 	p.held, p.err = held, err
 	p.mu.Unlock()
+	select {
+	case p.changed <- struct{}{}:
+	default:
+	}
 }
 
 // Run claims the addresses, retrying until the claim succeeds, and keeps

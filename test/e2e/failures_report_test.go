@@ -35,7 +35,7 @@ var flannelFailures = []failureRow{
 			"host-gw's three cases fail (routes not back within 10 s; weftd still running 5 s after its address was replaced)"},
 	{ID: "2247", Report: "#2247, k3s-io/k3s#12436: the underlay device deleted and created again (tailscale0, ZeroTier, VLAN, bond)",
 		Users: "pods on the node cut off until flanneld restarts",
-		Weft: "weftd checks every second that the underlay device is the one it started on; when a new device holds its name and an address " +
+		Weft: "weftd checks, on every link and address change the kernel notifies, that the underlay device is the one it started on; when a new device holds its name and an address " +
 			"of each family the old one had, weftd starts the node again on it in the same process (moving the lease when the address changed), " +
 			"and the dataplane is rebuilt on the new device",
 		Test: "`TestFlannel2247UnderlayRecreated` (vxlan, uvxlan, uvxlan with its files kept by a service manager, and host-gw; the underlay veth deleted and a new one made, with the same address, then with a new one; " +
@@ -50,8 +50,8 @@ var flannelFailures = []failureRow{
 		Removed: "the deletion of unwanted routes in `kernel.Overlay.Sync`: fails, n3's route still on n1 2 s after weftd started"},
 	{ID: "2237", Report: "#2237: `FLANNEL-POSTRTG` flushed during a pod restart",
 		Users: "all pods on the node lose egress",
-		Weft: "the masquerade tables and the `WEFT-FWD` forward rules are checked every `--iptables-resync` seconds (5 by default) " +
-			"and rewritten whole when anything differs",
+		Weft: "the masquerade tables and the `WEFT-FWD` forward rules are checked after every nftables change the kernel notifies " +
+			"(iptables-legacy's, of which it gives no notice, every `--iptables-resync` seconds, 5 by default) and rewritten whole when anything differs",
 		Test: "`TestFlannel2237RulesFlushed` (`--iptables-resync=1`, FORWARD policy DROP; masquerade table flushed, deleted, its chain deleted, " +
 			"`WEFT-FWD` flushed, `nft flush ruleset`; bound asserted: the interval plus 1 s)",
 		Removed: "the masquerade table's repair after the first programming (`ensure` skips when programmed): all five cases fail"},

@@ -193,7 +193,8 @@ func (c *Cluster) Expire(key string) {
 // weft's masquerade table, deletes it, deletes its chain, flushes WEFT-FWD,
 // and flushes the whole ruleset (an nftables.service reload). weft must log
 // a repair and put everything back within its check interval
-// (--iptables-resync, 1 s here; 5 s by default) plus a second of slack; the
+// (--iptables-resync, 1 s here; nftables changes are repaired on the
+// kernel's notification, sooner) plus a second of slack; the
 // pings lost are logged.
 func TestFlannel2237RulesFlushed(t *testing.T) {
 	if _, err := exec.LookPath("nft"); err != nil {
