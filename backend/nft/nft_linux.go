@@ -63,9 +63,12 @@ func Comment(s string) []byte { return userdata.AppendString(nil, userdata.TypeC
 
 // Dial returns an nftables connection to the namespace at path ("" for the
 // current one) and the function that releases it.
-func Dial(path string) (*nftables.Conn, func(), error) {
+func Dial(path string) (*nftables.Conn, func(), error) { return dial(path) }
+
+// dial is Dial with more options for the connection.
+func dial(path string, opts ...nftables.ConnOption) (*nftables.Conn, func(), error) {
 	if path == "" {
-		c, err := nftables.New()
+		c, err := nftables.New(opts...)
 		if err != nil {
 			return nil, nil, fmt.Errorf("nftables connection: %w", err)
 		}
@@ -75,7 +78,7 @@ func Dial(path string) (*nftables.Conn, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("open namespace %s: %w", path, err)
 	}
-	c, err := nftables.New(nftables.WithNetNSFd(fd))
+	c, err := nftables.New(append(opts, nftables.WithNetNSFd(fd))...)
 	if err != nil {
 		unix.Close(fd)
 		return nil, nil, fmt.Errorf("nftables connection in %s: %w", path, err)

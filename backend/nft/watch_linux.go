@@ -36,10 +36,14 @@ func WatchTables(ctx context.Context, path string, tables []string, log *slog.Lo
 // watchOnce subscribes once and forwards notifications until ctx ends or
 // the subscription fails.
 func watchOnce(ctx context.Context, path string, tables []string, changed chan<- struct{}) error {
-	conn, closeNS, err := Dial(path)
+	// A lasting connection: the monitor subscribes on its socket, which
+	// is closed here however the subscription ends (the monitor closes a
+	// socket of its own only when Close is called before a receive error).
+	conn, closeNS, err := dial(path, nftables.AsLasting())
 	if err != nil {
 		return err
 	}
+	defer conn.CloseLasting()
 	mon := nftables.NewMonitor(nftables.WithMonitorEventBuffer(16))
 	events, err := conn.AddGenerationalMonitor(mon)
 	closeNS() // the subscription's socket is open in the namespace
@@ -48,7 +52,8 @@ func watchOnce(ctx context.Context, path string, tables []string, changed chan<-
 	}
 	defer func() {
 		mon.Close()
-		for range events { // let the monitor's goroutine end
+		conn.CloseLasting() // ends the monitor's receive
+		for range events {  // let the monitor's goroutine end
 		}
 	}()
 	notify(changed)
