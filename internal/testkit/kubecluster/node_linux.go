@@ -66,6 +66,16 @@ func kubeletConf(n *Node, caFile string) map[string]any {
 			"x509":      map[string]any{"clientCAFile": caFile},
 		},
 		"authorization": map[string]any{"mode": "Webhook"},
+		// The images were imported, not pulled, and cannot be pulled
+		// here: no image garbage collection (100 turns it off), which
+		// removed the pause image when the machine's disk, shared with
+		// other work, passed 85 %, and no eviction for the disk either
+		// (0 % turns a signal off), only for memory.
+		"imageGCHighThresholdPercent": 100,
+		"evictionHard": map[string]string{
+			"memory.available": "100Mi", "nodefs.available": "0%", "nodefs.inodesFree": "0%",
+			"imagefs.available": "0%", "imagefs.inodesFree": "0%",
+		},
 	}
 }
 
