@@ -30,6 +30,9 @@ func Up(ctx context.Context, cfg Config) (*State, error) {
 	if left, _ := filepath.Glob(netnsPath(prefix + "*")); len(left) > 0 {
 		return nil, fmt.Errorf("kubecluster: namespaces of a cluster named %q exist (%v): take it down first", cfg.Name, left)
 	}
+	if err := checkInotify(cfg.Nodes); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("kubecluster: %w", err)
 	}
