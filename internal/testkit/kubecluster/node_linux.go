@@ -207,10 +207,12 @@ func (s *State) addNode(ctx context.Context, cfg *Config, ul *namespace.NS, i in
 func waitHolder(n *Node) error {
 	for end := time.Now().Add(20 * time.Second); ; {
 		args, err := cmdline(n.Holder.PID)
-		if err != nil {
+		if err != nil && !running(n.Holder.PID) {
 			return fmt.Errorf("kubecluster: %s's holder exited: %w", n.Name, err)
 		}
-		if args[0] == "sleep" {
+		// An empty command line while it runs: the script is in the
+		// middle of its exec of sleep.
+		if err == nil && args[0] == "sleep" {
 			return nil
 		}
 		if time.Now().After(end) {
