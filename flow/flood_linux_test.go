@@ -22,20 +22,7 @@ import (
 // lets through: at most LogBurst plus LogRate a second of the time the
 // flood and the reading took, so weftd's reader never sees the flood.
 func TestDropFloodIsRateLimited(t *testing.T) {
-	node, p1, p2 := nettest.NewNS(t, "fldnode"), nettest.NewNS(t, "fldp1"), nettest.NewNS(t, "fldp2")
-	nettest.Veth(t, node, "v1", p1, "eth0")
-	nettest.Veth(t, node, "v2", p2, "eth0")
-	for _, c := range [][]string{
-		{"node", "v1", "10.8.1.1/24", ""}, {"node", "v2", "10.8.2.1/24", ""},
-		{"p1", "eth0", "10.8.1.2/24", "10.8.1.1"}, {"p2", "eth0", "10.8.2.2/24", "10.8.2.1"},
-	} {
-		ns := map[string]*nettest.NS{"node": node, "p1": p1, "p2": p2}[c[0]]
-		nettest.MustRun(t, ns, "ip", "addr", "add", c[2], "dev", c[1])
-		if c[3] != "" {
-			nettest.MustRun(t, ns, "ip", "route", "add", "default", "via", c[3])
-		}
-	}
-	nettest.MustRun(t, node, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	node, p1, _ := nettest.RoutedPods(t, "fld", [2]netip.Prefix{netip.MustParsePrefix("10.8.1.0/24"), netip.MustParsePrefix("10.8.2.0/24")})
 	dst := netip.MustParseAddr("10.8.2.2")
 	if err := policy.Program(node.Path, policy.Plan{IngressIsolated: []netip.Addr{dst},
 		IngressBy: []policy.Isolation{{Policies: []string{"x/iso"}, Addrs: []netip.Addr{dst}}}, LogGroup: 11}); err != nil {
