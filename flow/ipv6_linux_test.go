@@ -1,15 +1,12 @@
 package flow_test
 
 import (
-	"context"
 	"net"
 	"net/netip"
 	"slices"
 	"sync"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/weft-net/weft/flow"
 	"github.com/weft-net/weft/internal/testkit/nettest"
@@ -27,24 +24,9 @@ func TestIPv6DropLogged(t *testing.T) {
 		EgressBy: []policy.Isolation{{Policies: []string{"x/out"}, Addrs: []netip.Addr{src}}}, LogGroup: 12}); err != nil {
 		t.Fatal(err)
 	}
-	fd, err := unix.Open(node.Path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
 	var mu sync.Mutex
 	var got []flow.Flow
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- (&flow.NFLog{Group: 12, NetNS: fd}).Run(ctx, func(f flow.Flow) { mu.Lock(); got = append(got, f); mu.Unlock() })
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	readNFLog(t, node, 12, func(f flow.Flow) { mu.Lock(); got = append(got, f); mu.Unlock() })
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		p1.Do(func() error {
