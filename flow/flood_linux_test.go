@@ -22,35 +22,14 @@ import (
 // lets through: at most LogBurst plus LogRate a second of the time the
 // flood and the reading took, so weftd's reader never sees the flood.
 func TestDropFloodIsRateLimited(t *testing.T) {
-	node, p1, p2 := nettest.NewNS(t, "fldnode"), nettest.NewNS(t, "fldp1"), nettest.NewNS(t, "fldp2")
-	nettest.Veth(t, node, "v1", p1, "eth0")
-	nettest.Veth(t, node, "v2", p2, "eth0")
-	for _, c := range [][]string{
-		{"node", "v1", "10.8.1.1/24", ""}, {"node", "v2", "10.8.2.1/24", ""},
-		{"p1", "eth0", "10.8.1.2/24", "10.8.1.1"}, {"p2", "eth0", "10.8.2.2/24", "10.8.2.1"},
-	} {
-		ns := map[string]*nettest.NS{"node": node, "p1": p1, "p2": p2}[c[0]]
-		nettest.MustRun(t, ns, "ip", "addr", "add", c[2], "dev", c[1])
-		if c[3] != "" {
-			nettest.MustRun(t, ns, "ip", "route", "add", "default", "via", c[3])
-		}
-	}
-	nettest.MustRun(t, node, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	node, p1, _ := nettest.RoutedPods(t, "fld", [2]netip.Prefix{netip.MustParsePrefix("10.8.1.0/24"), netip.MustParsePrefix("10.8.2.0/24")})
 	dst := netip.MustParseAddr("10.8.2.2")
 	if err := policy.Program(node.Path, policy.Plan{IngressIsolated: []netip.Addr{dst},
 		IngressBy: []policy.Isolation{{Policies: []string{"x/iso"}, Addrs: []netip.Addr{dst}}}, LogGroup: 11}); err != nil {
 		t.Fatal(err)
 	}
-	fd, err := unix.Open(node.Path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
 	var logged atomic.Int64
-	nfl := &flow.NFLog{Group: 11, NetNS: fd}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- nfl.Run(ctx, func(flow.Flow) { logged.Add(1) }) }()
+	readNFLog(t, node, 11, func(flow.Flow) { logged.Add(1) })
 	// The reader is bound once one packet comes back.
 	for logged.Load() == 0 {
 		nettest.SendUDP(t, p1, netip.MustParseAddr("10.8.1.2"), netip.AddrPortFrom(dst, 7), []byte("x"))
@@ -68,10 +47,6 @@ func TestDropFloodIsRateLimited(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // what was logged is read
 	elapsed := time.Since(start)
 	got := logged.Load() - before
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 	bound := int64(policy.LogBurst) + int64(elapsed.Seconds()*policy.LogRate) + 1
 	if got == 0 || got > bound {
 		t.Errorf("%d drops logged out of %d sent in %s; want 1 to %d", got, n, elapsed, bound)
@@ -82,6 +57,26 @@ func TestDropFloodIsRateLimited(t *testing.T) {
 		t.Errorf("the drop rule counted %d packets, want at least %d:\n%s", dropped, n, out)
 	}
 	t.Logf("flood of %d packets in %s: %d dropped, %d logged (bound %d)", n, elapsed, dropped, got, bound)
+}
+
+// readNFLog reads the flows NFLOG group logs in the namespace n, handing
+// each to fn, until the test ends; the reader's error fails the test.
+func readNFLog(t *testing.T, n *nettest.NS, group uint16, fn func(flow.Flow)) {
+	t.Helper()
+	fd, err := unix.Open(n.Path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- (&flow.NFLog{Group: group, NetNS: fd}).Run(ctx, fn) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+		unix.Close(fd)
+	})
 }
 
 // counted reads "counter packets N" from the drop rule.

@@ -1,15 +1,12 @@
 package flow_test
 
 import (
-	"context"
 	"net"
 	"net/netip"
 	"slices"
 	"sync"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/weft-net/weft/flow"
 	"github.com/weft-net/weft/internal/testkit/nettest"
@@ -21,43 +18,15 @@ import (
 // allowed, so its TCP connection is dropped and the drop must name x/out
 // and the egress direction, with both IPv6 addresses and the port.
 func TestIPv6DropLogged(t *testing.T) {
-	node, p1, p2 := nettest.NewNS(t, "v6node"), nettest.NewNS(t, "v6p1"), nettest.NewNS(t, "v6p2")
-	nettest.Veth(t, node, "v1", p1, "eth0")
-	nettest.Veth(t, node, "v2", p2, "eth0")
-	for _, c := range [][]string{
-		{"node", "v1", "fd08:1::1/64", ""}, {"node", "v2", "fd08:2::1/64", ""},
-		{"p1", "eth0", "fd08:1::2/64", "fd08:1::1"}, {"p2", "eth0", "fd08:2::2/64", "fd08:2::1"},
-	} {
-		ns := map[string]*nettest.NS{"node": node, "p1": p1, "p2": p2}[c[0]]
-		nettest.MustRun(t, ns, "ip", "addr", "add", c[2], "dev", c[1], "nodad")
-		if c[3] != "" {
-			nettest.MustRun(t, ns, "ip", "-6", "route", "add", "default", "via", c[3])
-		}
-	}
-	nettest.MustRun(t, node, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
+	node, p1, _ := nettest.RoutedPods(t, "v6", [2]netip.Prefix{netip.MustParsePrefix("fd08:1::/64"), netip.MustParsePrefix("fd08:2::/64")})
 	src, dst := netip.MustParseAddr("fd08:1::2"), netip.MustParseAddr("fd08:2::2")
 	if err := policy.Program(node.Path, policy.Plan{V6: true, EgressIsolated: []netip.Addr{src},
 		EgressBy: []policy.Isolation{{Policies: []string{"x/out"}, Addrs: []netip.Addr{src}}}, LogGroup: 12}); err != nil {
 		t.Fatal(err)
 	}
-	fd, err := unix.Open(node.Path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
 	var mu sync.Mutex
 	var got []flow.Flow
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- (&flow.NFLog{Group: 12, NetNS: fd}).Run(ctx, func(f flow.Flow) { mu.Lock(); got = append(got, f); mu.Unlock() })
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	readNFLog(t, node, 12, func(f flow.Flow) { mu.Lock(); got = append(got, f); mu.Unlock() })
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		p1.Do(func() error {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weft-net/weft/internal/testkit/benchreport"
 	"github.com/weft-net/weft/internal/testkit/kubecluster"
 	"github.com/weft-net/weft/internal/testkit/kubetest"
 	"github.com/weft-net/weft/test/e2e"
@@ -176,7 +177,7 @@ func BenchmarkCluster(b *testing.B) {
 		for c, r := range rest {
 			r.round = i + 1
 			c.rest = append(c.rest, r)
-			fmt.Printf("round %d %s at rest: %s cpu=%.1fm mem=%.1fMiB load=%s\n", i+1, c.label, c.cniNS, r.cpu, r.mem, loadAvg())
+			fmt.Printf("round %d %s at rest: %s cpu=%.1fm mem=%.1fMiB load=%s\n", i+1, c.label, c.cniNS, r.cpu, r.mem, benchreport.LoadAvg(" "))
 		}
 		round(b, ctx, cols, i, secs)
 	}

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/weft-net/weft/internal/testkit/benchreport"
 )
 
 const (
@@ -177,7 +179,7 @@ func clientSeconds(secs int) int { return secs + int(warmup/time.Second) + 1 }
 // run runs t from c's client to addr for clientSeconds(secs), and measures
 // the two nodes' CPU over secs from warmup on, while the traffic flows.
 func (c *column) run(ctx context.Context, t test, addr string, secs int) (measurement, error) {
-	m := measurement{load: loadAvg(), secs: float64(secs)}
+	m := measurement{load: benchreport.LoadAvg(" "), secs: float64(secs)}
 	tctx, cancel := context.WithTimeout(ctx, time.Duration(secs+60)*time.Second+warmup)
 	defer cancel()
 	cmd := c.client(tctx, t.tool, t.args(addr, clientSeconds(secs)))
@@ -276,17 +278,4 @@ func restWindow(ctx context.Context, cols []*column, d time.Duration) (map[*colu
 		}
 	}
 	return out, nil
-}
-
-// loadAvg is the machine's load averages over 1, 5 and 15 minutes.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }

@@ -59,22 +59,8 @@ var figures = []figure{
 	{"TCP CRR", "CPU s/s, both nodes", 2, func(m measurement) float64 { return m.cpuSrv + m.cpuCli }, ""},
 }
 
-// spread is the median, lowest and highest of v, NaNs left out.
-func spread(v []float64) (med, lo, hi float64, ok bool) {
-	v = slices.DeleteFunc(slices.Clone(v), math.IsNaN)
-	if len(v) == 0 {
-		return 0, 0, 0, false
-	}
-	slices.Sort(v)
-	m := v[len(v)/2]
-	if len(v)%2 == 0 {
-		m = (v[len(v)/2-1] + v[len(v)/2]) / 2
-	}
-	return m, v[0], v[len(v)-1], true
-}
-
 func cell(v []float64, prec int) string {
-	m, lo, hi, ok := spread(v)
+	m, lo, hi, ok := benchreport.Spread(v)
 	if !ok {
 		return "–"
 	}
@@ -93,7 +79,7 @@ func (c *column) values(path string, f figure) []float64 {
 }
 
 func (c *column) median(path string, f figure) float64 {
-	m, _, _, ok := spread(c.values(path, f))
+	m, _, _, ok := benchreport.Spread(c.values(path, f))
 	if !ok {
 		return math.NaN()
 	}
@@ -105,7 +91,7 @@ func restMedian(c *column, get func(atRest) float64) float64 {
 	for _, r := range c.rest {
 		v = append(v, get(r))
 	}
-	m, _, _, ok := spread(v)
+	m, _, _, ok := benchreport.Spread(v)
 	if !ok {
 		return math.NaN()
 	}

@@ -69,12 +69,12 @@ func BenchmarkFleet(b *testing.B) {
 		up := time.Since(t0)
 		cpu1, req1 := e.cpu(b), e.requests(b)
 		rep.printf("fleet: %d nodes up (acquire + watch + first batch) in %s; etcd used %s CPU and %.0f requests for it; load %s\n",
-			n, up.Round(time.Millisecond), cpu1-cpu0, req1-req0, loadAvg())
+			n, up.Round(time.Millisecond), cpu1-cpu0, req1-req0, benchreport.LoadAvg("/"))
 		const rest = 10 * time.Second
 		time.Sleep(rest) // a window of idle time to measure, not a synchronisation
 		cpu2, req2 := e.cpu(b), e.requests(b)
 		rep.printf("fleet at rest: etcd CPU %.1f%% of a core, %.1f requests/s; load %s\n",
-			100*(cpu2-cpu1).Seconds()/rest.Seconds(), (req2-req1)/rest.Seconds(), loadAvg())
+			100*(cpu2-cpu1).Seconds()/rest.Seconds(), (req2-req1)/rest.Seconds(), benchreport.LoadAvg("/"))
 		var adds, dels, worstAdd, worstDel []time.Duration
 		tp := time.Now()
 		for i := range probes {
@@ -87,7 +87,7 @@ func BenchmarkFleet(b *testing.B) {
 		rep.printf("new lease -> every node's watch (%d x %d): %s; slowest node per lease: %s\n", probes, n, quantiles(adds), quantiles(worstAdd))
 		rep.printf("removed lease -> every node's watch (%d x %d): %s; slowest node per lease: %s\n", probes, n, quantiles(dels), quantiles(worstDel))
 		rep.printf("during the changes: etcd CPU %.1f%% of a core, %.1f requests/s over %s; load %s\n",
-			100*(cpu3-cpu2).Seconds()/el.Seconds(), (req3-req2)/el.Seconds(), el.Round(time.Millisecond), loadAvg())
+			100*(cpu3-cpu2).Seconds()/el.Seconds(), (req3-req2)/el.Seconds(), el.Round(time.Millisecond), benchreport.LoadAvg("/"))
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		rep.printf("etcd: db size %s, host process RSS %.0fMB (3 members and their proxies); fleet process heap %.0fMB (%.1fKB per node: client, registry, watch)\n",
@@ -181,17 +181,4 @@ func quantile(d []time.Duration, q float64) time.Duration {
 func quantiles(d []time.Duration) string {
 	return fmt.Sprintf("p50=%s p99=%s max=%s", quantile(d, 0.5).Round(time.Microsecond),
 		quantile(d, 0.99).Round(time.Microsecond), quantile(d, 1).Round(time.Microsecond))
-}
-
-// loadAvg is the machine's load average, to print with a figure.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], "/")
 }

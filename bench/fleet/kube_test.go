@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/weft-net/weft/internal/testkit/benchreport"
 	"github.com/weft-net/weft/internal/testkit/kubetest"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/subnet/kube"
@@ -220,7 +221,7 @@ func BenchmarkKubeFleet(b *testing.B) {
 		heap1 := heapInuse()
 		perWatcher := float64(heap1-heap0) / float64(w)
 		rep.printf("kube fleet: %d watchers of %d Nodes up (list + watch + first batch) in %s; load %s\n",
-			w, n, up.Round(time.Millisecond), loadAvg())
+			w, n, up.Round(time.Millisecond), benchreport.LoadAvg("/"))
 		rep.printf("kube fleet memory: heap %.0fMB for %d watchers: %.0fKB per watcher, %.0f bytes per Node per watcher (informer cache, registry, client)\n",
 			float64(heap1-heap0)/(1<<20), w, perWatcher/1024, perWatcher/float64(n))
 		var adds, dels, worstAdd, worstDel []time.Duration
@@ -231,7 +232,7 @@ func BenchmarkKubeFleet(b *testing.B) {
 		}
 		rep.printf("new Node -> every watcher (%d x %d): %s; slowest watcher per Node: %s\n", probes, w, quantiles(adds), quantiles(worstAdd))
 		rep.printf("deleted Node -> every watcher (%d x %d): %s; slowest watcher per Node: %s; load %s\n",
-			probes, w, quantiles(dels), quantiles(worstDel), loadAvg())
+			probes, w, quantiles(dels), quantiles(worstDel), benchreport.LoadAvg("/"))
 		rep.verdicts(adds)
 		b.ReportMetric(float64(quantile(adds, 0.5).Microseconds())/1000, "add-p50-ms")
 		b.ReportMetric(float64(quantile(adds, 0.99).Microseconds())/1000, "add-p99-ms")

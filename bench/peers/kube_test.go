@@ -178,7 +178,7 @@ func kubeRound(b *testing.B, k *kubetest.Cluster, cs kubernetes.Interface, d *da
 		}
 	}
 	var r result
-	r.loadStart = loadAvg()
+	r.loadStart = benchreport.LoadAvg("/")
 	start := time.Now()
 	node := c.AddNode("k1", "--kube-subnet-mgr", "--kubeconfig", k.Kubeconfig(), "--node-name", self, "--net-config-path", netConf)
 	defer node.Stop()
@@ -240,7 +240,7 @@ func kubeRound(b *testing.B, k *kubetest.Cluster, cs kubernetes.Interface, d *da
 			b.Fatalf("after the churn: %d routes (before: %d), neighbour %s → %s: %v", n, routes, psn.Addr(), mac, has)
 		}
 	}
-	r.loadEnd = loadAvg()
+	r.loadEnd = benchreport.LoadAvg("/")
 	return r
 }
 

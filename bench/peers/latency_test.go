@@ -61,7 +61,7 @@ func BenchmarkLeaseRoute(b *testing.B) {
 					if !m.runs(d) {
 						continue
 					}
-					load := loadAvg()
+					load := benchreport.LoadAvg("/")
 					lat := m.measure(b, d, n, latencyProbes)
 					c := findCell(cells, m.name(), n, d)
 					c.rounds = append(c.rounds, latRound{round: i + 1, load: load, lat: lat})
@@ -147,7 +147,7 @@ func (c *latCell) stat(f func(latRound) time.Duration) (med, lo, hi float64) {
 	for _, r := range c.rounds {
 		v = append(v, ms(f(r)))
 	}
-	med, lo, hi, _ = spread(v)
+	med, lo, hi, _ = benchreport.Spread(v)
 	return med, lo, hi
 }
 

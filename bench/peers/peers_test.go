@@ -336,7 +336,7 @@ func peersRound(b *testing.B, d *daemon) result {
 			b.Fatal(err)
 		}
 	}
-	r.loadStart = loadAvg()
+	r.loadStart = benchreport.LoadAvg("/")
 	start := time.Now()
 	node := c.AddNode("n1")
 	h := node.Handle
@@ -400,7 +400,7 @@ func peersRound(b *testing.B, d *daemon) result {
 			b.Fatalf("after the churn: %d routes (before: %d), neighbour %s → %s: %v", n, routes, sn.Addr(), mac, has)
 		}
 	}
-	r.loadEnd = loadAvg()
+	r.loadEnd = benchreport.LoadAvg("/")
 	if log, err := os.ReadFile(node.LogFile); err == nil && os.Getenv("WEFT_BENCH_LOG") != "" {
 		for _, line := range strings.Split(string(log), "\n") {
 			if strings.Contains(line, "synced peers") || strings.Contains(line, "resync") || strings.Contains(line, "lease") {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -59,27 +58,13 @@ type figure struct {
 	get  func(result) float64 // NaN: the daemon does not have it
 }
 
-// spread is the median, lowest and highest of v, NaNs left out.
-func spread(v []float64) (med, lo, hi float64, ok bool) {
-	v = slices.DeleteFunc(slices.Clone(v), math.IsNaN)
-	if len(v) == 0 {
-		return 0, 0, 0, false
-	}
-	slices.Sort(v)
-	m := v[len(v)/2]
-	if len(v)%2 == 0 {
-		m = (v[len(v)/2-1] + v[len(v)/2]) / 2
-	}
-	return m, v[0], v[len(v)-1], true
-}
-
 // median is f's median over c's rounds (NaN if none has it).
 func (c column) median(f func(result) float64) float64 {
 	var v []float64
 	for _, r := range c.rs {
 		v = append(v, f(r))
 	}
-	m, _, _, ok := spread(v)
+	m, _, _, ok := benchreport.Spread(v)
 	if !ok {
 		return nan
 	}
@@ -91,7 +76,7 @@ func (c column) cell(f figure) string {
 	for _, r := range c.rs {
 		v = append(v, f.get(r))
 	}
-	m, lo, hi, ok := spread(v)
+	m, lo, hi, ok := benchreport.Spread(v)
 	if !ok {
 		return "–"
 	}
@@ -215,19 +200,6 @@ func report(b *testing.B, s section) {
 		return
 	}
 	fmt.Printf("report written to %s\n", path)
-}
-
-// loadAvg is the machine's load averages over 1, 5 and 15 minutes.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], "/")
 }
 
 // ms is d in milliseconds.

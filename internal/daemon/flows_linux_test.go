@@ -33,20 +33,8 @@ import (
 // policy, and count in weft_policy_verdicts_total; the ICMP ping the
 // table lets through (replies of nothing: a new flow) shows as allowed.
 func TestFlowsServed(t *testing.T) {
-	node, p1, p2 := nettest.NewNS(t, "flnode"), nettest.NewNS(t, "flp1"), nettest.NewNS(t, "flp2")
-	nettest.Veth(t, node, "v1", p1, "eth0")
-	nettest.Veth(t, node, "v2", p2, "eth0")
-	for _, c := range []struct {
-		ns        *nettest.NS
-		dev, addr string
-		gw        string
-	}{{node, "v1", "10.9.1.1/24", ""}, {node, "v2", "10.9.2.1/24", ""}, {p1, "eth0", "10.9.1.2/24", "10.9.1.1"}, {p2, "eth0", "10.9.2.2/24", "10.9.2.1"}} {
-		nettest.MustRun(t, c.ns, "ip", "addr", "add", c.addr, "dev", c.dev)
-		if c.gw != "" {
-			nettest.MustRun(t, c.ns, "ip", "route", "add", "default", "via", c.gw)
-		}
-	}
-	nettest.MustRun(t, node, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.netfilter.nf_conntrack_acct=1")
+	node, p1, _ := nettest.RoutedPods(t, "fl", [2]netip.Prefix{netip.MustParsePrefix("10.9.1.0/24"), netip.MustParsePrefix("10.9.2.0/24")})
+	nettest.MustRun(t, node, "sysctl", "-qw", "net.netfilter.nf_conntrack_acct=1")
 	isolated := netip.MustParseAddr("10.9.2.2")
 	if err := policy.Program(node.Path, policy.Plan{IngressIsolated: []netip.Addr{isolated},
 		IngressBy: []policy.Isolation{{Policies: []string{"x/deny"}, Addrs: []netip.Addr{isolated}}},

@@ -10,13 +10,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
+
+	"github.com/weft-net/weft/internal/ops/kuberest"
 )
 
 // Kube reaches every node's weftd in a Kubernetes cluster: weftd runs
@@ -35,7 +33,11 @@ type Kube struct {
 // endpoints, the pods' names by address, and the function that closes the
 // forwards.
 func (k Kube) Endpoints(ctx context.Context) ([]Endpoint, Names, func(), error) {
-	core, err := coreClient(k.Config)
+	scheme, err := kuberest.Scheme(corev1.AddToScheme)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	core, err := kuberest.Client(k.Config, scheme, "/api", corev1.SchemeGroupVersion)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -108,25 +110,4 @@ func (k Kube) forward(core *rest.RESTClient, pod string, stop chan struct{}) (ui
 		return 0, fmt.Errorf("port forward: %v", err)
 	}
 	return ports[0].Local, nil
-}
-
-func coreClient(cfg *rest.Config) (*rest.RESTClient, error) {
-	scheme := runtime.NewScheme()
-	if err := corev1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
-	c := rest.CopyConfig(cfg)
-	c.GroupVersion = &corev1.SchemeGroupVersion
-	c.APIPath = "/api"
-	c.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
-	c.ContentType = runtime.ContentTypeJSON
-	if c.UserAgent == "" {
-		c.UserAgent = "weftctl"
-	}
-	rc, err := rest.RESTClientFor(c)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	return rc, nil
 }

@@ -55,19 +55,25 @@ func fakeRun(t *testing.T, dir string, results []map[string]any) {
 	}
 }
 
-func TestMarkdownOfACompleteRun(t *testing.T) {
-	root := t.TempDir()
-	fakeRun(t, filepath.Join(root, "a"), []map[string]any{
-		spec("DNS", "should provide DNS for the cluster [Conformance]", "passed", 12*time.Second),
-		spec("Services", "should serve a basic endpoint from pods [Conformance]", "failed", 30*time.Second),
-		spec("Services", "should allow creating a basic SCTP service [Feature:SCTPConnectivity]", "skipped", 0),
-	})
-	plan := filepath.Join(root, "plan")
-	if err := os.WriteFile(plan, []byte("weft vxlan, iptables\ta\n"), 0o644); err != nil {
+// runMarkdown writes plan (a line "label<TAB>run directory" per run, the
+// directories under root) and runs `e2ereport markdown` on it; it returns
+// the path of the report it was asked to write.
+func runMarkdown(t *testing.T, root, plan string) (string, error) {
+	t.Helper()
+	path := filepath.Join(root, "plan")
+	if err := os.WriteFile(path, []byte(plan), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(root, "conformance.md")
-	if err := run1([]string{"markdown", "-o", out, plan}, os.Stdout); err != nil {
+	return out, run1([]string{"markdown", "-o", out, path}, os.Stdout)
+}
+
+// reportOf is the report runMarkdown writes, checked to hold every line
+// of want.
+func reportOf(t *testing.T, root, plan string, want ...string) string {
+	t.Helper()
+	out, err := runMarkdown(t, root, plan)
+	if err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(out)
@@ -75,17 +81,28 @@ func TestMarkdownOfACompleteRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	md := string(b)
-	for _, want := range []string{
+	for _, w := range want {
+		if !strings.Contains(md, w) {
+			t.Errorf("the report lacks %q:\n%s", w, md)
+		}
+	}
+	return md
+}
+
+func TestMarkdownOfACompleteRun(t *testing.T) {
+	root := t.TempDir()
+	fakeRun(t, filepath.Join(root, "a"), []map[string]any{
+		spec("DNS", "should provide DNS for the cluster [Conformance]", "passed", 12*time.Second),
+		spec("Services", "should serve a basic endpoint from pods [Conformance]", "failed", 30*time.Second),
+		spec("Services", "should allow creating a basic SCTP service [Feature:SCTPConnectivity]", "skipped", 0),
+	})
+	md := reportOf(t, root, "weft vxlan, iptables\ta\n",
 		"| [sig-network] DNS should provide DNS for the cluster [Conformance] | pass (12s) |",
 		"| [sig-network] Services should serve a basic endpoint from pods [Conformance] | **FAIL** (30s) |",
 		"SCTP service [Feature:SCTPConnectivity] | skipped by name |",
 		"| weft vxlan, iptables | conformance | 3 | 1 | 1 | 1 | 1m15s |",
 		"- weft commit: abc", "- Kubernetes: v1.37.2",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("the report lacks %q:\n%s", want, md)
-		}
-	}
+	)
 	if strings.Contains(md, "is not selected") {
 		t.Errorf("the report lists a spec outside the selection:\n%s", md)
 	}
@@ -113,12 +130,7 @@ func TestMarkdownRefusesAnIncompleteRun(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			root := t.TempDir()
 			fakeRun(t, filepath.Join(root, "a"), results)
-			plan := filepath.Join(root, "plan")
-			if err := os.WriteFile(plan, []byte("weft vxlan, iptables\ta\n"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			out := filepath.Join(root, "conformance.md")
-			err := run1([]string{"markdown", "-o", out, plan}, os.Stdout)
+			out, err := runMarkdown(t, root, "weft vxlan, iptables\ta\n")
 			if err == nil || !strings.Contains(err.Error(), "not a complete run") {
 				t.Fatalf("markdown of an incomplete run: %v, want an error", err)
 			}
@@ -149,28 +161,11 @@ func TestMarkdownOfRunsFromDifferentCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	plan := filepath.Join(root, "plan")
-	if err := os.WriteFile(plan, []byte("weft vxlan, iptables\ta\nFlannel, iptables\tb\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(root, "conformance.md")
-	if err := run1([]string{"markdown", "-o", out, plan}, os.Stdout); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	md := string(b)
-	for _, want := range []string{
+	reportOf(t, root, "weft vxlan, iptables\ta\nFlannel, iptables\tb\n",
 		"- weft commit: **the runs come from different commits** (abc, def)",
 		"- Kubernetes: **the runs used different versions** (v1.37.2, v1.38.0)",
 		"- Dates: 2026-12-06T15:00:00Z to 2026-12-07T09:00:00Z",
 		"| weft vxlan, iptables | conformance | 3 | 2 | 0 | 1 | 1m15s | abc | 2026-12-06T15:00:00Z | v1.37.2 |  |",
 		"| Flannel, iptables | conformance | 3 | 2 | 0 | 1 | 1m15s | def | 2026-12-07T09:00:00Z | v1.38.0 | 3m10s |",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("the report lacks %q:\n%s", want, md)
-		}
-	}
+	)
 }

@@ -2,16 +2,15 @@ package kubeprobe
 
 import (
 	"context"
-	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+
+	"github.com/weft-net/weft/internal/ops/kuberest"
 )
 
 // Client is what a run needs of the Kubernetes API in one namespace: its
@@ -27,38 +26,18 @@ type Client struct {
 
 // NewClient returns a client for namespace.
 func NewClient(cfg *rest.Config, namespace string) (*Client, error) {
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			return nil, fmt.Errorf("kubernetes client: %w", err)
-		}
-	}
-	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
-	c := &Client{Namespace: namespace, pc: runtime.NewParameterCodec(scheme)}
-	var err error
-	if c.core, err = restClient(cfg, scheme, "/api", corev1.SchemeGroupVersion); err != nil {
+	scheme, err := kuberest.Scheme(corev1.AddToScheme, appsv1.AddToScheme)
+	if err != nil {
 		return nil, err
 	}
-	if c.apps, err = restClient(cfg, scheme, "/apis", appsv1.SchemeGroupVersion); err != nil {
+	c := &Client{Namespace: namespace, pc: runtime.NewParameterCodec(scheme)}
+	if c.core, err = kuberest.Client(cfg, scheme, "/api", corev1.SchemeGroupVersion); err != nil {
+		return nil, err
+	}
+	if c.apps, err = kuberest.Client(cfg, scheme, "/apis", appsv1.SchemeGroupVersion); err != nil {
 		return nil, err
 	}
 	return c, nil
-}
-
-func restClient(cfg *rest.Config, scheme *runtime.Scheme, path string, gv schema.GroupVersion) (*rest.RESTClient, error) {
-	c := rest.CopyConfig(cfg)
-	c.GroupVersion = &gv
-	c.APIPath = path
-	c.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
-	c.ContentType = runtime.ContentTypeJSON
-	if c.UserAgent == "" {
-		c.UserAgent = "weftctl"
-	}
-	rc, err := rest.RESTClientFor(c)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	return rc, nil
 }
 
 // CreateDaemonSet creates ds in the client's namespace.

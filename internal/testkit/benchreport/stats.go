@@ -1,0 +1,37 @@
+package benchreport
+
+import (
+	"math"
+	"os"
+	"slices"
+	"strings"
+)
+
+// Spread is the median, lowest and highest of v, NaNs left out; ok is
+// false when nothing is left.
+func Spread(v []float64) (med, lo, hi float64, ok bool) {
+	v = slices.DeleteFunc(slices.Clone(v), math.IsNaN)
+	if len(v) == 0 {
+		return 0, 0, 0, false
+	}
+	slices.Sort(v)
+	m := v[len(v)/2]
+	if len(v)%2 == 0 {
+		m = (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	return m, v[0], v[len(v)-1], true
+}
+
+// LoadAvg is the machine's load averages over 1, 5 and 15 minutes joined
+// by sep, to print with a figure; "?" when /proc/loadavg cannot be read.
+func LoadAvg(sep string) string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], sep)
+}
