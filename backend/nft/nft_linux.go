@@ -65,9 +65,11 @@ func Comment(s string) []byte { return userdata.AppendString(nil, userdata.TypeC
 // current one) and the function that releases it.
 func Dial(path string) (*nftables.Conn, func(), error) { return dial(path) }
 
-// dial is Dial with more options for the connection.
+// dial is Dial with more options for the connection. A path naming the
+// calling thread's own namespace is dialed as the current one: entering a
+// namespace takes CAP_SYS_ADMIN, which weftd's container does not have.
 func dial(path string, opts ...nftables.ConnOption) (*nftables.Conn, func(), error) {
-	if path == "" {
+	if path == "" || sameNetNS(path) {
 		c, err := nftables.New(opts...)
 		if err != nil {
 			return nil, nil, fmt.Errorf("nftables connection: %w", err)
@@ -84,6 +86,16 @@ func dial(path string, opts ...nftables.ConnOption) (*nftables.Conn, func(), err
 		return nil, nil, fmt.Errorf("nftables connection in %s: %w", path, err)
 	}
 	return c, func() { unix.Close(fd) }, nil
+}
+
+// sameNetNS reports whether path is the calling thread's network
+// namespace.
+func sameNetNS(path string) bool {
+	var a, b unix.Stat_t
+	if unix.Stat(path, &a) != nil || unix.Stat("/proc/thread-self/ns/net", &b) != nil {
+		return false
+	}
+	return a.Dev == b.Dev && a.Ino == b.Ino
 }
 
 // Check reports whether the kernel's table is exactly as wanted (sets
