@@ -153,7 +153,9 @@ func globCgroups(prefix string) []string {
 // the machine: namespaces or cgroups named with its prefix, processes in
 // such cgroups or running a program from dir, mounts under dir or of its
 // files, dir itself, and sysctls whose values differ from before (a
-// snapshot taken with Sysctls before Up).
+// snapshot taken with Sysctls before Up); while other clusters' kubelets
+// run, kubelet's sysctls are compared by the values recorded for when the
+// last of them stops.
 func Leftovers(dir, name string, before []Sysctl) error {
 	var errs []error
 	prefix := NamePrefix(name)
@@ -186,12 +188,34 @@ func Leftovers(dir, name string, before []Sysctl) error {
 	if _, err := os.Stat(dir); err == nil {
 		errs = append(errs, fmt.Errorf("state directory %s left", dir))
 	}
+	held := othersHold()
 	for _, sc := range before {
-		if v, err := readSysctl(sc.Name); err != nil || v != sc.Value {
+		v, err := readSysctl(sc.Name)
+		if saved, ok := held[sc.Name]; ok {
+			// Another cluster's kubelets run: the value goes back to the
+			// one recorded before the first of them started.
+			v = saved
+		}
+		if err != nil || v != sc.Value {
 			errs = append(errs, fmt.Errorf("sysctl %s is %q, was %q (%v)", sc.Name, v, sc.Value, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// othersHold returns the kubelet sysctls' recorded values when clusters
+// still running hold them (nil when none does).
+func othersHold() map[string]string {
+	held := map[string]string{}
+	withRecord(func(r *sysctlHolders) error {
+		if len(r.Holders) > 0 {
+			for _, sc := range r.Saved {
+				held[sc.Name] = sc.Value
+			}
+		}
+		return nil
+	})
+	return held
 }
 
 // WatchedSysctls are the machine's sysctls a cluster must leave as they
