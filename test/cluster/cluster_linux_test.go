@@ -53,7 +53,10 @@ func TestCluster(t *testing.T) {
 	// A fixed directory: a run that was killed left its state there, and
 	// this run takes that cluster down first (restoring the sysctls its
 	// kubelets changed).
-	dir := "/var/tmp/weft-cluster-test"
+	// WEFT_TEST_CLUSTER_NAME names another (name and directory), so that
+	// two checkouts' suites can run side by side.
+	name := cmp.Or(os.Getenv("WEFT_TEST_CLUSTER_NAME"), "test")
+	dir := "/var/tmp/weft-cluster-" + name
 	if _, err := kubecluster.LoadState(dir); err == nil {
 		t.Logf("taking down the cluster a killed run left in %s", dir)
 		if err := kubecluster.Down(dir); err != nil {
@@ -67,7 +70,7 @@ func TestCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	s, err := bringUp(ctx, options{Name: "test", Dir: dir, Nodes: 2, ProxyMode: proxyMode, CNI: cni}, testLog{t})
+	s, err := bringUp(ctx, options{Name: name, Dir: dir, Nodes: 2, ProxyMode: proxyMode, CNI: cni}, testLog{t})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,6 +158,7 @@ func TestCluster(t *testing.T) {
 			t.Logf("e2e.sh ci:\n%s", tail(string(b), 8))
 		})
 		t.Run("weftctl flows shows a NetworkPolicy drop", func(t *testing.T) { checkFlows(t, ctx, s, c, a, b) })
+		t.Run("weftctl connectivity, probes run by kubelet", func(t *testing.T) { checkConnectivity(t, ctx, s, c, weftImage(t, ctx, c)) })
 		t.Run("weft reinstalled by its Helm chart", func(t *testing.T) { checkHelmReinstall(t, ctx, s, c, a) })
 	}
 	t.Run("down leaves nothing", func(t *testing.T) {
@@ -162,7 +166,7 @@ func TestCluster(t *testing.T) {
 		if err := kubecluster.Down(dir); err != nil {
 			t.Fatal(err)
 		}
-		if err := kubecluster.Leftovers(dir, "test", before); err != nil {
+		if err := kubecluster.Leftovers(dir, name, before); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -177,11 +181,7 @@ func TestCluster(t *testing.T) {
 // install, and new pods on both nodes reaching each other and pod old,
 // which kept its network across the change.
 func checkHelmReinstall(t *testing.T, ctx context.Context, s *kubecluster.State, c kubernetes.Interface, old *corev1.Pod) {
-	ds, err := c.AppsV1().DaemonSets(weftNamespace).Get(ctx, "weft", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := ds.Spec.Template.Spec.Containers[0].Image
+	ref := weftImage(t, ctx, c)
 	if _, err := s.Kubectl(ctx, kubeBin(t), "delete", "-k", filepath.Join(s.Dir, "kustomize", "kube-weft"), "--wait", "--timeout=3m"); err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func checkHelmReinstall(t *testing.T, ctx context.Context, s *kubecluster.State,
 		t.Fatal(err)
 	}
 	t.Logf("weft installed by helm, every node Ready in %s", time.Since(t0).Round(time.Second))
-	ds, err = c.AppsV1().DaemonSets(weftNamespace).Get(ctx, "weft", metav1.GetOptions{})
+	ds, err := c.AppsV1().DaemonSets(weftNamespace).Get(ctx, "weft", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,6 +220,15 @@ func checkHelmReinstall(t *testing.T, ctx context.Context, s *kubecluster.State,
 	if got := podExec(t, ctx, s, p1.Name, "httpget", "http://"+old.Status.PodIP+":8080/"); strings.TrimSpace(got) != old.Name {
 		t.Fatalf("%s answered %q", old.Name, got)
 	}
+}
+
+// weftImage is the image weft's DaemonSet runs.
+func weftImage(t *testing.T, ctx context.Context, c kubernetes.Interface) string {
+	ds, err := c.AppsV1().DaemonSets(weftNamespace).Get(ctx, "weft", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ds.Spec.Template.Spec.Containers[0].Image
 }
 
 type testLog struct{ t *testing.T }
