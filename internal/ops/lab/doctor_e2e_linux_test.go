@@ -263,14 +263,18 @@ func TestDoctorFaults(t *testing.T) {
 		code, checks := doctor(t, bin, dir, n3.Name)
 		expectCheck(t, checks, code, 2, "subnetfile/present", "fail", regexp.QuoteMeta(n3.SubnetFile))
 	})
-	t.Run("FORWARD drop policy", func(t *testing.T) {
-		ipIn(t, n1.NS, "nft", "add table ip filter; add chain ip filter FORWARD { type filter hook forward priority 0; policy drop; }")
-		defer ipIn(t, n1.NS, "nft", "delete table ip filter")
+	t.Run("nftables forward drop policy", func(t *testing.T) {
+		// A table of the host's own, not iptables' filter: weftd puts its
+		// WEFT-FWD accept into a filter FORWARD chain as soon as the kernel
+		// notifies it, but a drop in another base chain on the hook is
+		// final whatever weft's rules accept.
+		ipIn(t, n1.NS, "nft", "add table inet host; add chain inet host forward { type filter hook forward priority 0; policy drop; }")
+		defer ipIn(t, n1.NS, "nft", "delete table inet host")
 		code, checks := doctor(t, bin, dir, n1.Name)
 		// The kernel drops the replies doctor makes node1 forward, both ways.
-		expectCheck(t, checks, code, 2, "firewall/forward", "fail", `: the kernel dropped it in table ip filter chain FORWARD by its policy drop$`)
+		expectCheck(t, checks, code, 2, "firewall/forward", "fail", `: the kernel dropped it in table inet host chain forward by its policy drop$`)
 		// The fix doctor proposes makes the check pass.
-		ipIn(t, n1.NS, "nft", "insert rule ip filter FORWARD ip saddr 10.244.0.0/16 accept; insert rule ip filter FORWARD ip daddr 10.244.0.0/16 accept")
+		ipIn(t, n1.NS, "nft", "insert rule inet host forward ip saddr 10.244.0.0/16 accept; insert rule inet host forward ip daddr 10.244.0.0/16 accept")
 		if code, checks := doctor(t, bin, dir, n1.Name); code != 0 {
 			t.Errorf("with the accept rules: exit %d\n%+v", code, checks)
 		}
