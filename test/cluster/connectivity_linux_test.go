@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/weft-net/weft/internal/ops/connectivity/kubeprobe"
 	"github.com/weft-net/weft/internal/testkit/kubecluster"
@@ -208,8 +209,17 @@ func (e *connEnv) nodeDown(all string) {
 	}()
 	capacity := corev1.ResourceList{corev1.ResourcePods: resource.MustParse("110"),
 		corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi")}
-	node.Status.Capacity, node.Status.Allocatable = capacity, capacity
-	if _, err := c.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+	// The controller manager writes the new Node too (its podCIDR, its
+	// taints): update the latest version.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if node, err = c.CoreV1().Nodes().Get(ctx, down, metav1.GetOptions{}); err != nil {
+			return err
+		}
+		node.Status.Capacity, node.Status.Allocatable = capacity, capacity
+		_, err := c.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	left := kubeprobe.Spec{Run: "killed", Image: e.image, Port: 9471, Count: 1, Timeout: "1s"}.DaemonSet()
