@@ -36,7 +36,10 @@ func TestFlannel1070UnderlayRestart(t *testing.T) {
 			a, b := n1.CNI.AddPod(t, "a"), n2.CNI.AddPod(t, "b")
 			// n1 learns n2's lease through its watch, maybe after both are ready.
 			Eventually(t, 5*time.Second, "a reaches b", func() error { return Ping(a.NS, b.IP, "-W", "1") })
-			want := peerState(t, n1, backend)
+			want, err := peerState(n1, backend)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if !strings.Contains(want, n2.Subnet().String()) {
 				t.Fatalf("n1 has no state for n2's subnet %s:\n%s", n2.Subnet(), want)
 			}
@@ -72,11 +75,23 @@ func TestFlannel1070UnderlayRestart(t *testing.T) {
 					start := time.Now()
 					pid := n1.PID()
 					Eventually(t, 10*time.Second, "n1's peer state back", func() error {
-						if got := peerState(t, n1, backend); got != want {
+						// The overlay device is recreated when the address
+						// changes, so it may be missing for a moment.
+						got, err := peerState(n1, backend)
+						if err != nil {
+							return err
+						}
+						if got != want {
 							return fmt.Errorf("got\n%s\nwant\n%s", got, want)
 						}
-						if f.moved != "" && !strings.Contains(peerState(t, n2, backend), f.moved) {
-							return fmt.Errorf("n2 does not reach n1 at %s yet:\n%s", f.moved, peerState(t, n2, backend))
+						if f.moved != "" {
+							on2, err := peerState(n2, backend)
+							if err != nil {
+								return err
+							}
+							if !strings.Contains(on2, f.moved) {
+								return fmt.Errorf("n2 does not reach n1 at %s yet:\n%s", f.moved, on2)
+							}
 						}
 						if err := Ping(b.NS, a.IP, "-W", "1"); err != nil {
 							return err
@@ -105,14 +120,23 @@ func TestFlannel1070UnderlayRestart(t *testing.T) {
 
 // peerState is what weft programmed on n for its peers: the routes (and for
 // vxlan the neighbours and FDB entries of the overlay device), as text.
-func peerState(t *testing.T, n *Node, backend string) string {
-	t.Helper()
+func peerState(n *Node, backend string) (string, error) {
 	if backend == "host-gw" {
-		return Output(t, n.NS, "ip", "route", "show", "proto", "87")
+		return n.NS.Run("ip", "route", "show", "proto", "87")
 	}
-	return Output(t, n.NS, "ip", "route", "show", "dev", device) +
-		Output(t, n.NS, "ip", "neigh", "show", "dev", device, "nud", "permanent") +
-		Output(t, n.NS, "bridge", "fdb", "show", "dev", device, "state", "permanent")
+	var b strings.Builder
+	for _, argv := range [][]string{
+		{"ip", "route", "show", "dev", device},
+		{"ip", "neigh", "show", "dev", device, "nud", "permanent"},
+		{"bridge", "fdb", "show", "dev", device, "state", "permanent"},
+	} {
+		out, err := n.NS.Run(argv...)
+		if err != nil {
+			return "", err
+		}
+		b.WriteString(out)
+	}
+	return b.String(), nil
 }
 
 // TestFlannel2554StaleRoutes answers flannel-io/flannel#2554 (routes to
@@ -151,7 +175,10 @@ func TestFlannel2554StaleRoutes(t *testing.T) {
 // hasPeer checks that n's route, neighbour and FDB entry on on are all
 // there (want) or all gone.
 func hasPeer(t *testing.T, on, n *Node, want bool) error {
-	state := peerState(t, on, "vxlan")
+	state, err := peerState(on, "vxlan")
+	if err != nil {
+		return err
+	}
 	for _, s := range []string{n.Subnet().String() + " via", n.Subnet().Addr().String() + " lladdr", "dst " + n.Addr.String() + " "} {
 		if strings.Contains(state, s) != want {
 			return fmt.Errorf("%q present: %v, want %v:\n%s", s, !want, want, state)
