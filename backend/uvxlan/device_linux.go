@@ -45,6 +45,7 @@ type datapath struct {
 	applied    vtep.Table          // the table last programmed, nil before
 	programmed bool                // the device and a table were programmed once
 	fastErr    string              // why the fast path is not attached, as last logged
+	bridgeErr  string              // why nothing is attached to the pod bridge, as last logged
 	fastMapErr string              // why peers are missing from the fast path's maps, as last logged
 	fastTable  *vtep.Table         // the table last written into the fast path's maps
 	fastRoutes map[netip.Addr]bool // peer addresses whose route was checked: true if it leaves elsewhere

@@ -28,6 +28,9 @@
 // peers and sends them out of the underlay device; on that device's ingress
 // the other checks VXLAN packets from known peers and hands the inner
 // frames to the TAP. What they do not take goes on to the userspace path.
+// A third, on the pod bridge's egress (Config.PodBridge), hands those
+// frames on to a pod's port whole, which the bridge would cut into
+// segments (bridge_linux.go).
 // Without CAP_BPF, Run logs why once and runs the userspace path alone.
 //
 // Config.Files keeps the TAP queues and receive sockets open across a

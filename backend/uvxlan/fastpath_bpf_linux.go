@@ -23,8 +23,9 @@ const (
 	fastTxBytes
 	fastRxFrames
 	fastRxBytes
-	fastErrors  // a frame dropped after its headers were changed (cannot be handed on)
-	fastDemoted // rx entries whose packets the ingress program handed to the userspace path for good
+	fastErrors       // a frame dropped after its headers were changed (cannot be handed on)
+	fastDemoted      // rx entries whose packets the ingress program handed to the userspace path for good
+	fastBridgePassed // super-packets the bridge program sent to a pod's port past the bridge
 	numFastCounters
 )
 
@@ -124,6 +125,7 @@ func loadProgram(name string, p progParams, f *fastPath) (*ebpf.Program, error) 
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
 		fastpathMapWeftFpTx: f.tx, fastpathMapWeftFpRx: f.rx, fastpathMapWeftFpStats: f.stats,
+		fastpathMapWeftFpPorts: f.ports,
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", name, err)

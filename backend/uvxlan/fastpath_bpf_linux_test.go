@@ -406,6 +406,59 @@ func TestFastPathEgressRules(t *testing.T) {
 	})
 }
 
+// TestFastPathBridgeRules runs the bridge program over one frame per rule
+// (BPF_PROG_TEST_RUN): only a super-packet for a MAC in the ports map is
+// redirected (to its port; a test run returns the verdict only), and
+// nothing is changed.
+func TestFastPathBridgeRules(t *testing.T) {
+	n := newBPFNode(t)
+	prog, err := loadProgram(fastpathProgWeftFpBridge, bpfParams, n.f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { prog.Close() })
+	pod := subnet.MAC{0x0a, 0x58, 10, 244, 1, 2}
+	var k txKey
+	copy(k[:], pod[:])
+	if err := n.f.ports.Put(k, uint32(7)); err != nil {
+		t.Fatal(err)
+	}
+	// A multicast MAC in the map all the same: the program must not
+	// take it.
+	group := subnet.MAC{0x01, 0x00, 0x5e, 0, 0, 1}
+	copy(k[:], group[:])
+	if err := n.f.ports.Put(k, uint32(7)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		dst  subnet.MAC
+		gso  uint32
+		take bool
+	}{
+		{"super-packet for a pod's MAC", pod, 1398, true},
+		{"single packet for a pod's MAC", pod, 0, false},
+		{"super-packet for an unknown MAC", subnet.MAC{0x0a, 0x58, 10, 244, 1, 3}, 1398, false},
+		{"super-packet for a group MAC", group, 1398, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			frame := innerFrameFor(tc.dst, bpfPodLocal, 200)
+			verdict, out, got := n.run(t, prog, frame, tc.gso)
+			var want [numFastCounters]uint64
+			wantVerdict := uint32(verdictPass)
+			if tc.take {
+				want[fastBridgePassed], wantVerdict = 1, verdictRedirect
+			}
+			if verdict != wantVerdict || !bytes.Equal(out, frame) {
+				t.Errorf("verdict %d, packet\n%x\nwant %d, unchanged", int32(verdict), out, int32(wantVerdict))
+			}
+			if got != want {
+				t.Errorf("counters gained %v, want %v", got, want)
+			}
+		})
+	}
+}
+
 // checkEncapsulated checks that out is frame behind the outer headers the
 // kernel's VXLAN would send from bpfParams to bpfPeer: the outer MACs
 // zero (the neighbour output fills them in), the IPv4 ID and the UDP

@@ -16,9 +16,11 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	fastpathMapWeftFpPorts     = "weft_fp_ports"
 	fastpathMapWeftFpRx        = "weft_fp_rx"
 	fastpathMapWeftFpStats     = "weft_fp_stats"
 	fastpathMapWeftFpTx        = "weft_fp_tx"
+	fastpathProgWeftFpBridge   = "weft_fp_bridge"
 	fastpathProgWeftFpEgress   = "weft_fp_egress"
 	fastpathProgWeftFpIngress  = "weft_fp_ingress"
 	fastpathVarLocalAddr       = "local_addr"
@@ -72,6 +74,7 @@ type fastpathSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type fastpathProgramSpecs struct {
+	WeftFpBridge  *ebpf.ProgramSpec `ebpf:"weft_fp_bridge"`
 	WeftFpEgress  *ebpf.ProgramSpec `ebpf:"weft_fp_egress"`
 	WeftFpIngress *ebpf.ProgramSpec `ebpf:"weft_fp_ingress"`
 }
@@ -80,6 +83,7 @@ type fastpathProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type fastpathMapSpecs struct {
+	WeftFpPorts *ebpf.MapSpec `ebpf:"weft_fp_ports"`
 	WeftFpRx    *ebpf.MapSpec `ebpf:"weft_fp_rx"`
 	WeftFpStats *ebpf.MapSpec `ebpf:"weft_fp_stats"`
 	WeftFpTx    *ebpf.MapSpec `ebpf:"weft_fp_tx"`
@@ -118,6 +122,7 @@ func (o *fastpathObjects) Close() error {
 //
 // It can be passed to loadFastpathObjects or ebpf.CollectionSpec.LoadAndAssign.
 type fastpathMaps struct {
+	WeftFpPorts *ebpf.Map `ebpf:"weft_fp_ports"`
 	WeftFpRx    *ebpf.Map `ebpf:"weft_fp_rx"`
 	WeftFpStats *ebpf.Map `ebpf:"weft_fp_stats"`
 	WeftFpTx    *ebpf.Map `ebpf:"weft_fp_tx"`
@@ -125,6 +130,7 @@ type fastpathMaps struct {
 
 func (m *fastpathMaps) Close() error {
 	return _FastpathClose(
+		m.WeftFpPorts,
 		m.WeftFpRx,
 		m.WeftFpStats,
 		m.WeftFpTx,
@@ -148,12 +154,14 @@ type fastpathVariables struct {
 //
 // It can be passed to loadFastpathObjects or ebpf.CollectionSpec.LoadAndAssign.
 type fastpathPrograms struct {
+	WeftFpBridge  *ebpf.Program `ebpf:"weft_fp_bridge"`
 	WeftFpEgress  *ebpf.Program `ebpf:"weft_fp_egress"`
 	WeftFpIngress *ebpf.Program `ebpf:"weft_fp_ingress"`
 }
 
 func (p *fastpathPrograms) Close() error {
 	return _FastpathClose(
+		p.WeftFpBridge,
 		p.WeftFpEgress,
 		p.WeftFpIngress,
 	)

@@ -20,9 +20,10 @@ import (
 	"github.com/weft-net/weft/vtep"
 )
 
-// fastPath is the kernel fast path of one backend (Config.FastPath): two tc
-// programs (bpf/fastpath.c), one on the TAP's egress and one on the
-// underlay device's ingress, and the maps they read.
+// fastPath is the kernel fast path of one backend (Config.FastPath): tc
+// programs (bpf/fastpath.c) on the TAP's egress, on the underlay device's
+// ingress and on the pod bridge's egress (bridge_linux.go), and the maps
+// they read.
 // The maps live as long as the Backend; Run's reconciler writes each Set's
 // table into them, attaches the programs, and detaches them when Run
 // returns.
@@ -30,6 +31,7 @@ type fastPath struct {
 	tx    *ebpf.Map // VTEP MAC (8 bytes, zero padded) → peer IPv4 underlay address
 	rx    *ebpf.Map // LPM trie: (peer underlay address, inner source) → rxFast or rxUserspace
 	stats *ebpf.Map // per-CPU counters, one element of numFastCounters uint64
+	ports *ebpf.Map // pod MAC (8 bytes, zero padded) → index of the pod bridge's port that holds it
 
 	// mu orders every change of the maps: a Set's table and the
 	// reconciler's route checks are applied together, under it.
@@ -54,6 +56,10 @@ type fastPath struct {
 	egress, ingress link.Link
 	egProg, ingProg *ebpf.Program
 	attached        bool
+	brLink          link.Link // the bridge program's, or nil
+	brProg          *ebpf.Program
+	brIndex         int              // the pod bridge it is attached to
+	portKeys        map[txKey]uint32 // what the ports map holds
 }
 
 type txKey [8]byte
@@ -69,7 +75,7 @@ type rxKey struct {
 // newFastPath creates the maps. It fails where the kernel or the process's
 // privileges allow no BPF maps; the backend then runs without it.
 func newFastPath() (_ *fastPath, err error) {
-	f := &fastPath{txKeys: map[txKey][4]byte{}, rxKeys: map[rxKey]struct{}{}}
+	f := &fastPath{txKeys: map[txKey][4]byte{}, rxKeys: map[rxKey]struct{}{}, portKeys: map[txKey]uint32{}}
 	defer func() {
 		if err != nil {
 			f.closeMaps()
@@ -84,11 +90,14 @@ func newFastPath() (_ *fastPath, err error) {
 	if f.stats, err = newFastMap(fastpathMapWeftFpStats); err != nil {
 		return nil, err
 	}
+	if f.ports, err = newFastMap(fastpathMapWeftFpPorts); err != nil {
+		return nil, err
+	}
 	return f, nil
 }
 
 func (f *fastPath) closeMaps() {
-	for _, m := range []*ebpf.Map{f.tx, f.rx, f.stats} {
+	for _, m := range []*ebpf.Map{f.tx, f.rx, f.stats, f.ports} {
 		if m != nil {
 			m.Close()
 		}
@@ -272,6 +281,7 @@ func (f *fastPath) attach(p progParams) (bool, error) {
 
 // detach removes the programs (closing a tcx link detaches it).
 func (f *fastPath) detach() {
+	f.detachBridge()
 	if f.egress != nil {
 		f.egress.Close()
 	}
@@ -409,6 +419,7 @@ func (b *Backend) addFastStats(s backend.Stats) backend.Stats {
 	s.Events[EventFastRxBytes] = c[fastRxBytes]
 	s.Events[EventFastErrors] = c[fastErrors]
 	s.Events[EventFastDemoted] = c[fastDemoted]
+	s.Events[EventFastBridgePassed] = c[fastBridgePassed]
 	s.Events[EventFastAttaches] = b.ctr.fastAttaches.Load()
 	s.Events[EventFastMapErrors] = b.ctr.fastMapErrors.Load()
 	s.Events[EventFastLoadErrors] = b.ctr.fastLoadErrors.Load()

@@ -9,6 +9,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/vtep"
+	"golang.org/x/sys/unix"
 )
 
 // sync is the reconciler's Sync (kernel.Reconciler): it makes sure the TAP
@@ -55,6 +56,7 @@ func (dp *datapath) sync(full bool) error {
 	// Before the peers: a replaced TAP needs the fast path on it even when
 	// programming the routes fails.
 	dp.syncFast()
+	dp.syncBridge()
 	if tp == nil {
 		return nil
 	}
@@ -159,6 +161,21 @@ func (dp *datapath) drift() kernel.Drift {
 		d.Addr = func(u netlink.AddrUpdate) bool {
 			a, ok := netip.AddrFromSlice(u.LinkAddress.IP)
 			return addr(u) || ok && a.Unmap() == local
+		}
+		// The pod bridge made (or made anew) calls for a sync that
+		// attaches the bridge program; its forwarding database's changes
+		// go into the ports map as they come.
+		bridge, withLink := dp.b.cfg.PodBridge, d.Link
+		d.Link = func(u netlink.LinkUpdate) bool {
+			return withLink(u) || u.Header.Type == unix.RTM_NEWLINK && u.Attrs().Name == bridge && int(u.Index) != f.brIndex
+		}
+		neigh := d.Neigh
+		d.Neigh = func(u netlink.NeighUpdate) bool {
+			if u.Family == unix.AF_BRIDGE {
+				f.portUpdate(u)
+				return false
+			}
+			return neigh != nil && neigh(u)
 		}
 	}
 	return d

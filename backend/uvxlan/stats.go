@@ -178,6 +178,10 @@ const (
 	EventFastLoadErrors = "fastpath_load_errors"
 	EventFastDemoted    = "fastpath_demoted_entries"
 	EventFastOffDevice  = "fastpath_peers_off_device"
+	// EventFastBridgePassed counts the super-packets for pods that the
+	// bridge program sent to the pod's port past the pod bridge, which
+	// would have cut them into segments (see the package documentation).
+	EventFastBridgePassed = "fastpath_bridge_passed_frames"
 	// EventFastUnavailable is 1 when Config.FastPath asks for the fast path
 	// but an IPv4 backend runs without it: its maps could not be created
 	// (no CAP_BPF, a kernel without BPF). It is the only fast path counter

@@ -85,6 +85,12 @@ type Config struct {
 	// cannot be set up, the backend logs why and runs without it. See the
 	// package documentation, "Fast path".
 	FastPath bool
+	// PodBridge is the bridge the node's pods are on (the CNI plugin's
+	// bridge setting); default "cni0". With the fast path, a third program
+	// on its egress sends the super-packets the node routes to a pod
+	// straight to the pod's port, which the bridge would cut into
+	// segments. Where there is no such bridge, nothing is attached.
+	PodBridge string
 	// Files, when set, keeps the TAP queues and receive sockets open while
 	// the process restarts (a service manager's file descriptor store):
 	// what arrives meanwhile waits in the kernel's queues instead of being
@@ -97,6 +103,9 @@ type Config struct {
 	// tcx (haveTCX): a test seam.
 	haveTCX func() error
 }
+
+// DefaultPodBridge is Config.PodBridge's default, the CNI plugin's.
+const DefaultPodBridge = "cni0"
 
 // DeviceName is the default name of the TAP device for vni ("weft-u.1").
 func DeviceName(vni int) string { return fmt.Sprintf("weft-u.%d", vni) }
@@ -125,6 +134,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Reconcile == 0 {
 		c.Reconcile = kernel.DefaultResync
+	}
+	if c.PodBridge == "" {
+		c.PodBridge = DefaultPodBridge
 	}
 	switch {
 	case c.VNI < 0 || c.VNI > maxVNI:

@@ -168,8 +168,11 @@ func build(ctx context.Context, mode string, queues int, log *slog.Logger) (t *t
 	return t, err
 }
 
-// addPod puts a pod behind the host: pod eth0 <subnet>.2/24, MTU 1450, default
-// route via <subnet>.1 on the host end, forwarding on in the host.
+// addPod puts a pod behind the host as weft's CNI plugin wires one: pod
+// eth0 <subnet>.2/24, MTU 1450, its host end on the bridge cni0, which holds
+// the gateway <subnet>.1; forwarding on in the host. The bridge matters: a
+// frame the overlay hands on still marked as tunnelled is cut into
+// segments there (see README.md).
 func (t *topology) addPod(n *node) (err error) {
 	if n.pod, err = t.newNS("bench-pod"); err != nil {
 		return err
@@ -180,9 +183,11 @@ func (t *topology) addPod(n *node) (err error) {
 	gw := n.subnet.Addr().Next()
 	n.podIP = gw.Next()
 	for _, c := range [][]string{
-		{"host", "ip", "link", "set", "vpod", "mtu", fmt.Sprint(overlayMTU)},
+		{"host", "ip", "link", "add", "cni0", "mtu", fmt.Sprint(overlayMTU), "type", "bridge"},
+		{"host", "ip", "link", "set", "cni0", "up"},
+		{"host", "ip", "link", "set", "vpod", "mtu", fmt.Sprint(overlayMTU), "master", "cni0"},
 		{"pod", "ip", "link", "set", "eth0", "mtu", fmt.Sprint(overlayMTU)},
-		{"host", "ip", "addr", "add", gw.String() + "/24", "dev", "vpod"},
+		{"host", "ip", "addr", "add", gw.String() + "/24", "dev", "cni0"},
 		{"pod", "ip", "addr", "add", n.podIP.String() + "/24", "dev", "eth0"},
 		{"pod", "ip", "route", "add", "default", "via", gw.String()},
 		{"host", "sysctl", "-qw", "net.ipv4.ip_forward=1"},

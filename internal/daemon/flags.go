@@ -113,7 +113,7 @@ func parseFlags(prog string, args []string, stderr io.Writer) (*config, error) {
 	s.Bool(&c.ipMasq, "ip-masq", def.ipMasq, "masquerade pod traffic that leaves the cluster network")
 	s.Bool(&c.networkPolicy, "network-policy", def.networkPolicy, "enforce Kubernetes NetworkPolicy for this node's pods in nftables (with --kube-subnet-mgr; default on, off when run as flanneld)")
 	s.Bool(&c.vxlanPeerFilter, "vxlan-peer-filter", true, "vxlan backend: accept VXLAN datagrams only from the current peers' public addresses and drop frames from the overlay with a source outside the cluster network (nftables table inet weft-vxlan); false leaves the port open to any host, as Flannel does")
-	s.String(&c.podBridge, "pod-bridge", "cni0", "the CNI plugin's bridge (its bridge setting): with --network-policy, IPv6 link-local traffic between pods on it is dropped (other bridges are left alone)")
+	s.String(&c.podBridge, "pod-bridge", "cni0", "the CNI plugin's bridge (its bridge setting): with --network-policy, IPv6 link-local traffic between pods on it is dropped (other bridges are left alone); with uvxlan's fast path, a program on its egress hands the pods' super-packets to their ports whole")
 	s.Bool(&c.flows, "flows", true, "keep the node's recent flows and policy verdicts in memory (bounded) and serve them read-only on /flows of --health-addr")
 	s.Int(&c.flowLogGroup, "flow-log-group", 2357, "NFLOG group the policy table logs its drops to, rate-limited, for --flows (1 to 65535)")
 	s.Bool(&c.flowConntrackAcct, "flow-conntrack-acct", false, "turn on net.netfilter.nf_conntrack_acct in weftd's network namespace so closed flows carry byte and packet counts (a setting for every connection of the host's namespace: opt-in)")

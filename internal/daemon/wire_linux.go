@@ -88,7 +88,7 @@ func factories(c *config, u underlayInfo, live *liveBackend, files *fdstore.Stor
 					return Dataplane{}, err
 				}
 			}
-			dp, err := newDataplane(typ, c.backend != "", cfg, lease, mtu, u, files, site{openVXLAN: !c.vxlanPeerFilter}, log)
+			dp, err := newDataplane(typ, c.backend != "", cfg, lease, mtu, u, files, site{openVXLAN: !c.vxlanPeerFilter, podBridge: c.podBridge}, log)
 			if err != nil {
 				return dp, err
 			}
@@ -165,7 +165,7 @@ func uvxlanV6Name(vni int) string { return fmt.Sprintf("weft-u6.%d", vni) }
 // its own netlink handle.
 func newUVXLAN(cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, files *fdstore.Store, at site, log *slog.Logger) (backend.Backend, []string, error) {
 	base := uvxlan.Config{VNI: cfg.Backend.VNI, Port: cfg.Backend.Port, MTU: mtu, NetNS: at.netns,
-		AllowForeignSources: cfg.Backend.AllowForeignSources, FastPath: cfg.Backend.FastPath, Files: files}
+		AllowForeignSources: cfg.Backend.AllowForeignSources, FastPath: cfg.Backend.FastPath, Files: files, PodBridge: at.podBridge}
 	var parts []backend.Backend
 	var names []string
 	if lease.Subnet.IsValid() {
@@ -237,6 +237,7 @@ type site struct {
 	// openVXLAN leaves the kernel VXLAN port open to any host
 	// (--vxlan-peer-filter=false).
 	openVXLAN bool
+	podBridge string // the CNI plugin's bridge (--pod-bridge); "" = uvxlan's default
 }
 
 // installVXLAN says how to give a kernel its VXLAN driver.

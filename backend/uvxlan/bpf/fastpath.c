@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The uvxlan fast path: two tc programs, one on the TAP's egress and one
-// on the underlay device's ingress, and the maps they share with weftd
-// (backend/uvxlan/fastpath_linux.go). Per-node values are volatile const
+// The uvxlan fast path: three tc programs, on the TAP's egress, on the
+// underlay device's ingress and on the pod bridge's egress, and the maps
+// they share with weftd (backend/uvxlan/fastpath_linux.go). Per-node values are volatile const
 // variables that weftd sets at load; the peers are in the maps.
 //
 // Anything a program does not fully check it passes on unchanged
@@ -53,6 +53,7 @@ enum {
 	FAST_RX_BYTES,
 	FAST_ERRORS,  // a frame dropped after its headers were changed
 	FAST_DEMOTED, // rx entries handed to the userspace path for good
+	FAST_BRIDGE_PASSED, // super-packets sent to a bridge port past the bridge
 	NUM_FAST_COUNTERS,
 };
 
@@ -91,6 +92,19 @@ struct {
 	__uint(max_entries, MAX_FAST_PEERS);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 } weft_fp_rx SEC(".maps");
+
+// The pods' MACs, zero padded → the index of the pod bridge's port that
+// holds each: the bridge's forwarding database, as weftd reads it
+// (bridge_linux.go). A MAC not in the map goes through the bridge.
+#define MAX_BRIDGE_PORTS 4096
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(key_size, 8);
+	__uint(value_size, 4);
+	__uint(max_entries, MAX_BRIDGE_PORTS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} weft_fp_ports SEC(".maps");
 
 struct counters {
 	__u64 v[NUM_FAST_COUNTERS];
@@ -357,6 +371,35 @@ int weft_fp_ingress(struct __sk_buff *skb)
 	}
 	count(FAST_RX_FRAMES, skb->len);
 	return bpf_redirect(tap_ifindex, BPF_F_INGRESS);
+}
+
+// The bridge program runs on the pod bridge's egress, where the node sends
+// a packet it routed to one of its pods: a super-packet (GSO) for a MAC
+// the bridge learned on one of its ports goes straight to that port, as
+// the bridge would forward it; everything else goes through the bridge.
+// The reason is the ingress program's super-packets. They still carry the
+// tunnel's GSO marks, which bpf_skb_adjust_room has no flag to clear (Linux
+// 6.18 has none), and a bridge offers no segmentation offload for
+// tunnelled packets, so it would cut each into segments in software; a
+// veth takes them whole. The node's routing and its forward rules
+// (NetworkPolicy among them) have judged the packet already.
+SEC("tc")
+int weft_fp_bridge(struct __sk_buff *skb)
+{
+	__u8 key[8] = {};
+	__u32 *port;
+
+	if (!skb->gso_size)
+		return TC_ACT_UNSPEC;
+	if (bpf_skb_load_bytes(skb, 0, key, 6))
+		return TC_ACT_UNSPEC;
+	if (key[0] & 1)
+		return TC_ACT_UNSPEC; // a group address is the bridge's to flood
+	port = bpf_map_lookup_elem(&weft_fp_ports, key);
+	if (!port)
+		return TC_ACT_UNSPEC;
+	count(FAST_BRIDGE_PASSED, 0);
+	return bpf_redirect(*port, 0);
 }
 
 char __license[] SEC("license") = "Apache-2.0";
