@@ -21,27 +21,36 @@ import (
 // syncBridge is part of the reconciler's sync, after syncFast: it attaches
 // the bridge program to the pod bridge's egress (again when the bridge was
 // made anew) and writes the bridge's forwarding database into the ports
-// map. A failure is logged once per reason; the bridge then segments the
-// super-packets itself, which is slower but correct.
+// map. A failure is logged once per reason: without the program the bridge
+// segments the super-packets itself, which is slower but correct, and a
+// MAC missing from the map goes through the bridge.
 func (dp *datapath) syncBridge() {
 	f := dp.b.fast
 	if f == nil {
 		return
 	}
 	index, err := dp.podBridge()
-	if err == nil && index != 0 && f.attached {
-		err = inNS(dp.b.cfg.NetNS, func() error { return f.attachBridge(index) })
-		if err == nil {
-			err = f.loadPorts(dp.h, index)
-		}
-	}
 	if err != nil || index == 0 || !f.attached {
 		f.detachBridge()
+	} else {
+		var attached bool
+		err = inNS(dp.b.cfg.NetNS, func() (err error) { attached, err = f.attachBridge(index); return err })
+		if err != nil {
+			f.detachBridge()
+		} else {
+			err = f.loadPorts(dp.h, index)
+			if attached {
+				dp.b.log.Info("fast path attached to the pod bridge", "bridge", dp.b.cfg.PodBridge, "index", index, "ports", len(f.portKeys))
+			}
+		}
 	}
 	if err != nil {
+		if errors.Is(err, errLoad) {
+			dp.b.ctr.fastLoadErrors.Add(1)
+		}
 		if msg := err.Error(); msg != dp.bridgeErr {
 			dp.bridgeErr = msg
-			dp.b.log.Warn("fast path: nothing attached to the pod bridge; it segments tunnelled super-packets itself", "bridge", dp.b.cfg.PodBridge, "err", err)
+			dp.b.log.Warn("fast path: the pod bridge segments some tunnelled super-packets itself", "bridge", dp.b.cfg.PodBridge, "err", err)
 		}
 		return
 	}
@@ -66,10 +75,10 @@ func (dp *datapath) podBridge() (int, error) {
 
 // attachBridge loads the bridge program and attaches it to the egress of
 // the bridge of this index, in the calling thread's network namespace,
-// unless it is there already.
-func (f *fastPath) attachBridge(index int) error {
+// unless it is there already. It reports whether it attached it.
+func (f *fastPath) attachBridge(index int) (bool, error) {
 	if f.bridgeAlive(index) {
-		return nil
+		return false, nil
 	}
 	f.detachBridge()
 	load := f.load
@@ -78,15 +87,15 @@ func (f *fastPath) attachBridge(index int) error {
 	}
 	prog, err := load(fastpathProgWeftFpBridge, f.params, f)
 	if err != nil {
-		return fmt.Errorf("%w: %w", errLoad, err)
+		return false, fmt.Errorf("%w: %w", errLoad, err)
 	}
 	l, err := link.AttachTCX(link.TCXOptions{Interface: index, Program: prog, Attach: ebpf.AttachTCXEgress})
 	if err != nil {
 		prog.Close()
-		return fmt.Errorf("attach to the pod bridge's egress: %w", err)
+		return false, fmt.Errorf("attach to the pod bridge's egress: %w", err)
 	}
 	f.brProg, f.brLink, f.brIndex = prog, l, index
-	return nil
+	return true, nil
 }
 
 // bridgeAlive reports whether the bridge program is attached to the egress

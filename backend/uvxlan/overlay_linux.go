@@ -167,7 +167,7 @@ func (dp *datapath) drift() kernel.Drift {
 		// go into the ports map as they come.
 		bridge, withLink := dp.b.cfg.PodBridge, d.Link
 		d.Link = func(u netlink.LinkUpdate) bool {
-			return withLink(u) || u.Header.Type == unix.RTM_NEWLINK && u.Attrs().Name == bridge && int(u.Index) != f.brIndex
+			return withLink(u) || f.attached && u.Header.Type == unix.RTM_NEWLINK && u.Attrs().Name == bridge && int(u.Index) != f.brIndex
 		}
 		neigh := d.Neigh
 		d.Neigh = func(u netlink.NeighUpdate) bool {
