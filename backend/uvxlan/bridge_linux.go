@@ -8,6 +8,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
+	"github.com/weft-net/weft/backend/kernel"
 	"golang.org/x/sys/unix"
 )
 
@@ -30,6 +31,7 @@ func (dp *datapath) syncBridge() {
 		return
 	}
 	index, err := dp.podBridge()
+	dp.bridgeTried = index
 	if err != nil || index == 0 || !f.attached {
 		f.detachBridge()
 	} else {
@@ -58,7 +60,8 @@ func (dp *datapath) syncBridge() {
 }
 
 // podBridge returns the index of the pod bridge, or 0 when there is none
-// (before the CNI plugin's first pod makes it).
+// (before the CNI plugin's first pod makes it). A bridge that filters by
+// VLAN is refused: the ports map knows MACs, not VLANs.
 func (dp *datapath) podBridge() (int, error) {
 	l, err := dp.h.LinkByName(dp.b.cfg.PodBridge)
 	if errors.As(err, &netlink.LinkNotFoundError{}) {
@@ -67,8 +70,12 @@ func (dp *datapath) podBridge() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("pod bridge %s: %w", dp.b.cfg.PodBridge, err)
 	}
-	if l.Type() != "bridge" {
+	br, ok := l.(*netlink.Bridge)
+	switch {
+	case !ok:
 		return 0, fmt.Errorf("pod bridge %s is a %s device, not a bridge", dp.b.cfg.PodBridge, l.Type())
+	case br.VlanFiltering != nil && *br.VlanFiltering:
+		return 0, fmt.Errorf("pod bridge %s filters by VLAN, which the fast path's bridge program would skip: not attached", dp.b.cfg.PodBridge)
 	}
 	return l.Attrs().Index, nil
 }
@@ -128,7 +135,7 @@ func (f *fastPath) detachBridge() {
 // port's index. The bridge's own addresses (permanent entries, for the
 // host) and group addresses are left out.
 func (f *fastPath) loadPorts(h *netlink.Handle, bridge int) error {
-	ns, err := h.NeighList(0, unix.AF_BRIDGE)
+	ns, err := kernel.ListNeighbours(h, 0, unix.AF_BRIDGE)
 	if err != nil {
 		return fmt.Errorf("read the pod bridge's forwarding database: %w", err)
 	}
@@ -145,6 +152,7 @@ func (f *fastPath) loadPorts(h *netlink.Handle, bridge int) error {
 		}
 		if err := f.ports.Put(k, port); err != nil {
 			errs = append(errs, err)
+			f.forgetPort(k) // not left on a port it has left
 			continue
 		}
 		f.portKeys[k] = port
@@ -155,29 +163,35 @@ func (f *fastPath) loadPorts(h *netlink.Handle, bridge int) error {
 		}
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("ports map: %d entries not written: %w", len(errs), errs[0])
+		return fmt.Errorf("ports map: some entries not written (those MACs go through the bridge): %w", errs[0])
 	}
 	return nil
 }
 
 // portUpdate applies a change of the bridge's forwarding database that
-// the kernel reported, between syncs: a new or moved entry is written, a
-// deleted one removed. A failed write leaves the MAC to the bridge.
+// the kernel reported, between syncs: a new or moved entry is written; a
+// deleted one, or one that no longer belongs in the map, is removed. A
+// failed write leaves the MAC to the bridge.
 func (f *fastPath) portUpdate(u netlink.NeighUpdate) {
-	if f.brLink == nil {
+	if f.brIndex == 0 || u.Family != unix.AF_BRIDGE || u.MasterIndex != f.brIndex || len(u.HardwareAddr) != 6 {
 		return
 	}
 	k, port, ok := portEntry(u.Neigh, f.brIndex)
+	if !ok {
+		copy(k[:], u.HardwareAddr)
+	}
+	_, held := f.portKeys[k]
 	switch {
-	case u.Type == unix.RTM_DELNEIGH && u.Family == unix.AF_BRIDGE && u.MasterIndex == f.brIndex:
-		if len(u.HardwareAddr) == 6 {
-			var k txKey
-			copy(k[:], u.HardwareAddr)
-			if f.portKeys[k] == uint32(u.LinkIndex) {
-				f.forgetPort(k)
-			}
+	case u.Type == unix.RTM_DELNEIGH:
+		if held && f.portKeys[k] == uint32(u.LinkIndex) {
+			f.forgetPort(k)
 		}
-	case u.Type == unix.RTM_NEWNEIGH && ok && f.portKeys[k] != port:
+	case u.Type != unix.RTM_NEWNEIGH:
+	case !ok:
+		if held {
+			f.forgetPort(k)
+		}
+	case f.portKeys[k] != port:
 		if err := f.ports.Put(k, port); err != nil {
 			f.forgetPort(k)
 			return

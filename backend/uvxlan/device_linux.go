@@ -39,17 +39,18 @@ type datapath struct {
 	repair    chan struct{}               // a packet loop asks the reconciler for a full sync
 
 	// Owned by the reconciler.
-	linkIndex  int
-	tapBroken  atomic.Bool // a packet loop lost its TAP queue
-	overlay    *kernel.Overlay
-	applied    vtep.Table          // the table last programmed, nil before
-	programmed bool                // the device and a table were programmed once
-	fastErr    string              // why the fast path is not attached, as last logged
-	bridgeErr  string              // why nothing is attached to the pod bridge, as last logged
-	fastMapErr string              // why peers are missing from the fast path's maps, as last logged
-	fastTable  *vtep.Table         // the table last written into the fast path's maps
-	fastRoutes map[netip.Addr]bool // peer addresses whose route was checked: true if it leaves elsewhere
-	fastFull   time.Time           // when all were last checked again
+	linkIndex   int
+	tapBroken   atomic.Bool // a packet loop lost its TAP queue
+	overlay     *kernel.Overlay
+	applied     vtep.Table          // the table last programmed, nil before
+	programmed  bool                // the device and a table were programmed once
+	fastErr     string              // why the fast path is not attached, as last logged
+	bridgeErr   string              // why nothing is attached to the pod bridge, as last logged
+	bridgeTried int                 // the pod bridge's index at the last sync (0: none)
+	fastMapErr  string              // why peers are missing from the fast path's maps, as last logged
+	fastTable   *vtep.Table         // the table last written into the fast path's maps
+	fastRoutes  map[netip.Addr]bool // peer addresses whose route was checked: true if it leaves elsewhere
+	fastFull    time.Time           // when all were last checked again
 }
 
 // tapQueue is one open queue of the TAP.

@@ -170,12 +170,13 @@ func newBPFNode(t *testing.T) *bpfNode {
 }
 
 // skbContext returns a struct __sk_buff for BPF_PROG_TEST_RUN with only
-// gso_size set (offset 176), the one field of those the kernel takes
-// (mark, priority, ifindex, cb, tstamp, wire_len, gso_segs, gso_size,
-// hwtstamp) that the programs read.
-func skbContext(gsoSize uint32) []byte {
+// gso_size (offset 176) and ingress_ifindex (offset 36) set, the fields of
+// those the kernel takes (mark, priority, ingress_ifindex, ifindex, cb,
+// tstamp, wire_len, gso_segs, gso_size, hwtstamp) that the programs read.
+func skbContext(gsoSize, ingress uint32) []byte {
 	c := make([]byte, 192)
 	binary.NativeEndian.PutUint32(c[176:], gsoSize)
+	binary.NativeEndian.PutUint32(c[36:], ingress)
 	return c
 }
 
@@ -184,9 +185,16 @@ func skbContext(gsoSize uint32) []byte {
 // gained.
 func (n *bpfNode) run(t *testing.T, prog *ebpf.Program, data []byte, gsoSize uint32) (uint32, []byte, [numFastCounters]uint64) {
 	t.Helper()
+	return n.runFrom(t, prog, data, gsoSize, 0)
+}
+
+// runFrom is run for a packet that came in through the device of index
+// ingress.
+func (n *bpfNode) runFrom(t *testing.T, prog *ebpf.Program, data []byte, gsoSize, ingress uint32) (uint32, []byte, [numFastCounters]uint64) {
+	t.Helper()
 	before := n.f.counters()
 	out := make([]byte, len(data)+256)
-	opts := ebpf.RunOptions{Data: data, DataOut: out, Context: skbContext(gsoSize), Repeat: 1}
+	opts := ebpf.RunOptions{Data: data, DataOut: out, Context: skbContext(gsoSize, ingress), Repeat: 1}
 	ret, err := prog.Run(&opts)
 	if err != nil {
 		t.Fatalf("test run: %v", err)
@@ -407,9 +415,9 @@ func TestFastPathEgressRules(t *testing.T) {
 }
 
 // TestFastPathBridgeRules runs the bridge program over one frame per rule
-// (BPF_PROG_TEST_RUN): only a super-packet for a MAC in the ports map is
-// redirected (to its port; a test run returns the verdict only), and
-// nothing is changed.
+// (BPF_PROG_TEST_RUN): only a super-packet that came in through the TAP,
+// for a MAC in the ports map, is redirected (to its port; a test run
+// returns the verdict only), and nothing is changed.
 func TestFastPathBridgeRules(t *testing.T) {
 	n := newBPFNode(t)
 	prog, err := loadProgram(fastpathProgWeftFpBridge, bpfParams, n.f)
@@ -430,20 +438,24 @@ func TestFastPathBridgeRules(t *testing.T) {
 	if err := n.f.ports.Put(k, uint32(7)); err != nil {
 		t.Fatal(err)
 	}
+	tap, other := uint32(bpfParams.tap), uint32(bpfParams.underlay)
 	for _, tc := range []struct {
 		name string
 		dst  subnet.MAC
 		gso  uint32
+		in   uint32
 		take bool
 	}{
-		{"super-packet for a pod's MAC", pod, 1398, true},
-		{"single packet for a pod's MAC", pod, 0, false},
-		{"super-packet for an unknown MAC", subnet.MAC{0x0a, 0x58, 10, 244, 1, 3}, 1398, false},
-		{"super-packet for a group MAC", group, 1398, false},
+		{"super-packet from the tap for a pod's MAC", pod, 1398, tap, true},
+		{"single packet from the tap for a pod's MAC", pod, 0, tap, false},
+		{"super-packet from elsewhere for a pod's MAC", pod, 1398, other, false},
+		{"super-packet of the host's own for a pod's MAC", pod, 1398, 0, false},
+		{"super-packet from the tap for an unknown MAC", subnet.MAC{0x0a, 0x58, 10, 244, 1, 3}, 1398, tap, false},
+		{"super-packet from the tap for a group MAC", group, 1398, tap, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			frame := innerFrameFor(tc.dst, bpfPodLocal, 200)
-			verdict, out, got := n.run(t, prog, frame, tc.gso)
+			verdict, out, got := n.runFrom(t, prog, frame, tc.gso, tc.in)
 			var want [numFastCounters]uint64
 			wantVerdict := uint32(verdictPass)
 			if tc.take {

@@ -115,9 +115,12 @@ func TestFastPath(t *testing.T) {
 		// after the backends start, as the CNI plugin's first pod makes
 		// it; then b's pod is wired anew (a new host veth and MAC), and
 		// the ports map must follow.
+		// No periodic full sync: the kernel's notifications of the bridge
+		// and of its forwarding database must do it.
 		u := nettest.NewUnderlay(t, netip.MustParsePrefix("192.168.77.0/24"), 1500)
-		a := newFastNode(t, u, "a", subnetA)
-		b := newFastNode(t, u, "b", subnetB)
+		noResync := func(c *Config) { c.FastPath, c.Reconcile = true, time.Hour }
+		a := newUVNodeWith(t, u, "a", subnetA, noResync)
+		b := newUVNodeWith(t, u, "b", subnetB, noResync)
 		for _, n := range []*testNode{a, b} {
 			gw := netip.PrefixFrom(n.subnet.Addr().Next(), n.subnet.Bits()).String()
 			h := n.host
@@ -336,10 +339,17 @@ func TestFastPath(t *testing.T) {
 		if got := a.b.Stats().Events[EventFastTxFrames]; got <= sent {
 			t.Errorf("no frame took the fast path after the repair (%d, %d before)", got, sent)
 		}
+		nettest.MustRun(t, a.host, "ip", "link", "add", DefaultPodBridge, "type", "bridge")
 		hooks := []struct {
 			dev    string
 			attach ebpf.AttachType
-		}{{"weft-u.1", ebpf.AttachTCXEgress}, {"eth0", ebpf.AttachTCXIngress}}
+		}{{"weft-u.1", ebpf.AttachTCXEgress}, {"eth0", ebpf.AttachTCXIngress}, {DefaultPodBridge, ebpf.AttachTCXEgress}}
+		eventually(t, "bridge program attached", func() error {
+			if n := attachedPrograms(t, a.host.NS, DefaultPodBridge, ebpf.AttachTCXEgress); n != 1 {
+				return fmt.Errorf("%d programs on the bridge's egress", n)
+			}
+			return nil
+		})
 		for _, c := range hooks {
 			if n := attachedPrograms(t, a.host.NS, c.dev, c.attach); n != 1 {
 				t.Errorf("%s %v: %d programs attached while running, want 1", c.dev, c.attach, n)

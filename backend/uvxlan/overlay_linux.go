@@ -165,9 +165,18 @@ func (dp *datapath) drift() kernel.Drift {
 		// The pod bridge made (or made anew) calls for a sync that
 		// attaches the bridge program; its forwarding database's changes
 		// go into the ports map as they come.
-		bridge, withLink := dp.b.cfg.PodBridge, d.Link
+		bridge, tried, withLink := dp.b.cfg.PodBridge, dp.bridgeTried, d.Link
 		d.Link = func(u netlink.LinkUpdate) bool {
-			return withLink(u) || f.attached && u.Header.Type == unix.RTM_NEWLINK && u.Attrs().Name == bridge && int(u.Index) != f.brIndex
+			switch {
+			case withLink(u):
+				return true
+			case !f.attached:
+				return false
+			case u.Header.Type == unix.RTM_DELLINK && f.brLink != nil && int(u.Index) == f.brIndex:
+				f.detachBridge() // a bridge made anew may get the same index
+				return true
+			}
+			return u.Header.Type == unix.RTM_NEWLINK && u.Attrs().Name == bridge && int(u.Index) != f.brIndex && int(u.Index) != tried
 		}
 		neigh := d.Neigh
 		d.Neigh = func(u netlink.NeighUpdate) bool {

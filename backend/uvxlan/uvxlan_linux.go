@@ -79,7 +79,8 @@ type Config struct {
 	// encapsulates IPv4 frames to known peers and sends them out of the
 	// underlay device, one on that device's ingress that takes VXLAN
 	// packets from known peers off, with the same checks, and hands the
-	// inner frames to the TAP. What a program does not fully check goes on
+	// inner frames to the TAP (and a third on the pod bridge, see
+	// PodBridge). What a program does not fully check goes on
 	// to the userspace path as before. IPv4 backends only; it needs
 	// CAP_BPF and CAP_NET_ADMIN and Linux 6.6 or later (tcx). Where it
 	// cannot be set up, the backend logs why and runs without it. See the
@@ -87,9 +88,9 @@ type Config struct {
 	FastPath bool
 	// PodBridge is the bridge the node's pods are on (the CNI plugin's
 	// bridge setting); default "cni0". With the fast path, a third program
-	// on its egress sends the super-packets the node routes to a pod
-	// straight to the pod's port, which the bridge would cut into
-	// segments. Where there is no such bridge, nothing is attached.
+	// on its egress sends the super-packets from the TAP that the node
+	// routes to a pod straight to the pod's port, which the bridge would
+	// cut into segments. Where there is no such bridge, nothing is attached.
 	PodBridge string
 	// Files, when set, keeps the TAP queues and receive sockets open while
 	// the process restarts (a service manager's file descriptor store):

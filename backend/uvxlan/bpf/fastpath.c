@@ -374,9 +374,10 @@ int weft_fp_ingress(struct __sk_buff *skb)
 }
 
 // The bridge program runs on the pod bridge's egress, where the node sends
-// a packet it routed to one of its pods: a super-packet (GSO) for a MAC
-// the bridge learned on one of its ports goes straight to that port, as
-// the bridge would forward it; everything else goes through the bridge.
+// a packet it routed to one of its pods: a super-packet (GSO) that came in
+// through the TAP, for a MAC the bridge learned on one of its ports, goes
+// straight to that port, as the bridge would forward it; everything else
+// (the host's own packets among them) goes through the bridge.
 // The reason is the ingress program's super-packets. They still carry the
 // tunnel's GSO marks, which bpf_skb_adjust_room has no flag to clear (Linux
 // 6.18 has none), and a bridge offers no segmentation offload for
@@ -389,7 +390,7 @@ int weft_fp_bridge(struct __sk_buff *skb)
 	__u8 key[8] = {};
 	__u32 *port;
 
-	if (!skb->gso_size)
+	if (!skb->gso_size || skb->ingress_ifindex != tap_ifindex)
 		return TC_ACT_UNSPEC;
 	if (bpf_skb_load_bytes(skb, 0, key, 6))
 		return TC_ACT_UNSPEC;
