@@ -32,19 +32,10 @@ func (dp *datapath) syncBridge() {
 	}
 	index, err := dp.podBridge()
 	dp.bridgeTried = index
-	if err != nil || index == 0 || !f.attached {
-		f.detachBridge()
+	if err == nil && index != 0 && f.attached {
+		err = dp.bridgeUp(index)
 	} else {
-		var attached bool
-		err = inNS(dp.b.cfg.NetNS, func() (err error) { attached, err = f.attachBridge(index); return err })
-		if err != nil {
-			f.detachBridge()
-		} else {
-			err = f.loadPorts(dp.h, index)
-			if attached {
-				dp.b.log.Info("fast path attached to the pod bridge", "bridge", dp.b.cfg.PodBridge, "index", index, "ports", len(f.portKeys))
-			}
-		}
+		f.detachBridge()
 	}
 	if err != nil {
 		if errors.Is(err, errLoad) {
@@ -57,6 +48,23 @@ func (dp *datapath) syncBridge() {
 		return
 	}
 	dp.bridgeErr = ""
+}
+
+// bridgeUp attaches the bridge program to the bridge of this index, if it
+// is not there, and loads the ports map. A program that cannot be
+// attached is detached; a map that cannot be loaded leaves it attached.
+func (dp *datapath) bridgeUp(index int) error {
+	f := dp.b.fast
+	var attached bool
+	if err := inNS(dp.b.cfg.NetNS, func() (err error) { attached, err = f.attachBridge(index); return err }); err != nil {
+		f.detachBridge()
+		return err
+	}
+	err := f.loadPorts(dp.h, index)
+	if attached {
+		dp.b.log.Info("fast path attached to the pod bridge", "bridge", dp.b.cfg.PodBridge, "index", index, "ports", len(f.portKeys))
+	}
+	return err
 }
 
 // podBridge returns the index of the pod bridge, or 0 when there is none
@@ -88,11 +96,7 @@ func (f *fastPath) attachBridge(index int) (bool, error) {
 		return false, nil
 	}
 	f.detachBridge()
-	load := f.load
-	if load == nil {
-		load = loadProgram
-	}
-	prog, err := load(fastpathProgWeftFpBridge, f.params, f)
+	prog, err := f.loadProg(fastpathProgWeftFpBridge, f.params)
 	if err != nil {
 		return false, fmt.Errorf("%w: %w", errLoad, err)
 	}

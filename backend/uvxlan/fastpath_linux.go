@@ -246,18 +246,15 @@ func (f *fastPath) attach(p progParams) (bool, error) {
 		return false, nil
 	}
 	f.detach()
-	load := f.load
-	if load == nil {
-		load = loadProgram
-	}
+	load := f.loadProg
 	// A refusal may not last (a memory limit, a kernel or privileges that
 	// change under a running weftd): the caller tries again at its next
 	// sync.
-	eg, err := load(fastpathProgWeftFpEgress, p, f)
+	eg, err := load(fastpathProgWeftFpEgress, p)
 	if err != nil {
 		return false, fmt.Errorf("%w: %w", errLoad, err)
 	}
-	ing, err := load(fastpathProgWeftFpIngress, p, f)
+	ing, err := load(fastpathProgWeftFpIngress, p)
 	if err != nil {
 		eg.Close()
 		return false, fmt.Errorf("%w: %w", errLoad, err)
@@ -277,6 +274,15 @@ func (f *fastPath) attach(p progParams) (bool, error) {
 	}
 	f.params, f.attached = p, true
 	return true, nil
+}
+
+// loadProg loads the named program for p with f's maps (f.load, the test
+// seam, if set).
+func (f *fastPath) loadProg(name string, p progParams) (*ebpf.Program, error) {
+	if f.load != nil {
+		return f.load(name, p, f)
+	}
+	return loadProgram(name, p, f)
 }
 
 // detach removes the programs (closing a tcx link detaches it).
