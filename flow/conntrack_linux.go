@@ -2,6 +2,7 @@ package flow
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -20,6 +21,13 @@ import (
 // connection's counts when the kernel keeps them (nf_conntrack_acct).
 // Connections that were dropped never become events: the kernel confirms
 // an entry only once its first packet has passed every hook.
+//
+// Every connection of the namespace costs its events (a socket read and a
+// decoding each, pods' or not), so Run reads at most Rate of them a
+// second: past that it stops listening until the second is over. The
+// kernel builds no events for a group nobody listens to, so a node's
+// connection rate cannot raise weftd's work past Rate events a second;
+// the flows of those pauses are missing, and Paused says how long.
 type Conntrack struct {
 	// NetNS is a file descriptor of the network namespace to read in (0:
 	// the current one).
@@ -31,9 +39,32 @@ type Conntrack struct {
 	// (nf_conntrack_acct is 1 in the namespace); without it closed flows
 	// have no Counts.
 	Accounting bool
-	Log        *slog.Logger
+	// Rate is the most events Run reads in a second (0: no limit).
+	Rate int
+	Log  *slog.Logger
 
-	lost atomic.Uint64
+	lost        atomic.Uint64
+	pauses      atomic.Uint64
+	pausedNanos atomic.Int64 // of the pauses that ended
+	pauseStart  atomic.Int64 // of the current pause, in Unix nanoseconds; 0: none
+}
+
+// DefaultRate is the Rate weftd gives its reader: 1,000 events a second,
+// the flows a second its ring keeps.
+const DefaultRate = 1000
+
+// errOverRate ends a read when a second's events are spent.
+var errOverRate = errors.New("conntrack events: over the rate")
+
+// Paused is how many times Run stopped listening because a second's Rate
+// of events was spent, and for how long in all, the current pause
+// included.
+func (c *Conntrack) Paused() (uint64, time.Duration) {
+	n, d := c.pauses.Load(), time.Duration(c.pausedNanos.Load())
+	if s := c.pauseStart.Load(); s != 0 {
+		d += time.Since(time.Unix(0, s))
+	}
+	return n, d
 }
 
 // Lost is how many times the event socket overflowed (and was opened
@@ -41,27 +72,75 @@ type Conntrack struct {
 func (c *Conntrack) Lost() uint64 { return c.lost.Load() }
 
 // Run hands the pods' connection events to sink until ctx is done. When
-// the socket's buffer overflows it counts the loss and listens again; it
-// returns the error of a socket it cannot open.
+// the socket's buffer overflows it counts the loss and listens again; when
+// a second's Rate is spent it closes the socket and listens again when
+// the second is over. It returns the error of a socket it cannot open.
 func (c *Conntrack) Run(ctx context.Context, sink func(Flow)) error {
 	log := c.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	w := &window{rate: c.Rate}
 	for {
 		conn, errs, events, err := c.open()
 		if err != nil {
 			return err
 		}
-		err = c.read(ctx, errs, events, sink)
+		err = c.read(ctx, errs, events, sink, w)
 		closeDraining(conn, errs, events)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if errors.Is(err, errOverRate) {
+			c.pause(ctx, w.end(), log)
+			continue
 		}
 		c.lost.Add(1)
 		log.Warn("conntrack events lost; listening again", "err", err)
 	}
 }
+
+// pause waits, not listening, until the window ends or ctx is done, and
+// counts it; the first pause is logged.
+func (c *Conntrack) pause(ctx context.Context, until time.Time, log *slog.Logger) {
+	start := time.Now()
+	c.pauseStart.Store(start.UnixNano())
+	if c.pauses.Add(1) == 1 {
+		log.Warn("more conntrack events than weftd reads in a second: not listening for the rest of each such second (flows of those moments are missing)",
+			"rate", c.Rate)
+	}
+	t := time.NewTimer(until.Sub(start))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	c.pauseStart.Store(0)
+	c.pausedNanos.Add(int64(time.Since(start)))
+}
+
+// window counts the events of the current second against a rate.
+type window struct {
+	rate  int
+	start time.Time
+	n     int
+}
+
+// take counts one event at now and says whether the second's rate still
+// allows it.
+func (w *window) take(now time.Time) bool {
+	if w.rate <= 0 {
+		return true
+	}
+	if now.Sub(w.start) >= time.Second {
+		w.start, w.n = now, 0
+	}
+	w.n++
+	return w.n <= w.rate
+}
+
+// end is when the current second is over.
+func (w *window) end() time.Time { return w.start.Add(time.Second) }
 
 // open listens for new and destroyed connections.
 func (c *Conntrack) open() (*conntrack.Conn, chan error, chan conntrack.Event, error) {
@@ -73,7 +152,9 @@ func (c *Conntrack) open() (*conntrack.Conn, chan error, chan conntrack.Event, e
 		conn.Close()
 		return nil, nil, nil, fmt.Errorf("conntrack events: read buffer: %w", err)
 	}
-	events := make(chan conntrack.Event, 256)
+	// A short queue: what the library decoded ahead of the reader is
+	// work done past the rate when the socket closes.
+	events := make(chan conntrack.Event, 16)
 	errs, err := conn.Listen(events, 1, []netfilter.NetlinkGroup{netfilter.GroupCTNew, netfilter.GroupCTDestroy})
 	if err != nil {
 		conn.Close()
@@ -100,8 +181,9 @@ func closeDraining(conn *conntrack.Conn, errs chan error, events chan conntrack.
 	close(done)
 }
 
-// read hands events to sink until ctx is done or the socket fails.
-func (c *Conntrack) read(ctx context.Context, errs chan error, events chan conntrack.Event, sink func(Flow)) error {
+// read hands events to sink until ctx is done, the socket fails or the
+// window's rate is spent (errOverRate).
+func (c *Conntrack) read(ctx context.Context, errs chan error, events chan conntrack.Event, sink func(Flow), w *window) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -109,6 +191,9 @@ func (c *Conntrack) read(ctx context.Context, errs chan error, events chan connt
 		case err := <-errs:
 			return fmt.Errorf("conntrack events: %w", err)
 		case ev := <-events:
+			if !w.take(time.Now()) {
+				return errOverRate
+			}
 			if f, ok := c.flowOf(ev); ok {
 				sink(f)
 			}

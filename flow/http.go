@@ -12,13 +12,42 @@ import (
 )
 
 // Page is what Handler answers: the node's flows that match, oldest
-// first, the sequence number to ask from next (since=Next) and the ring's
-// counts.
+// first, the sequence number to ask from next (since=Next), the ring's
+// counts and what its readers missed.
 type Page struct {
-	Node  string `json:"node"`
-	Flows []Flow `json:"flows"`
-	Next  uint64 `json:"next"`
-	Stats Stats  `json:"stats"`
+	Node    string   `json:"node"`
+	Flows   []Flow   `json:"flows"`
+	Next    uint64   `json:"next"`
+	Stats   Stats    `json:"stats"`
+	Readers *Readers `json:"readers,omitempty"`
+}
+
+// Readers says what the kernel's events to a node's flows lacked since
+// weftd started: the times a socket overflowed (Lost), and the pauses of
+// the conntrack reader over its rate.
+type Readers struct {
+	Lost                   uint64  `json:"lost"`
+	ConntrackRate          int     `json:"conntrackRate"`
+	ConntrackPauses        uint64  `json:"conntrackPauses"`
+	ConntrackPausedSeconds float64 `json:"conntrackPausedSeconds"`
+}
+
+// Gaps says in words what the page's flows lack, or "" when nothing.
+func (p Page) Gaps() string {
+	var parts []string
+	if n := p.Stats.Suppressed; n > 0 {
+		parts = append(parts, fmt.Sprintf("%d flows over the ring's rate (%g a second) not kept", n, p.Stats.Rate))
+	}
+	if r := p.Readers; r != nil {
+		if r.ConntrackPauses > 0 {
+			parts = append(parts, fmt.Sprintf("conntrack's events not read for %.1f s in %d pauses (over %d a second)",
+				r.ConntrackPausedSeconds, r.ConntrackPauses, r.ConntrackRate))
+		}
+		if r.Lost > 0 {
+			parts = append(parts, fmt.Sprintf("events lost %d times (a socket overflowed)", r.Lost))
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // MaxWait bounds the wait=seconds a request may ask for.
@@ -27,8 +56,9 @@ const MaxWait = 30 * time.Second
 // Handler serves r read-only: GET with the query parameters since (a
 // sequence number), limit, wait (seconds to wait for a flow after since
 // when there is none yet, at most MaxWait) and the filters verdict,
-// policy, namespace, addr (repeatable) and port.
-func Handler(node string, r *Ring) http.Handler {
+// policy, namespace, addr (repeatable) and port. readers, when not nil,
+// says what the node's readers missed.
+func Handler(node string, r *Ring, readers func() Readers) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method != http.MethodGet {
 			http.Error(w, "flows: GET only", http.StatusMethodNotAllowed)
@@ -56,8 +86,13 @@ func Handler(node string, r *Ring) http.Handler {
 		for i := range flows {
 			flows[i].Node = node
 		}
+		page := Page{Node: node, Flows: flows, Next: next, Stats: r.Stats()}
+		if readers != nil {
+			rs := readers()
+			page.Readers = &rs
+		}
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(Page{Node: node, Flows: flows, Next: next, Stats: r.Stats()})
+		json.NewEncoder(w).Encode(page)
 	})
 }
 

@@ -86,11 +86,14 @@ func runFlows(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			func(err error) { fmt.Fprintln(stderr, "weftctl flows:", err) })
 		return nil
 	}
-	recent, errs := flows.Recent(ctx, eps, q, names)
+	recent, gaps, errs := flows.Recent(ctx, eps, q, names)
 	for _, f := range recent {
 		if err := print(stdout, f, names); err != nil {
 			return err
 		}
+	}
+	for _, g := range gaps {
+		fmt.Fprintln(stderr, "weftctl flows: missing on", g)
 	}
 	return errors.Join(errs...)
 }

@@ -125,7 +125,8 @@ func labWebFlows(dir string) web.Flows {
 			return nil, []error{err}
 		}
 		defer closeEPs()
-		return flows.Recent(ctx, eps, flows.Query{Limit: limit}, names)
+		fs, _, errs := flows.Recent(ctx, eps, flows.Query{Limit: limit}, names)
+		return fs, errs
 	}
 }
 
@@ -136,7 +137,8 @@ func nodeWebFlows(healthAddr, name string) web.Flows {
 	}
 	ep := flows.Endpoint{Node: name, Client: &http.Client{}, Base: "http://" + healthAddr}
 	return func(ctx context.Context, limit int) ([]flow.Flow, []error) {
-		return flows.Recent(ctx, []flows.Endpoint{ep}, flows.Query{Limit: limit}, nil)
+		fs, _, errs := flows.Recent(ctx, []flows.Endpoint{ep}, flows.Query{Limit: limit}, nil)
+		return fs, errs
 	}
 }
 

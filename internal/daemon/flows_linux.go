@@ -17,11 +17,13 @@ import (
 )
 
 // The bounds of the flows weftd keeps (see docs/flows.md): the ring's
-// slots and the flows a second it takes (bursts of flowBurst).
+// slots and the flows a second it takes (bursts of flowBurst), and the
+// conntrack events a second weftd reads.
 const (
-	flowSlots = 4096
-	flowRate  = 1000
-	flowBurst = 1000
+	flowSlots         = 4096
+	flowRate          = 1000
+	flowBurst         = 1000
+	flowConntrackRate = flow.DefaultRate
 )
 
 // flows is what weftd keeps of --flows across the node's runs: the ring
@@ -30,8 +32,8 @@ type flows struct {
 	ring    *flow.Ring
 	metrics *flow.Metrics
 	mu      sync.Mutex
-	lost    uint64      // events the kernel dropped in runners that ended
-	current *flowRunner // the runner of this node's run
+	ended   flow.Readers // what runners that ended missed
+	current *flowRunner  // the runner of this node's run
 }
 
 // newFlows returns the ring and registers the metric; nil with --flows off
@@ -50,8 +52,14 @@ func newFlows(c *config, reg prometheus.Registerer) (*flows, error) {
 		func() float64 { return float64(f.ring.Stats().Suppressed) })
 	lost := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "weft_flow_events_lost_total",
 		Help: "Times the kernel said flow events (conntrack's, or logged drops) were lost because weftd's socket was full."},
-		func() float64 { return float64(f.lostNow()) })
-	for _, c := range []prometheus.Collector{suppressed, lost} {
+		func() float64 { return float64(f.readers().Lost) })
+	pauses := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "weft_flow_conntrack_pauses_total",
+		Help: "Times weftd stopped reading conntrack's events for the rest of a second, over " + fmt.Sprint(flowConntrackRate) + " a second."},
+		func() float64 { return float64(f.readers().ConntrackPauses) })
+	paused := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "weft_flow_conntrack_paused_seconds_total",
+		Help: "Seconds weftd did not read conntrack's events because they came faster than it reads them."},
+		func() float64 { return f.readers().ConntrackPausedSeconds })
+	for _, c := range []prometheus.Collector{suppressed, lost, pauses, paused} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -59,15 +67,23 @@ func newFlows(c *config, reg prometheus.Registerer) (*flows, error) {
 	return f, nil
 }
 
-// lostNow is the events lost so far, by every runner.
-func (f *flows) lostNow() uint64 {
+// readers is what every runner missed so far.
+func (f *flows) readers() flow.Readers {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	n := f.lost
+	r := f.ended
 	if f.current != nil {
-		n += f.current.lost()
+		r = addReaders(r, f.current.missed())
 	}
-	return n
+	r.ConntrackRate = flowConntrackRate
+	return r
+}
+
+func addReaders(a, b flow.Readers) flow.Readers {
+	a.Lost += b.Lost
+	a.ConntrackPauses += b.ConntrackPauses
+	a.ConntrackPausedSeconds += b.ConntrackPausedSeconds
+	return a
 }
 
 func (f *flows) add(fl flow.Flow) {
@@ -78,7 +94,7 @@ func (f *flows) add(fl flow.Flow) {
 
 // mount serves the ring on /flows.
 func (f *flows) mount(hs *HealthServer, node string) {
-	hs.Mux.Handle("/flows", flow.Handler(node, f.ring))
+	hs.Mux.Handle("/flows", flow.Handler(node, f.ring, f.readers))
 }
 
 // flowNode names the node in its flows: --node-name, else the host name.
@@ -102,7 +118,8 @@ func (f *flows) factory(c *config, log *slog.Logger) func(cfg *subnet.Config) (R
 			}
 		}
 		log := log.With("component", "flows")
-		r := &flowRunner{f: f, log: log, ct: &flow.Conntrack{Pods: pods, Accounting: conntrackAccounting(c, log), Log: log}}
+		r := &flowRunner{f: f, log: log, ct: &flow.Conntrack{Pods: pods, Accounting: conntrackAccounting(c, log),
+			Rate: flowConntrackRate, Log: log}}
 		if c.kubeSubnetMgr && c.networkPolicy {
 			r.nflog = &flow.NFLog{Group: uint16(c.flowLogGroup), Log: log}
 		}
@@ -127,7 +144,7 @@ func (r *flowRunner) Run(ctx context.Context) error {
 	defer func() {
 		r.f.mu.Lock()
 		defer r.f.mu.Unlock()
-		r.f.lost += r.lost()
+		r.f.ended = addReaders(r.f.ended, r.missed())
 		if r.f.current == r {
 			r.f.current = nil
 		}
@@ -148,12 +165,14 @@ func (r *flowRunner) Run(ctx context.Context) error {
 	return nil
 }
 
-func (r *flowRunner) lost() uint64 {
-	n := r.ct.Lost()
+// missed is what this runner's readers missed so far.
+func (r *flowRunner) missed() flow.Readers {
+	pauses, paused := r.ct.Paused()
+	m := flow.Readers{Lost: r.ct.Lost(), ConntrackPauses: pauses, ConntrackPausedSeconds: paused.Seconds()}
 	if r.nflog != nil {
-		n += r.nflog.Lost()
+		m.Lost += r.nflog.Lost()
 	}
-	return n
+	return m
 }
 
 // conntrackAccounting says whether the kernel counts the bytes and

@@ -110,6 +110,9 @@ func TestFlowsServed(t *testing.T) {
 	if len(page.Flows) != 0 {
 		t.Errorf("allowed flows where the policy let nothing through: %+v", page.Flows)
 	}
+	if r := page.Readers; r == nil || r.ConntrackRate != flowConntrackRate || r.ConntrackPauses != 0 || r.Lost != 0 {
+		t.Errorf("readers %+v", r)
+	}
 	resp, err := http.Get(srv.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +120,8 @@ func TestFlowsServed(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{`weft_policy_verdicts_total{direction="ingress",namespace="x",policy="deny",verdict="dropped"}`,
-		"weft_flows_suppressed_total 0", "weft_flow_events_lost_total 0"} {
+		"weft_flows_suppressed_total 0", "weft_flow_events_lost_total 0",
+		"weft_flow_conntrack_pauses_total 0", "weft_flow_conntrack_paused_seconds_total 0"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("no %s in /metrics:\n%s", want, body)
 		}

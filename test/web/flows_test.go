@@ -67,12 +67,13 @@ func TestFlowsPanel(t *testing.T) {
 		t.Fatal(err)
 	}
 	ring := readNode(t, node, 13)
-	weftd := httptest.NewServer(flow.Handler("node1", ring))
+	weftd := httptest.NewServer(flow.Handler("node1", ring, nil))
 	t.Cleanup(weftd.Close)
 	ep := flows.Endpoint{Node: "node1", Client: weftd.Client(), Base: weftd.URL}
 	srv := &web.Server{Source: oneNode{}, Interval: 500 * time.Millisecond,
 		Flows: func(ctx context.Context, limit int) ([]flow.Flow, []error) {
-			return flows.Recent(ctx, []flows.Endpoint{ep}, flows.Query{Limit: limit}, nil)
+			fs, _, errs := flows.Recent(ctx, []flows.Endpoint{ep}, flows.Query{Limit: limit}, nil)
+			return fs, errs
 		}}
 	ln, err := bns.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -97,11 +97,13 @@ func Fetch(ctx context.Context, ep Endpoint, q Query, since uint64, wait time.Du
 }
 
 // Recent asks every node at once and returns their flows merged by time,
-// the last q.Limit of them (0: all), and an error per node that did not
+// the last q.Limit of them (0: all), what each node's flows lack
+// ("node: …", see flow.Page.Gaps) and an error per node that did not
 // answer.
-func Recent(ctx context.Context, eps []Endpoint, q Query, names Names) ([]flow.Flow, []error) {
+func Recent(ctx context.Context, eps []Endpoint, q Query, names Names) ([]flow.Flow, []string, []error) {
 	var mu sync.Mutex
 	var all []flow.Flow
+	var gaps []string
 	var errs []error
 	var wg sync.WaitGroup
 	for _, ep := range eps {
@@ -114,6 +116,9 @@ func Recent(ctx context.Context, eps []Endpoint, q Query, names Names) ([]flow.F
 				return
 			}
 			all = append(all, page.Flows...)
+			if g := page.Gaps(); g != "" {
+				gaps = append(gaps, ep.Node+": "+g)
+			}
 		})
 	}
 	wg.Wait()
@@ -122,7 +127,8 @@ func Recent(ctx context.Context, eps []Endpoint, q Query, names Names) ([]flow.F
 	if q.Limit > 0 && len(all) > q.Limit {
 		all = all[len(all)-q.Limit:]
 	}
-	return all, errs
+	slices.Sort(gaps)
+	return all, gaps, errs
 }
 
 // Follow prints (through emit, called from one goroutine at a time) every

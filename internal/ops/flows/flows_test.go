@@ -16,7 +16,7 @@ import (
 
 func node(t *testing.T, name string) (Endpoint, *flow.Ring) {
 	r := flow.NewRing(64, 1000, 1000)
-	srv := httptest.NewServer(flow.Handler(name, r))
+	srv := httptest.NewServer(flow.Handler(name, r, nil))
 	t.Cleanup(srv.Close)
 	return Endpoint{Node: name, Client: srv.Client(), Base: srv.URL}, r
 }
@@ -39,7 +39,10 @@ func TestRecentMerges(t *testing.T) {
 		Counts: &flow.Counts{OrigBytes: 2048, OrigPackets: 3, ReplyBytes: 100, ReplyPackets: 2}})
 	r1.Add(flow.Flow{Time: t0.Add(time.Second), Event: flow.EventNew, Verdict: flow.Allowed, Proto: "udp", Src: b, Dst: netip.MustParseAddr("10.244.9.9"), DstPort: 53})
 	names := Names{a: "web/front", b: "shop/db-0"}
-	got, errs := Recent(context.Background(), []Endpoint{e1, e2}, Query{}, names)
+	got, gaps, errs := Recent(context.Background(), []Endpoint{e1, e2}, Query{}, names)
+	if len(gaps) > 0 {
+		t.Errorf("gaps where nothing is missing: %q", gaps)
+	}
 	if len(errs) > 0 || len(got) != 3 || got[0].Node != "n1" || got[1].Event != flow.EventNew || got[2].Node != "n2" {
 		t.Fatalf("merged %+v, %v", got, errs)
 	}
@@ -53,17 +56,36 @@ func TestRecentMerges(t *testing.T) {
 			t.Errorf("no %q in\n%s", want, out.String())
 		}
 	}
-	got, _ = Recent(context.Background(), []Endpoint{e1, e2}, Query{Filter: flow.Filter{Verdict: flow.Dropped}}, names)
+	got, _, _ = Recent(context.Background(), []Endpoint{e1, e2}, Query{Filter: flow.Filter{Verdict: flow.Dropped}}, names)
 	if len(got) != 1 || got[0].DstPort != 5432 {
 		t.Errorf("dropped: %+v", got)
 	}
-	got, _ = Recent(context.Background(), []Endpoint{e1, e2}, Query{PodNamespace: "web"}, names)
+	got, _, _ = Recent(context.Background(), []Endpoint{e1, e2}, Query{PodNamespace: "web"}, names)
 	if len(got) != 2 {
 		t.Errorf("namespace web: %+v", got)
 	}
 	bad := Endpoint{Node: "gone", Client: http.DefaultClient, Base: "http://127.0.0.1:1"}
-	if _, errs := Recent(context.Background(), []Endpoint{e1, bad}, Query{}, names); len(errs) != 1 || !strings.Contains(errs[0].Error(), "node gone") {
+	if _, _, errs := Recent(context.Background(), []Endpoint{e1, bad}, Query{}, names); len(errs) != 1 || !strings.Contains(errs[0].Error(), "node gone") {
 		t.Errorf("a node that does not answer: %v", errs)
+	}
+}
+
+// TestRecentGaps: what a node's flows lack (flows over the ring's rate,
+// conntrack's pauses, overflowed sockets) comes back named by node.
+func TestRecentGaps(t *testing.T) {
+	r := flow.NewRing(64, 1, 1)
+	r.Add(flow.Flow{Time: time.Now(), Event: flow.EventNew, Verdict: flow.Allowed, Src: a, Dst: b})
+	r.Add(flow.Flow{Time: time.Now(), Event: flow.EventNew, Verdict: flow.Allowed, Src: a, Dst: b})
+	srv := httptest.NewServer(flow.Handler("n3", r, func() flow.Readers {
+		return flow.Readers{Lost: 2, ConntrackRate: 1000, ConntrackPauses: 3, ConntrackPausedSeconds: 2.25}
+	}))
+	t.Cleanup(srv.Close)
+	e3 := Endpoint{Node: "n3", Client: srv.Client(), Base: srv.URL}
+	e1, _ := node(t, "n1")
+	got, gaps, errs := Recent(context.Background(), []Endpoint{e1, e3}, Query{}, nil)
+	want := "n3: 1 flows over the ring's rate (1 a second) not kept; conntrack's events not read for 2.2 s in 3 pauses (over 1000 a second); events lost 2 times (a socket overflowed)"
+	if len(got) != 1 || len(errs) > 0 || len(gaps) != 1 || gaps[0] != want {
+		t.Errorf("flows %+v, errors %v, gaps %q; want %q", got, errs, gaps, want)
 	}
 }
 
