@@ -19,7 +19,7 @@ import (
 // page with a benchmark's section ("report: begin").
 var reports = []string{
 	"bench/dataplane/README.md", "bench/dataplane/PEER-FILTER.md", "bench/peers/README.md", "bench/policy/README.md", "bench/cni/REPORT.md",
-	"bench/fleet/README.md", "bench/size/README.md", "docs/reliability.md", "docs/flannel-failures.md",
+	"bench/fleet/README.md", "bench/size/README.md", "bench/flows/README.md", "docs/reliability.md", "docs/flannel-failures.md",
 	"docs/migration-report.md", "docs/network-policy.md",
 }
 
