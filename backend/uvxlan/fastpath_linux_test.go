@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/weft-net/weft/internal/namespace"
+	"github.com/weft-net/weft/internal/ops/inspect"
 	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
@@ -152,6 +153,19 @@ func TestFastPath(t *testing.T) {
 		}
 		checkWhole(b, 50<<20)
 		checkWhole(a, 50<<20)
+		// weftctl's inspect (peers, explain, doctor) names the programs.
+		tap, err := a.host.Handle.LinkByName(DeviceName(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ul, err := a.host.Handle.LinkByName(a.host.Link)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fp, err := inspect.ReadFastPath(a.host.Do, tap.Attrs().Index, ul.Attrs().Index)
+		if err != nil || !fp.Attached() || fp.Bridge != DefaultPodBridge {
+			t.Errorf("inspect reads %+v, %v; want both programs and the bridge program on %s", fp, err, DefaultPodBridge)
+		}
 		h := b.host
 		nettest.MustRun(t, h, "ip", "link", "del", "vpod")
 		nettest.Veth(t, h.NS, "vpod2", b.pod, "eth0")

@@ -117,6 +117,9 @@ func tapDataplane(h *netlink.Handle, do func(func() error) error, k *inspect.Ker
 	switch {
 	case err != nil:
 		return line + "; fast path: unknown (" + err.Error() + ")"
+	case fp.Attached() && fp.Bridge != "":
+		return line + "; fast path attached: IPv4 peers routed through the underlay device go through tc programs in the kernel, the others through weftd; " +
+			"on " + fp.Bridge + "'s egress, peers' TCP super-packets go to the pods' ports whole"
 	case fp.Attached():
 		return line + "; fast path attached: IPv4 peers routed through the underlay device go through tc programs in the kernel, the others through weftd"
 	case fp.Egress || fp.Ingress:

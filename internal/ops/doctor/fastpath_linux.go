@@ -35,6 +35,9 @@ func checkFastPathFirewall(s *state) {
 		s.r.ok("firewall/fastpath", "no fast path attached: host firewall rules on UDP %d apply to every peer", port)
 		return
 	}
+	if fp.Bridge != "" {
+		checkBridgeHooks(s, fp.Bridge)
+	}
 	found, err := s.portRules(port)
 	if err != nil {
 		s.r.add("firewall/fastpath", Warn, "", "read nftables rules: %v", err)
@@ -53,6 +56,39 @@ func checkFastPathFirewall(s *state) {
 		"fast path attached (%s on %s's egress, %s on the underlay's ingress): %s match UDP %d but do not apply to the peers it carries, "+
 			"whose datagrams tc handles before netfilter (only peers on the userspace path meet them)",
 		inspect.FastEgressProgram, s.k.Device.Name, inspect.FastIngressProgram, strings.Join(rules, "; "), port)
+}
+
+// checkBridgeHooks tells what the bridge program skips: the bridge
+// family's output and postrouting hooks, for the TCP super-packets from
+// peers it hands to the pods' ports; the ip and inet families' hooks
+// (forward, where NetworkPolicy is enforced) have seen them before.
+func checkBridgeHooks(s *state, bridge string) {
+	var chains []string
+	err := s.Do.Run(func() error {
+		c, err := nftables.New()
+		if err != nil {
+			return err
+		}
+		all, err := c.ListChainsOfTableFamily(nftables.TableFamilyBridge)
+		for _, ch := range all {
+			if ch.Hooknum != nil && (*ch.Hooknum == *nftables.ChainHookOutput || *ch.Hooknum == *nftables.ChainHookPostrouting) {
+				chains = append(chains, fmt.Sprintf("table bridge %s chain %s", ch.Table.Name, ch.Name))
+			}
+		}
+		return err
+	})
+	switch {
+	case err != nil:
+		s.r.add("firewall/fastpath", Warn, "", "read the bridge family's nftables chains: %v", err)
+	case len(chains) > 0:
+		s.r.add("firewall/fastpath", Warn,
+			`match pod traffic on the ip or inet family's forward hook instead, or turn the fast path off ("FastPath": false in the network config's Backend)`,
+			"%s on %s's egress hands peers' TCP super-packets to the pods' ports without the bridge family's output and postrouting hooks: %s do not see them",
+			inspect.FastBridgeProgram, bridge, strings.Join(chains, "; "))
+	default:
+		s.r.ok("firewall/fastpath", "%s on %s's egress hands peers' TCP super-packets to the pods' ports; no bridge-family chain on the output or postrouting hook, which it skips",
+			inspect.FastBridgeProgram, bridge)
+	}
 }
 
 // fastPath reads, once, which of the uvxlan fast path's programs the node

@@ -372,21 +372,28 @@ func TestDoctorFastPathFirewall(t *testing.T) {
 	n1, n2 := st.Nodes[0], st.Nodes[1]
 	for _, n := range st.Nodes {
 		code, checks := doctor(t, bin, dir, n.Name)
-		found := false
+		found, bridge := false, false
 		for _, c := range checks {
 			found = found || c.Name == "firewall/fastpath" && c.Status == "ok" && strings.Contains(c.Evidence, "fast path attached; no nftables rule on UDP 8472")
+			bridge = bridge || c.Name == "firewall/fastpath" && c.Status == "ok" && strings.Contains(c.Evidence, "weft_fp_bridge on cni0's egress")
 			if c.Status != "ok" {
 				t.Errorf("%s: %s %s: %s", n.Name, c.Status, c.Name, c.Evidence)
 			}
 		}
-		if !found || code != 0 {
-			t.Errorf("%s: exit %d, want ok firewall/fastpath with the fast path attached:\n%+v", n.Name, code, checks)
+		if !found || !bridge || code != 0 {
+			t.Errorf("%s: exit %d, want ok firewall/fastpath with the fast path and the bridge program attached:\n%+v", n.Name, code, checks)
 		}
 	}
 	out, code := run(t, bin, "peers", "--lab", "--state-dir", dir, "--node", n1.Name)
-	if code != 0 || !strings.Contains(out, "fast path attached") {
+	if code != 0 || !strings.Contains(out, "fast path attached") || !strings.Contains(out, "on cni0's egress") {
 		t.Errorf("peers: exit %d:\n%s", code, out)
 	}
+	// A bridge-family chain on the output hook does not see what the
+	// bridge program hands to the pods' ports: doctor names it.
+	ipIn(t, n2.NS, "nft", "add table bridge wefttest; add chain bridge wefttest out { type filter hook output priority 0; }")
+	code, checks := doctor(t, bin, dir, n2.Name)
+	expectChecks(t, checks, code, 1, wantCheck{"firewall/fastpath", "warn", `weft_fp_bridge on cni0's egress .*: table bridge wefttest chain out do not see them`})
+	ipIn(t, n2.NS, "nft", "delete table bridge wefttest")
 	var p1, p2 PodState
 	for _, p := range st.Pods {
 		switch p.Node {
@@ -402,7 +409,7 @@ func TestDoctorFastPathFirewall(t *testing.T) {
 	}
 
 	ipIn(t, n2.NS, "nft", "add table inet wefttest; add chain inet wefttest in { type filter hook input priority 0; }; add rule inet wefttest in udp dport 8472 drop")
-	code, checks := doctor(t, bin, dir, n2.Name)
+	code, checks = doctor(t, bin, dir, n2.Name)
 	expectChecks(t, checks, code, 1, wantCheck{"firewall/fastpath", "warn", `table inet wefttest chain in rule \d+ match UDP 8472 but do not apply to the peers it carries`})
 	// No chain saw node1's replies: the fast path took them, and the
 	// rule's drop does not hold for them.
