@@ -1,12 +1,13 @@
 package flow
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,10 +25,15 @@ import (
 //
 // Every connection of the namespace costs its events (a socket read and a
 // decoding each, pods' or not), so Run reads at most Rate of them a
-// second: past that it stops listening until the second is over. The
-// kernel builds no events for a group nobody listens to, so a node's
-// connection rate cannot raise weftd's work past Rate events a second;
-// the flows of those pauses are missing, and Paused says how long.
+// second: past that it stops reading until the second is over, and a
+// node's connection rate cannot raise weftd's work past Rate events a
+// second. It goes on listening meanwhile, so that the kernel keeps
+// tracking events for the connections opened then (it does so only for
+// connections opened while someone listens, nf_conntrack_events=2) and
+// their close still comes; what does not fit in the socket's buffer
+// during the pause is dropped by the kernel, and Run, told so at its next
+// read, counts it in Lost and listens again. Paused says how long Run did
+// not read.
 type Conntrack struct {
 	// NetNS is a file descriptor of the network namespace to read in (0:
 	// the current one).
@@ -41,30 +47,34 @@ type Conntrack struct {
 	Accounting bool
 	// Rate is the most events Run reads in a second (0: no limit).
 	Rate int
-	Log  *slog.Logger
+	// ReadBuffer is the socket's receive buffer (0: 1 MiB): what waits
+	// for Run while it falls behind or pauses.
+	ReadBuffer int
+	Log        *slog.Logger
 
-	lost        atomic.Uint64
-	pauses      atomic.Uint64
-	pausedNanos atomic.Int64 // of the pauses that ended
-	pauseStart  atomic.Int64 // of the current pause, in Unix nanoseconds; 0: none
+	lost atomic.Uint64
+
+	mu         sync.Mutex
+	pauses     uint64
+	paused     time.Duration // of the pauses that ended
+	pauseStart time.Time     // of the current pause; zero: none
 }
 
 // DefaultRate is the Rate weftd gives its reader: 1,000 events a second,
 // the flows a second its ring keeps.
 const DefaultRate = 1000
 
-// errOverRate ends a read when a second's events are spent.
-var errOverRate = errors.New("conntrack events: over the rate")
-
-// Paused is how many times Run stopped listening because a second's Rate
+// Paused is how many times Run stopped reading because a second's Rate
 // of events was spent, and for how long in all, the current pause
 // included.
 func (c *Conntrack) Paused() (uint64, time.Duration) {
-	n, d := c.pauses.Load(), time.Duration(c.pausedNanos.Load())
-	if s := c.pauseStart.Load(); s != 0 {
-		d += time.Since(time.Unix(0, s))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d := c.paused
+	if !c.pauseStart.IsZero() {
+		d += time.Since(c.pauseStart)
 	}
-	return n, d
+	return c.pauses, d
 }
 
 // Lost is how many times the event socket overflowed (and was opened
@@ -73,8 +83,8 @@ func (c *Conntrack) Lost() uint64 { return c.lost.Load() }
 
 // Run hands the pods' connection events to sink until ctx is done. When
 // the socket's buffer overflows it counts the loss and listens again; when
-// a second's Rate is spent it closes the socket and listens again when
-// the second is over. It returns the error of a socket it cannot open.
+// a second's Rate is spent it reads nothing more until the second is
+// over. It returns the error of a socket it cannot open.
 func (c *Conntrack) Run(ctx context.Context, sink func(Flow)) error {
 	log := c.Log
 	if log == nil {
@@ -86,27 +96,27 @@ func (c *Conntrack) Run(ctx context.Context, sink func(Flow)) error {
 		if err != nil {
 			return err
 		}
-		err = c.read(ctx, errs, events, sink, w)
+		err = c.read(ctx, errs, events, sink, w, log)
 		closeDraining(conn, errs, events)
 		if ctx.Err() != nil {
 			return nil
-		}
-		if errors.Is(err, errOverRate) {
-			c.pause(ctx, w.end(), log)
-			continue
 		}
 		c.lost.Add(1)
 		log.Warn("conntrack events lost; listening again", "err", err)
 	}
 }
 
-// pause waits, not listening, until the window ends or ctx is done, and
+// pause waits, not reading, until the window ends or ctx is done, and
 // counts it; the first pause is logged.
 func (c *Conntrack) pause(ctx context.Context, until time.Time, log *slog.Logger) {
 	start := time.Now()
-	c.pauseStart.Store(start.UnixNano())
-	if c.pauses.Add(1) == 1 {
-		log.Warn("more conntrack events than weftd reads in a second: not listening for the rest of each such second (flows of those moments are missing)",
+	c.mu.Lock()
+	c.pauseStart = start
+	c.pauses++
+	first := c.pauses == 1
+	c.mu.Unlock()
+	if first {
+		log.Warn("more conntrack events than weftd reads in a second: not reading them for the rest of each such second (flows the socket cannot hold meanwhile are lost)",
 			"rate", c.Rate)
 	}
 	t := time.NewTimer(until.Sub(start))
@@ -115,8 +125,10 @@ func (c *Conntrack) pause(ctx context.Context, until time.Time, log *slog.Logger
 	case <-ctx.Done():
 	case <-t.C:
 	}
-	c.pauseStart.Store(0)
-	c.pausedNanos.Add(int64(time.Since(start)))
+	c.mu.Lock()
+	c.paused += time.Since(start)
+	c.pauseStart = time.Time{}
+	c.mu.Unlock()
 }
 
 // window counts the events of the current second against a rate.
@@ -148,12 +160,12 @@ func (c *Conntrack) open() (*conntrack.Conn, chan error, chan conntrack.Event, e
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("conntrack events: %w", err)
 	}
-	if err := conn.SetReadBuffer(1 << 20); err != nil {
+	if err := conn.SetReadBuffer(cmp.Or(c.ReadBuffer, 1<<20)); err != nil {
 		conn.Close()
 		return nil, nil, nil, fmt.Errorf("conntrack events: read buffer: %w", err)
 	}
-	// A short queue: what the library decoded ahead of the reader is
-	// work done past the rate when the socket closes.
+	// A short queue: the library decodes ahead of the reader at most
+	// this many events, which a pause keeps waiting.
 	events := make(chan conntrack.Event, 16)
 	errs, err := conn.Listen(events, 1, []netfilter.NetlinkGroup{netfilter.GroupCTNew, netfilter.GroupCTDestroy})
 	if err != nil {
@@ -181,9 +193,9 @@ func closeDraining(conn *conntrack.Conn, errs chan error, events chan conntrack.
 	close(done)
 }
 
-// read hands events to sink until ctx is done, the socket fails or the
-// window's rate is spent (errOverRate).
-func (c *Conntrack) read(ctx context.Context, errs chan error, events chan conntrack.Event, sink func(Flow), w *window) error {
+// read hands events to sink until ctx is done or the socket fails; past
+// the window's rate it pauses until the window ends.
+func (c *Conntrack) read(ctx context.Context, errs chan error, events chan conntrack.Event, sink func(Flow), w *window, log *slog.Logger) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -192,7 +204,10 @@ func (c *Conntrack) read(ctx context.Context, errs chan error, events chan connt
 			return fmt.Errorf("conntrack events: %w", err)
 		case ev := <-events:
 			if !w.take(time.Now()) {
-				return errOverRate
+				if c.pause(ctx, w.end(), log); ctx.Err() != nil {
+					return nil
+				}
+				w.take(time.Now()) // the first of the next second's
 			}
 			if f, ok := c.flowOf(ev); ok {
 				sink(f)

@@ -32,7 +32,8 @@ type Readers struct {
 	ConntrackPausedSeconds float64 `json:"conntrackPausedSeconds"`
 }
 
-// Gaps says in words what the page's flows lack, or "" when nothing.
+// Gaps says in words what the node's flows lacked since weftd started
+// (the counts are weftd's, not the page's), or "" when nothing.
 func (p Page) Gaps() string {
 	var parts []string
 	if n := p.Stats.Suppressed; n > 0 {
@@ -47,7 +48,10 @@ func (p Page) Gaps() string {
 			parts = append(parts, fmt.Sprintf("events lost %d times (a socket overflowed)", r.Lost))
 		}
 	}
-	return strings.Join(parts, "; ")
+	if len(parts) == 0 {
+		return ""
+	}
+	return "since weftd started, " + strings.Join(parts, "; ")
 }
 
 // MaxWait bounds the wait=seconds a request may ask for.

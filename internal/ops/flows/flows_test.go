@@ -83,7 +83,7 @@ func TestRecentGaps(t *testing.T) {
 	e3 := Endpoint{Node: "n3", Client: srv.Client(), Base: srv.URL}
 	e1, _ := node(t, "n1")
 	got, gaps, errs := Recent(context.Background(), []Endpoint{e1, e3}, Query{}, nil)
-	want := "n3: 1 flows over the ring's rate (1 a second) not kept; conntrack's events not read for 2.2 s in 3 pauses (over 1000 a second); events lost 2 times (a socket overflowed)"
+	want := "n3: since weftd started, 1 flows over the ring's rate (1 a second) not kept; conntrack's events not read for 2.2 s in 3 pauses (over 1000 a second); events lost 2 times (a socket overflowed)"
 	if len(got) != 1 || len(errs) > 0 || len(gaps) != 1 || gaps[0] != want {
 		t.Errorf("flows %+v, errors %v, gaps %q; want %q", got, errs, gaps, want)
 	}

@@ -62,7 +62,7 @@ func ReadFastPath(do func(func() error) error, tap, underlay int) (FastPath, err
 // bridgeProgram is the name of the bridge with FastBridgeProgram on its
 // egress, "" when none has it.
 func bridgeProgram() (string, error) {
-	links, err := netlink.LinkList()
+	links, err := retry(netlink.LinkList)
 	if err != nil {
 		return "", fmt.Errorf("list links: %w", err)
 	}
