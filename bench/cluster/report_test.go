@@ -59,17 +59,6 @@ var figures = []figure{
 	{"TCP CRR", "CPU s/s, both nodes", 2, func(m measurement) float64 { return m.cpuSrv + m.cpuCli }, ""},
 }
 
-func cell(v []float64, prec int) string {
-	m, lo, hi, ok := benchreport.Spread(v)
-	if !ok {
-		return "–"
-	}
-	if len(v) == 1 || fmt.Sprintf("%.*f", prec, lo) == fmt.Sprintf("%.*f", prec, hi) {
-		return fmt.Sprintf("%.*f", prec, m)
-	}
-	return fmt.Sprintf("%.*f (%.*f–%.*f)", prec, m, prec, lo, prec, hi)
-}
-
 func (c *column) values(path string, f figure) []float64 {
 	var v []float64
 	for _, m := range c.got[path+"/"+f.test] {
@@ -189,7 +178,7 @@ func write(w io.Writer, b *testing.B, cols []*column, secs, restSecs int) {
 		for _, f := range figures {
 			fmt.Fprintf(w, "| %s | %s |", f.test, f.name)
 			for _, c := range cs {
-				fmt.Fprintf(w, " %s |", cell(c.values(p, f), f.prec))
+				fmt.Fprintf(w, " %s |", benchreport.Cell(c.values(p, f), f.prec))
 			}
 			fmt.Fprintln(w)
 		}
@@ -224,7 +213,7 @@ func restCell(c *column, get func(atRest) float64, prec int) string {
 	for _, r := range c.rest {
 		v = append(v, get(r))
 	}
-	return cell(v, prec)
+	return benchreport.Cell(v, prec)
 }
 
 func loads(cols []*column) string {

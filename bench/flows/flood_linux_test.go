@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/weft-net/weft/flow"
+	"github.com/weft-net/weft/internal/testkit/benchreport"
 	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/policy"
 )
@@ -134,21 +135,7 @@ func newNode(b *testing.B) *node {
 		b.Fatal(err)
 	}
 	dst := netip.MustParseAddrPort("10.8.2.2:80")
-	var ln net.Listener
-	if err := p2.Do(func() (err error) { ln, err = net.Listen("tcp", dst.String()); return err }); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte{1})
-			c.Close()
-		}
-	}()
+	nettest.ServeByte(b, p2, dst.String())
 	return &node{node: n, client: p1, server: p2, dst: dst}
 }
 
@@ -276,7 +263,7 @@ func BenchmarkConntrackFlood(b *testing.B) {
 	n := newNode(b)
 	var rounds []round
 	for i := 0; b.Loop(); i++ {
-		r := round{n: i + 1, load: [2]string{loadAvg()}}
+		r := round{n: i + 1, load: [2]string{benchreport.LoadAvg(" ")}}
 		for k := range nConditions {
 			c := (condition(i) + k) % nConditions
 			r.order = append(r.order, c)
@@ -286,7 +273,7 @@ func BenchmarkConntrackFlood(b *testing.B) {
 			r.s[c] = n.measure(b, c, d)
 			b.Logf("round %d, %s: %s", r.n, c, r.s[c].line())
 		}
-		r.load[1] = loadAvg()
+		r.load[1] = benchreport.LoadAvg(" ")
 		rounds = append(rounds, r)
 	}
 	report(b, rounds, secs)
@@ -295,13 +282,4 @@ func BenchmarkConntrackFlood(b *testing.B) {
 func (s sample) line() string {
 	return fmt.Sprintf("%.0f conns/s; reader %.3f CPU s (%.1f%% of a core), %d events (%d kept), %d pauses, %d lost, max RSS %.1f MiB",
 		s.conns, s.res.CPU, 100*s.res.CPU/s.seconds, s.res.Events, s.res.Kept, s.res.Pauses, s.res.Lost, float64(s.res.MaxRSS)/1024)
-}
-
-func loadAvg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }

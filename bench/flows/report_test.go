@@ -35,17 +35,6 @@ var figures = []figure{
 	{"reader's peak RSS (MiB)", 1, true, func(s sample) float64 { return float64(s.res.MaxRSS) / 1024 }},
 }
 
-func cell(v []float64, prec int) string {
-	m, lo, hi, ok := benchreport.Spread(v)
-	if !ok {
-		return "–"
-	}
-	if len(v) == 1 {
-		return fmt.Sprintf("%.*f", prec, m)
-	}
-	return fmt.Sprintf("%.*f (%.*f–%.*f)", prec, m, prec, lo, prec, hi)
-}
-
 // report prints the figures and, with WEFT_BENCH_REPORT, writes them into
 // the report's section "flood".
 func report(b *testing.B, rounds []round, secs float64) {
@@ -85,7 +74,7 @@ func report(b *testing.B, rounds []round, secs float64) {
 			for _, r := range rounds {
 				v = append(v, f.get(r.s[c]))
 			}
-			fmt.Fprintf(&out, " %s |", cell(v, f.prec))
+			fmt.Fprintf(&out, " %s |", benchreport.Cell(v, f.prec))
 		}
 		out.WriteString("\n")
 	}
@@ -95,7 +84,7 @@ func report(b *testing.B, rounds []round, secs float64) {
 		for _, r := range rounds {
 			v = append(v, r.s[c].conns/r.s[noReader].conns)
 		}
-		fmt.Fprintf(&out, " %s |", cell(v, 2))
+		fmt.Fprintf(&out, " %s |", benchreport.Cell(v, 2))
 	}
 	out.WriteString("\n")
 	os.Stdout.Write(out.Bytes())

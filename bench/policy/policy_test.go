@@ -260,25 +260,7 @@ func (e *env) tryCreatePod(p *corev1.Pod, ip netip.Addr) error {
 // byte to each new connection and closes it, and iperf3 on iperfPort.
 func (e *env) serve() {
 	b := e.b
-	var ln net.Listener
-	if err := e.server.NS.Do(func() error {
-		var err error
-		ln, err = net.Listen("tcp4", fmt.Sprintf(":%d", connPort))
-		return err
-	}); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte{1})
-			c.Close()
-		}
-	}()
+	nettest.ServeByte(b, e.server.NS, fmt.Sprintf("0.0.0.0:%d", connPort))
 	cmd := e.server.NS.Command(e.ctx, "iperf3", "--server", "--port", fmt.Sprint(iperfPort))
 	if err := cmd.Start(); err != nil {
 		b.Fatalf("iperf3 server: %v", err)

@@ -1,6 +1,7 @@
 package benchreport
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"slices"
@@ -20,6 +21,20 @@ func Spread(v []float64) (med, lo, hi float64, ok bool) {
 		m = (v[len(v)/2-1] + v[len(v)/2]) / 2
 	}
 	return m, v[0], v[len(v)-1], true
+}
+
+// Cell is v's median with prec decimals and, when the rounds differ at
+// that precision, their spread: "9.00 (8.51–9.70)"; "–" when v has no
+// figure.
+func Cell(v []float64, prec int) string {
+	m, lo, hi, ok := Spread(v)
+	if !ok {
+		return "–"
+	}
+	if len(v) == 1 || fmt.Sprintf("%.*f", prec, lo) == fmt.Sprintf("%.*f", prec, hi) {
+		return fmt.Sprintf("%.*f", prec, m)
+	}
+	return fmt.Sprintf("%.*f (%.*f–%.*f)", prec, m, prec, lo, prec, hi)
 }
 
 // LoadAvg is the machine's load averages over 1, 5 and 15 minutes joined

@@ -156,6 +156,27 @@ func (s *Sink) WaitFor(p string, within time.Duration) bool {
 	return false
 }
 
+// ServeByte listens on TCP addr in n and answers each connection with one
+// byte, then closes it, until the test ends.
+func ServeByte(tb testing.TB, n *NS, addr string) {
+	tb.Helper()
+	var ln net.Listener
+	if err := n.Do(func() (err error) { ln, err = net.Listen("tcp", addr); return err }); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte{1})
+			c.Close()
+		}
+	}()
+}
+
 // Transfer is a TCP stream of a known number of bytes from one namespace
 // to a listener in another, running in the background.
 type Transfer struct {
