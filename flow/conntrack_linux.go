@@ -86,29 +86,25 @@ func (c *Conntrack) Lost() uint64 { return c.lost.Load() }
 // a second's Rate is spent it reads nothing more until the second is
 // over. It returns the error of a socket it cannot open.
 func (c *Conntrack) Run(ctx context.Context, sink func(Flow)) error {
-	log := c.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	w := &window{rate: c.Rate}
 	for {
 		conn, errs, events, err := c.open()
 		if err != nil {
 			return err
 		}
-		err = c.read(ctx, errs, events, sink, w, log)
+		err = c.read(ctx, errs, events, sink, w)
 		closeDraining(conn, errs, events)
 		if ctx.Err() != nil {
 			return nil
 		}
 		c.lost.Add(1)
-		log.Warn("conntrack events lost; listening again", "err", err)
+		c.logger().Warn("conntrack events lost; listening again", "err", err)
 	}
 }
 
 // pause waits, not reading, until the window ends or ctx is done, and
 // counts it; the first pause is logged.
-func (c *Conntrack) pause(ctx context.Context, until time.Time, log *slog.Logger) {
+func (c *Conntrack) pause(ctx context.Context, until time.Time) {
 	start := time.Now()
 	c.mu.Lock()
 	c.pauseStart = start
@@ -116,7 +112,7 @@ func (c *Conntrack) pause(ctx context.Context, until time.Time, log *slog.Logger
 	first := c.pauses == 1
 	c.mu.Unlock()
 	if first {
-		log.Warn("more conntrack events than weftd reads in a second: not reading them for the rest of each such second (flows the socket cannot hold meanwhile are lost)",
+		c.logger().Warn("more conntrack events than weftd reads in a second: not reading them for the rest of each such second (flows the socket cannot hold meanwhile are lost)",
 			"rate", c.Rate)
 	}
 	t := time.NewTimer(until.Sub(start))
@@ -129,6 +125,13 @@ func (c *Conntrack) pause(ctx context.Context, until time.Time, log *slog.Logger
 	c.paused += time.Since(start)
 	c.pauseStart = time.Time{}
 	c.mu.Unlock()
+}
+
+func (c *Conntrack) logger() *slog.Logger {
+	if c.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return c.Log
 }
 
 // window counts the events of the current second against a rate.
@@ -195,7 +198,7 @@ func closeDraining(conn *conntrack.Conn, errs chan error, events chan conntrack.
 
 // read hands events to sink until ctx is done or the socket fails; past
 // the window's rate it pauses until the window ends.
-func (c *Conntrack) read(ctx context.Context, errs chan error, events chan conntrack.Event, sink func(Flow), w *window, log *slog.Logger) error {
+func (c *Conntrack) read(ctx context.Context, errs chan error, events chan conntrack.Event, sink func(Flow), w *window) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -204,7 +207,7 @@ func (c *Conntrack) read(ctx context.Context, errs chan error, events chan connt
 			return fmt.Errorf("conntrack events: %w", err)
 		case ev := <-events:
 			if !w.take(time.Now()) {
-				if c.pause(ctx, w.end(), log); ctx.Err() != nil {
+				if c.pause(ctx, w.end()); ctx.Err() != nil {
 					return nil
 				}
 				w.take(time.Now()) // the first of the next second's
