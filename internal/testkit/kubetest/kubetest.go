@@ -14,9 +14,11 @@ package kubetest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -166,9 +168,27 @@ func (c *Cluster) StartControllers(t testing.TB, controllers ...string) {
 	if c.cm != nil {
 		t.Fatal("kubetest: controller-manager already started")
 	}
+	// A port free a moment ago may be taken before the controller-manager
+	// binds it (other tests run beside this one): it then exits at once,
+	// and starts again on another port.
+	for attempt := 1; ; attempt++ {
+		p, err := c.startControllerManager(controllers)
+		if err == nil {
+			c.cm = p
+			return
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatal(err)
+		}
+	}
+}
+
+// startControllerManager starts kube-controller-manager on a free port
+// and waits until it answers on /healthz.
+func (c *Cluster) startControllerManager(controllers []string) (*process, error) {
 	port, err := freePorts(1)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	p, err := startProcess(c.owner, c.Dir, "kube-controller-manager", filepath.Join(c.bin, "kube-controller-manager"),
 		"--kubeconfig="+c.kubeconfig,
@@ -187,9 +207,19 @@ func (c *Cluster) StartControllers(t testing.TB, controllers ...string) {
 		"--v=1",
 	)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	c.cm = p
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	healthz := "https://127.0.0.1:" + strconv.Itoa(port[0]) + "/healthz"
+	if err := waitFor(ctx, p, func(ctx context.Context) error {
+		return httpGet(ctx, healthz, func(*http.Request) (*http.Client, error) { return insecure, nil })
+	}); err != nil {
+		p.stop()
+		return nil, fmt.Errorf("kubetest: kube-controller-manager not healthy: %w (log: %s)", err, p.logTail())
+	}
+	return p, nil
 }
 
 // ServiceAccountConfig returns a config that authenticates as the
