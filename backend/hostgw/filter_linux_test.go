@@ -150,3 +150,50 @@ func TestPodSourcesFromPeersOnly(t *testing.T) {
 		t.Error("a departed peer's pod reached the pod")
 	}
 }
+
+// TestFilterFailureKeepsRoutes: while the filter cannot be written (a
+// table of its name owned by another program), routes still follow the
+// peers and the backend is not ready; once the table is free, the filter
+// is programmed on the retry and the backend becomes ready.
+func TestFilterFailureKeepsRoutes(t *testing.T) {
+	u := nettest.NewUnderlay(t, pfx("192.168.78.0/24"), 0)
+	n1, n2, n3 := newHGNode(t, u, 1), newHGNode(t, u, 2), newHGNode(t, u, 3)
+	release := nettest.OwnTable(t, n1.NS, "inet", FilterTable)
+	n1.set(n2)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n1.b.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	routes := func(want, gone netip.Prefix) func() string {
+		return func() string {
+			out, _ := n1.Run("ip", "-4", "route", "show", "dev", "eth0")
+			if strings.Contains(out, want.String()+" via") && !strings.Contains(out, gone.String()+" via") {
+				return ""
+			}
+			return out
+		}
+	}
+	waitFor(t, "route to the new peer while the filter fails", routes(n2.subnet, n3.subnet))
+	n1.set(n3)
+	waitFor(t, "routes follow the peers while the filter fails", routes(n3.subnet, n2.subnet))
+	select {
+	case <-n1.b.Ready():
+		t.Fatal("ready while the filter cannot be written")
+	default:
+	}
+	release()
+	select {
+	case <-n1.b.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("not ready once the filter could be written")
+	}
+	want := "elements = { " + n3.subnet.Addr().String() + " }"
+	if out := nettest.MustRun(t, n1, "nft", "list", "set", "inet", FilterTable, "subnets"); !strings.Contains(out, want) {
+		t.Errorf("set subnets, want %q:\n%s", want, out)
+	}
+}

@@ -140,10 +140,13 @@ func (b *Backend) sync(full bool) error {
 		return nil
 	}
 	t := b.withoutSelf(*tp)
+	// A filter that cannot be written does not hold the routes back: the
+	// error is returned after them, and the retry is full.
 	filtering := b.filter != nil && !b.filterOff.Load()
+	var filterErr error
 	if filtering {
 		if err := b.filter.Admit(peerSubnets(t), full); err != nil {
-			return fmt.Errorf("admit peers' subnets: %w", err)
+			filterErr = fmt.Errorf("admit peers' subnets: %w", err)
 		}
 	}
 	start := time.Now()
@@ -155,11 +158,11 @@ func (b *Backend) sync(full bool) error {
 		b.log.Warn("repaired drift", "route", st.RouteSet+st.RouteDel)
 	}
 	if err != nil {
-		return fmt.Errorf("sync routes: %w", err)
+		return errors.Join(filterErr, fmt.Errorf("sync routes: %w", err))
 	}
 	if filtering {
 		if err := b.filter.Prune(peerSubnets(t)); err != nil {
-			return fmt.Errorf("refuse departed peers' subnets: %w", err)
+			return errors.Join(filterErr, fmt.Errorf("refuse departed peers' subnets: %w", err))
 		}
 	}
 	b.log.Debug("synced routes", "peers", len(t), "offLink", len(off), "took", time.Since(start))
@@ -167,6 +170,9 @@ func (b *Backend) sync(full bool) error {
 	b.routed = maps.Clone(t)
 	for _, e := range off {
 		delete(b.routed, e.Subnet)
+	}
+	if filterErr != nil {
+		return filterErr
 	}
 	if b.MarkReady() {
 		b.log.Info("dataplane ready", "peers", len(t), "offLink", len(off))

@@ -305,3 +305,37 @@ func TestPeerFilterThousands(t *testing.T) {
 		t.Fatalf("after a full sync the filter's sets hold %d addresses, want the %d peers'", len(got), len(want))
 	}
 }
+
+// TestFilterFailureKeepsRoutes: while the filter cannot be written (a
+// table of its name owned by another program), routes still follow the
+// peers, a new one's added and a departed one's removed, and the backend
+// is not ready; once the table is free, the filter is programmed on the
+// retry and the backend becomes ready.
+func TestFilterFailureKeepsRoutes(t *testing.T) {
+	u := nettest.NewUnderlay(t, ul4, 0)
+	n1, n2, n3 := newNode(t, u, 1), newNode(t, u, 2), newNode(t, u, 3)
+	release := nettest.OwnTable(t, n1.NS, "inet", FilterTable)
+	b := newBackend(t, n1.filtered())
+	b.Set(n2.entries(1))
+	start(t, b)
+	routes := func(want, gone netip.Prefix) func() (bool, string) {
+		return func() (bool, string) {
+			out, _ := n1.Run("ip", "-4", "route", "show", "dev", "weft.1")
+			return strings.Contains(out, want.String()) && (!gone.IsValid() || !strings.Contains(out, gone.String())), out
+		}
+	}
+	eventually(t, 10*time.Second, "route to the new peer while the filter fails", routes(n2.Subnet, netip.Prefix{}))
+	b.Set(n3.entries(1))
+	eventually(t, 10*time.Second, "routes follow the peers while the filter fails", routes(n3.Subnet, n2.Subnet))
+	select {
+	case <-b.Ready():
+		t.Fatal("ready while the filter cannot be written")
+	default:
+	}
+	release()
+	waitReady(t, b)
+	set := nettest.MustRun(t, n1, "nft", "list", "set", "inet", FilterTable, PeerSet)
+	if !strings.Contains(set, n3.Addr.String()) || strings.Contains(set, n2.Addr.String()) {
+		t.Errorf("set %s, want %s only:\n%s", PeerSet, n3.Addr, set)
+	}
+}

@@ -163,9 +163,13 @@ func (b *Backend) reconcile(full bool) error {
 	ch := b.peers.change()
 	// A new peer is admitted before its route exists, and a departed one
 	// refused once its route is gone: a change made row by row touches
-	// the filter's sets at those rows' addresses only.
+	// the filter's sets at those rows' addresses only. A filter that
+	// cannot be written does not hold the routes back (a departed peer's
+	// route must go, and a new peer's route only sends): the error is
+	// returned after them, and the retry is a full reconcile.
 	add, gone, rows := b.peers.addrDelta(ch)
 	rows = rows && !full && b.filter != nil && b.filter.Known()
+	var filterErr error
 	if tp != nil && b.filtering() {
 		var err error
 		if rows {
@@ -174,7 +178,7 @@ func (b *Backend) reconcile(full bool) error {
 			err = b.filter.Admit(peerAddrs(*tp), full)
 		}
 		if err != nil {
-			return fmt.Errorf("admit peers to the VXLAN port: %w", err)
+			filterErr = fmt.Errorf("admit peers to the VXLAN port: %w", err)
 		}
 	}
 	var errs []error
@@ -184,7 +188,7 @@ func (b *Backend) reconcile(full bool) error {
 		}
 	}
 	if len(errs) > 0 || tp == nil {
-		return errors.Join(errs...)
+		return errors.Join(append(errs, filterErr)...)
 	}
 	if b.filtering() {
 		var err error
@@ -194,8 +198,11 @@ func (b *Backend) reconcile(full bool) error {
 			err = b.filter.Prune(peerAddrs(*tp))
 		}
 		if err != nil {
-			return fmt.Errorf("refuse departed peers at the VXLAN port: %w", err)
+			return errors.Join(filterErr, fmt.Errorf("refuse departed peers at the VXLAN port: %w", err))
 		}
+	}
+	if filterErr != nil {
+		return filterErr
 	}
 	b.peers.programmed()
 	if b.MarkReady() {
