@@ -48,9 +48,11 @@ func Explain(h *netlink.Handle, do func(func() error) error, leases []subnet.Lea
 	if err != nil {
 		return nil, err
 	}
-	if self, ok := SelfLease(leases, k); ok && p.SrcLease != nil && self.Key() != p.SrcLease.Key() {
+	self, ok := SelfLease(leases, k)
+	if ok && p.SrcLease != nil && self.Key() != p.SrcLease.Key() {
 		p.add("vantage", "read on the node of %s, not the source's node: the path below starts there", self.Subnet)
 	}
+	p.srcHere = ok && p.SrcLease != nil && self.Key() == p.SrcLease.Key()
 	r, err := routeTo(h, dst)
 	if err != nil {
 		return nil, err
@@ -230,6 +232,11 @@ func (p *Path) explainFastPath(do func(func() error) error, k *Kernel, underlay,
 		if !fp.Ingress {
 			hop := p.add("path", "no %s on %s's ingress: the replies come in through weftd", FastIngressProgram, p.UnderlayDev)
 			hop.Detail = "the fast path attaches both programs together; weftd attaches them again at its next sync"
+		}
+		if fp.Ingress && fp.Bridge != "" && p.srcHere {
+			p.add("return", "the replies to %s: %s on %s's ingress decapsulates them, and %s on %s's egress hands TCP super-packets "+
+				"straight to the pod's port, without the bridge family's output and postrouting hooks (a capture on %s does not show them)",
+				p.Src, FastIngressProgram, p.UnderlayDev, FastBridgeProgram, fp.Bridge, fp.Bridge)
 		}
 		return "the fast path"
 	}
