@@ -59,9 +59,10 @@ type options struct {
 	// Backend is Backend.Type in the CNI's net-conf.json ("" keeps the
 	// manifest's). How weft is installed, each as a user sets it
 	// (install_linux.go): Install is "manifest" (default) or "helm";
-	// FastPath and NetworkPolicy are "true", "false" or "" (unset: weft's
+	// FastPath, NetworkPolicy and PeerFilter (weftd's
+	// --vxlan-peer-filter) are "true", "false" or "" (unset: weft's
 	// default).
-	Backend, Install, FastPath, NetworkPolicy string
+	Backend, Install, FastPath, NetworkPolicy, PeerFilter string
 }
 
 // bringUp builds the images, brings the cluster up and installs the pod

@@ -56,13 +56,13 @@ func installWeft(ctx context.Context, s *kubecluster.State, o options, kubeBin, 
 
 // check refuses settings up cannot make, before anything is brought up.
 func (o options) check() error {
-	if o.CNI == "flannel" && (cmpOr(o.Install, "manifest") != "manifest" || o.FastPath != "" || o.NetworkPolicy != "") {
-		return fmt.Errorf("-install, -fast-path and -network-policy set weft's install; -cni flannel installs Flannel by its own manifest")
+	if o.CNI == "flannel" && (cmpOr(o.Install, "manifest") != "manifest" || o.FastPath != "" || o.NetworkPolicy != "" || o.PeerFilter != "") {
+		return fmt.Errorf("-install, -fast-path, -network-policy and -peer-filter set weft's install; -cni flannel installs Flannel by its own manifest")
 	}
 	if o.Install != "" && o.Install != "manifest" && o.Install != "helm" {
 		return fmt.Errorf("-install %q: want manifest or helm", o.Install)
 	}
-	for _, kv := range [][2]string{{"-fast-path", o.FastPath}, {"-network-policy", o.NetworkPolicy}} {
+	for _, kv := range [][2]string{{"-fast-path", o.FastPath}, {"-network-policy", o.NetworkPolicy}, {"-peer-filter", o.PeerFilter}} {
 		if kv[1] != "" && kv[1] != "true" && kv[1] != "false" {
 			return fmt.Errorf("%s %q: want true or false", kv[0], kv[1])
 		}
@@ -80,7 +80,7 @@ func cmpOr(a, b string) string {
 // describe says which settings up changed from weft's defaults.
 func describe(o options) string {
 	var d []string
-	for _, kv := range [][2]string{{"backend", o.Backend}, {"fast path", o.FastPath}, {"network policy", o.NetworkPolicy}} {
+	for _, kv := range [][2]string{{"backend", o.Backend}, {"fast path", o.FastPath}, {"network policy", o.NetworkPolicy}, {"VXLAN peer filter", o.PeerFilter}} {
 		if kv[1] != "" {
 			d = append(d, kv[0]+" "+kv[1])
 		}
@@ -101,10 +101,23 @@ func applyManifest(ctx context.Context, s *kubecluster.State, o options, kubeBin
 	return s.ApplyWithImage(ctx, kubeBin, manifest, ref, patches...)
 }
 
+// weftdArgs are the flags o adds to weftd's: --network-policy=false and
+// --vxlan-peer-filter=false.
+func (o options) weftdArgs() []string {
+	var args []string
+	if o.NetworkPolicy == "false" {
+		args = append(args, "--network-policy=false")
+	}
+	if o.PeerFilter == "false" {
+		args = append(args, "--vxlan-peer-filter=false")
+	}
+	return args
+}
+
 // manifestPatches returns, for each setting o changes, the patch a user
 // would write: the net-conf.json of the manifest's ConfigMap with
-// Backend.Type and Backend.FastPath set, and --network-policy=false added
-// to weftd's args.
+// Backend.Type and Backend.FastPath set, and weftdArgs added to weftd's
+// args.
 func manifestPatches(o options, manifest string) ([]kubecluster.Patch, error) {
 	var patches []kubecluster.Patch
 	if o.Backend != "" || o.FastPath != "" {
@@ -114,9 +127,9 @@ func manifestPatches(o options, manifest string) ([]kubecluster.Patch, error) {
 		}
 		patches = append(patches, p)
 	}
-	if o.NetworkPolicy == "false" {
+	for _, a := range o.weftdArgs() {
 		patches = append(patches, kubecluster.Patch{Kind: "DaemonSet", Name: "weft",
-			Patch: "- op: add\n  path: /spec/template/spec/containers/0/args/-\n  value: --network-policy=false\n"})
+			Patch: "- op: add\n  path: /spec/template/spec/containers/0/args/-\n  value: " + a + "\n"})
 	}
 	return patches, nil
 }
@@ -211,8 +224,8 @@ func helmSets(o options, ref string) []string {
 	if o.FastPath != "" {
 		args = append(args, "--set", "flannel.fastPath="+o.FastPath)
 	}
-	if o.NetworkPolicy == "false" {
-		args = append(args, "--set", "flannel.args={--kube-subnet-mgr,--network-policy=false}")
+	if extra := o.weftdArgs(); len(extra) > 0 {
+		args = append(args, "--set", "flannel.args={"+strings.Join(append([]string{"--kube-subnet-mgr"}, extra...), ",")+"}")
 	}
 	return args
 }

@@ -20,8 +20,8 @@ import (
 
 // TestInstallSettings renders what up installs, both ways (the kustomization
 // of kube-weft.yml through `kubectl kustomize`, the chart through `helm
-// template`; no cluster), and checks that -backend, -fast-path and
-// -network-policy land in net-conf.json and weftd's args, that the image
+// template`; no cluster), and checks that -backend, -fast-path,
+// -network-policy and -peer-filter land in net-conf.json and weftd's args, that the image
 // is the one given everywhere, and that nothing is set when they are not.
 func TestInstallSettings(t *testing.T) {
 	root, err := moduleRoot()
@@ -64,17 +64,19 @@ func TestInstallSettings(t *testing.T) {
 			if be["Type"] != "vxlan" || be["FastPath"] != nil {
 				t.Errorf("Backend %v, want vxlan, FastPath unset", be)
 			}
-			if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--network-policy") }) {
-				t.Errorf("weftd's args %q set --network-policy", args)
+			if slices.ContainsFunc(args, func(a string) bool {
+				return strings.HasPrefix(a, "--network-policy") || strings.HasPrefix(a, "--vxlan-peer-filter")
+			}) {
+				t.Errorf("weftd's args %q set --network-policy or --vxlan-peer-filter", args)
 			}
 		})
 		t.Run(way+" settings", func(t *testing.T) {
-			be, args := installed(t, r(t, options{Backend: "uvxlan", FastPath: "false", NetworkPolicy: "false"}), ref)
+			be, args := installed(t, r(t, options{Backend: "uvxlan", FastPath: "false", NetworkPolicy: "false", PeerFilter: "false"}), ref)
 			if be["Type"] != "uvxlan" || be["FastPath"] != false {
 				t.Errorf("Backend %v, want uvxlan, FastPath false", be)
 			}
-			if !slices.Contains(args, "--network-policy=false") || !slices.Contains(args, "--kube-subnet-mgr") {
-				t.Errorf("weftd's args %q, want --kube-subnet-mgr and --network-policy=false", args)
+			if !slices.Contains(args, "--network-policy=false") || !slices.Contains(args, "--vxlan-peer-filter=false") || !slices.Contains(args, "--kube-subnet-mgr") {
+				t.Errorf("weftd's args %q, want --kube-subnet-mgr, --network-policy=false and --vxlan-peer-filter=false", args)
 			}
 		})
 	}

@@ -3,6 +3,7 @@
 //
 //	test/cluster/up.sh [-nodes N] [-proxy-mode iptables|nftables] [-cni weft|flannel]
 //	    [-install manifest|helm] [-backend TYPE] [-fast-path true|false] [-network-policy true|false]
+//	    [-peer-filter true|false]
 //	test/cluster/down.sh
 //
 // up builds weft's image from the Dockerfile (test/image/build.sh), starts
@@ -11,8 +12,8 @@
 // (and every image archive in $WEFT_CACHE/images-<Kubernetes version>/),
 // applies kube-manifests/kube-weft.yml with only the image tag set by a
 // kustomization (or, with -install helm, installs charts/weft with the
-// image set by --set), each setting of -backend, -fast-path and
-// -network-policy made as a user makes it (a kustomize patch of the
+// image set by --set), each setting of -backend, -fast-path,
+// -network-policy and -peer-filter made as a user makes it (a kustomize patch of the
 // net-conf.json ConfigMap or of weftd's args; --set of the chart's
 // value), waits until every node is Ready and weft runs on each,
 // prints the admin kubeconfig's path and exits, leaving the cluster
@@ -36,7 +37,7 @@ import (
 func main() {
 	kubecluster.MaybeForward()
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: cluster up [-nodes N] [-proxy-mode M] [-cni weft|flannel] [-install manifest|helm] [-backend T] [-fast-path B] [-network-policy B] | down  (state in $WEFT_CLUSTER_DIR, default "+defaultDir+
+		fmt.Fprintln(os.Stderr, "usage: cluster up [-nodes N] [-proxy-mode M] [-cni weft|flannel] [-install manifest|helm] [-backend T] [-fast-path B] [-network-policy B] [-peer-filter B] | down  (state in $WEFT_CLUSTER_DIR, default "+defaultDir+
 			"; namespaces and cgroups named "+kubecluster.NamePrefix("<$WEFT_CLUSTER_NAME, default "+defaultName+">")+"…)")
 		os.Exit(2)
 	}
@@ -67,6 +68,7 @@ func up(args []string) error {
 	fs.StringVar(&o.Backend, "backend", "", "Backend.Type in net-conf.json (weft: vxlan, uvxlan, host-gw, wireguard; flannel: vxlan, host-gw, wireguard); default: the manifest's or chart's (vxlan)")
 	fs.StringVar(&o.FastPath, "fast-path", "", "weft's uvxlan Backend.FastPath in net-conf.json, true or false; default: unset (on)")
 	fs.StringVar(&o.NetworkPolicy, "network-policy", "", "false adds --network-policy=false to weftd's args; default: unset (on)")
+	fs.StringVar(&o.PeerFilter, "peer-filter", "", "false adds --vxlan-peer-filter=false to weftd's args; default: unset (on)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -14,6 +14,9 @@
 #   -fast-path true|false         weft's uvxlan Backend.FastPath (unset: on)
 #   -network-policy true|false    false adds --network-policy=false to weftd's
 #                                 args (unset: weft enforces NetworkPolicy)
+#   -peer-filter true|false       false adds --vxlan-peer-filter=false to
+#                                 weftd's args (unset: the vxlan backend admits
+#                                 only peers at the VXLAN port)
 # Each setting is made as a user makes it: a kustomize patch of the
 # manifest's net-conf.json ConfigMap or of weftd's args, or the chart's
 # value by --set (flannel.backend, flannel.fastPath, flannel.args); nothing
