@@ -24,7 +24,8 @@ import (
 // same backend with the filter off (Config.NoPeerFilter), in interleaved
 // rounds on fresh topologies: TCP connections per second between the pods
 // (each connection: connect, one byte each way, close with a reset, from
-// connWorkers workers) and iperf3 TCP throughput with one stream.
+// connWorkers workers) and iperf3 TCP throughput with one stream and with
+// eight.
 
 const (
 	modeFiltered = "weft-vxlan"      // the filter on (weft's default)
@@ -34,7 +35,7 @@ const (
 )
 
 // filterSample is one round of one mode.
-type filterSample struct{ conns, gbps float64 }
+type filterSample struct{ conns, gbps, gbps8 float64 }
 
 // measurePeerFilter measures both modes under each load and writes the
 // report to w, and to the file out when it is not "".
@@ -53,10 +54,10 @@ func measurePeerFilter(ctx context.Context, o options, log *slog.Logger, w io.Wr
 	fmt.Fprintf(&b, "%s\nMade by `%s`.\n\n", stamp, st.Command)
 	fmt.Fprintf(&b, "%s, %s, %d CPUs; %d interleaved rounds per condition, each on fresh namespaces; "+
 		"per round and mode: TCP connections per second between the pods for %s (%d workers; connect, 1 byte each way, close by reset), "+
-		"then iperf3 TCP 1 stream for %s; median (lowest–highest)\n\n",
+		"then iperf3 TCP 1 stream and 8 streams for %s each; median (lowest–highest)\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), kernelRelease(), runtime.NumCPU(), o.rounds, o.dur, connWorkers, o.dur)
-	fmt.Fprintln(&b, "| load | mode | connections/s | Gb/s (1 stream) | load average after |")
-	fmt.Fprintln(&b, "|---|---|---|---|---|")
+	fmt.Fprintln(&b, "| load | mode | connections/s | Gb/s (1 stream) | Gb/s (8 streams) | load average after |")
+	fmt.Fprintln(&b, "|---|---|---|---|---|---|")
 	var ratios []string
 	for _, load := range o.loads {
 		got := map[string][]filterSample{}
@@ -77,19 +78,20 @@ func measurePeerFilter(ctx context.Context, o options, log *slog.Logger, w io.Wr
 			return err
 		}
 		la := loadavg()
-		med := map[string][2]float64{}
+		med := map[string][3]float64{}
 		for _, m := range []string{modeFiltered, modeOpen} {
-			var c, g []float64
+			var c, g, g8 []float64
 			for _, s := range got[m] {
-				c, g = append(c, s.conns), append(g, s.gbps)
+				c, g, g8 = append(c, s.conns), append(g, s.gbps), append(g8, s.gbps8)
 			}
 			cm, clo, chi := spread(c)
 			gm, glo, ghi := spread(g)
-			med[m] = [2]float64{cm, gm}
-			fmt.Fprintf(&b, "| %s | %s | %.0f (%.0f–%.0f) | %.2f (%.2f–%.2f) | %s |\n", load, m, cm, clo, chi, gm, glo, ghi, la)
+			g8m, g8lo, g8hi := spread(g8)
+			med[m] = [3]float64{cm, gm, g8m}
+			fmt.Fprintf(&b, "| %s | %s | %.0f (%.0f–%.0f) | %.2f (%.2f–%.2f) | %.2f (%.2f–%.2f) | %s |\n", load, m, cm, clo, chi, gm, glo, ghi, g8m, g8lo, g8hi, la)
 		}
-		ratios = append(ratios, fmt.Sprintf("%s: connections/s %.3f, throughput %.3f", load,
-			med[modeFiltered][0]/med[modeOpen][0], med[modeFiltered][1]/med[modeOpen][1]))
+		ratios = append(ratios, fmt.Sprintf("%s: connections/s %.3f, throughput %.3f (1 stream) and %.3f (8 streams)", load,
+			med[modeFiltered][0]/med[modeOpen][0], med[modeFiltered][1]/med[modeOpen][1], med[modeFiltered][2]/med[modeOpen][2]))
 	}
 	fmt.Fprintf(&b, "\nWith the filter against without (ratio of the medians): %s.\n", strings.Join(ratios, "; "))
 	io.WriteString(w, b.String())
@@ -117,7 +119,10 @@ func filterRound(ctx context.Context, mode string, o options, log *slog.Logger) 
 	if s.conns, err = connRate(t, o.dur); err != nil {
 		return s, err
 	}
-	s.gbps, err = iperf(ctx, t, 1, o.dur)
+	if s.gbps, err = iperf(ctx, t, 1, o.dur); err != nil {
+		return s, err
+	}
+	s.gbps8, err = iperf(ctx, t, 8, o.dur)
 	return s, err
 }
 
