@@ -90,7 +90,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&o.profile, "cpuprofile", "", "keep the CPU profile of the breakdown run in `file` (go tool pprof)")
 	fs.IntVar(&o.nice, "dataplane-nice", 0, "nice value of the uvxlan dataplanes (this process, whose nice the node processes of uvxlan-proc inherit), as weftd's --dataplane-nice; iperf3, ping and the background load run at 0 as pods do")
 	readme := fs.String("readme", "", "write the report between the markers of this README")
-	peerFilter := fs.Bool("peer-filter", false, "instead of the modes above, compare weft-vxlan (its VXLAN port filter on) with weft-vxlan-open (off): connections per second and 1-stream throughput between the pods")
+	peerFilter := fs.Bool("peer-filter", false, "instead of the modes above, compare weft-vxlan (its VXLAN port filter on) with weft-vxlan-open (off): connections per second, 1-stream and 8-stream throughput between the pods")
 	peerFilterOut := fs.String("peer-filter-report", "", "with -peer-filter, also write the report to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
