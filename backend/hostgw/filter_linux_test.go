@@ -165,8 +165,13 @@ func TestFilterFailureKeepsRoutes(t *testing.T) {
 	go func() { done <- n1.b.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Error(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return within 10 s of cancel")
 		}
 	})
 	routes := func(want, gone netip.Prefix) func() string {

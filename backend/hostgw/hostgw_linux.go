@@ -141,7 +141,8 @@ func (b *Backend) sync(full bool) error {
 	}
 	t := b.withoutSelf(*tp)
 	// A filter that cannot be written does not hold the routes back: the
-	// error is returned after them, and the retry is full.
+	// error is returned after them, and the retry, a second later, is
+	// full.
 	filtering := b.filter != nil && !b.filterOff.Load()
 	var filterErr error
 	if filtering {
@@ -160,11 +161,6 @@ func (b *Backend) sync(full bool) error {
 	if err != nil {
 		return errors.Join(filterErr, fmt.Errorf("sync routes: %w", err))
 	}
-	if filtering {
-		if err := b.filter.Prune(peerSubnets(t)); err != nil {
-			return errors.Join(filterErr, fmt.Errorf("refuse departed peers' subnets: %w", err))
-		}
-	}
 	b.log.Debug("synced routes", "peers", len(t), "offLink", len(off), "took", time.Since(start))
 	b.applied = t
 	b.routed = maps.Clone(t)
@@ -172,7 +168,12 @@ func (b *Backend) sync(full bool) error {
 		delete(b.routed, e.Subnet)
 	}
 	if filterErr != nil {
-		return filterErr
+		return filterErr // the full retry prunes what went, once it can write
+	}
+	if filtering {
+		if err := b.filter.Prune(peerSubnets(t)); err != nil {
+			return fmt.Errorf("refuse departed peers' subnets: %w", err)
+		}
 	}
 	if b.MarkReady() {
 		b.log.Info("dataplane ready", "peers", len(t), "offLink", len(off))

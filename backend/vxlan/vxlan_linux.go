@@ -166,7 +166,9 @@ func (b *Backend) reconcile(full bool) error {
 	// the filter's sets at those rows' addresses only. A filter that
 	// cannot be written does not hold the routes back (a departed peer's
 	// route must go, and a new peer's route only sends): the error is
-	// returned after them, and the retry is a full reconcile.
+	// returned after them, and the retry, a second later, is a full
+	// reconcile (a full sync of every device each second for as long as
+	// the filter fails).
 	add, gone, rows := b.peers.addrDelta(ch)
 	rows = rows && !full && b.filter != nil && b.filter.Known()
 	var filterErr error
@@ -190,6 +192,10 @@ func (b *Backend) reconcile(full bool) error {
 	if len(errs) > 0 || tp == nil {
 		return errors.Join(append(errs, filterErr)...)
 	}
+	b.peers.programmed() // the devices hold the table, whatever the filter's state
+	if filterErr != nil {
+		return filterErr // the full retry prunes what went, once it can write
+	}
 	if b.filtering() {
 		var err error
 		if rows {
@@ -198,13 +204,9 @@ func (b *Backend) reconcile(full bool) error {
 			err = b.filter.Prune(peerAddrs(*tp))
 		}
 		if err != nil {
-			return errors.Join(filterErr, fmt.Errorf("refuse departed peers at the VXLAN port: %w", err))
+			return fmt.Errorf("refuse departed peers at the VXLAN port: %w", err)
 		}
 	}
-	if filterErr != nil {
-		return filterErr
-	}
-	b.peers.programmed()
 	if b.MarkReady() {
 		b.log.Info("dataplane ready", "peers", len(*tp))
 	}

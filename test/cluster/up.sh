@@ -16,7 +16,8 @@
 #                                 args (unset: weft enforces NetworkPolicy)
 #   -peer-filter true|false       false adds --vxlan-peer-filter=false to
 #                                 weftd's args (unset: the vxlan backend admits
-#                                 only peers at the VXLAN port)
+#                                 only peers at the VXLAN port; other backends
+#                                 ignore the flag)
 # Each setting is made as a user makes it: a kustomize patch of the
 # manifest's net-conf.json ConfigMap or of weftd's args, or the chart's
 # value by --set (flannel.backend, flannel.fastPath, flannel.args); nothing

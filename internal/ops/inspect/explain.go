@@ -35,7 +35,8 @@ type Path struct {
 	Encapsulator string
 	Outside      bool // the destination is outside the cluster network
 	Hops         []Hop
-	srcHere      bool // the source is a pod of the node read
+	srcHere      bool   // the source is a pod of the node read
+	replyBridge  string // the bridge whose fast-path program hands the replies to the source pod
 }
 
 // Who encapsulates (Path.Encapsulator).

@@ -169,6 +169,11 @@ func (p *Path) explainUnderlay(h *netlink.Handle, do func(func() error) error, k
 	}
 	p.add("deliver", "node %s decapsulates VNI %d and routes %s to its bridge and the pod", p.UnderlayDst, vni, p.Dst)
 	p.explainAdmission(h, cfg)
+	if p.replyBridge != "" {
+		p.add("return", "the replies to %s: %s on %s's ingress decapsulates them, and %s on %s's egress hands TCP super-packets "+
+			"straight to the pod's port, without the bridge family's output and postrouting hooks (a capture on %s does not show them)",
+			p.Src, FastIngressProgram, p.UnderlayDev, FastBridgeProgram, p.replyBridge, p.replyBridge)
+	}
 }
 
 // explainAdmission names what the destination node checks before it
@@ -234,9 +239,7 @@ func (p *Path) explainFastPath(do func(func() error) error, k *Kernel, underlay,
 			hop.Detail = "the fast path attaches both programs together; weftd attaches them again at its next sync"
 		}
 		if fp.Ingress && fp.Bridge != "" && p.srcHere {
-			p.add("return", "the replies to %s: %s on %s's ingress decapsulates them, and %s on %s's egress hands TCP super-packets "+
-				"straight to the pod's port, without the bridge family's output and postrouting hooks (a capture on %s does not show them)",
-				p.Src, FastIngressProgram, p.UnderlayDev, FastBridgeProgram, fp.Bridge, fp.Bridge)
+			p.replyBridge = fp.Bridge // its hop comes last, after the way there
 		}
 		return "the fast path"
 	}

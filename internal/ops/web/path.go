@@ -46,12 +46,19 @@ func Compose(p *inspect.Path, readOn string, src, dst *PodEnd) *PathView {
 	if src != nil {
 		v.Hops = append(v.Hops, leaving(*src)...)
 	}
+	var back []HopView // the way back (explain's "return"), drawn after the destination
 	for _, h := range p.Hops {
-		v.Hops = append(v.Hops, HopView{Step: h.Step, Object: object(h.Step, p, readOn), Detail: h.Detail, Problem: h.Problem, Explain: true})
+		hv := HopView{Step: h.Step, Object: object(h.Step, p, readOn), Detail: h.Detail, Problem: h.Problem, Explain: true}
+		if h.Step == "return" {
+			back = append(back, hv)
+			continue
+		}
+		v.Hops = append(v.Hops, hv)
 	}
 	if dst != nil && !p.Outside {
 		v.Hops = append(v.Hops, arriving(*dst)...)
 	}
+	v.Hops = append(v.Hops, back...)
 	v.Problems = len(p.Problems())
 	return v
 }
@@ -111,6 +118,8 @@ func object(step string, p *inspect.Path, on string) string {
 		return fmt.Sprintf("decapsulation on %s", addr(p.UnderlayDst))
 	case "masquerade":
 		return "nftables table ip weft-ipv4"
+	case "return":
+		return fmt.Sprintf("uvxlan's fast-path programs on %s", on)
 	}
 	return step
 }
