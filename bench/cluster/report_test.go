@@ -142,7 +142,7 @@ func write(w io.Writer, b *testing.B, cols []*column, secs, restSecs int) {
 	rel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	root := e2e.ModuleRootDir(b)
 	st := benchreport.NewStamp(root, sectionName(), benchreport.Command("./bench/cluster"),
-		"cmd/weftd", "cmd/weft", "internal/daemon", "backend", "policy", "kube-manifests", "bench/cluster/rr")
+		"cmd/weftd", "cmd/weft", "internal/daemon", "backend", "policy", "flow", "kube-manifests", "bench/cluster/rr")
 	stamp, err := st.Markdown(root)
 	if err != nil {
 		b.Fatal(err)

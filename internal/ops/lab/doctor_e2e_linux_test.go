@@ -405,7 +405,7 @@ func TestDoctorFastPathFirewall(t *testing.T) {
 	}
 	out, code = run(t, bin, "explain", "--lab", "--state-dir", dir, p1.IP.String(), p2.IP.String())
 	back := strings.Index(out, "weft_fp_bridge on cni0's egress hands TCP super-packets straight to the pod's port")
-	if code != 0 || !strings.Contains(out, "fast path: tc program weft_fp_egress") || back < strings.Index(out, " deliver ") {
+	if code != 0 || !strings.Contains(out, "fast path: tc program weft_fp_egress") || back < 0 || back < strings.Index(out, " deliver ") {
 		t.Errorf("explain: exit %d, want the fast path's programs named, and the bridge program for the replies after the way there:\n%s", code, out)
 	}
 
