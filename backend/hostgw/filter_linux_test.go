@@ -48,23 +48,34 @@ func newHGNode(t *testing.T, u *nettest.Underlay, n int) *hgNode {
 	return nd
 }
 
+// run starts the backend with peers and waits until it is ready.
 func (nd *hgNode) run(t *testing.T, peers ...*hgNode) {
 	t.Helper()
 	nd.set(peers...)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- nd.b.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
+	nd.start(t)
 	select {
 	case <-nd.b.Ready():
 	case <-time.After(10 * time.Second):
 		t.Fatal("not ready")
 	}
+}
+
+// start runs the backend until the test ends.
+func (nd *hgNode) start(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- nd.b.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Error(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return within 10 s of cancel")
+		}
+	})
 }
 
 func (nd *hgNode) set(peers ...*hgNode) {
@@ -160,20 +171,7 @@ func TestFilterFailureKeepsRoutes(t *testing.T) {
 	n1, n2, n3 := newHGNode(t, u, 1), newHGNode(t, u, 2), newHGNode(t, u, 3)
 	release := nettest.OwnTable(t, n1.NS, "inet", FilterTable)
 	n1.set(n2)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n1.b.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Error(err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not return within 10 s of cancel")
-		}
-	})
+	n1.start(t)
 	routes := func(want, gone netip.Prefix) func() string {
 		return func() string {
 			out, _ := n1.Run("ip", "-4", "route", "show", "dev", "eth0")

@@ -35,8 +35,7 @@ type Path struct {
 	Encapsulator string
 	Outside      bool // the destination is outside the cluster network
 	Hops         []Hop
-	srcHere      bool   // the source is a pod of the node read
-	replyBridge  string // the bridge whose fast-path program hands the replies to the source pod
+	replyBridge  string // the bridge whose fast-path program hands the replies to pods of the node read
 }
 
 // Who encapsulates (Path.Encapsulator).

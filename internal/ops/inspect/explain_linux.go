@@ -52,7 +52,6 @@ func Explain(h *netlink.Handle, do func(func() error) error, leases []subnet.Lea
 	if ok && p.SrcLease != nil && self.Key() != p.SrcLease.Key() {
 		p.add("vantage", "read on the node of %s, not the source's node: the path below starts there", self.Subnet)
 	}
-	p.srcHere = ok && p.SrcLease != nil && self.Key() == p.SrcLease.Key()
 	r, err := routeTo(h, dst)
 	if err != nil {
 		return nil, err
@@ -65,6 +64,12 @@ func Explain(h *netlink.Handle, do func(func() error) error, leases []subnet.Lea
 	p.explainOverlay(k, r)
 	if p.UnderlayDst.IsValid() {
 		p.explainUnderlay(h, do, k, cfg)
+	}
+	if p.replyBridge != "" && ok && p.SrcLease != nil && self.Key() == p.SrcLease.Key() {
+		// The way back to a pod of the node read, after the way there.
+		p.add("return", "the replies to %s: %s on %s's ingress decapsulates them, and %s on %s's egress hands TCP super-packets "+
+			"straight to the pod's port, without the bridge family's output and postrouting hooks (a capture on %s does not show them)",
+			p.Src, FastIngressProgram, p.UnderlayDev, FastBridgeProgram, p.replyBridge, p.replyBridge)
 	}
 	return p, nil
 }
@@ -169,11 +174,6 @@ func (p *Path) explainUnderlay(h *netlink.Handle, do func(func() error) error, k
 	}
 	p.add("deliver", "node %s decapsulates VNI %d and routes %s to its bridge and the pod", p.UnderlayDst, vni, p.Dst)
 	p.explainAdmission(h, cfg)
-	if p.replyBridge != "" {
-		p.add("return", "the replies to %s: %s on %s's ingress decapsulates them, and %s on %s's egress hands TCP super-packets "+
-			"straight to the pod's port, without the bridge family's output and postrouting hooks (a capture on %s does not show them)",
-			p.Src, FastIngressProgram, p.UnderlayDev, FastBridgeProgram, p.replyBridge, p.replyBridge)
-	}
 }
 
 // explainAdmission names what the destination node checks before it
@@ -238,8 +238,8 @@ func (p *Path) explainFastPath(do func(func() error) error, k *Kernel, underlay,
 			hop := p.add("path", "no %s on %s's ingress: the replies come in through weftd", FastIngressProgram, p.UnderlayDev)
 			hop.Detail = "the fast path attaches both programs together; weftd attaches them again at its next sync"
 		}
-		if fp.Ingress && fp.Bridge != "" && p.srcHere {
-			p.replyBridge = fp.Bridge // its hop comes last, after the way there
+		if fp.Ingress {
+			p.replyBridge = fp.Bridge // "" when no bridge carries its program
 		}
 		return "the fast path"
 	}
