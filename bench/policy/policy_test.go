@@ -391,8 +391,9 @@ func (e *env) createPolicy(p *networkingv1.NetworkPolicy) error {
 	return nil
 }
 
-// ingressRules counts the policy rules of n2's IPv4 ingress chain and
-// says where (1-based) the allowing policy's rule is among them (0: not
+// ingressRules counts the policy rules of n2's IPv4 ingress chain (not
+// the default deny at its end, nor the jump to the drop log before it)
+// and says where (1-based) the allowing policy's rule is among them (0: not
 // there). The controller lists policies in its informer's order, so the
 // position changes from one table to the next.
 func (e *env) ingressRules() (rules, pos int, err error) {
@@ -404,7 +405,7 @@ func (e *env) ingressRules() (rules, pos int, err error) {
 		return 0, 0, err
 	}
 	for _, l := range strings.Split(out, "\n") {
-		if !strings.Contains(l, `comment "weft: `) || strings.Contains(l, "no policy allows it") {
+		if !strings.Contains(l, `comment "weft: `) || strings.Contains(l, "no policy allows it") || strings.Contains(l, "weft: log drops") {
 			continue
 		}
 		rules++
