@@ -194,14 +194,15 @@ func round(b *testing.B, ctx context.Context, cols []*column, i, secs int) {
 				if !ok {
 					continue
 				}
-				m, err := c.run(ctx, t, addr, secs)
+				prof := profilePath(c.label, p, t.name, i+1)
+				m, err := c.run(ctx, t, addr, secs, prof)
 				if err != nil {
 					// One failed test (an iperf3 server that gave up under
 					// a UDP flood, say) is tried once more, then left out
 					// of the medians and counted in the report.
 					fmt.Printf("round %d %s %s %s: failed, trying again: %v\n", i+1, c.label, p, t.name, err)
 					time.Sleep(10 * time.Second) // a restarted container is back
-					if m, err = c.run(ctx, t, addr, secs); err != nil {
+					if m, err = c.run(ctx, t, addr, secs, prof); err != nil {
 						fmt.Printf("round %d %s %s %s: failed: %v\n", i+1, c.label, p, t.name, err)
 						c.failed = append(c.failed, fmt.Sprintf("round %d %s %s", i+1, p, t.name))
 						continue
@@ -213,6 +214,18 @@ func round(b *testing.B, ctx context.Context, cols []*column, i, secs int) {
 			}
 		}
 	}
+}
+
+// profilePath is the file perf records a test's CPU window into when
+// WEFT_BENCH_PERF names a directory, "" otherwise: <label>-<path>-<test>-r<round>.data,
+// with the spaces and arrows of the names as dashes.
+func profilePath(label, path, test string, round int) string {
+	dir := os.Getenv("WEFT_BENCH_PERF")
+	if dir == "" {
+		return ""
+	}
+	name := strings.NewReplacer(" ", "-", "→", "-to-").Replace(fmt.Sprintf("%s-%s-%s-r%d.data", label, path, test, round))
+	return filepath.Join(dir, name)
 }
 
 func (m measurement) String() string {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -177,8 +178,10 @@ const warmup = 3 * time.Second
 func clientSeconds(secs int) int { return secs + int(warmup/time.Second) + 1 }
 
 // run runs t from c's client to addr for clientSeconds(secs), and measures
-// the two nodes' CPU over secs from warmup on, while the traffic flows.
-func (c *column) run(ctx context.Context, t test, addr string, secs int) (measurement, error) {
+// the two nodes' CPU over secs from warmup on, while the traffic flows;
+// with prof set, perf records the whole machine's stacks over that window
+// into it.
+func (c *column) run(ctx context.Context, t test, addr string, secs int, prof string) (measurement, error) {
 	m := measurement{load: benchreport.LoadAvg(" "), secs: float64(secs)}
 	tctx, cancel := context.WithTimeout(ctx, time.Duration(secs+60)*time.Second+warmup)
 	defer cancel()
@@ -199,6 +202,13 @@ func (c *column) run(ctx context.Context, t test, addr string, secs int) (measur
 		return fail(err)
 	}
 	t0 := time.Now()
+	var perf *exec.Cmd
+	if prof != "" {
+		perf = exec.CommandContext(tctx, "perf", "record", "-q", "-e", "cpu-clock", "-a", "-g", "-o", prof, "--", "sleep", strconv.Itoa(secs))
+		if err := perf.Start(); err != nil {
+			return fail(fmt.Errorf("perf: %w", err))
+		}
+	}
 	select {
 	case err := <-done:
 		return fail(fmt.Errorf("ended before its CPU window did: %v", err))
@@ -210,6 +220,11 @@ func (c *column) run(ctx context.Context, t test, addr string, secs int) (measur
 	}
 	m.wall = time.Since(t0).Seconds()
 	m.cpuSrv, m.cpuCli = (cpu1[0]-cpu0[0])/m.wall, (cpu1[1]-cpu0[1])/m.wall
+	if perf != nil {
+		if err := perf.Wait(); err != nil {
+			return fail(fmt.Errorf("perf: %w", err))
+		}
+	}
 	if err := <-done; err != nil {
 		return fail(err)
 	}
