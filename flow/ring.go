@@ -6,14 +6,15 @@ import (
 	"time"
 )
 
-// Ring keeps the latest flows in a fixed number of slots. Add takes at
+// Ring keeps the latest flows in a fixed number of slots (packed: see
+// slot). Add takes at
 // most Rate flows a second on average (bursts of Burst); the rest are
 // counted in Suppressed and dropped, so that memory is bounded by the
 // slots and the work of a flood by the rate. Its methods are safe for
 // concurrent use.
 type Ring struct {
 	mu         sync.Mutex
-	slots      []Flow
+	slots      []slot
 	next       uint64 // sequence number of the next flow; flow s is in slots[s%len]
 	rate       float64
 	burst      float64
@@ -27,7 +28,7 @@ type Ring struct {
 // NewRing returns a ring of size slots taking rate flows a second, with
 // bursts of burst.
 func NewRing(size int, rate float64, burst int) *Ring {
-	return &Ring{slots: make([]Flow, size), next: 1, rate: rate, burst: float64(burst), tokens: float64(burst),
+	return &Ring{slots: make([]slot, size), next: 1, rate: rate, burst: float64(burst), tokens: float64(burst),
 		added: make(chan struct{}), now: time.Now}
 }
 
@@ -47,7 +48,7 @@ func (r *Ring) Add(f Flow) bool {
 	}
 	r.tokens--
 	f.Seq = r.next
-	r.slots[r.next%uint64(len(r.slots))] = f
+	r.slots[r.next%uint64(len(r.slots))] = pack(f)
 	r.next++
 	close(r.added)
 	r.added = make(chan struct{})
@@ -66,7 +67,7 @@ func (r *Ring) Since(seq uint64, match func(Flow) bool, limit int) ([]Flow, uint
 	first = max(first, seq+1)
 	var out []Flow
 	for s := first; s < r.next; s++ {
-		f := r.slots[s%uint64(len(r.slots))]
+		f := r.slots[s%uint64(len(r.slots))].unpack()
 		if match == nil || match(f) {
 			out = append(out, f)
 		}
