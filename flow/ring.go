@@ -15,7 +15,8 @@ import (
 type Ring struct {
 	mu         sync.Mutex
 	slots      []slot
-	next       uint64 // sequence number of the next flow; flow s is in slots[s%len]
+	protos     map[string]uint8 // protoNumbers, for pack
+	next       uint64           // sequence number of the next flow; flow s is in slots[s%len]
 	rate       float64
 	burst      float64
 	tokens     float64
@@ -28,7 +29,7 @@ type Ring struct {
 // NewRing returns a ring of size slots taking rate flows a second, with
 // bursts of burst.
 func NewRing(size int, rate float64, burst int) *Ring {
-	return &Ring{slots: make([]slot, size), next: 1, rate: rate, burst: float64(burst), tokens: float64(burst),
+	return &Ring{slots: make([]slot, size), protos: protoNumbers(), next: 1, rate: rate, burst: float64(burst), tokens: float64(burst),
 		added: make(chan struct{}), now: time.Now}
 }
 
@@ -48,7 +49,7 @@ func (r *Ring) Add(f Flow) bool {
 	}
 	r.tokens--
 	f.Seq = r.next
-	r.slots[r.next%uint64(len(r.slots))] = pack(f)
+	r.slots[r.next%uint64(len(r.slots))] = pack(f, r.protos)
 	r.next++
 	close(r.added)
 	r.added = make(chan struct{})

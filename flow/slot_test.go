@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"math"
 	"net/netip"
 	"reflect"
 	"runtime"
@@ -19,9 +20,25 @@ func full() Flow {
 		Counts: &Counts{OrigBytes: 1, OrigPackets: 2, ReplyBytes: 3, ReplyPackets: 4}}
 }
 
+// roundTrip packs f and checks that it comes back identical (but for the
+// time's monotonic reading, which the ring does not keep), and whether it
+// was packed rather than kept whole.
+func roundTrip(t *testing.T, f Flow, packed bool) {
+	t.Helper()
+	s := pack(f, protoNumbers())
+	if (s.whole == nil) != packed {
+		t.Errorf("%+v: packed %v, want %v", f, s.whole == nil, packed)
+	}
+	want, got := f, s.unpack()
+	want.Time, got.Time = want.Time.Round(0), got.Time.Round(0)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("added %+v\ngot   %+v", want, got)
+	}
+}
+
 // TestSlotPacks: a flow with every field set comes back the same from its
-// slot, packed (not kept whole); so do the zero flow and one of each
-// address family, protocol number and name.
+// slot, packed (not kept whole); so do the zero flow and flows of each
+// address family, protocol, event, verdict and direction.
 func TestSlotPacks(t *testing.T) {
 	f := full()
 	v := reflect.ValueOf(f)
@@ -30,17 +47,19 @@ func TestSlotPacks(t *testing.T) {
 			t.Fatalf("full() leaves Flow.%s unset: a new field must be packed by slot and set here", name)
 		}
 	}
-	flows := []Flow{f, {}, {Src: netip.MustParseAddr("::ffff:10.0.0.1"), Proto: "tcp"}, {Proto: "253", Service: netip.MustParseAddrPort("10.96.0.1:53")}}
-	for _, p := range knownProtos {
-		flows = append(flows, Flow{Proto: ProtoName(p), Event: EventNew, Verdict: Allowed, Direction: DirIngress})
+	roundTrip(t, f, true)
+	roundTrip(t, Flow{}, true)
+	roundTrip(t, Flow{Src: netip.MustParseAddr("::ffff:10.0.0.1"), Dst: netip.MustParseAddr("fd00::2"), Proto: "tcp", Time: time.Unix(0, 1)}, true)
+	roundTrip(t, Flow{Service: netip.MustParseAddrPort("10.96.0.1:53"), Policies: []string{}}, true)
+	roundTrip(t, Flow{Service: netip.AddrPortFrom(netip.Addr{}, 53)}, true)
+	for p := range 256 {
+		roundTrip(t, Flow{Proto: ProtoName(uint8(p))}, true)
 	}
-	for _, f := range flows {
-		s := pack(f)
-		if s.whole != nil {
-			t.Errorf("%+v: kept whole, not packed", f)
-		}
-		if got := s.unpack(); !same(got, f) {
-			t.Errorf("packed %+v\nunpacked %+v", f, got)
+	for _, e := range eventNames {
+		for _, v := range verdictNames {
+			for _, d := range dirNames {
+				roundTrip(t, Flow{Event: e, Verdict: v, Direction: d}, true)
+			}
 		}
 	}
 	if size, flow := unsafe.Sizeof(slot{}), unsafe.Sizeof(Flow{}); size > 144 || size*2 > flow+32 {
@@ -48,27 +67,70 @@ func TestSlotPacks(t *testing.T) {
 	}
 }
 
-// TestSlotKeepsWhole: a flow the codes cannot hold exactly is kept whole
+// TestSlotKeepsWhole: a flow the slot cannot hold exactly is kept whole
 // and comes back the same.
 func TestSlotKeepsWhole(t *testing.T) {
 	for _, change := range []func(*Flow){
 		func(f *Flow) { f.Node = "n1" },
 		func(f *Flow) { f.Proto = "6" }, // ProtoName(6) is "tcp"
+		func(f *Flow) { f.Proto = "006" },
 		func(f *Flow) { f.Event = "reset" },
 		func(f *Flow) { f.Verdict = "audit" },
 		func(f *Flow) { f.Direction = "both" },
 		func(f *Flow) { f.Src = netip.MustParseAddr("fe80::1%eth0") },
 		func(f *Flow) { f.Time = time.Date(2026, 12, 7, 5, 0, 0, 0, time.FixedZone("X", 3600)) },
+		func(f *Flow) { f.Time = f.Time.UTC() },
+		func(f *Flow) { f.Time = time.Date(1600, 1, 1, 0, 0, 0, 0, time.Local) },
+		func(f *Flow) { f.Time = time.Date(3000, 1, 1, 0, 0, 0, 0, time.Local) },
+		func(f *Flow) { f.Time = time.Unix(0, math.MinInt64) },
+		func(f *Flow) { f.Time = time.Time{}.In(time.Local) },
 		func(f *Flow) { f.MorePolicies = 1 << 40 },
 	} {
 		f := full()
 		change(&f)
-		s := pack(f)
-		if s.whole == nil {
-			t.Errorf("%+v: packed, though it does not unpack the same", f)
+		if time.Local == time.UTC && f.Time.Location() == time.UTC && !f.Time.IsZero() {
+			continue // the same as Local here
 		}
-		if got := s.unpack(); !same(got, f) {
-			t.Errorf("kept %+v\nunpacked %+v", f, got)
+		roundTrip(t, f, false)
+	}
+}
+
+// TestSameComparesEveryField: same tells apart two flows that differ in
+// any one field, so that pack keeps whole what its slot would lose.
+func TestSameComparesEveryField(t *testing.T) {
+	a := full()
+	v := reflect.ValueOf(&a).Elem()
+	for i := range v.NumField() {
+		b := full()
+		b.Time = a.Time
+		w := reflect.ValueOf(&b).Elem().Field(i)
+		switch w.Kind() {
+		case reflect.String:
+			w.SetString(w.String() + "x")
+		case reflect.Uint16, reflect.Uint64:
+			w.SetUint(w.Uint() + 1)
+		case reflect.Int:
+			w.SetInt(w.Int() + 1)
+		case reflect.Bool:
+			w.SetBool(!w.Bool())
+		case reflect.Slice:
+			w.Set(reflect.ValueOf([]string{"other/policy"}))
+		case reflect.Pointer:
+			w.Set(reflect.ValueOf(&Counts{OrigBytes: 1}))
+		default:
+			switch x := w.Addr().Interface().(type) {
+			case *time.Time:
+				*x = x.Add(time.Nanosecond)
+			case *netip.Addr:
+				*x = x.Next()
+			case *netip.AddrPort:
+				*x = netip.AddrPortFrom(x.Addr().Next(), x.Port())
+			default:
+				t.Fatalf("Flow.%s is of a type this test cannot change: teach it, and same", v.Type().Field(i).Name)
+			}
+		}
+		if same(a, b) {
+			t.Errorf("same does not compare Flow.%s", v.Type().Field(i).Name)
 		}
 	}
 }

@@ -145,6 +145,7 @@ func BenchmarkCluster(b *testing.B) {
 		b.Fatalf("no iperf3 image: %v (test/cluster/images.sh iperf3 builds it)", err)
 	}
 	secs, restSecs := envInt("WEFT_BENCH_SECONDS", 8), envInt("WEFT_BENCH_REST_SECONDS", 20)
+	perf := perfDir(b)
 	root := e2e.ModuleRootDir(b)
 	kubeBin, err := kubetest.BinDir()
 	if err != nil {
@@ -179,13 +180,14 @@ func BenchmarkCluster(b *testing.B) {
 			c.rest = append(c.rest, r)
 			fmt.Printf("round %d %s at rest: %s cpu=%.1fm mem=%.1fMiB load=%s\n", i+1, c.label, c.cniNS, r.cpu, r.mem, benchreport.LoadAvg(" "))
 		}
-		round(b, ctx, cols, i, secs)
+		round(b, ctx, cols, i, secs, perf)
 	}
 	report(b, cols, secs, restSecs)
 }
 
-// round runs every test on every path once per column.
-func round(b *testing.B, ctx context.Context, cols []*column, i, secs int) {
+// round runs every test on every path once per column, recording a
+// profile of each into perf when it names a directory.
+func round(b *testing.B, ctx context.Context, cols []*column, i, secs int, perf string) {
 	for _, p := range paths {
 		for _, t := range tests {
 			for k := range cols {
@@ -194,7 +196,7 @@ func round(b *testing.B, ctx context.Context, cols []*column, i, secs int) {
 				if !ok {
 					continue
 				}
-				prof := profilePath(c.label, p, t.name, i+1)
+				prof := profilePath(perf, c.label, p, t.name, i+1)
 				m, err := c.run(ctx, t, addr, secs, prof)
 				if err != nil {
 					// One failed test (an iperf3 server that gave up under
@@ -216,11 +218,30 @@ func round(b *testing.B, ctx context.Context, cols []*column, i, secs int) {
 	}
 }
 
-// profilePath is the file perf records a test's CPU window into when
-// WEFT_BENCH_PERF names a directory, "" otherwise: <label>-<path>-<test>-r<round>.data,
-// with the spaces and arrows of the names as dashes.
-func profilePath(label, path, test string, round int) string {
+// perfDir is WEFT_BENCH_PERF as an absolute path, created when missing,
+// or "" when it is not set; it fails b when perf cannot run.
+func perfDir(b *testing.B) string {
 	dir := os.Getenv("WEFT_BENCH_PERF")
+	if dir == "" {
+		return ""
+	}
+	if _, err := exec.LookPath("perf"); err != nil {
+		b.Fatalf("WEFT_BENCH_PERF: %v", err)
+	}
+	dir, err := filepath.Abs(dir)
+	if err == nil {
+		err = os.MkdirAll(dir, 0o755)
+	}
+	if err != nil {
+		b.Fatalf("WEFT_BENCH_PERF: %v", err)
+	}
+	return dir
+}
+
+// profilePath is the file in dir perf records a test's CPU window into,
+// <label>-<path>-<test>-r<round>.data with the spaces and arrows of the
+// names as dashes; "" when dir is.
+func profilePath(dir, label, path, test string, round int) string {
 	if dir == "" {
 		return ""
 	}

@@ -203,11 +203,19 @@ func (c *column) run(ctx context.Context, t test, addr string, secs int, prof st
 	}
 	t0 := time.Now()
 	var perf *exec.Cmd
+	var perfErr bytes.Buffer
 	if prof != "" {
-		perf = exec.CommandContext(tctx, "perf", "record", "-q", "-e", "cpu-clock", "-a", "-g", "-o", prof, "--", "sleep", strconv.Itoa(secs))
+		perf = exec.Command("perf", "record", "-q", "-e", "cpu-clock", "-a", "-g", "-o", prof, "--", "sleep", strconv.Itoa(secs))
+		perf.Stderr = &perfErr
 		if err := perf.Start(); err != nil {
 			return fail(fmt.Errorf("perf: %w", err))
 		}
+		defer func() { // on a path that did not wait for it: perf ends its file on SIGINT
+			if perf.ProcessState == nil {
+				_ = perf.Process.Signal(os.Interrupt)
+				_ = perf.Wait()
+			}
+		}()
 	}
 	select {
 	case err := <-done:
@@ -222,7 +230,7 @@ func (c *column) run(ctx context.Context, t test, addr string, secs int, prof st
 	m.cpuSrv, m.cpuCli = (cpu1[0]-cpu0[0])/m.wall, (cpu1[1]-cpu0[1])/m.wall
 	if perf != nil {
 		if err := perf.Wait(); err != nil {
-			return fail(fmt.Errorf("perf: %w", err))
+			return fail(fmt.Errorf("perf: %w: %s", err, perfErr.String()))
 		}
 	}
 	if err := <-done; err != nil {
