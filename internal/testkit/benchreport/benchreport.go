@@ -50,16 +50,11 @@ func WriteSection(path, bench, name string, text []byte) error {
 }
 
 // Commit is the tree's commit, with "+changes" when tracked files other
-// than the report (which an earlier section of the run may have written)
-// differ from it.
+// than markdown differ from it: reports (this one, which an earlier
+// section of the run may have written, and those of runs before it in the
+// same tree) and docs change nothing a report measures.
 func Commit(root string) string {
-	status := []string{"-C", root, "status", "--porcelain", "--untracked-files=no"}
-	if path := Path(root); path != "" {
-		if rel, err := filepath.Rel(root, path); err == nil {
-			path = rel
-		}
-		status = append(status, "--", ".", ":(exclude)"+path)
-	}
+	status := []string{"-C", root, "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)*.md"}
 	out, err := exec.Command("git", "-C", root, "rev-parse", "--short", "HEAD").Output()
 	if err != nil {
 		return "unknown (no git)"

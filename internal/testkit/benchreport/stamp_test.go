@@ -143,3 +143,24 @@ func TestVerdicts(t *testing.T) {
 		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestCommitChanges: a stamp's commit says "+changes" for uncommitted
+// changes to any tracked file but markdown (reports and docs).
+func TestCommitChanges(t *testing.T) {
+	dir, first := gitRepo(t)
+	write(t, dir, "r.md", "report")
+	git(t, dir, "add", "r.md")
+	commit(t, dir)
+	head := git(t, dir, "rev-parse", "--short", "HEAD")
+	if c := Commit(dir); c != head || c == first {
+		t.Fatalf("clean tree: %q, want %q", c, head)
+	}
+	write(t, dir, "r.md", "another report")
+	if c := Commit(dir); c != head {
+		t.Errorf("a changed report: %q, want %q", c, head)
+	}
+	write(t, dir, "a/x", "2")
+	if c := Commit(dir); c != head+"+changes" {
+		t.Errorf("changed code: %q, want %q", c, head+"+changes")
+	}
+}
