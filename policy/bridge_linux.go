@@ -29,7 +29,11 @@ import (
 //	past the checks).
 //
 // Ports not listed (another plugin's veths, the bridge's other ports) are
-// not checked.
+// not checked. Each rule tests the frame's type first and the port's
+// set second: every frame a pod sends crosses the chain, and a frame of
+// another type then costs one comparison instead of a lookup of its port
+// (perf on the cluster put this chain at 1.8 % of the machine's samples
+// during a one-stream TCP test, most of it in those lookups).
 func buildAntiSpoof(conn *nftables.Conn, t *nftables.Table, plans []Plan) error {
 	c := conn.AddChain(&nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityFilter})
@@ -73,21 +77,21 @@ func buildAntiSpoof(conn *nftables.Conn, t *nftables.Table, plans []Plan) error 
 	}
 	notPortAddr := func(off, n uint32, s *nftables.Set) []expr.Any { return portAddrNotIn(expr.MetaKeyIIFNAME, off, n, s) }
 	drop := join(counted(), verdict(expr.VerdictDrop))
-	add("weft: ARP sender not the pod's", fromPod, etherType(unix.ETH_P_ARP),
+	add("weft: ARP sender not the pod's", etherType(unix.ETH_P_ARP), fromPod,
 		[]expr.Any{
 			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 14, Len: 4},
 			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
 		}, notPortAddr(14, 4, v4), drop)
-	add("weft: IPv4 source not the pod's", fromPod, etherType(unix.ETH_P_IP), notPortAddr(12, 4, v4), drop)
-	add("weft: IPv6 link-local or unspecified source", fromPod, etherType(unix.ETH_P_IPV6), linkLocal(ipv6.saddr), verdict(expr.VerdictAccept))
-	add("weft: IPv6 link-local or unspecified source", fromPod, etherType(unix.ETH_P_IPV6),
+	add("weft: IPv4 source not the pod's", etherType(unix.ETH_P_IP), fromPod, notPortAddr(12, 4, v4), drop)
+	add("weft: IPv6 link-local or unspecified source", etherType(unix.ETH_P_IPV6), fromPod, linkLocal(ipv6.saddr), verdict(expr.VerdictAccept))
+	add("weft: IPv6 link-local or unspecified source", etherType(unix.ETH_P_IPV6), fromPod,
 		[]expr.Any{
 			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: ipv6.saddr, Len: 16},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 16)},
 		}, verdict(expr.VerdictAccept))
-	add("weft: IPv6 source not the pod's", fromPod, etherType(unix.ETH_P_IPV6), notPortAddr(ipv6.saddr, 16, v6), drop)
-	add("weft: VLAN-tagged frame from a pod", fromPod, etherType(unix.ETH_P_8021Q), drop)
-	add("weft: VLAN-tagged frame from a pod", fromPod, etherType(unix.ETH_P_8021AD), drop)
+	add("weft: IPv6 source not the pod's", etherType(unix.ETH_P_IPV6), fromPod, notPortAddr(ipv6.saddr, 16, v6), drop)
+	add("weft: VLAN-tagged frame from a pod", etherType(unix.ETH_P_8021Q), fromPod, drop)
+	add("weft: VLAN-tagged frame from a pod", etherType(unix.ETH_P_8021AD), fromPod, drop)
 	return isolateBroadcast(conn, t, plans, v4, v6)
 }
 
@@ -124,9 +128,9 @@ func isolateBroadcast(conn *nftables.Conn, t *nftables.Table, plans []Plan, v4, 
 	}
 	notPortDest := func(off, n uint32, s *nftables.Set) []expr.Any { return portAddrNotIn(expr.MetaKeyOIFNAME, off, n, s) }
 	drop := join(counted(), verdict(expr.VerdictDrop))
-	add("weft: to a pod isolated for ingress, not its IPv4 address", toIsolated, etherType(unix.ETH_P_IP), notPortDest(ipv4.daddr, 4, v4), drop)
-	add("weft: IPv6 neighbour discovery", toIsolated, etherType(unix.ETH_P_IPV6), neighbourDiscovery(), verdict(expr.VerdictAccept))
-	add("weft: to a pod isolated for ingress, not its IPv6 address", toIsolated, etherType(unix.ETH_P_IPV6), notPortDest(ipv6.daddr, 16, v6), drop)
+	add("weft: to a pod isolated for ingress, not its IPv4 address", etherType(unix.ETH_P_IP), toIsolated, notPortDest(ipv4.daddr, 4, v4), drop)
+	add("weft: IPv6 neighbour discovery", etherType(unix.ETH_P_IPV6), toIsolated, neighbourDiscovery(), verdict(expr.VerdictAccept))
+	add("weft: to a pod isolated for ingress, not its IPv6 address", etherType(unix.ETH_P_IPV6), toIsolated, notPortDest(ipv6.daddr, 16, v6), drop)
 	return nil
 }
 
