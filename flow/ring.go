@@ -15,8 +15,8 @@ import (
 type Ring struct {
 	mu         sync.Mutex
 	slots      []slot
-	protos     map[string]uint8 // protoNumbers, for pack
-	next       uint64           // sequence number of the next flow; flow s is in slots[s%len]
+	protos     *protocols
+	next       uint64 // sequence number of the next flow; flow s is in slots[s%len]
 	rate       float64
 	burst      float64
 	tokens     float64
@@ -29,7 +29,7 @@ type Ring struct {
 // NewRing returns a ring of size slots taking rate flows a second, with
 // bursts of burst.
 func NewRing(size int, rate float64, burst int) *Ring {
-	return &Ring{slots: make([]slot, size), protos: protoNumbers(), next: 1, rate: rate, burst: float64(burst), tokens: float64(burst),
+	return &Ring{slots: make([]slot, size), protos: newProtocols(), next: 1, rate: rate, burst: float64(burst), tokens: float64(burst),
 		added: make(chan struct{}), now: time.Now}
 }
 
@@ -68,7 +68,7 @@ func (r *Ring) Since(seq uint64, match func(Flow) bool, limit int) ([]Flow, uint
 	first = max(first, seq+1)
 	var out []Flow
 	for s := first; s < r.next; s++ {
-		f := r.slots[s%uint64(len(r.slots))].unpack()
+		f := r.slots[s%uint64(len(r.slots))].unpack(r.protos)
 		if match == nil || match(f) {
 			out = append(out, f)
 		}

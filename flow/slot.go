@@ -37,8 +37,8 @@ var (
 )
 
 // pack returns f as a slot, kept whole when it does not unpack the same;
-// protos are the protocol numbers by their names (protoNumbers).
-func pack(f Flow, protos map[string]uint8) slot {
+// protos are the protocols' names and numbers (newProtocols).
+func pack(f Flow, protos *protocols) slot {
 	s := slot{seq: f.Seq, nanos: math.MinInt64, srcPort: f.SrcPort, dstPort: f.DstPort, svcP: f.Service.Port(),
 		masq: f.Masqueraded, more: int32(f.MorePolicies), policies: f.Policies, counts: f.Counts}
 	if !f.Time.IsZero() {
@@ -54,26 +54,34 @@ func pack(f Flow, protos map[string]uint8) slot {
 		}
 		*to[i] = a.As16()
 	}
-	if n, ok := protos[f.Proto]; ok {
+	if n, ok := protos.numbers[f.Proto]; ok {
 		s.proto = uint16(n) + 1
 	}
 	s.event = code(eventNames, f.Event)
 	s.verdict = code(verdictNames, f.Verdict)
 	s.dir = code(dirNames, f.Direction)
-	if !same(s.unpack(), f) {
+	if !same(s.unpack(protos), f) {
 		whole := f
 		s.whole = &whole
 	}
 	return s
 }
 
-// protoNumbers maps each name ProtoName gives to its protocol number.
-func protoNumbers() map[string]uint8 {
-	m := make(map[string]uint8, 256)
-	for p := range 256 {
-		m[ProtoName(uint8(p))] = uint8(p)
+// protocols are ProtoName's names of every protocol number and the
+// numbers by name, made once so that packing and unpacking a flow
+// allocates no name.
+type protocols struct {
+	names   [256]string
+	numbers map[string]uint8
+}
+
+func newProtocols() *protocols {
+	p := &protocols{numbers: make(map[string]uint8, 256)}
+	for n := range 256 {
+		p.names[n] = ProtoName(uint8(n))
+		p.numbers[p.names[n]] = uint8(n)
 	}
-	return m
+	return p
 }
 
 func code(names []string, name string) uint8 {
@@ -81,7 +89,7 @@ func code(names []string, name string) uint8 {
 }
 
 // unpack returns the flow s holds.
-func (s *slot) unpack() Flow {
+func (s *slot) unpack(protos *protocols) Flow {
 	if s.whole != nil {
 		return *s.whole
 	}
@@ -92,7 +100,7 @@ func (s *slot) unpack() Flow {
 		f.Time = time.Unix(0, s.nanos)
 	}
 	if s.proto != 0 {
-		f.Proto = ProtoName(uint8(s.proto - 1))
+		f.Proto = protos.names[s.proto-1]
 	}
 	var addrs [4]netip.Addr
 	for i, b := range [][16]byte{s.src, s.dst, s.masqAs, s.svc} {

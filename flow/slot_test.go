@@ -25,11 +25,12 @@ func full() Flow {
 // was packed rather than kept whole.
 func roundTrip(t *testing.T, f Flow, packed bool) {
 	t.Helper()
-	s := pack(f, protoNumbers())
+	protos := newProtocols()
+	s := pack(f, protos)
 	if (s.whole == nil) != packed {
 		t.Errorf("%+v: packed %v, want %v", f, s.whole == nil, packed)
 	}
-	want, got := f, s.unpack()
+	want, got := f, s.unpack(protos)
 	want.Time, got.Time = want.Time.Round(0), got.Time.Round(0)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("added %+v\ngot   %+v", want, got)
@@ -173,4 +174,17 @@ func BenchmarkRingHeld(b *testing.B) {
 	}
 	b.ReportMetric(ring, "ring-MB")
 	b.ReportMetric(slice, "flows-MB")
+}
+
+// TestSlotAllocatesNothing: packing a flow and unpacking it allocate
+// nothing, whatever its protocol's name.
+func TestSlotAllocatesNothing(t *testing.T) {
+	protos := newProtocols()
+	for _, p := range []uint8{6, 112, 136, 255} {
+		f := full()
+		f.Proto = ProtoName(p)
+		if n := testing.AllocsPerRun(100, func() { s := pack(f, protos); _ = s.unpack(protos) }); n != 0 {
+			t.Errorf("protocol %d: %.0f allocations a flow", p, n)
+		}
+	}
 }
