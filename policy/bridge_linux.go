@@ -30,10 +30,9 @@ import (
 //
 // Ports not listed (another plugin's veths, the bridge's other ports) are
 // not checked. Each rule tests the frame's type first and the port's
-// set second: every frame a pod sends crosses the chain, and a frame of
-// another type then costs one comparison instead of a lookup of its port
-// (perf on the cluster put this chain at 1.8 % of the machine's samples
-// during a one-stream TCP test, most of it in those lookups).
+// set second: every frame a pod sends crosses the chain, and a rule for
+// another type then costs one comparison instead of a lookup of the port
+// (bench/cluster's README has the profile).
 func buildAntiSpoof(conn *nftables.Conn, t *nftables.Table, plans []Plan) error {
 	c := conn.AddChain(&nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityFilter})
