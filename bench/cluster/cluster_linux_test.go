@@ -146,6 +146,9 @@ func BenchmarkCluster(b *testing.B) {
 	}
 	secs, restSecs := envInt("WEFT_BENCH_SECONDS", 8), envInt("WEFT_BENCH_REST_SECONDS", 20)
 	perf := perfDir(b)
+	if perf != "" && benchreport.Path(e2e.ModuleRootDir(b)) != "" {
+		b.Fatal("WEFT_BENCH_PERF with WEFT_BENCH_REPORT: perf's sampling costs every column, so a profile run writes no report")
+	}
 	root := e2e.ModuleRootDir(b)
 	kubeBin, err := kubetest.BinDir()
 	if err != nil {

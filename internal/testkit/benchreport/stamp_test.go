@@ -155,9 +155,14 @@ func TestCommitChanges(t *testing.T) {
 	if c := Commit(dir); c != head || c == first {
 		t.Fatalf("clean tree: %q, want %q", c, head)
 	}
+	write(t, dir, "docs/n.md", "doc")
+	git(t, dir, "add", "docs/n.md")
+	commit(t, dir)
+	head = git(t, dir, "rev-parse", "--short", "HEAD")
 	write(t, dir, "r.md", "another report")
+	write(t, dir, "docs/n.md", "another doc")
 	if c := Commit(dir); c != head {
-		t.Errorf("a changed report: %q, want %q", c, head)
+		t.Errorf("changed reports: %q, want %q", c, head)
 	}
 	write(t, dir, "a/x", "2")
 	if c := Commit(dir); c != head+"+changes" {
