@@ -72,7 +72,7 @@ func ParseStamp(line string) (s Stamp, ok bool, err error) {
 // Age says how old s's figures are against the tree at root: "Measured at
 // <commit>, <date>; since then these measured paths changed: <paths>." or
 // "…; nothing it measures changed since.", leaving test files (*_test.go)
-// out. Uncommitted changes to tracked files count as the commit they will
+// and markdown out. Uncommitted changes to tracked files count as the commit they will
 // become, so that a note written before committing is still right after.
 // The note names paths, not a count of commits, so that it changes only
 // when another measured path does.
@@ -93,8 +93,8 @@ func Age(root string, s Stamp) (string, error) {
 	if _, err := git("rev-parse", "--verify", "--quiet", commit+"^{commit}"); err != nil {
 		return "", fmt.Errorf("report %s: its commit %q is not in this clone's history", s.ID, s.Commit)
 	}
-	// Tests are not the code a report measures.
-	spec := append(append([]string{"--"}, s.Measures...), ":(exclude)*_test.go")
+	// Tests and markdown are not the code a report measures.
+	spec := append(append([]string{"--"}, s.Measures...), ":(exclude)*_test.go", ":(exclude)*.md")
 	for _, p := range s.Measures {
 		if out, err := git("ls-files", "--", p); err != nil || out == "" {
 			return "", fmt.Errorf("report %s: measured path %q has no files in this tree", s.ID, p)

@@ -46,7 +46,7 @@ func write(t *testing.T, dir, f, text string) {
 
 // TestAge: the note names the measured paths changed since the stamp's
 // commit, uncommitted changes included; changes
-// elsewhere and to tests do not count; a commit outside the history, a path without
+// elsewhere, to tests and to markdown do not count; a commit outside the history, a path without
 // files and a shallow clone are errors.
 func TestAge(t *testing.T) {
 	dir, first := gitRepo(t)
@@ -69,10 +69,11 @@ func TestAge(t *testing.T) {
 		t.Errorf("after a change elsewhere: %q, want %q", got, want)
 	}
 	write(t, dir, "a/x_test.go", "1")
+	write(t, dir, "a/README.md", "1")
 	git(t, dir, "add", ".")
 	commit(t, dir)
 	if got, want := age(), head+"nothing it measures changed since."; got != want {
-		t.Errorf("after a test added to a: %q, want %q", got, want)
+		t.Errorf("after a test and a README added to a: %q, want %q", got, want)
 	}
 	write(t, dir, "a/x", "2")
 	commit(t, dir)
