@@ -3,17 +3,21 @@ package flow
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/mdlayher/netlink"
 	"github.com/ti-mo/conntrack"
 	"github.com/ti-mo/netfilter"
+	"golang.org/x/sys/unix"
 )
 
 // Conntrack turns conntrack's events of the pods' connections into
@@ -32,7 +36,7 @@ import (
 // connections opened while someone listens, nf_conntrack_events=2) and
 // their close still comes; what does not fit in the socket's buffer
 // during the pause is dropped by the kernel, and Run, told so at its next
-// read, counts it in Lost and listens again. Paused says how long Run did
+// read, counts it in Lost and reads on. Paused says how long Run did
 // not read.
 type Conntrack struct {
 	// NetNS is a file descriptor of the network namespace to read in (0:
@@ -77,30 +81,75 @@ func (c *Conntrack) Paused() (uint64, time.Duration) {
 	return c.pauses, d
 }
 
-// Lost is how many times the event socket overflowed (and was opened
-// again): events of that moment are missing.
+// Lost is how many times the kernel said the event socket overflowed
+// (or an event did not fit in Run's buffer): events of that moment are
+// missing.
 func (c *Conntrack) Lost() uint64 { return c.lost.Load() }
 
-// Run hands the pods' connection events to sink until ctx is done. When
-// the socket's buffer overflows it counts the loss and listens again; when
-// a second's Rate is spent it reads nothing more until the second is
-// over. It returns the error of a socket it cannot open.
+// Run hands the pods' connection events to sink until ctx is done. It
+// reads them in batches: it waits for an event, reads every one waiting,
+// and lets BatchEvery pass before it waits again, so that a steady stream
+// of connections wakes it once a batch, not once an event. When the
+// socket's buffer overflowed it counts the loss and reads on; when a
+// second's Rate is spent it reads nothing more until the second is over.
+// It returns the error of a socket it cannot open or read.
 func (c *Conntrack) Run(ctx context.Context, sink func(Flow)) error {
+	s, err := c.open()
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { s.conn.Close() })
+	defer func() {
+		if stop() {
+			s.conn.Close()
+		}
+	}()
 	w := &window{rate: c.Rate}
 	for {
-		conn, errs, events, err := c.open()
-		if err != nil {
-			return err
+		msgs, full, err := s.receive()
+		for _, m := range msgs {
+			if !w.take(time.Now()) {
+				if c.pause(ctx, w.end()); ctx.Err() != nil {
+					return nil
+				}
+				w.take(time.Now()) // the first of the next second's
+			}
+			var ev conntrack.Event
+			if err := ev.Unmarshal(m); err != nil {
+				c.logger().Debug("conntrack event not decoded", "err", err)
+				continue
+			}
+			if f, ok := c.flowOf(ev); ok {
+				sink(f)
+			}
 		}
-		err = c.read(ctx, errs, events, sink, w)
-		closeDraining(conn, errs, events)
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			return nil
+		case errors.Is(err, unix.ENOBUFS), errors.Is(err, errTruncated):
+			if c.lost.Add(1) == 1 {
+				c.logger().Warn("conntrack events lost: weftd's socket was full (counted from now on)")
+			}
+			continue
+		case err != nil:
+			return fmt.Errorf("conntrack events: %w", err)
+		case full:
+			continue // more wait: no pause between
 		}
-		c.lost.Add(1)
-		c.logger().Warn("conntrack events lost; listening again", "err", err)
+		t := time.NewTimer(BatchEvery)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
 	}
 }
+
+// BatchEvery is how long Run lets events gather before it reads them
+// again; a flow's time is when Run read it, up to this much after the
+// kernel's event.
+const BatchEvery = 10 * time.Millisecond
 
 // pause waits, not reading, until the window ends or ctx is done, and
 // counts it; the first pause is logged.
@@ -157,66 +206,103 @@ func (w *window) take(now time.Time) bool {
 // end is when the current second is over.
 func (w *window) end() time.Time { return w.start.Add(time.Second) }
 
-// open listens for new and destroyed connections.
-func (c *Conntrack) open() (*conntrack.Conn, chan error, chan conntrack.Event, error) {
-	conn, err := conntrack.Dial(&netlink.Config{NetNS: c.NetNS})
+// eventSocket is a netlink socket subscribed to conntrack's events, read
+// through its file descriptor: one recvmsg an event, no goroutine of its
+// own.
+type eventSocket struct {
+	conn *netlink.Conn
+	raw  syscall.RawConn
+	buf  []byte
+	msgs []netlink.Message
+}
+
+// The room an event needs in eventSocket's buffer (an event's datagram
+// is a few hundred bytes), and the buffer's size: about a hundred events
+// a read.
+const (
+	maxEvent       = 4 << 10
+	eventBufferLen = 32 << 10
+)
+
+// open subscribes to new and destroyed connections.
+func (c *Conntrack) open() (*eventSocket, error) {
+	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: c.NetNS})
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("conntrack events: %w", err)
+		return nil, fmt.Errorf("conntrack events: %w", err)
 	}
+	s := &eventSocket{conn: conn, buf: make([]byte, eventBufferLen)}
 	if err := conn.SetReadBuffer(cmp.Or(c.ReadBuffer, 1<<20)); err != nil {
 		conn.Close()
-		return nil, nil, nil, fmt.Errorf("conntrack events: read buffer: %w", err)
+		return nil, fmt.Errorf("conntrack events: read buffer: %w", err)
 	}
-	// A short queue: the library decodes ahead of the reader at most
-	// this many events, which a pause keeps waiting.
-	events := make(chan conntrack.Event, 16)
-	errs, err := conn.Listen(events, 1, []netfilter.NetlinkGroup{netfilter.GroupCTNew, netfilter.GroupCTDestroy})
-	if err != nil {
+	for _, g := range []netfilter.NetlinkGroup{netfilter.GroupCTNew, netfilter.GroupCTDestroy} {
+		if err := conn.JoinGroup(uint32(g)); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("conntrack events: join %v: %w", g, err)
+		}
+	}
+	if s.raw, err = conn.SyscallConn(); err != nil {
 		conn.Close()
-		return nil, nil, nil, fmt.Errorf("conntrack events: %w", err)
+		return nil, fmt.Errorf("conntrack events: %w", err)
 	}
-	return conn, errs, events, nil
+	return s, nil
 }
 
-// closeDraining closes conn, which waits for its worker, while taking
-// what the worker may still be sending.
-func closeDraining(conn *conntrack.Conn, errs chan error, events chan conntrack.Event) {
-	done := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-events:
-			case <-errs:
-			case <-done:
-				return
+// receive waits until an event waits, then reads the events waiting
+// until none is left or the buffer is full (full: more may wait). The
+// messages are valid until the next receive. An error (ENOBUFS: the
+// kernel dropped events) comes with the events read before it.
+func (s *eventSocket) receive() (msgs []netlink.Message, full bool, err error) {
+	s.msgs = s.msgs[:0]
+	off := 0
+	var rerr error
+	err = s.raw.Read(func(fd uintptr) bool {
+		for len(s.buf)-off >= maxEvent {
+			n, _, flags, _, err := unix.Recvmsg(int(fd), s.buf[off:], nil, unix.MSG_DONTWAIT)
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err == unix.EAGAIN:
+				return off > 0 // none read yet: wait for one
+			case err != nil:
+				rerr = err
+				return true
+			case flags&unix.MSG_TRUNC != 0:
+				rerr = errTruncated
+				return true
 			}
+			if rerr = s.parse(s.buf[off : off+n]); rerr != nil {
+				return true
+			}
+			off += n
 		}
-	}()
-	conn.Close()
-	close(done)
+		full = true
+		return true
+	})
+	if err == nil {
+		err = rerr
+	}
+	return s.msgs, full, err
 }
 
-// read hands events to sink until ctx is done or the socket fails; past
-// the window's rate it pauses until the window ends.
-func (c *Conntrack) read(ctx context.Context, errs chan error, events chan conntrack.Event, sink func(Flow), w *window) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-errs:
-			return fmt.Errorf("conntrack events: %w", err)
-		case ev := <-events:
-			if !w.take(time.Now()) {
-				if c.pause(ctx, w.end()); ctx.Err() != nil {
-					return nil
-				}
-				w.take(time.Now()) // the first of the next second's
-			}
-			if f, ok := c.flowOf(ev); ok {
-				sink(f)
-			}
+// errTruncated: an event did not fit in the room left for it.
+var errTruncated = errors.New("an event longer than the buffer's room")
+
+// parse appends the netlink messages of one datagram to s.msgs.
+func (s *eventSocket) parse(b []byte) error {
+	for len(b) > 0 {
+		if len(b) < unix.NLMSG_HDRLEN {
+			return fmt.Errorf("a datagram's %d trailing bytes", len(b))
 		}
+		l := min(int(binary.NativeEndian.Uint32(b)+unix.NLMSG_ALIGNTO-1) & ^(unix.NLMSG_ALIGNTO-1), len(b))
+		var m netlink.Message
+		if err := m.UnmarshalBinary(b[:l]); err != nil {
+			return fmt.Errorf("an event: %w", err)
+		}
+		s.msgs = append(s.msgs, m)
+		b = b[l:]
 	}
+	return nil
 }
 
 // flowOf is the flow of a pod connection's event.

@@ -31,7 +31,7 @@ var figures = []figure{
 	{"events read a second", 0, true, func(s sample) float64 { return float64(s.res.Events) / s.seconds }},
 	{"flows kept a second (ring of 4,096, 1,000 a second)", 0, true, func(s sample) float64 { return float64(s.res.Kept) / s.seconds }},
 	{"pauses a second", 2, true, func(s sample) float64 { return float64(s.res.Pauses) / s.seconds }},
-	{"socket overflows a second (events the kernel dropped, listening again)", 2, true, func(s sample) float64 { return float64(s.res.Lost) / s.seconds }},
+	{"socket overflows a second (events the kernel dropped; the reader reads on)", 2, true, func(s sample) float64 { return float64(s.res.Lost) / s.seconds }},
 	{"reader's peak RSS (MiB)", 1, true, func(s sample) float64 { return float64(s.res.MaxRSS) / 1024 }},
 }
 
