@@ -24,20 +24,16 @@
 // jump is appended, where Flannel puts FLANNEL-FWD: it overrides the policy
 // and rules others put before it keep their say.
 //
-// Run programs the rules at once and checks them after every nftables
-// transaction that touched a table named filter (the kernel notifies it;
-// iptables-nft's rules live there) and every Resync, and iptables-legacy's,
-// of which the kernel gives no notice, every CheckInterval: a WEFT-FWD chain
-// whose rules differ is flushed and written again, a missing jump appended,
+// Run programs the rules and checks them after every nftables transaction
+// that touched a table named filter (the kernel notifies it) and every
+// Resync, and iptables-legacy's (no notice) every CheckInterval: a WEFT-FWD
+// chain whose rules differ is written again, a missing jump appended,
 // duplicate jumps reduced to one; a backend that comes into use later gets
-// the rules at the next check. Run leaves the rules in place
-// when it returns, so a restarting weftd never interrupts traffic. With
-// Accept off, Run removes weft's chain and jump instead. Either way, after
-// its first pass Run removes, and logs, what flanneld left: the FLANNEL-FWD
-// and FLANNEL-POSTRTG chains with the rules that jump to them, in every
-// backend and family in use, and the nftables tables ip flannel-ipv4 and
-// ip6 flannel-ipv6.
-//
+// the rules at the next check. The rules stay when Run returns, so a
+// restarting weftd never interrupts traffic; with Accept off Run removes
+// them. After its first pass Run removes, logged, what flanneld left: the
+// FLANNEL-FWD and FLANNEL-POSTRTG chains and their jumps in every backend
+// and family in use, and the tables ip flannel-ipv4 and ip6 flannel-ipv6.
 // Run works in the network namespace of the thread it runs on (tests run it
 // under namespace.NS.Do). docs/configuration.md says how to use it.
 package forward

@@ -20,26 +20,21 @@
 // and the same in `ip6 weft-ipv6` for the IPv6Network (multicast ff00::/8);
 // with Config.KeepPorts (flanneld's --ip-masq-fully-random-disable) the two
 // masquerades are plain, keeping a flow's source port when it is free.
-// Node-to-pod traffic on this node has a source outside N and is never
-// translated, so the Kubernetes rule holds that a node reaches its pods
-// without NAT. Traffic from outside N to other nodes' pods (a node without
-// an overlay address, a router sending outside traffic through this node)
-// leaves with this node's address, so that the answer comes back through
-// it. kube-proxy marks what it masquerades itself (a NodePort's traffic) and
-// weft leaves it alone, so nothing is translated twice.
+// Node-to-pod traffic has a source outside N and is never translated (a
+// node reaches its pods without NAT). Traffic from outside N to other nodes'
+// pods leaves with this node's address, so the answer comes back through it.
+// What kube-proxy marks it masquerades itself (a NodePort's traffic): weft
+// leaves it alone, so nothing is translated twice.
 //
 // The forward accepts are not here: an accept in this table could not
 // override a drop in another, so they live in the iptables FORWARD chains
 // (package backend/forward). How this rule set differs from Flannel's is in
 // docs/configuration.md.
 //
-// Run programs the tables at once, each replaced in one nftables
-// transaction (the rules are never missing while they are rewritten), and
-// then checks them after every nftables transaction that touched them (the
-// kernel notifies it) and every CheckInterval besides: a missing table, a chain with the
-// wrong hook, or rules that are not exactly weft's (compared in order,
-// comment and expressions) makes Run write the whole table again. Run
-// leaves the tables in place when it returns, so a restarting weftd never
-// interrupts traffic; Remove deletes them, for a node that turns
-// masquerading off.
+// Run writes each table in one nftables transaction (never missing while
+// rewritten) and checks it after every transaction that touched it and every
+// CheckInterval: a missing table, a wrong hook, or rules that are not exactly
+// weft's (in order, comments and expressions) get the table written again.
+// The tables stay when Run returns, so a restarting weftd never interrupts
+// traffic; Remove deletes them, for a node that turns masquerading off.
 package masq

@@ -31,15 +31,11 @@
 // traffic; the permanent entries mean the kernel never floods, asks or
 // learns from the wire (nolearning).
 //
-// Where weft differs from Flannel: the device MAC is stable (derived from the
-// public address, see vtep.DeviceMAC) and an existing compatible device is
-// adopted, never flushed or recreated, so restarting weftd drops no packet
-// and peers' FDB entries stay right; a peer whose MAC or address changed gets
-// its FDB entry replaced instead of leaving the old one behind; and the state
-// is reconciled continuously: on netlink change notifications a deleted
-// route, neighbour, FDB entry or even the whole device is repaired within
-// about a second, and a full resync runs every ResyncInterval (90 s by
-// default). A device that uses our VNI and port under another name
-// (flannel.1 left by flanneld) would make the kernel refuse ours, so it is
-// removed, with a log line.
+// Where weft differs from Flannel: the device MAC is stable (vtep.DeviceMAC)
+// and a compatible device is adopted, never recreated, so a restart drops no
+// packet; a peer whose MAC or address changed gets its FDB entry replaced;
+// deleted routes, neighbours, FDB entries or the device are repaired on
+// netlink notifications within about a second, with a full resync every
+// ResyncInterval (90 s). A device using our VNI and port under another name
+// (flannel.1) would make the kernel refuse ours, so it is removed, logged.
 package vxlan
