@@ -181,7 +181,7 @@ func BenchmarkCluster(b *testing.B) {
 		for c, r := range rest {
 			r.round = i + 1
 			c.rest = append(c.rest, r)
-			fmt.Printf("round %d %s at rest: %s cpu=%.1fm mem=%.1fMiB load=%s\n", i+1, c.label, c.cniNS, r.cpu, r.mem, benchreport.LoadAvg(" "))
+			fmt.Printf("round %d %s at rest: %s cpu=%.1fm mem=%.1fMiB (shmem %.1f) load=%s\n", i+1, c.label, c.cniNS, r.cpu, r.mem, r.shmem, benchreport.LoadAvg(" "))
 		}
 		round(b, ctx, cols, i, secs, perf)
 	}

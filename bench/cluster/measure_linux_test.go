@@ -35,27 +35,32 @@ func cpuSeconds(cg string) (float64, error) {
 }
 
 // workingSet is the cgroup's memory as kubelet's metrics (kubectl top)
-// count it: usage less inactive file pages, in MiB.
-func workingSet(cg string) (float64, error) {
+// count it: usage less inactive file pages, in MiB; and how much of it is
+// shared memory (tmpfs files the pod wrote: on the bench's nodes, whose
+// /opt is a tmpfs, the CNI plugin binary its init container copied).
+func workingSet(cg string) (ws, shmem float64, err error) {
 	b, err := os.ReadFile(filepath.Join(memoryCG, cg, "memory.usage_in_bytes"))
 	if err != nil {
-		return 0, fmt.Errorf("cgroup memory: %w", err)
+		return 0, 0, fmt.Errorf("cgroup memory: %w", err)
 	}
 	usage, err := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	st, err := os.ReadFile(filepath.Join(memoryCG, cg, "memory.stat"))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	for _, l := range strings.Split(string(st), "\n") {
 		if v, ok := strings.CutPrefix(l, "total_inactive_file "); ok {
 			inactive, _ := strconv.ParseFloat(v, 64)
 			usage = max(0, usage-inactive)
 		}
+		if v, ok := strings.CutPrefix(l, "total_shmem "); ok {
+			shmem, _ = strconv.ParseFloat(v, 64)
+		}
 	}
-	return usage / (1 << 20), nil
+	return usage / (1 << 20), shmem / (1 << 20), nil
 }
 
 // podCgroup finds, under the node's cgroup root, the pod cgroup of the pod
@@ -260,6 +265,7 @@ type atRest struct {
 	round int
 	cpu   float64 // millicores per pod (mean of the two nodes' pods)
 	mem   float64 // working set, MiB per pod (mean)
+	shmem float64 // of mem, shared memory (mean)
 }
 
 // restWindow measures every column's CNI pods over the same window.
@@ -289,10 +295,11 @@ func restWindow(ctx context.Context, cols []*column, d time.Duration) (map[*colu
 			if err != nil {
 				return nil, err
 			}
-			mem, err := workingSet(cg)
+			mem, shmem, err := workingSet(cg)
 			if err != nil {
 				return nil, err
 			}
+			r.shmem += shmem / float64(len(c.cniCG))
 			r.cpu += (v - before[c][i]) / wall * 1000 / float64(len(c.cniCG))
 			r.mem += mem / float64(len(c.cniCG))
 		}

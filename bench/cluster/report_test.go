@@ -196,6 +196,10 @@ func write(w io.Writer, b *testing.B, cols []*column, secs, restSecs int) {
 	for _, c := range cols[1:] {
 		fmt.Fprintf(w, " %s |", restCell(c, func(r atRest) float64 { return r.mem }, 1))
 	}
+	fmt.Fprint(w, "\n| of it, shared memory (the CNI plugin binary the init container copied onto the node's tmpfs `/opt/cni/bin`), MiB |")
+	for _, c := range cols[1:] {
+		fmt.Fprintf(w, " %s |", restCell(c, func(r atRest) float64 { return r.shmem }, 1))
+	}
 	fmt.Fprintf(w, "\n\nLoad average (1, 5, 15 min) at the start of each round's TCP 1 stream pod→pod test, by column: %s.\n\n", loads(cols))
 	for _, c := range cols {
 		if len(c.failed) > 0 {
