@@ -82,8 +82,8 @@ func (c *Conntrack) Paused() (uint64, time.Duration) {
 }
 
 // Lost is how many times the kernel said the event socket overflowed
-// (or an event did not fit in Run's buffer): events of that moment are
-// missing.
+// (events of that moment are missing), and how many events Run could not
+// read (too long for its buffer, or not netlink messages).
 func (c *Conntrack) Lost() uint64 { return c.lost.Load() }
 
 // Run hands the pods' connection events to sink until ctx is done. It
@@ -123,10 +123,15 @@ func (c *Conntrack) Run(ctx context.Context, sink func(Flow)) error {
 				sink(f)
 			}
 		}
+		if s.unread > 0 {
+			c.lost.Add(s.unread)
+			c.logger().Warn("conntrack events not read: too long, or not netlink messages", "events", s.unread)
+			s.unread = 0
+		}
 		switch {
 		case ctx.Err() != nil:
 			return nil
-		case errors.Is(err, unix.ENOBUFS), errors.Is(err, errTruncated):
+		case errors.Is(err, unix.ENOBUFS):
 			if c.lost.Add(1) == 1 {
 				c.logger().Warn("conntrack events lost: weftd's socket was full (counted from now on)")
 			}
@@ -214,6 +219,9 @@ type eventSocket struct {
 	raw  syscall.RawConn
 	buf  []byte
 	msgs []netlink.Message
+	// unread counts the datagrams receive could not read: longer than
+	// the room left (truncated) or not netlink messages.
+	unread uint64
 }
 
 // The room an event needs in eventSocket's buffer (an event's datagram
@@ -268,11 +276,12 @@ func (s *eventSocket) receive() (msgs []netlink.Message, full bool, err error) {
 				rerr = err
 				return true
 			case flags&unix.MSG_TRUNC != 0:
-				rerr = errTruncated
-				return true
+				s.unread++
+				continue
 			}
-			if rerr = s.parse(s.buf[off : off+n]); rerr != nil {
-				return true
+			if s.parse(s.buf[off:off+n]) != nil {
+				s.unread++
+				continue
 			}
 			off += n
 		}
@@ -285,18 +294,19 @@ func (s *eventSocket) receive() (msgs []netlink.Message, full bool, err error) {
 	return s.msgs, full, err
 }
 
-// errTruncated: an event did not fit in the room left for it.
-var errTruncated = errors.New("an event longer than the buffer's room")
-
-// parse appends the netlink messages of one datagram to s.msgs.
+// parse appends the netlink messages of one datagram to s.msgs; on an
+// error it appends none.
 func (s *eventSocket) parse(b []byte) error {
+	n := len(s.msgs)
 	for len(b) > 0 {
 		if len(b) < unix.NLMSG_HDRLEN {
+			s.msgs = s.msgs[:n]
 			return fmt.Errorf("a datagram's %d trailing bytes", len(b))
 		}
 		l := min(int(binary.NativeEndian.Uint32(b)+unix.NLMSG_ALIGNTO-1) & ^(unix.NLMSG_ALIGNTO-1), len(b))
 		var m netlink.Message
 		if err := m.UnmarshalBinary(b[:l]); err != nil {
+			s.msgs = s.msgs[:n]
 			return fmt.Errorf("an event: %w", err)
 		}
 		s.msgs = append(s.msgs, m)

@@ -1,9 +1,11 @@
 package flow
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"testing"
 
+	"github.com/mdlayher/netlink"
 	"github.com/ti-mo/conntrack"
 )
 
@@ -34,5 +36,35 @@ func TestConntrackFlowOf(t *testing.T) {
 	host := conntrack.Event{Type: conntrack.EventNew, Flow: &conntrack.Flow{TupleOrig: tuple("192.168.1.10", "192.168.1.11", 1, 22)}}
 	if _, ok := c.flowOf(host); ok {
 		t.Error("a host connection became a flow")
+	}
+}
+
+// TestEventSocketParse: a datagram's netlink messages are taken whole, in
+// order; a datagram with a bad message adds none of its messages.
+func TestEventSocketParse(t *testing.T) {
+	msg := func(typ uint16, data string) []byte {
+		h := netlink.Header{Length: uint32(16+len(data)+3) &^ 3, Type: netlink.HeaderType(typ)}
+		b, err := (netlink.Message{Header: h, Data: []byte(data)}).MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		binary.NativeEndian.PutUint32(b, uint32(16+len(data))) // the length before padding, as the kernel writes it
+		return b
+	}
+	s := &eventSocket{}
+	if err := s.parse(append(msg(1, "abcde"), msg(2, "xy")...)); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.msgs) != 2 || s.msgs[0].Header.Type != 1 || string(s.msgs[0].Data) != "abcde" || string(s.msgs[1].Data) != "xy" {
+		t.Fatalf("got %+v", s.msgs)
+	}
+	for name, b := range map[string][]byte{
+		"trailing bytes":  append(msg(3, "ok"), 1, 2, 3),
+		"a length of 8":   append(msg(3, "ok"), 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		"a length beyond": append(msg(3, "ok"), msg(4, "toolong")[:20]...),
+	} {
+		if err := s.parse(b); err == nil || len(s.msgs) != 2 {
+			t.Errorf("%s: err %v, %d messages", name, err, len(s.msgs))
+		}
 	}
 }
