@@ -50,11 +50,11 @@ func WriteSection(path, bench, name string, text []byte) error {
 }
 
 // Commit is the tree's commit, with "+changes" when tracked files other
-// than markdown differ from it: reports (this one, which an earlier
+// than markdown and package docs differ from it: reports (this one, which an earlier
 // section of the run may have written, and those of runs before it in the
 // same tree) and docs change nothing a report measures.
 func Commit(root string) string {
-	status := []string{"-C", root, "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)*.md"}
+	status := append([]string{"-C", root, "status", "--porcelain", "--untracked-files=no", "--", "."}, notCode...)
 	out, err := exec.Command("git", "-C", root, "rev-parse", "--short", "HEAD").Output()
 	if err != nil {
 		return "unknown (no git)"

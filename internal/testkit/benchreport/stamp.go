@@ -10,6 +10,11 @@ import (
 	"time"
 )
 
+// notCode are git pathspecs of tracked files that hold no code a report
+// measures: markdown, and the package docs (doc.go files, which hold a
+// package comment and clause only: TestDocFilesHoldNoCode).
+var notCode = []string{":(exclude)*.md", ":(exclude)doc.go", ":(exclude)*/doc.go"}
+
 // stampPrefix begins the one line by which a report says what it measured.
 const stampPrefix = "<!-- weft-report "
 
@@ -71,8 +76,8 @@ func ParseStamp(line string) (s Stamp, ok bool, err error) {
 
 // Age says how old s's figures are against the tree at root: "Measured at
 // <commit>, <date>; since then these measured paths changed: <paths>." or
-// "…; nothing it measures changed since.", leaving test files (*_test.go)
-// and markdown out. Uncommitted changes to tracked files count as the commit they will
+// "…; nothing it measures changed since.", leaving test files (*_test.go),
+// markdown and package docs (doc.go) out. Uncommitted changes to tracked files count as the commit they will
 // become, so that a note written before committing is still right after.
 // The note names paths, not a count of commits, so that it changes only
 // when another measured path does.
@@ -93,8 +98,7 @@ func Age(root string, s Stamp) (string, error) {
 	if _, err := git("rev-parse", "--verify", "--quiet", commit+"^{commit}"); err != nil {
 		return "", fmt.Errorf("report %s: its commit %q is not in this clone's history", s.ID, s.Commit)
 	}
-	// Tests and markdown are not the code a report measures.
-	spec := append(append([]string{"--"}, s.Measures...), ":(exclude)*_test.go", ":(exclude)*.md")
+	spec := append(append([]string{"--"}, s.Measures...), append([]string{":(exclude)*_test.go"}, notCode...)...)
 	for _, p := range s.Measures {
 		if out, err := git("ls-files", "--", p); err != nil || out == "" {
 			return "", fmt.Errorf("report %s: measured path %q has no files in this tree", s.ID, p)

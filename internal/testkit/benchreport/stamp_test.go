@@ -1,6 +1,8 @@
 package benchreport
 
 import (
+	"go/parser"
+	"go/token"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,11 +72,18 @@ func TestAge(t *testing.T) {
 	}
 	write(t, dir, "a/x_test.go", "1")
 	write(t, dir, "a/README.md", "1")
+	write(t, dir, "a/doc.go", "// Package a.\npackage a\n")
 	git(t, dir, "add", ".")
 	commit(t, dir)
 	if got, want := age(), head+"nothing it measures changed since."; got != want {
-		t.Errorf("after a test and a README added to a: %q, want %q", got, want)
+		t.Errorf("after a test, a README and a package doc added to a: %q, want %q", got, want)
 	}
+	write(t, dir, "a/nodoc.go", "package a\n")
+	git(t, dir, "add", ".")
+	if got, want := age(), head+"since then these measured paths changed: a."; got != want {
+		t.Errorf("with a/nodoc.go added: %q, want %q", got, want)
+	}
+	git(t, dir, "rm", "-q", "--cached", "a/nodoc.go")
 	write(t, dir, "a/x", "2")
 	commit(t, dir)
 	if got, want := age(), head+"since then these measured paths changed: a."; got != want {
@@ -101,6 +110,26 @@ func TestAge(t *testing.T) {
 	git(t, dir, "clone", "-q", "--depth", "1", "file://"+dir, shallow)
 	if _, err := Age(shallow, s); err == nil || !strings.Contains(err.Error(), "shallow clone") {
 		t.Errorf("in a shallow clone: %v, want an error saying so", err)
+	}
+}
+
+// TestDocFilesHoldNoCode: every doc.go of the repository holds a package
+// comment and clause only, so that Age and Commit may leave them out.
+func TestDocFilesHoldNoCode(t *testing.T) {
+	root := strings.TrimSpace(git(t, ".", "rev-parse", "--show-toplevel"))
+	n := 0
+	for _, f := range strings.Fields(git(t, root, "ls-files", "doc.go", "*/doc.go")) {
+		file, err := parser.ParseFile(token.NewFileSet(), filepath.Join(root, f), nil, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(file.Decls) > 0 || file.Doc == nil {
+			t.Errorf("%s: %d declarations, package comment %v: a doc.go holds the package's comment and clause only", f, len(file.Decls), file.Doc != nil)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("no doc.go found")
 	}
 }
 
@@ -150,7 +179,8 @@ func TestVerdicts(t *testing.T) {
 func TestCommitChanges(t *testing.T) {
 	dir, first := gitRepo(t)
 	write(t, dir, "r.md", "report")
-	git(t, dir, "add", "r.md")
+	write(t, dir, "a/doc.go", "// Package a.\npackage a\n")
+	git(t, dir, "add", "r.md", "a/doc.go")
 	commit(t, dir)
 	head := git(t, dir, "rev-parse", "--short", "HEAD")
 	if c := Commit(dir); c != head || c == first {
@@ -162,6 +192,7 @@ func TestCommitChanges(t *testing.T) {
 	head = git(t, dir, "rev-parse", "--short", "HEAD")
 	write(t, dir, "r.md", "another report")
 	write(t, dir, "docs/n.md", "another doc")
+	write(t, dir, "a/doc.go", "// Package a does more.\npackage a\n")
 	if c := Commit(dir); c != head {
 		t.Errorf("changed reports: %q, want %q", c, head)
 	}
