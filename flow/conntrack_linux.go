@@ -36,7 +36,10 @@ import (
 // connections opened while someone listens, nf_conntrack_events=2) and
 // their close still comes; what does not fit in the socket's buffer
 // during the pause is dropped by the kernel, and Run, told so at its next
-// read, counts it in Lost and reads on. Paused says how long Run did
+// read, counts it in Lost and reads on. Once the socket overflowed, the
+// kernel adds no event to it until Run has read every event it holds, so
+// under a lasting flood the flows Run reads are about as old as its
+// buffer is long (a second or more at Rate). Paused says how long Run did
 // not read.
 type Conntrack struct {
 	// NetNS is a file descriptor of the network namespace to read in (0:
@@ -56,7 +59,8 @@ type Conntrack struct {
 	ReadBuffer int
 	Log        *slog.Logger
 
-	lost atomic.Uint64
+	lost    atomic.Uint64
+	notread uint64 // events Run could not read or decode (Run's own)
 
 	mu         sync.Mutex
 	pauses     uint64
@@ -81,9 +85,8 @@ func (c *Conntrack) Paused() (uint64, time.Duration) {
 	return c.pauses, d
 }
 
-// Lost is how many times the kernel said the event socket overflowed
-// (events of that moment are missing), and how many events Run could not
-// read (too long for its buffer, or not netlink messages).
+// Lost is how many times the kernel said the event socket overflowed:
+// events of that moment are missing.
 func (c *Conntrack) Lost() uint64 { return c.lost.Load() }
 
 // Run hands the pods' connection events to sink until ctx is done. It
@@ -116,7 +119,7 @@ func (c *Conntrack) Run(ctx context.Context, sink func(Flow)) error {
 			}
 			var ev conntrack.Event
 			if err := ev.Unmarshal(m); err != nil {
-				c.logger().Debug("conntrack event not decoded", "err", err)
+				c.notRead(1, err)
 				continue
 			}
 			if f, ok := c.flowOf(ev); ok {
@@ -124,8 +127,7 @@ func (c *Conntrack) Run(ctx context.Context, sink func(Flow)) error {
 			}
 		}
 		if s.unread > 0 {
-			c.lost.Add(s.unread)
-			c.logger().Warn("conntrack events not read: too long, or not netlink messages", "events", s.unread)
+			c.notRead(s.unread, errors.New("too long for the buffer, or not netlink messages"))
 			s.unread = 0
 		}
 		switch {
@@ -152,9 +154,22 @@ func (c *Conntrack) Run(ctx context.Context, sink func(Flow)) error {
 }
 
 // BatchEvery is how long Run lets events gather before it reads them
-// again; a flow's time is when Run read it, up to this much after the
-// kernel's event.
+// again. A flow's time is when Run read it: up to this much after the
+// kernel's event, unless Run paused or the socket overflowed (see
+// Conntrack).
 const BatchEvery = 10 * time.Millisecond
+
+// notRead logs events Run could not read or decode (the kernel sends none
+// such): the first at warning level with the count so far, the rest at
+// debug level.
+func (c *Conntrack) notRead(n uint64, err error) {
+	level := slog.LevelDebug
+	if c.notread == 0 {
+		level = slog.LevelWarn
+	}
+	c.notread += n
+	c.logger().Log(context.Background(), level, "conntrack events not read", "err", err, "events", n, "so far", c.notread)
+}
 
 // pause waits, not reading, until the window ends or ctx is done, and
 // counts it; the first pause is logged.
@@ -219,8 +234,9 @@ type eventSocket struct {
 	raw  syscall.RawConn
 	buf  []byte
 	msgs []netlink.Message
-	// unread counts the datagrams receive could not read: longer than
-	// the room left (truncated) or not netlink messages.
+	// unread counts the datagrams receive could not read since Run took
+	// the last count: longer than the room left (truncated) or not netlink
+	// messages.
 	unread uint64
 }
 

@@ -9,7 +9,7 @@
 // in one nftables transaction, so the kernel goes from the old rules to the
 // new ones at once. It tells its Reporter the outcome of each transaction,
 // and after each commit whether the pods' source addresses are checked; a
-// failed one is retried with backoff (100 ms doubling, up to 30 s).
+// failed one is retried with backoff (100 ms doubling, up to 30 s by default).
 //
 // The table has a chain on the forward hook that accepts established and
 // related traffic, drops IPv6 link-local traffic other than neighbour

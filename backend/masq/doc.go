@@ -20,8 +20,8 @@
 // and the same in `ip6 weft-ipv6` for the IPv6Network (multicast ff00::/8);
 // with Config.KeepPorts (flanneld's --ip-masq-fully-random-disable) the two
 // masquerades are plain, keeping a flow's source port when it is free.
-// Node-to-pod traffic has a source outside N and is never translated (a
-// node reaches its pods without NAT). Traffic from outside N to other nodes'
+// Traffic from this node to its own pods has a source outside N and is never
+// translated (a node reaches its pods without NAT). Traffic from outside N to other nodes'
 // pods leaves with this node's address, so the answer comes back through it.
 // What kube-proxy marks it masquerades itself (a NodePort's traffic): weft
 // leaves it alone, so nothing is translated twice.

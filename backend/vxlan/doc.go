@@ -32,10 +32,11 @@
 // learns from the wire (nolearning).
 //
 // Where weft differs from Flannel: the device MAC is stable (vtep.DeviceMAC)
-// and a compatible device is adopted, never recreated, so a restart drops no
-// packet; a peer whose MAC or address changed gets its FDB entry replaced;
-// deleted routes, neighbours, FDB entries or the device are repaired on
-// netlink notifications within about a second, with a full resync every
-// ResyncInterval (90 s). A device using our VNI and port under another name
-// (flannel.1) would make the kernel refuse ours, so it is removed, logged.
+// and a compatible device is adopted, never flushed or recreated, so a
+// restart drops no packet and peers' FDB entries stay right; a peer whose MAC
+// or address changed gets its FDB entry replaced; deleted routes, neighbours,
+// FDB entries or the device are repaired on netlink notifications within
+// about a second, with a full resync every ResyncInterval (90 s by default).
+// A device using our VNI and port under another name (flannel.1) would make
+// the kernel refuse ours, so it is removed, logged.
 package vxlan

@@ -51,14 +51,20 @@ func workingSet(cg string) (ws, shmem float64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
+	found := 0
 	for _, l := range strings.Split(string(st), "\n") {
 		if v, ok := strings.CutPrefix(l, "total_inactive_file "); ok {
 			inactive, _ := strconv.ParseFloat(v, 64)
 			usage = max(0, usage-inactive)
+			found++
 		}
 		if v, ok := strings.CutPrefix(l, "total_shmem "); ok {
 			shmem, _ = strconv.ParseFloat(v, 64)
+			found++
 		}
+	}
+	if found != 2 {
+		return 0, 0, fmt.Errorf("cgroup memory: %s has no total_inactive_file or total_shmem", filepath.Join(memoryCG, cg, "memory.stat"))
 	}
 	return usage / (1 << 20), shmem / (1 << 20), nil
 }
