@@ -59,8 +59,7 @@ type Conntrack struct {
 	ReadBuffer int
 	Log        *slog.Logger
 
-	lost    atomic.Uint64
-	notread uint64 // events Run could not read or decode (Run's own)
+	lost atomic.Uint64
 
 	mu         sync.Mutex
 	pauses     uint64
@@ -108,6 +107,17 @@ func (c *Conntrack) Run(ctx context.Context, sink func(Flow)) error {
 		}
 	}()
 	w := &window{rate: c.Rate}
+	// Events Run could not read or decode (the kernel sends none such):
+	// the first is logged as a warning, the rest at debug level.
+	var notRead uint64
+	logNotRead := func(n uint64, err error) {
+		level := slog.LevelDebug
+		if notRead == 0 {
+			level = slog.LevelWarn
+		}
+		notRead += n
+		c.logger().Log(ctx, level, "conntrack events not read", "err", err, "events", n, "so far", notRead)
+	}
 	for {
 		msgs, full, err := s.receive()
 		for _, m := range msgs {
@@ -119,7 +129,7 @@ func (c *Conntrack) Run(ctx context.Context, sink func(Flow)) error {
 			}
 			var ev conntrack.Event
 			if err := ev.Unmarshal(m); err != nil {
-				c.notRead(1, err)
+				logNotRead(1, err)
 				continue
 			}
 			if f, ok := c.flowOf(ev); ok {
@@ -127,7 +137,7 @@ func (c *Conntrack) Run(ctx context.Context, sink func(Flow)) error {
 			}
 		}
 		if s.unread > 0 {
-			c.notRead(s.unread, errors.New("too long for the buffer, or not netlink messages"))
+			logNotRead(s.unread, errors.New("too long for the buffer, or not netlink messages"))
 			s.unread = 0
 		}
 		switch {
@@ -158,18 +168,6 @@ func (c *Conntrack) Run(ctx context.Context, sink func(Flow)) error {
 // kernel's event, unless Run paused or the socket overflowed (see
 // Conntrack).
 const BatchEvery = 10 * time.Millisecond
-
-// notRead logs events Run could not read or decode (the kernel sends none
-// such): the first at warning level with the count so far, the rest at
-// debug level.
-func (c *Conntrack) notRead(n uint64, err error) {
-	level := slog.LevelDebug
-	if c.notread == 0 {
-		level = slog.LevelWarn
-	}
-	c.notread += n
-	c.logger().Log(context.Background(), level, "conntrack events not read", "err", err, "events", n, "so far", c.notread)
-}
 
 // pause waits, not reading, until the window ends or ctx is done, and
 // counts it; the first pause is logged.
