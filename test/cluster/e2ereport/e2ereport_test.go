@@ -2,11 +2,16 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weft-net/weft/internal/testkit/benchreport"
 )
 
 // spec makes a Ginkgo spec report of an It node.
@@ -56,8 +61,10 @@ func fakeRun(t *testing.T, dir string, results []map[string]any) {
 }
 
 // runMarkdown writes plan (a line "label<TAB>run directory" per run, the
-// directories under root) and runs `e2ereport markdown` on it; it returns
-// the path of the report it was asked to write.
+// directories under root) and writes its report as `e2ereport markdown`
+// does, with an age note naming the stamp's commit and measured paths (the
+// fake runs' commits are not in git's history); it returns the path of the
+// report it was asked to write.
 func runMarkdown(t *testing.T, root, plan string) (string, error) {
 	t.Helper()
 	path := filepath.Join(root, "plan")
@@ -65,7 +72,9 @@ func runMarkdown(t *testing.T, root, plan string) (string, error) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(root, "conformance.md")
-	return out, run1([]string{"markdown", "-o", out, path}, os.Stdout)
+	return out, writeMarkdownAged(path, out, func(s benchreport.Stamp) (string, error) {
+		return fmt.Sprintf("Measured at %s, %s; age of %s.", s.Commit, s.Date, strings.Join(s.Measures, " ")), nil
+	})
 }
 
 // reportOf is the report runMarkdown writes, checked to hold every line
@@ -102,9 +111,20 @@ func TestMarkdownOfACompleteRun(t *testing.T) {
 		"SCTP service [Feature:SCTPConnectivity] | skipped by name |",
 		"| weft vxlan, iptables | conformance | 3 | 1 | 1 | 1 | 1m15s |",
 		"- weft commit: abc", "- Kubernetes: v1.37.2",
+		"**weft vxlan, iptables: conformance**\n<!-- weft-report ",
+		"Measured at abc, 2026-12-06 15:00 UTC; age of cmd/weftd cmd/weft internal/daemon subnet vtep backend policy flow plugin kube-manifests test/cluster test/kube test/versions.env.",
 	)
 	if strings.Contains(md, "is not selected") {
 		t.Errorf("the report lists a spec outside the selection:\n%s", md)
+	}
+	ss, err := benchreport.Stamps([]byte(md))
+	if err != nil || len(ss) != 1 {
+		t.Fatalf("stamps %+v, %v; want one", ss, err)
+	}
+	want := benchreport.Stamp{ID: "weft-vxlan-iptables-conformance", Commit: "abc", Date: "2026-12-06 15:00 UTC",
+		Measures: append(slices.Clone(weftMeasures), harness...), Command: "WEFT_CONFORMANCE_ONLY='^weft vxlan, iptables$' test/cluster/conformance.sh"}
+	if !reflect.DeepEqual(ss[0], want) {
+		t.Errorf("stamp %+v, want %+v", ss[0], want)
 	}
 }
 
@@ -167,5 +187,7 @@ func TestMarkdownOfRunsFromDifferentCommits(t *testing.T) {
 		"- Dates: 2026-12-06T15:00:00Z to 2026-12-07T09:00:00Z",
 		"| weft vxlan, iptables | conformance | 3 | 2 | 0 | 1 | 1m15s | abc | 2026-12-06T15:00:00Z | v1.37.2 |  |",
 		"| Flannel, iptables | conformance | 3 | 2 | 0 | 1 | 1m15s | def | 2026-12-07T09:00:00Z | v1.38.0 | 3m10s |",
+		// Flannel's run measures only the harness of weft's tree.
+		"Measured at def, 2026-12-07 09:00 UTC; age of test/cluster test/kube test/versions.env.",
 	)
 }

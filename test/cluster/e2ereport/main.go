@@ -1,6 +1,8 @@
 // Command e2ereport reads the reports test/cluster/e2e.sh writes (Ginkgo's
 // JSON reports of Kubernetes' e2e.test) and writes docs/conformance.md from
-// a complete run of every cluster configuration.
+// a complete run of every cluster configuration, with a stamp for each
+// run (its commit, date, command and the paths whose code it ran), after
+// which test/reportage keeps the note of what has changed since.
 //
 //	e2ereport list SELECTED.json                 the specs a dry run selected
 //	e2ereport count [-skip RE] SELECTED.json     how many, and how many RE skips
