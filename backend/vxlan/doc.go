@@ -26,17 +26,14 @@
 // as "not_peer", and drops frames out of weft.1 whose source is outside the
 // cluster network as "foreign_source" (docs/what-reaches-pods.md).
 //
-// This is the state Flannel's vxlan backend programs, with the same VNI,
-// port and frame format, so weft and flanneld nodes carry each other's pod
-// traffic; the permanent entries mean the kernel never floods, asks or
-// learns from the wire (nolearning).
+// This is the state Flannel's vxlan backend programs (same VNI, port and
+// frame format, so weft and flanneld nodes carry each other's pod traffic);
+// the permanent entries mean the kernel never floods, asks or learns.
 //
-// Where weft differs from Flannel: the device MAC is stable (vtep.DeviceMAC)
-// and a compatible device is adopted, never flushed or recreated, so a
-// restart drops no packet and peers' FDB entries stay right; a peer whose MAC
-// or address changed gets its FDB entry replaced; deleted routes, neighbours,
-// FDB entries or the device are repaired on netlink notifications within
-// about a second, with a full resync every ResyncInterval (90 s by default).
-// A device using our VNI and port under another name (flannel.1) would make
-// the kernel refuse ours, so it is removed, logged.
+// Unlike Flannel's, the device MAC is stable (vtep.DeviceMAC) and a
+// compatible device is adopted, never flushed or recreated, so a restart
+// drops no packet; a peer whose MAC or address changed gets its FDB entry
+// replaced; drift is repaired on netlink notifications (backend/kernel's
+// Reconciler). A device with our VNI and port under another name
+// (flannel.1) would make the kernel refuse ours: it is removed, logged.
 package vxlan
