@@ -21,7 +21,7 @@ func TestNewConfig(t *testing.T) {
 		check   func(t *testing.T, c Config)
 	}{
 		{"defaults", Config{Local: v4, Subnet: sn}, "", func(t *testing.T, c Config) {
-			if c.VNI != 1 || c.Port != 8472 || c.Name != "weft-u.1" || c.MTU != 1450 || c.Queues != 1 || c.SourcePorts != 16 {
+			if c.VNI != 1 || c.Port != 8472 || c.Name != "weft-u.1" || c.MTU != 1450 || c.PodMTU != 1450 || c.Queues != 1 || c.SourcePorts != 16 {
 				t.Fatalf("defaults: %+v", c)
 			}
 			if c.MAC != vtep.DeviceMAC(v4, 1) {
@@ -38,6 +38,17 @@ func TestNewConfig(t *testing.T) {
 				t.Fatalf("local %s, want %s", c.Local, v4)
 			}
 		}},
+		{"dual-stack pods", Config{Local: v4, Subnet: sn, PodMTU: 1430}, "", func(t *testing.T, c Config) {
+			if c.MTU != 1450 || c.PodMTU != 1430 {
+				t.Fatalf("mtu %d, pod mtu %d; want 1450 and 1430", c.MTU, c.PodMTU)
+			}
+		}},
+		{"pod mtu above the device's", Config{Local: v4, Subnet: sn, MTU: 1400, PodMTU: 1450}, "", func(t *testing.T, c Config) {
+			if c.PodMTU != 1400 {
+				t.Fatalf("pod mtu %d, want the device's 1400", c.PodMTU)
+			}
+		}},
+		{"small pod mtu", Config{Local: v4, PodMTU: 500}, "pod mtu", nil},
 		{"no local", Config{Subnet: sn}, "no local", nil},
 		{"vni too large", Config{Local: v4, VNI: 1 << 24}, "vni", nil},
 		{"port too large", Config{Local: v4, Port: 70000}, "port", nil},

@@ -13,7 +13,7 @@ import (
 // inner TCP super-segment, after the same checks as any inner frame, goes
 // to the TAP as one GSO frame when the TAP takes offloads, as the kernel's
 // own VXLAN receive path would hand it on; otherwise it is cut here into
-// segments that fit the overlay MTU, with complete checksums. seg is the
+// segments that fit the pods' MTU, with complete checksums. seg is the
 // sender's segment size when the kernel reported one (UDP GRO control
 // message), else 0. tg writes to the TAP; out is scratch room for the segments (plain TAP only).
 func (dp *datapath) receiveSuper(q int, pkt []byte, seg int, subnets []netip.Prefix, gro *coalescer, tg *tapGather, out []byte) {
@@ -33,7 +33,7 @@ func (dp *datapath) receiveSuper(q int, pkt []byte, seg int, subnets []netip.Pre
 	if class == csumPartial {
 		dp.b.ctr.partialCsum.Add(1)
 	}
-	h, nseg, ok := superHeader(frame, ip, dp.b.cfg.MTU, seg)
+	h, nseg, ok := superHeader(frame, ip, dp.b.cfg.PodMTU, seg)
 	if !ok {
 		dp.b.ctr.drop(DropInnerMalformed)
 		return
@@ -55,8 +55,9 @@ func (dp *datapath) receiveSuper(q int, pkt []byte, seg int, subnets []netip.Pre
 // superHeader returns the virtio-net GSO header for a TCP super-segment
 // (frame, whose IP layer is ip) and how many segments it stands for, and
 // puts the pseudo-header sum into its checksum field, as NEEDS_CSUM wants.
-// The segment size is the sender's (seg) when it fits the overlay MTU,
-// else the largest that does.
+// The segment size is the sender's (seg) when it fits mtu (the pods'),
+// else the largest that does: the kernel forwards no segment larger than
+// the pods' MTU to them.
 func superHeader(frame []byte, ip innerIP, mtu, seg int) (vnetHdr, int, bool) {
 	hdrLen := ip.l4 + int(frame[ip.l4+12]>>4)*4
 	if hdrLen < ip.l4+tcpHeaderLenMin || hdrLen >= len(frame) {

@@ -302,15 +302,19 @@ func TestSuperHeader(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		src, dst netip.Addr
-		seg      int
+		mtu, seg int // the pods' MTU, the sender's segment size (0: not reported)
 		gso      uint8
 		mss, n   int
 		start    uint16
 	}{
-		{"ipv4 sender's mss", innerSrc4, innerDst4, 1398, vnetGSOTCPv4, 1398, 15, 34},
-		{"ipv4 no mss reported", innerSrc4, innerDst4, 0, vnetGSOTCPv4, 1410, 15, 34},
-		{"ipv4 mss too big for the mtu", innerSrc4, innerDst4, 9000, vnetGSOTCPv4, 1410, 15, 34},
-		{"ipv6", innerSrc6, innerDst6, 1378, vnetGSOTCPv6, 1378, 15, 54},
+		{"ipv4 sender's mss", innerSrc4, innerDst4, 1450, 1398, vnetGSOTCPv4, 1398, 15, 34},
+		{"ipv4 no mss reported", innerSrc4, innerDst4, 1450, 0, vnetGSOTCPv4, 1410, 15, 34},
+		{"ipv4 mss too big for the mtu", innerSrc4, innerDst4, 1450, 9000, vnetGSOTCPv4, 1410, 15, 34},
+		{"ipv6", innerSrc6, innerDst6, 1450, 1378, vnetGSOTCPv6, 1378, 15, 54},
+		// a dual-stack node's pods have the IPv6 overlay's MTU, 20 below
+		// the IPv4 TAP's: segments must fit it, not the TAP's
+		{"ipv4 no mss reported, dual-stack pods", innerSrc4, innerDst4, 1430, 0, vnetGSOTCPv4, 1390, 15, 34},
+		{"ipv4 mss too big for dual-stack pods", innerSrc4, innerDst4, 1430, 1398, vnetGSOTCPv4, 1390, 15, 34},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := innerFrame(tc.src, tc.dst, protoTCP, 20000, stateValid)
@@ -318,7 +322,7 @@ func TestSuperHeader(t *testing.T) {
 			if why != DropNone {
 				t.Fatal(why)
 			}
-			h, n, ok := superHeader(f, ip, 1450, tc.seg)
+			h, n, ok := superHeader(f, ip, tc.mtu, tc.seg)
 			if !ok || h.gsoType != tc.gso || int(h.gsoSize) != tc.mss || n != tc.n || h.csumStart != tc.start ||
 				h.csumOffset != 16 || h.flags != vnetFlagNeedsCsum || int(h.hdrLen) != int(tc.start)+20 {
 				t.Fatalf("header %+v, %d segments, ok %v; want gso %d size %d, %d segments", h, n, ok, tc.gso, tc.mss, tc.n)

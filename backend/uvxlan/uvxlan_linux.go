@@ -40,6 +40,12 @@ type Config struct {
 	// vtep.DeviceMAC(Local, VNI). It must be stable across restarts.
 	MAC subnet.MAC
 	MTU int // overlay MTU (underlay MTU − 50 on IPv4, − 70 on IPv6); default for 1500
+	// PodMTU is the pods' MTU (the subnet file's FLANNEL_MTU), at most MTU,
+	// its default. A TCP super-segment a peer's kernel handed over whole
+	// (tunnel GSO through a veth, with no segment size) is cut into
+	// segments that fit it. A dual-stack node gives its pods the IPv6
+	// overlay's MTU, 20 below the IPv4 TAP's, and both halves need it.
+	PodMTU int
 	// Subnet is this node's IPv4 subnet when Local is IPv4: <Subnet>.0/32
 	// goes on the TAP.
 	Subnet netip.Prefix
@@ -127,6 +133,9 @@ func (c *Config) setDefaults() error {
 	if c.MTU == 0 {
 		c.MTU = vtep.OverlayMTU(1500, c.Local.Is6())
 	}
+	if c.PodMTU == 0 || c.PodMTU > c.MTU {
+		c.PodMTU = c.MTU
+	}
 	if c.Queues == 0 {
 		c.Queues = 1
 	}
@@ -152,6 +161,8 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("vtep mac %s is not a unicast address", c.MAC)
 	case c.MTU < 576 || c.MTU > 65000:
 		return fmt.Errorf("mtu %d out of range", c.MTU)
+	case c.PodMTU < 576:
+		return fmt.Errorf("pod mtu %d out of range", c.PodMTU)
 	case c.Subnet.IsValid() && (!c.Subnet.Addr().Is4() || c.Local.Unmap().Is6()):
 		return fmt.Errorf("subnet %s needs an IPv4 subnet and local address", c.Subnet)
 	case c.IPv6Subnet.IsValid() && (!c.IPv6Subnet.Addr().Is6() || !c.Local.Unmap().Is6()):

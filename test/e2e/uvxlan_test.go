@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -96,37 +97,48 @@ func TestSwitchBackend(t *testing.T) {
 	Eventually(t, 5*time.Second, "ping over kernel vxlan again", func() error { return Ping(a.NS, b.IP) })
 }
 
-// TestDualStackUserspace runs a dual-stack uvxlan node (a TAP per family)
-// beside a dual-stack kernel VXLAN node: both families cross both ways, and
-// full-size IPv6 packets with DF set too.
+// TestDualStackUserspace runs two dual-stack uvxlan nodes (a TAP per
+// family) beside a dual-stack kernel VXLAN node, with uvxlan's fast path on
+// and off: both families cross both ways between each uvxlan node and the
+// others, and full-size IPv6 packets with DF set too (the pods get the
+// IPv6 overlay's smaller MTU).
 func TestDualStackUserspace(t *testing.T) {
-	c := NewCluster(t, Options{Nodes: 0, UnderlayV6: netip.MustParsePrefix("fd77::/64"),
-		Config: `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}`})
-	u := c.AddNode("user", "--backend", "uvxlan")
-	k := c.AddNode("kern")
-	u.WaitReady()
-	k.WaitReady()
-	links := nettest.MustRun(t, u, "ip", "-o", "link", "show")
-	if !strings.Contains(links, "weft-u.1") || !strings.Contains(links, "weft-u6.1") {
-		t.Fatalf("dual-stack uvxlan node needs a TAP per family:\n%s", links)
+	for _, fastPath := range []bool{true, false} {
+		t.Run(fmt.Sprintf("FastPath %v", fastPath), func(t *testing.T) {
+			c := NewCluster(t, Options{Nodes: 0, UnderlayV6: netip.MustParsePrefix("fd77::/64"),
+				Config: fmt.Sprintf(`{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan","FastPath":%v}}`, fastPath)})
+			u := c.AddNode("user", "--backend", "uvxlan")
+			u2 := c.AddNode("user2", "--backend", "uvxlan")
+			k := c.AddNode("kern")
+			for _, n := range []*Node{u, u2, k} {
+				n.WaitReady()
+			}
+			links := nettest.MustRun(t, u, "ip", "-o", "link", "show")
+			if !strings.Contains(links, "weft-u.1") || !strings.Contains(links, "weft-u6.1") {
+				t.Fatalf("dual-stack uvxlan node needs a TAP per family:\n%s", links)
+			}
+			a, b, d := u.CNI.AddPod(t, "a"), k.CNI.AddPod(t, "b"), u2.CNI.AddPod(t, "d")
+			a6, b6, d6 := podIPv6(t, a), podIPv6(t, b), podIPv6(t, d)
+			for _, c := range []struct {
+				name     string
+				src, dst *plugintest.Pod
+				ip       netip.Addr
+			}{
+				{"IPv4 userspace → kernel", a, b, b.IP}, {"IPv4 kernel → userspace", b, a, a.IP},
+				{"IPv6 userspace → kernel", a, b, b6}, {"IPv6 kernel → userspace", b, a, a6},
+				{"IPv4 userspace → userspace", a, d, d.IP}, {"IPv6 userspace → userspace", d, a, a6},
+			} {
+				Eventually(t, 10*time.Second, c.name, func() error { return Ping(c.src.NS, c.ip) })
+				if _, err := Transfer(c.src.NS, c.dst.NS, c.ip, 10<<20); err != nil {
+					t.Errorf("%s: %v", c.name, err)
+				}
+			}
+			fullSizeIPv6(t, a, b, b6)
+			fullSizeIPv6(t, b, a, a6)
+			fullSizeIPv6(t, a, d, d6)
+			fullSizeIPv6(t, d, a, a6)
+		})
 	}
-	a, b := u.CNI.AddPod(t, "a"), k.CNI.AddPod(t, "b")
-	a6, b6 := podIPv6(t, a), podIPv6(t, b)
-	for _, c := range []struct {
-		name     string
-		src, dst *plugintest.Pod
-		ip       netip.Addr
-	}{
-		{"IPv4 userspace → kernel", a, b, b.IP}, {"IPv4 kernel → userspace", b, a, a.IP},
-		{"IPv6 userspace → kernel", a, b, b6}, {"IPv6 kernel → userspace", b, a, a6},
-	} {
-		Eventually(t, 10*time.Second, c.name, func() error { return Ping(c.src.NS, c.ip) })
-		if _, err := Transfer(c.src.NS, c.dst.NS, c.ip, 10<<20); err != nil {
-			t.Errorf("%s: %v", c.name, err)
-		}
-	}
-	fullSizeIPv6(t, a, b, b6)
-	fullSizeIPv6(t, b, a, a6)
 }
 
 func podIPv6(t *testing.T, p *plugintest.Pod) netip.Addr {
