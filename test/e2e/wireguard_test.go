@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -123,6 +124,44 @@ func TestWireGuard(t *testing.T) {
 		if len(seen) != len(want) {
 			t.Errorf("doctor on n1 ran %v of the checks %v: %+v", seen, want, checks)
 		}
+	})
+
+	t.Run("doctor: WireGuard accepted by interface, on the underlay's only", func(t *testing.T) {
+		// n1's input chain drops by policy and accepts UDP 51820 from one
+		// interface (and loopback and ICMP, which doctor's probes need;
+		// the nodes reach etcd over a unix socket): from eth0, the
+		// underlay, every peer's datagrams are accepted by that rule; from
+		// eth1 the kernel drops them by the policy, and doctor says so for
+		// each peer. No conntrack accept: WireGuard's datagrams share one
+		// tuple both ways, so it would take them before the interface rule.
+		for _, iif := range []string{"eth0", "eth1"} {
+			pingAll(t)
+			nettest.MustRun(t, n1.NS, "nft", "add table inet wefttest; add chain inet wefttest in { type filter hook input priority 0; policy drop; }; "+
+				"add rule inet wefttest in iif lo accept; add rule inet wefttest in meta l4proto icmp accept; "+
+				"add rule inet wefttest in iifname "+iif+" udp dport 51820 accept")
+			checks, _ := doctorChecks(t, c, n1) // exit 2 whatever the firewall: no CNI config in its directory
+			nettest.MustRun(t, n1.NS, "nft", "delete table inet wefttest")
+			want := `^UDP 51820 \(WireGuard\) from peer %s \(\S+\) over IPv4: the kernel accepted it: table inet wefttest chain in by rule handle \d+ \(iifname "eth0" udp dport 51820 accept\)$`
+			status := "ok"
+			if iif != "eth0" {
+				want = `^UDP 51820 \(WireGuard\) from peer %s \(\S+\) over IPv4: the kernel dropped it in table inet wefttest chain in by its policy drop$`
+				status = "fail"
+			}
+			for _, ch := range checks {
+				if (strings.HasPrefix(ch.Name, "firewall/") || strings.HasPrefix(ch.Name, "probe/")) && ch.Status != "ok" && iif == "eth0" {
+					t.Errorf("iifname eth0: %s %s: %s", ch.Name, ch.Status, ch.Evidence)
+				}
+			}
+			for _, p := range []*Node{n2, n3} {
+				re := regexp.MustCompile(fmt.Sprintf(want, regexp.QuoteMeta(p.Addr.String())))
+				if !slices.ContainsFunc(checks, func(ch doctorResult) bool {
+					return ch.Name == "firewall/input" && ch.Status == status && re.MatchString(ch.Evidence)
+				}) {
+					t.Errorf("iifname %s: no %s firewall/input for %s matching %q: %+v", iif, status, p.Label, re, checks)
+				}
+			}
+		}
+		pingAll(t)
 	})
 
 	t.Run("a restarted node keeps its key and its peers reconnect", func(t *testing.T) {
