@@ -81,8 +81,8 @@ func superHeader(frame []byte, ip innerIP, mtu, seg int) (vnetHdr, int, bool) {
 	return h, (payload + mss - 1) / mss, true
 }
 
-// writeSegments cuts a super-segment into frames that fit the overlay MTU
-// and writes each to TAP queue q (no offloads: complete checksums).
+// writeSegments cuts a super-segment into frames of h's segment size (see
+// superHeader) and writes each to TAP queue q (no offloads: complete checksums).
 func (dp *datapath) writeSegments(q int, frame []byte, h vnetHdr, out []byte) {
 	stride, used, err := segmentTCP(frame, h, out)
 	if err != nil {

@@ -134,8 +134,14 @@ func (d *Daemon) overlayMTU(cfg *subnet.Config, typ string) int {
 // an MTU 20 bytes below mtu (the IPv4 device's), that smaller one, so that
 // pods' full-size IPv6 packets fit without path-MTU discovery; else mtu.
 func (d *Daemon) podMTU(typ string, lease subnet.Lease, mtu int) int {
+	return podMTU(typ, lease, mtu, d.cfg.Node.PublicIP.IsValid())
+}
+
+// podMTU is Daemon.podMTU for a node with (publicIPv4) or without an IPv4
+// public address; the uvxlan dataplane cuts super-segments to it.
+func podMTU(typ string, lease subnet.Lease, mtu int, publicIPv4 bool) int {
 	vxlan := typ == subnet.BackendTypeVXLAN || typ == subnet.BackendTypeUVXLAN
-	if vxlan && lease.Subnet.IsValid() && lease.IPv6Subnet.IsValid() && d.cfg.Node.PublicIP.IsValid() {
+	if vxlan && lease.Subnet.IsValid() && lease.IPv6Subnet.IsValid() && publicIPv4 {
 		return mtu - (vtep.OverheadIPv6 - vtep.OverheadIPv4)
 	}
 	return mtu

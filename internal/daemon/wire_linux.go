@@ -166,9 +166,7 @@ func uvxlanV6Name(vni int) string { return fmt.Sprintf("weft-u6.%d", vni) }
 func newUVXLAN(cfg *subnet.Config, lease subnet.Lease, mtu int, u underlayInfo, files *fdstore.Store, at site, log *slog.Logger) (backend.Backend, []string, error) {
 	base := uvxlan.Config{VNI: cfg.Backend.VNI, Port: cfg.Backend.Port, MTU: mtu, NetNS: at.netns,
 		AllowForeignSources: cfg.Backend.AllowForeignSources, FastPath: cfg.Backend.FastPath, Files: files, PodBridge: at.podBridge}
-	if lease.Subnet.IsValid() && lease.IPv6Subnet.IsValid() {
-		base.PodMTU = mtu - (vtep.OverheadIPv6 - vtep.OverheadIPv4) // the IPv6 half's MTU, the pods' (podMTU)
-	}
+	base.PodMTU = podMTU(subnet.BackendTypeUVXLAN, lease, mtu, u.ipv4.IsValid()) // the subnet file's
 	var parts []backend.Backend
 	var names []string
 	if lease.Subnet.IsValid() {
