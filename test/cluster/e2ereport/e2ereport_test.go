@@ -3,7 +3,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -112,7 +114,7 @@ func TestMarkdownOfACompleteRun(t *testing.T) {
 		"| weft vxlan, iptables | conformance | 3 | 1 | 1 | 1 | 1m15s |",
 		"- weft commit: abc", "- Kubernetes: v1.37.2",
 		"**weft vxlan, iptables: conformance**\n<!-- weft-report ",
-		"Measured at abc, 2026-12-06 15:00 UTC; age of cmd/weftd cmd/weft internal/daemon subnet vtep backend policy flow plugin kube-manifests test/cluster test/kube test/versions.env.",
+		"Measured at abc, 2026-12-06 15:00 UTC; age of cmd/weftd cmd/weft internal/daemon internal/fdstore internal/flagenv subnet vtep backend policy flow plugin kube-manifests test/cluster test/kube test/versions.env.",
 	)
 	if strings.Contains(md, "is not selected") {
 		t.Errorf("the report lists a spec outside the selection:\n%s", md)
@@ -122,7 +124,7 @@ func TestMarkdownOfACompleteRun(t *testing.T) {
 		t.Fatalf("stamps %+v, %v; want one", ss, err)
 	}
 	want := benchreport.Stamp{ID: "weft-vxlan-iptables-conformance", Commit: "abc", Date: "2026-12-06 15:00 UTC",
-		Measures: append(slices.Clone(weftMeasures), harness...), Command: "WEFT_CONFORMANCE_ONLY='^weft vxlan, iptables$' test/cluster/conformance.sh"}
+		Measures: append(slices.Clone(weftMeasures), harness...), Command: "sudo WEFT_CONFORMANCE_ONLY='^weft vxlan, iptables$' test/cluster/conformance.sh"}
 	if !reflect.DeepEqual(ss[0], want) {
 		t.Errorf("stamp %+v, want %+v", ss[0], want)
 	}
@@ -190,4 +192,51 @@ func TestMarkdownOfRunsFromDifferentCommits(t *testing.T) {
 		// Flannel's run measures only the harness of weft's tree.
 		"Measured at def, 2026-12-07 09:00 UTC; age of test/cluster test/kube test/versions.env.",
 	)
+}
+
+// TestMarkdownCommandAges: `e2ereport markdown` writes each run's age note
+// from git (a run of this repository's HEAD measured nothing that changed
+// since), and a note saying why where git cannot tell (a commit git does
+// not know), keeping the results.
+func TestMarkdownCommandAges(t *testing.T) {
+	head, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		t.Fatalf("git: %v", err)
+	}
+	root := t.TempDir()
+	all := []map[string]any{
+		spec("DNS", "should provide DNS for the cluster [Conformance]", "passed", time.Second),
+		spec("Services", "should serve a basic endpoint from pods [Conformance]", "passed", time.Second),
+		spec("Services", "should allow creating a basic SCTP service [Feature:SCTPConnectivity]", "skipped", 0),
+	}
+	fakeRun(t, filepath.Join(root, "a"), all)
+	fakeRun(t, filepath.Join(root, "b"), all)
+	for dir, commit := range map[string]string{"a": strings.TrimSpace(string(head)), "b": "0000000"} {
+		f, err := os.OpenFile(filepath.Join(root, dir, "meta.txt"), os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(f, "commit=%s\n", commit)
+		f.Close()
+	}
+	plan := filepath.Join(root, "plan")
+	if err := os.WriteFile(plan, []byte("weft vxlan, iptables\ta\nFlannel, iptables\tb\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(root, "conformance.md")
+	if err := run1([]string{"markdown", "-o", out, plan}, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"\nMeasured at " + strings.TrimSpace(string(head)) + ", 2026-12-06 15:00 UTC; ",
+		"\nMeasured at 0000000, 2026-12-06 15:00 UTC; its age is unknown here: ",
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the report lacks %q:\n%s", want, b)
+		}
+	}
 }
