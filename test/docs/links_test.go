@@ -91,7 +91,7 @@ func anchor(h string) string {
 
 // check returns what is wrong with the links of page (a path relative to
 // root): a target outside the repository, a missing file, or an anchor no
-// heading of its page makes.
+// heading of its page makes. A link starting with / is from the root.
 func check(root, page string, read func(string) (string, error)) ([]string, error) {
 	text, err := read(page)
 	if err != nil {
@@ -106,11 +106,14 @@ func check(root, page string, read func(string) (string, error)) ([]string, erro
 		}
 		file, frag, _ := strings.Cut(t, "#")
 		target := page
-		if file != "" {
+		switch {
+		case strings.HasPrefix(file, "/"): // from the repository's root, as GitHub takes it
+			target = filepath.ToSlash(filepath.Clean(strings.TrimPrefix(file, "/")))
+		case file != "":
 			target = filepath.ToSlash(filepath.Join(filepath.Dir(page), file))
 		}
 		where := fmt.Sprintf("%s:%d: %s", page, l.line, t)
-		if target == ".." || strings.HasPrefix(target, "../") || filepath.IsAbs(file) {
+		if target == ".." || strings.HasPrefix(target, "../") {
 			bad = append(bad, where+": outside the repository")
 			continue
 		}
@@ -167,7 +170,7 @@ func TestCheckFindsBrokenLinks(t *testing.T) {
 	root := t.TempDir()
 	pages := map[string]string{
 		"README.md": "# weft\n\n## Two commands\n\n[ok](docs/a.md#the-tables-weftd-writes) [ok](#two-commands) [ok](https://example.com/x)\n" +
-			"[gone](docs/gone.md) [anchor](docs/a.md#nothing) [out](../shared/x.md) `[code](docs/gone.md)` [a link\nover lines](docs/gone2.md)\n" +
+			"[gone](docs/gone.md) [anchor](docs/a.md#nothing) [out](../shared/x.md) [root](/docs/a.md) `[code](docs/gone.md)` [a link\nover lines](docs/gone2.md)\n" +
 			"```\n[fenced](docs/gone.md)\n```\n<img src=\"docs/pic.png\"> <img src=\"docs/nopic.png\">\n",
 		"docs/a.md": "# A\n\n## The tables weftd writes\n\n## `weftctl flows` (and `--flows`)\n\n[self](#weftctl-flows-and---flows) [up](../README.md#two-commands)\n",
 	}

@@ -139,8 +139,11 @@ func TestWireGuard(t *testing.T) {
 			nettest.MustRun(t, n1.NS, "nft", "add table inet wefttest; add chain inet wefttest in { type filter hook input priority 0; policy drop; }; "+
 				"add rule inet wefttest in iif lo accept; add rule inet wefttest in meta l4proto icmp accept; "+
 				"add rule inet wefttest in iifname "+iif+" udp dport 51820 accept")
-			checks, _ := doctorChecks(t, c, n1) // exit 2 whatever the firewall: no CNI config in its directory
-			nettest.MustRun(t, n1.NS, "nft", "delete table inet wefttest")
+			checks := func() []doctorResult {
+				defer nettest.MustRun(t, n1.NS, "nft", "delete table inet wefttest") // also when doctorChecks fails the test
+				checks, _ := doctorChecks(t, c, n1)                                  // exit 2 whatever the firewall: no CNI config in its directory
+				return checks
+			}()
 			want := `^UDP 51820 \(WireGuard\) from peer %s \(\S+\) over IPv4: the kernel accepted it: table inet wefttest chain in by rule handle \d+ \(iifname "eth0" udp dport 51820 accept\)$`
 			status := "ok"
 			if iif != "eth0" {
