@@ -20,7 +20,7 @@ import (
 var reports = []string{
 	"bench/dataplane/README.md", "bench/dataplane/PEER-FILTER.md", "bench/peers/README.md", "bench/policy/README.md", "bench/cni/REPORT.md",
 	"bench/fleet/README.md", "bench/size/README.md", "bench/flows/README.md", "docs/reliability.md", "docs/flannel-failures.md",
-	"docs/migration-report.md", "docs/network-policy.md",
+	"docs/migration-report.md", "docs/network-policy.md", "docs/conformance.md",
 }
 
 // figure is a number with a measured unit: what makes a table row a
