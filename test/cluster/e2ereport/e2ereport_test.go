@@ -163,26 +163,38 @@ func TestMarkdownRefusesAnIncompleteRun(t *testing.T) {
 	}
 }
 
+// completeRuns writes a complete run in each of dirs under root.
+func completeRuns(t *testing.T, root string, dirs ...string) {
+	t.Helper()
+	for _, d := range dirs {
+		fakeRun(t, filepath.Join(root, d), []map[string]any{
+			spec("DNS", "should provide DNS for the cluster [Conformance]", "passed", time.Second),
+			spec("Services", "should serve a basic endpoint from pods [Conformance]", "passed", time.Second),
+			spec("Services", "should allow creating a basic SCTP service [Feature:SCTPConnectivity]", "skipped", 0),
+		})
+	}
+}
+
+// addMeta appends lines to run dir's meta.txt (a later key wins).
+func addMeta(t *testing.T, dir, lines string) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(dir, "meta.txt"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(lines); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Runs made separately (conformance.sh WEFT_CONFORMANCE_ONLY) may come
 // from different commits and Kubernetes versions: the report says so and
 // gives each run's own.
 func TestMarkdownOfRunsFromDifferentCommits(t *testing.T) {
 	root := t.TempDir()
-	all := []map[string]any{
-		spec("DNS", "should provide DNS for the cluster [Conformance]", "passed", time.Second),
-		spec("Services", "should serve a basic endpoint from pods [Conformance]", "passed", time.Second),
-		spec("Services", "should allow creating a basic SCTP service [Feature:SCTPConnectivity]", "skipped", 0),
-	}
-	fakeRun(t, filepath.Join(root, "a"), all)
-	fakeRun(t, filepath.Join(root, "b"), all)
-	f, err := os.OpenFile(filepath.Join(root, "b", "meta.txt"), os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteString("commit=def\nstarted=2026-12-07T09:00:00Z\nkube_version=v1.38.0\nup_seconds=190\n"); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	completeRuns(t, root, "a", "b")
+	addMeta(t, filepath.Join(root, "b"), "commit=def\nstarted=2026-12-07T09:00:00Z\nkube_version=v1.38.0\nup_seconds=190\n")
 	reportOf(t, root, "weft vxlan, iptables\ta\nFlannel, iptables\tb\n",
 		"- weft commit: **the runs come from different commits** (abc, def)",
 		"- Kubernetes: **the runs used different versions** (v1.37.2, v1.38.0)",
@@ -204,21 +216,9 @@ func TestMarkdownCommandAges(t *testing.T) {
 		t.Fatalf("git: %v", err)
 	}
 	root := t.TempDir()
-	all := []map[string]any{
-		spec("DNS", "should provide DNS for the cluster [Conformance]", "passed", time.Second),
-		spec("Services", "should serve a basic endpoint from pods [Conformance]", "passed", time.Second),
-		spec("Services", "should allow creating a basic SCTP service [Feature:SCTPConnectivity]", "skipped", 0),
-	}
-	fakeRun(t, filepath.Join(root, "a"), all)
-	fakeRun(t, filepath.Join(root, "b"), all)
-	for dir, commit := range map[string]string{"a": strings.TrimSpace(string(head)), "b": "0000000"} {
-		f, err := os.OpenFile(filepath.Join(root, dir, "meta.txt"), os.O_APPEND|os.O_WRONLY, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fmt.Fprintf(f, "commit=%s\n", commit)
-		f.Close()
-	}
+	completeRuns(t, root, "a", "b")
+	addMeta(t, filepath.Join(root, "a"), "commit="+strings.TrimSpace(string(head))+"\n")
+	addMeta(t, filepath.Join(root, "b"), "commit=0000000\n")
 	plan := filepath.Join(root, "plan")
 	if err := os.WriteFile(plan, []byte("weft vxlan, iptables\ta\nFlannel, iptables\tb\n"), 0o644); err != nil {
 		t.Fatal(err)
