@@ -116,6 +116,7 @@ var selectionTitles = map[string]string{
 var (
 	weftMeasures = []string{"cmd/weftd", "cmd/weft", "internal/daemon", "internal/fdstore", "internal/flagenv", "subnet", "vtep", "backend", "policy", "flow", "plugin", "kube-manifests"}
 	harness      = []string{"test/cluster", "test/kube", "test/versions.env"}
+	notSlug      = regexp.MustCompile(`[^a-z0-9]+`) // what a stamp's id replaces with '-'
 )
 
 // stamp is what run c measured, and the command that makes it again.
@@ -129,7 +130,7 @@ func stamp(c column) (benchreport.Stamp, error) {
 	if !strings.HasPrefix(c.name, "Flannel") {
 		measures = append(slices.Clone(weftMeasures), harness...)
 	}
-	id := strings.Trim(regexp.MustCompile(`[^a-z0-9]+`).ReplaceAllString(strings.ToLower(c.name+" "+m["selection"]), "-"), "-")
+	id := strings.Trim(notSlug.ReplaceAllString(strings.ToLower(c.name+" "+m["selection"]), "-"), "-")
 	return benchreport.Stamp{ID: id, Commit: m["commit"], Date: started.UTC().Format("2006-01-02 15:04 UTC"), Measures: measures,
 		Command: fmt.Sprintf("sudo WEFT_CONFORMANCE_ONLY='^%s$' test/cluster/conformance.sh", regexp.QuoteMeta(c.name))}, nil
 }
