@@ -136,8 +136,7 @@ for s in "${sels[@]}"; do focus "$s" >/dev/null; done
 [ -r "$kubeconfig" ] || { log "cannot read kubeconfig $kubeconfig"; exit 2; }
 need_e2e
 [ -x "$bin/kubectl" ] || { log "no $bin/kubectl: test/kube/build.sh builds it"; exit 1; }
-commit="$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-if [ -n "$(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null)" ]; then commit="$commit+dirty"; fi
+commit="$(report_tool commit "$repo")"
 
 status=0
 for s in "${sels[@]}"; do

@@ -8,6 +8,7 @@
 //	e2ereport count [-skip RE] SELECTED.json     how many, and how many RE skips
 //	e2ereport summary RUNDIR                     one run's results
 //	e2ereport markdown -o FILE PLAN              docs/conformance.md
+//	e2ereport commit REPO                        the commit a run measures
 //
 // PLAN has one line per run: "COLUMN<TAB>RUNDIR", COLUMN being the
 // configuration ("weft vxlan, kube-proxy iptables"); markdown refuses to
@@ -22,6 +23,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/weft-net/weft/internal/testkit/benchreport"
 )
 
 func main() {
@@ -33,7 +36,7 @@ func main() {
 
 func run1(args []string, out io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: e2ereport list|count|summary|markdown ...")
+		return fmt.Errorf("usage: e2ereport list|count|summary|markdown|commit ...")
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	skip := fs.String("skip", "", "count: the regular expression of the specs skipped by name")
@@ -68,6 +71,11 @@ func run1(args []string, out io.Writer) error {
 		return nil
 	case "markdown":
 		return writeMarkdown(arg, *outFile)
+	case "commit":
+		// The benchmarks' rule: "+changes" only for uncommitted code, not
+		// for reports (docs/conformance.md among them) written in the tree.
+		fmt.Fprintln(out, benchreport.Commit(arg))
+		return nil
 	}
 	return fmt.Errorf("unknown command %q", args[0])
 }
