@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -286,5 +287,13 @@ func TestCommitCommand(t *testing.T) {
 	write("backend/x.go", "package backend // changed\n")
 	if c := commitOf(); c != head+"+changes" {
 		t.Errorf("code changed: %q, want %q", c, head+"+changes")
+	}
+	// e2e.sh writes this command's answer as each run's commit.
+	sh, err := os.ReadFile("../e2e.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^commit="\$\(report_tool commit "\$repo"\)"$`).Match(sh) || strings.Contains(string(sh), "+dirty") {
+		t.Error(`test/cluster/e2e.sh does not take a run's commit from "e2ereport commit"`)
 	}
 }
