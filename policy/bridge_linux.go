@@ -29,10 +29,24 @@ import (
 //	past the checks).
 //
 // Ports not listed (another plugin's veths, the bridge's other ports) are
-// not checked. Each rule tests the frame's type first and the port's
-// set second: every frame a pod sends crosses the chain, and a rule for
-// another type then costs one comparison instead of a lookup of the port
-// (bench/cluster's README has the profile).
+// not checked. Every frame a pod sends crosses the chain, so each rule
+// tests the frame's type first (a rule for another type costs one
+// comparison), and a frame whose port and address are in the port's
+// address set is accepted by the first rule of its type: a pod's own
+// frames cost one lookup, and only the others are looked up again in the
+// set of ports, to be dropped when they come from a pod:
+//
+//	ether type arp  iifname . arp saddr ip @pod-addrs accept
+//	ether type arp  iifname @pod-ports  arp saddr ip != 0.0.0.0  drop
+//	ether type ip   iifname . ip saddr @pod-addrs accept
+//	ether type ip   iifname @pod-ports  drop
+//	ether type ip6  iifname . ip6 saddr @v6-pod-addrs accept
+//	ether type ip6  ip6 saddr fe80::/10 accept
+//	ether type ip6  ip6 saddr :: accept
+//	ether type ip6  iifname @pod-ports  drop
+//	ether type 8021q, 8021ad  iifname @pod-ports  drop
+//
+// (bench/cluster's README has the profile.)
 func buildAntiSpoof(conn *nftables.Conn, t *nftables.Table, plans []Plan) error {
 	c := conn.AddChain(&nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityFilter})
@@ -74,21 +88,26 @@ func buildAntiSpoof(conn *nftables.Conn, t *nftables.Table, plans []Plan) error 
 		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
 		&expr.Lookup{SourceRegister: 1, SetName: ports.Name, SetID: ports.ID},
 	}
-	notPortAddr := func(off, n uint32, s *nftables.Set) []expr.Any { return portAddrNotIn(expr.MetaKeyIIFNAME, off, n, s) }
-	drop := join(counted(), verdict(expr.VerdictDrop))
+	portAddr := func(off, n uint32, s *nftables.Set) []expr.Any {
+		return portAddrIn(expr.MetaKeyIIFNAME, off, n, s, false)
+	}
+	accept, drop := verdict(expr.VerdictAccept), join(counted(), verdict(expr.VerdictDrop))
+	add("weft: ARP sender the pod's", etherType(unix.ETH_P_ARP), portAddr(14, 4, v4), accept)
 	add("weft: ARP sender not the pod's", etherType(unix.ETH_P_ARP), fromPod,
 		[]expr.Any{
 			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 14, Len: 4},
 			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
-		}, notPortAddr(14, 4, v4), drop)
-	add("weft: IPv4 source not the pod's", etherType(unix.ETH_P_IP), fromPod, notPortAddr(12, 4, v4), drop)
-	add("weft: IPv6 link-local or unspecified source", etherType(unix.ETH_P_IPV6), fromPod, linkLocal(ipv6.saddr), verdict(expr.VerdictAccept))
-	add("weft: IPv6 link-local or unspecified source", etherType(unix.ETH_P_IPV6), fromPod,
+		}, drop)
+	add("weft: IPv4 source the pod's", etherType(unix.ETH_P_IP), portAddr(12, 4, v4), accept)
+	add("weft: IPv4 source not the pod's", etherType(unix.ETH_P_IP), fromPod, drop)
+	add("weft: IPv6 source the pod's", etherType(unix.ETH_P_IPV6), portAddr(ipv6.saddr, 16, v6), accept)
+	add("weft: IPv6 link-local or unspecified source", etherType(unix.ETH_P_IPV6), linkLocal(ipv6.saddr), accept)
+	add("weft: IPv6 link-local or unspecified source", etherType(unix.ETH_P_IPV6),
 		[]expr.Any{
 			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: ipv6.saddr, Len: 16},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 16)},
-		}, verdict(expr.VerdictAccept))
-	add("weft: IPv6 source not the pod's", etherType(unix.ETH_P_IPV6), fromPod, notPortAddr(ipv6.saddr, 16, v6), drop)
+		}, accept)
+	add("weft: IPv6 source not the pod's", etherType(unix.ETH_P_IPV6), fromPod, drop)
 	add("weft: VLAN-tagged frame from a pod", etherType(unix.ETH_P_8021Q), fromPod, drop)
 	add("weft: VLAN-tagged frame from a pod", etherType(unix.ETH_P_8021AD), fromPod, drop)
 	return isolateBroadcast(conn, t, plans, v4, v6)
@@ -125,7 +144,9 @@ func isolateBroadcast(conn *nftables.Conn, t *nftables.Table, plans []Plan, v4, 
 		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
 		&expr.Lookup{SourceRegister: 1, SetName: iso.Name, SetID: iso.ID},
 	}
-	notPortDest := func(off, n uint32, s *nftables.Set) []expr.Any { return portAddrNotIn(expr.MetaKeyOIFNAME, off, n, s) }
+	notPortDest := func(off, n uint32, s *nftables.Set) []expr.Any {
+		return portAddrIn(expr.MetaKeyOIFNAME, off, n, s, true)
+	}
 	drop := join(counted(), verdict(expr.VerdictDrop))
 	add("weft: to a pod isolated for ingress, not its IPv4 address", etherType(unix.ETH_P_IP), toIsolated, notPortDest(ipv4.daddr, 4, v4), drop)
 	add("weft: IPv6 neighbour discovery", etherType(unix.ETH_P_IPV6), toIsolated, neighbourDiscovery(), verdict(expr.VerdictAccept))
@@ -149,13 +170,14 @@ func etherType(typ uint16) []expr.Any {
 	}
 }
 
-// portAddrNotIn matches when the port (the input or output interface,
-// key) . the address at off (len n) of the network header is not in s.
-func portAddrNotIn(key expr.MetaKey, off, n uint32, s *nftables.Set) []expr.Any {
+// portAddrIn matches when the port (the input or output interface, key) .
+// the address at off (len n) of the network header is in s (not in s,
+// with invert).
+func portAddrIn(key expr.MetaKey, off, n uint32, s *nftables.Set, invert bool) []expr.Any {
 	return []expr.Any{
 		&expr.Meta{Key: key, Register: 1},
 		&expr.Payload{DestRegister: 2, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
-		&expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID, Invert: true},
+		&expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID, Invert: invert},
 	}
 }
 
