@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -20,18 +19,16 @@ import (
 // in its neighbour table, so a request that reached it shows there. From
 // p1's port (a pod's, listed in the plan) a request with p1's own address
 // or with 0.0.0.0 (a duplicate address probe) reaches p2, one with any
-// other sender is dropped; from p3's port (on the bridge but not a pod's)
+// other sender (another pod's, or no pod's) is dropped; from p3's port (on the bridge but not a pod's)
 // any sender passes, as frames of ports weft did not wire are not
 // checked.
 func TestARPSenderChecked(t *testing.T) {
 	node, p1, p2 := bridgePods(t)
-	if _, err := os.Stat("/proc/sys/net/bridge"); err != nil {
-		nettest.CannotRun(t, "kernel", "br_netfilter is not loaded")
-	}
 	p3 := nettest.NewNS(t, "npbr3")
 	nettest.Veth(t, node, "v3", p3, "eth0")
 	nettest.MustRun(t, node, "ip", "link", "set", "v3", "master", "br0")
-	plan := Plan{Ports: []PodPort{{ip("10.9.0.2"), "v1"}, {ip("10.9.0.3"), "v2"}}}
+	// 10.9.0.4 is the address of a pod on another port (v9, not made).
+	plan := Plan{Ports: []PodPort{{ip("10.9.0.2"), "v1"}, {ip("10.9.0.3"), "v2"}, {ip("10.9.0.4"), "v9"}}}
 	if err := Program(node.Path, plan); err != nil {
 		t.Fatal(err)
 	}
@@ -133,4 +130,5 @@ func sendARPRequest(t *testing.T, n *nettest.NS, sender, target netip.Addr) bool
 	return false
 }
 
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
+// htons is v in network byte order, as AF_PACKET takes its protocol.
+func htons(v uint16) uint16 { return binary.NativeEndian.Uint16(binary.BigEndian.AppendUint16(nil, v)) }

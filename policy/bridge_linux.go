@@ -33,18 +33,22 @@ import (
 // tests the frame's type first (a rule for another type costs one
 // comparison), and a frame whose port and address are in the port's
 // address set is accepted by the first rule of its type: a pod's own
-// frames cost one lookup, and only the others are looked up again in the
-// set of ports, to be dropped when they come from a pod:
+// frames cost one lookup. IPv6 frames with a link-local or unspecified
+// source are accepted from any port by their address alone; the other
+// frames are looked up again in the set of ports and dropped (and
+// counted) when they come from a pod, an IPv4 or IPv6 frame too short to
+// hold a source address included:
 //
 //	ether type arp  iifname . arp saddr ip @pod-addrs accept
-//	ether type arp  iifname @pod-ports  arp saddr ip != 0.0.0.0  drop
+//	ether type arp  iifname @pod-ports  arp saddr ip != 0.0.0.0  counter drop
 //	ether type ip   iifname . ip saddr @pod-addrs accept
-//	ether type ip   iifname @pod-ports  drop
+//	ether type ip   iifname @pod-ports  counter drop
 //	ether type ip6  iifname . ip6 saddr @v6-pod-addrs accept
 //	ether type ip6  ip6 saddr fe80::/10 accept
 //	ether type ip6  ip6 saddr :: accept
-//	ether type ip6  iifname @pod-ports  drop
-//	ether type 8021q, 8021ad  iifname @pod-ports  drop
+//	ether type ip6  iifname @pod-ports  counter drop
+//	ether type 8021q  iifname @pod-ports  counter drop
+//	ether type 8021ad  iifname @pod-ports  counter drop
 //
 // (bench/cluster's README has the profile.)
 func buildAntiSpoof(conn *nftables.Conn, t *nftables.Table, plans []Plan) error {
