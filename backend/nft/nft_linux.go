@@ -30,11 +30,14 @@ type Set struct {
 }
 
 // Chain is a base chain (Hook set) or a regular one, with policy accept.
+// A chain on the ingress hook names its Device; Check cannot read a
+// chain's device back, so a chain's name should say which it is.
 type Chain struct {
 	Name     string
 	Type     nftables.ChainType
 	Hook     *nftables.ChainHook
 	Priority *nftables.ChainPriority
+	Device   string
 	Rules    []Rule
 }
 
@@ -226,7 +229,7 @@ func Program(conn *nftables.Conn, want Table) error {
 		ch := &nftables.Chain{Name: cs.Name, Table: t}
 		if cs.Hook != nil {
 			policy := nftables.ChainPolicyAccept
-			ch.Type, ch.Hooknum, ch.Priority, ch.Policy = cs.Type, cs.Hook, cs.Priority, &policy
+			ch.Type, ch.Hooknum, ch.Priority, ch.Policy, ch.Device = cs.Type, cs.Hook, cs.Priority, &policy, cs.Device
 		}
 		c := conn.AddChain(ch)
 		for _, r := range cs.Rules {

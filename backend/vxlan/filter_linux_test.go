@@ -139,6 +139,37 @@ func TestOnlyPeersReachPods(t *testing.T) {
 	}
 
 	t.Run("join and leave", func(t *testing.T) { testJoinLeave(t, l) })
+	t.Run("devices made again", func(t *testing.T) { testDevicesAgain(t, l) })
+}
+
+// testDevicesAgain deletes n1's overlay devices, whose ingress hooks hold
+// the overlay source check: once the backend has made them again and a
+// peer's datagrams reach the pod, the same peer's frames with an outside
+// inner source are still dropped and counted.
+func testDevicesAgain(t *testing.T, l *intruderLab) {
+	nettest.MustRun(t, l.n1, "ip", "link", "del", "weft.1")
+	nettest.MustRun(t, l.n1, "ip", "link", "del", "weft-v6.1")
+	for i, inner := range []netip.Addr{l.ip2, l.ip62} {
+		p := fmt.Sprintf("peer-again-%d", i)
+		eventually(t, 10*time.Second, "a peer's datagram after the devices were deleted", func() (bool, string) {
+			l.forge(t, l.n2.NS, map[bool]netip.Addr{false: l.n2.Addr, true: l.n2.Addr6}[inner.Is6()], inner, p, 1)
+			time.Sleep(50 * time.Millisecond)
+			return l.sink.Count(p) > 0, p + " not received"
+		})
+	}
+	base := l.b1.Stats().Drops
+	l.forge(t, l.n2.NS, l.n2.Addr, netip.MustParseAddr("203.0.113.8"), "peer-out-again-v4", 3)
+	l.forge(t, l.n2.NS, l.n2.Addr6, netip.MustParseAddr("2001:db8::8"), "peer-out-again-v6", 3)
+	l.forge(t, l.n2.NS, l.n2.Addr, l.ip2, "peer-again-after", 1)
+	if !l.sink.WaitFor("peer-again-after", 5*time.Second) {
+		t.Fatal("a peer's datagram did not reach the pod after the forgeries")
+	}
+	for _, p := range []string{"peer-out-again-v4", "peer-out-again-v6"} {
+		if n := l.sink.Count(p); n != 0 {
+			t.Errorf("%d datagrams %q with an outside source reached the pod through the new devices", n, p)
+		}
+	}
+	waitDrop(t, l.b1, "foreign_source", base["foreign_source"], 6)
 }
 
 // testJoinLeave: a third node joins n1's table; its pod's first datagram to
@@ -245,20 +276,23 @@ func TestNoPeerFilter(t *testing.T) {
 	}
 }
 
-// TestFilterSpecForeignSources: the overlay source check is a prerouting
-// rule per device with a cluster network; AllowForeignSources leaves the
-// chain out, and the port filter stays.
+// TestFilterSpecForeignSources: the overlay source check is a chain on
+// each device's ingress hook (its device named) with a cluster network;
+// AllowForeignSources leaves those chains out, and the port filter stays.
 func TestFilterSpecForeignSources(t *testing.T) {
 	c := Config{Port: 8472, Network: network4, IPv6Network: network6, Name: "weft.1", NameV6: "weft-v6.1",
 		Local: netip.MustParseAddr("192.168.77.1"), LocalIPv6: netip.MustParseAddr("fd77::1"),
 		Subnet: netip.MustParsePrefix("10.244.1.0/24"), IPv6Subnet: netip.MustParsePrefix("fd00:10:244:1::/64")}
 	spec := filterSpec(c, c.specs())
-	if pre := spec.Chain("prerouting"); pre == nil || len(pre.Rules) != 2 {
-		t.Fatalf("prerouting chain %+v, want a rule per device", pre)
+	for name, dev := range map[string]string{overlayChain: "weft.1", overlayChainV6: "weft-v6.1"} {
+		ch := spec.Chain(name)
+		if ch == nil || len(ch.Rules) != 1 || ch.Device != dev || ch.Hook == nil || *ch.Hook != *inetIngress {
+			t.Fatalf("chain %s %+v, want one rule on %s's ingress", name, ch, dev)
+		}
 	}
 	c.AllowForeignSources = true
 	spec = filterSpec(c, c.specs())
-	if spec.Chain("prerouting") != nil || spec.Chain("input") == nil {
+	if len(spec.Chains) != 1 || spec.Chain("input") == nil {
 		t.Fatalf("with AllowForeignSources: chains %+v, want input only", spec.Chains)
 	}
 }

@@ -172,6 +172,15 @@ func (b *Backend) reconcile(full bool) error {
 	add, gone, rows := b.peers.addrDelta(ch)
 	rows = rows && !full && b.filter != nil && b.filter.Known()
 	var filterErr error
+	if tp != nil && b.filtering() && (full || !b.filter.Known()) {
+		// Admit may write the table, whose overlay chains hook the
+		// devices' ingress, and older kernels (not 6.18) refuse a chain for a
+		// device that does not exist: the devices come first (an error is
+		// reconcileDevice's to report).
+		for _, d := range b.devs {
+			ensureDevice(b.cfg.Handle, d.spec, b.log)
+		}
+	}
 	if tp != nil && b.filtering() {
 		var err error
 		if rows {
@@ -225,6 +234,9 @@ func (b *Backend) reconcileDevice(d *devState, tp *vtep.Table, ch change, full b
 	if err != nil {
 		return err
 	}
+	// A device of another index is new too: reconcile may have made it
+	// just before, for the filter.
+	created = created || idx != d.index
 	if created && d.index != 0 {
 		b.repairs.device.Add(1)
 		b.log.Warn("repaired device", "device", d.spec.name, "old_index", d.index, "index", idx)
