@@ -90,9 +90,6 @@ func program(netns string, plans []Plan, withBridge bool) error {
 		return err
 	}
 	defer closeNS()
-	old := &nftables.Table{Name: Table, Family: nftables.TableFamilyIPv4} // earlier releases' table
-	conn.AddTable(old)
-	conn.DelTable(old)
 	t := &nftables.Table{Name: Table, Family: nftables.TableFamilyINet}
 	conn.AddTable(t) // so that the delete below finds it
 	conn.DelTable(t)
@@ -115,8 +112,7 @@ func program(netns string, plans []Plan, withBridge bool) error {
 	return nil
 }
 
-// Remove deletes the policy tables (and an earlier release's IPv4-only
-// one), if they are there.
+// Remove deletes the policy tables, if they are there.
 func Remove(netns string) error {
 	conn, closeNS, err := dial(netns)
 	if err != nil {
@@ -126,7 +122,7 @@ func Remove(netns string) error {
 	// One transaction each: a kernel without the bridge family refuses
 	// that one only.
 	var errs []error
-	for _, f := range []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyINet, nftables.TableFamilyBridge} {
+	for _, f := range []nftables.TableFamily{nftables.TableFamilyINet, nftables.TableFamilyBridge} {
 		t := &nftables.Table{Name: Table, Family: f}
 		conn.AddTable(t)
 		conn.DelTable(t)
