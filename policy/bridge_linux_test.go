@@ -99,12 +99,15 @@ func TestSameNodeNeedsBridgeNetfilter(t *testing.T) {
 
 // TestIPv6LinkLocalDropped is the review's bypass: in an IPv4-only
 // cluster, a pod reached an isolated pod of the same node over their IPv6
-// link-local addresses, which the ip-family table never saw. The inet
-// table drops link-local IPv6 that the pod bridge forwards (after letting
-// neighbour discovery through), so the ping that worked before the table
-// fails after it, while the IPv4 of an unisolated pod still works. The
-// drop once hit every bridge of the host: two hosts on a second bridge of
-// the node still ping each other's link-local addresses.
+// link-local addresses, which the ip-family table never saw. While a pod
+// is isolated, the inet table drops link-local IPv6 that the pod bridge
+// forwards (after letting neighbour discovery through), with or without
+// the bridge table, so the ping that worked before the table fails after
+// it, while the IPv4 of an unisolated pod still works. With no pod
+// isolated the table has no forward chain, and the link-local ping works
+// as it does without policy. The drop once hit every bridge of the host:
+// two hosts on a second bridge of the node still ping each other's
+// link-local addresses.
 func TestIPv6LinkLocalDropped(t *testing.T) {
 	node, p1, p2 := bridgePods(t)
 	if _, err := os.Stat("/proc/sys/net/bridge"); err != nil {
@@ -126,20 +129,41 @@ func TestIPv6LinkLocalDropped(t *testing.T) {
 	if err := ping(p1, ll); err != nil {
 		t.Fatalf("link-local ping before any policy: %v", err)
 	}
-	if err := Program(node.Path, Plan{IngressIsolated: []netip.Addr{ip("10.9.0.3")}, Bridge: "br0"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := ping(p1, ll); err == nil {
-		t.Errorf("the isolated pod answered a ping to its link-local address %s", ll)
-	}
-	if err := ping(p1, "10.9.0.3"); err == nil {
-		t.Error("the isolated pod answered an IPv4 ping")
-	}
-	if err := ping(p2, "10.9.0.2"); err != nil {
-		t.Errorf("the isolated pod cannot reach an unisolated one: %v", err)
-	}
-	if err := ping(h1, other); err != nil {
-		t.Errorf("link-local ping on another bridge of the node: %v", err)
+	ports := []PodPort{{ip("10.9.0.2"), "v1"}, {ip("10.9.0.3"), "v2"}}
+	isolated := []netip.Addr{ip("10.9.0.3")}
+	for _, c := range []struct {
+		name string
+		plan Plan
+	}{
+		{"a pod isolated", Plan{IngressIsolated: isolated, Bridge: "br0"}},
+		{"a pod isolated, with the bridge table", Plan{IngressIsolated: isolated, Bridge: "br0", Ports: ports}},
+		{"no pod isolated", Plan{Bridge: "br0", Ports: ports}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if err := Remove(node.Path); err != nil {
+				t.Fatal(err)
+			}
+			if err := Program(node.Path, c.plan); err != nil {
+				t.Fatal(err)
+			}
+			isolated := len(c.plan.IngressIsolated) > 0
+			if err := ping(p1, ll); (err == nil) == isolated {
+				t.Errorf("ping to the link-local address %s (a pod isolated %v): %v", ll, isolated, err)
+			}
+			if err := ping(p1, "10.9.0.3"); (err == nil) == isolated {
+				t.Errorf("IPv4 ping to 10.9.0.3 (isolated %v): %v", isolated, err)
+			}
+			if err := ping(p2, "10.9.0.2"); err != nil {
+				t.Errorf("pod → an unisolated pod: %v", err)
+			}
+			if err := ping(h1, other); err != nil {
+				t.Errorf("link-local ping on another bridge of the node: %v", err)
+			}
+			inet := nettest.MustRun(t, node, "nft", "list", "table", "inet", Table)
+			if got := strings.Contains(inet, "hook forward"); got != isolated {
+				t.Errorf("inet table with a forward chain %v, want %v:\n%s", got, isolated, inet)
+			}
+		})
 	}
 	if err := Program(node.Path, Plan{Bridge: "br0"}, Plan{Bridge: "br1", V6: true}); err == nil {
 		t.Error("plans naming two bridges: no error")

@@ -11,11 +11,13 @@
 // and after each commit whether the pods' source addresses are checked; a
 // failed one is retried with backoff (100 ms doubling, up to 30 s by default).
 //
-// The table has a chain on the forward hook that accepts established and
-// related traffic, drops IPv6 link-local traffic other than neighbour
-// discovery bridged between pods on Config.Bridge, and sends packets from pods isolated for egress and to
+// While a pod of the node is isolated, the table has a chain on the
+// forward hook that accepts established and related traffic, drops IPv6
+// link-local traffic other than neighbour discovery bridged between pods
+// on Config.Bridge, and sends packets from pods isolated for egress and to
 // pods isolated for ingress to per-family egress and ingress chains: one
-// rule per policy rule that selects a local pod, then a counted drop. With
+// rule per policy rule that selects a local pod, then a counted drop (with
+// no pod isolated, the packets the node forwards pass no chain of it). With
 // Config.LogGroup, a rule before each drop jumps (within LogRate a second)
 // to a chain that logs the packet to that NFLOG group, with a prefix naming
 // the direction and the policies that isolate the pod (flow.LogPrefix). Pods

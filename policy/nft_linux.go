@@ -35,10 +35,10 @@ var ErrNoSourceChecks = errors.New("bridge table refused: pods' source addresses
 // of their source checks (buildAntiSpoof) is replaced in the same
 // transaction. If the kernel refuses that transaction but takes the inet
 // table alone, Program commits the inet table alone and returns an error
-// wrapping ErrNoSourceChecks. IPv6 packets with a link-local source or
-// destination that the pod bridge forwards (pods of one node bridging to
-// each other through br_netfilter) are dropped whatever the plans, except
-// neighbour discovery; other bridges of the node are not touched.
+// wrapping ErrNoSourceChecks. While a pod is isolated, IPv6 packets with a
+// link-local source or destination that the pod bridge forwards (pods of
+// one node bridging to each other through br_netfilter) are dropped,
+// except neighbour discovery; other bridges of the node are not touched.
 func Program(netns string, plans ...Plan) error {
 	if len(plans) > 2 || len(plans) == 2 && plans[0].V6 == plans[1].V6 {
 		return errors.New("program network policy: more than one plan of a family")

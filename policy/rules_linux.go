@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/google/nftables"
@@ -53,15 +54,26 @@ func familyOf(p Plan) family {
 //	egress:  one rule per allowing rule, verdict return; then drop
 //	ingress: one rule per allowing rule, verdict accept; then drop
 //
-// The chains and sets of IPv6 have names starting "v6-".
+// The chains and sets of IPv6 have names starting "v6-". While no pod is
+// isolated the forward chain is left out, so that the packets the node
+// forwards pass no chain of weft's: every packet is then allowed, and
+// link-local traffic between pods too, as it is only dropped because no
+// policy can name it.
 func build(conn *nftables.Conn, t *nftables.Table, plans []Plan) error {
 	bridge, err := bridgeOf(plans)
 	if err != nil {
 		return err
 	}
-	fwd := conn.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})
-	add := func(c *nftables.Chain, note string, exprs ...[]expr.Any) { commentedRules(conn, t, c)(note, exprs...) }
+	var fwd *nftables.Chain
+	if slices.ContainsFunc(plans, func(p Plan) bool { return len(p.EgressIsolated) > 0 || len(p.IngressIsolated) > 0 }) {
+		fwd = conn.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})
+	}
+	add := func(c *nftables.Chain, note string, exprs ...[]expr.Any) {
+		if c != nil {
+			commentedRules(conn, t, c)(note, exprs...)
+		}
+	}
 	add(fwd, "weft: replies and related traffic", ctEstablished(), verdict(expr.VerdictAccept))
 	add(fwd, "weft: IPv6 neighbour discovery", isFamily(ipv6), neighbourDiscovery(), verdict(expr.VerdictAccept))
 	// Bridged through br_netfilter, a packet's input and output device in
