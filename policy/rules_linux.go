@@ -56,9 +56,9 @@ func familyOf(p Plan) family {
 //
 // The chains and sets of IPv6 have names starting "v6-". While no pod is
 // isolated the forward chain is left out, so that the packets the node
-// forwards pass no chain of weft's: every packet is then allowed, and
-// link-local traffic between pods too, as it is only dropped because no
-// policy can name it.
+// forwards pass no chain of this table: no policy selects a pod, so every
+// packet is allowed, link-local traffic between pods too, which is only
+// dropped because no policy can name it.
 func build(conn *nftables.Conn, t *nftables.Table, plans []Plan) error {
 	bridge, err := bridgeOf(plans)
 	if err != nil {

@@ -12,9 +12,9 @@ import (
 )
 
 // Counted adds up the packets counted by the rules of table inet name's
-// chains whose comment reasons names, by reason, in the namespace at
-// netns ("" for the current one). A missing table or chain counts nothing
-// and is no error.
+// chains (all of them with chains nil) whose comment reasons names, by
+// reason, in the namespace at netns ("" for the current one). A missing
+// table or chain counts nothing and is no error.
 func Counted(netns, name string, chains []string, reasons map[string]string) (map[string]uint64, error) {
 	conn, done, err := Dial(netns)
 	if err != nil {
@@ -22,6 +22,17 @@ func Counted(netns, name string, chains []string, reasons map[string]string) (ma
 	}
 	defer done()
 	t := &nftables.Table{Name: name, Family: nftables.TableFamilyINet}
+	if chains == nil {
+		all, err := conn.ListChainsOfTableFamily(nftables.TableFamilyINet)
+		if err != nil {
+			return nil, fmt.Errorf("read table inet %s: %w", name, err)
+		}
+		for _, c := range all {
+			if c.Table.Name == name {
+				chains = append(chains, c.Name)
+			}
+		}
+	}
 	out := map[string]uint64{}
 	for _, chain := range chains {
 		rules, err := conn.GetRules(t, &nftables.Chain{Name: chain, Table: t})

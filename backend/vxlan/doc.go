@@ -24,7 +24,9 @@
 // public addresses, which change in the same reconcile as the routes (an
 // address is added before its routes, removed after them), drops the rest
 // as "not_peer", and drops frames out of weft.1 whose source is outside the
-// cluster network as "foreign_source" (docs/what-reaches-pods.md).
+// cluster network as "foreign_source" (docs/what-reaches-pods.md), in a
+// chain on weft.1's ingress hook (on a kernel that refuses those, before
+// Linux 5.10, in one on the prerouting hook).
 //
 // This is the state Flannel's vxlan backend programs (same VNI, port and
 // frame format, so weft and flanneld nodes carry each other's pod traffic);

@@ -28,9 +28,13 @@ const (
 	dropNotPeer     = "not_peer"
 	dropForeignSrc  = "foreign_source"
 	filterInputName = "input"
-	// The chains on the overlay devices' ingress hooks, IPv4's and IPv6's.
-	overlayChain   = "overlay"
-	overlayChainV6 = "overlay-v6"
+	// overlayChain is the start of the name of the chain on an overlay
+	// device's ingress hook, which ends with the device's name (nft.Check
+	// reads no device back: a chain of another device's name is not ours).
+	overlayChain = "overlay-"
+	// preroutingChain holds the same checks where the kernel refuses
+	// chains on ingress hooks.
+	preroutingChain = "prerouting"
 )
 
 // inetIngress is the ingress hook of the inet family, NF_INET_INGRESS
@@ -48,23 +52,32 @@ var inetIngress = nftables.ChainHookRef(unix.NF_INET_NUMHOOKS)
 //			meta nfproto ipv6 udp dport <Port> ip6 saddr @peers-v6 accept
 //			udp dport <Port> counter drop
 //		}
-//		chain overlay { type filter hook ingress device weft.1 priority raw
+//		chain overlay-weft.1 { type filter hook ingress device weft.1 priority raw
 //			meta nfproto ipv4 ip saddr != <Network> counter drop
 //		}
-//		chain overlay-v6 { type filter hook ingress device weft-v6.1 priority raw
+//		chain overlay-weft-v6.1 { type filter hook ingress device weft-v6.1 priority raw
 //			meta nfproto ipv6 ip6 saddr != <IPv6Network> counter drop
 //		}
 //	}
 //
-// The overlay source check sits on each device's ingress hook, so that
-// only the frames out of that device pass it: on the prerouting hook it
-// cost every packet of the node, the VXLAN datagrams and the pods' own
-// included, a chain to run. Linux 6.18 keeps such a chain when its device
-// goes and hooks it to a new device of the name; older kernels delete the
-// chain with its device and refuse one for a device that does not exist,
-// so a full reconcile makes the devices before it checks the table, and
-// writes the table again when a chain is missing.
-func filterSpec(c Config, devs []deviceSpec) nft.Table {
+// The overlay source check sits on each device's ingress hook (ingress,
+// the inet family's), so that only the frames out of that device pass it:
+// on the prerouting hook it cost every packet of the node, the VXLAN
+// datagrams and the pods' own included, a chain to run. Linux 6.18, which
+// the tests run on, keeps such a chain when its device goes and hooks it
+// to a new device of the name; older kernels may delete the chain with
+// its device and refuse one for a device that does not exist, so a full
+// reconcile makes the devices before it checks the table, and writes the
+// table again when a chain is missing. With ingress nil (a kernel that
+// refuses chains on ingress hooks: before Linux 5.10, or without
+// CONFIG_NETFILTER_INGRESS) the checks are one chain on the prerouting
+// hook instead:
+//
+//	chain prerouting { type filter hook prerouting priority raw
+//		iifname weft.1 meta nfproto ipv4 ip saddr != <Network> counter drop
+//		iifname weft-v6.1 meta nfproto ipv6 ip6 saddr != <IPv6Network> counter drop
+//	}
+func filterSpec(c Config, devs []deviceSpec, ingress *nftables.ChainHook) nft.Table {
 	input := []nft.Rule{
 		{Comment: rulePeer, Exprs: nft.Concat(nfproto(unix.NFPROTO_IPV4), udpDport(c.Port), inSet(false, PeerSet), verdict(expr.VerdictAccept))},
 		{Comment: rulePeer, Exprs: nft.Concat(nfproto(unix.NFPROTO_IPV6), udpDport(c.Port), inSet(true, PeerSetV6), verdict(expr.VerdictAccept))},
@@ -74,20 +87,38 @@ func filterSpec(c Config, devs []deviceSpec) nft.Table {
 		Sets: []nft.Set{{Name: PeerSet, KeyType: nftables.TypeIPAddr}, {Name: PeerSetV6, KeyType: nftables.TypeIP6Addr}},
 		Chains: []nft.Chain{{Name: filterInputName, Type: nftables.ChainTypeFilter,
 			Hook: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Rules: input}}}
+	var pre []nft.Rule
 	for _, d := range devs {
-		n, proto, name := c.Network, byte(unix.NFPROTO_IPV4), overlayChain
+		n, proto := c.Network, byte(unix.NFPROTO_IPV4)
 		if d.local.Is6() {
-			n, proto, name = c.IPv6Network, unix.NFPROTO_IPV6, overlayChainV6
+			n, proto = c.IPv6Network, unix.NFPROTO_IPV6
 		}
 		if !n.IsValid() || c.AllowForeignSources {
 			continue
 		}
-		t.Chains = append(t.Chains, nft.Chain{Name: name, Type: nftables.ChainTypeFilter,
-			Hook: inetIngress, Priority: nftables.ChainPriorityRaw, Device: d.name,
-			Rules: []nft.Rule{{Comment: RuleForeignSrc, Exprs: nft.Concat(nfproto(proto),
-				nft.NotMatch(n, false), []expr.Any{&expr.Counter{}}, verdict(expr.VerdictDrop))}}})
+		check := nft.Concat(nfproto(proto), nft.NotMatch(n, false), []expr.Any{&expr.Counter{}}, verdict(expr.VerdictDrop))
+		if ingress == nil {
+			pre = append(pre, nft.Rule{Comment: RuleForeignSrc, Exprs: nft.Concat(iifname(d.name), check)})
+			continue
+		}
+		t.Chains = append(t.Chains, nft.Chain{Name: overlayChain + d.name, Type: nftables.ChainTypeFilter,
+			Hook: ingress, Priority: nftables.ChainPriorityRaw, Device: d.name,
+			Rules: []nft.Rule{{Comment: RuleForeignSrc, Exprs: check}}})
+	}
+	if len(pre) > 0 {
+		t.Chains = append(t.Chains, nft.Chain{Name: preroutingChain, Type: nftables.ChainTypeFilter,
+			Hook: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRaw, Rules: pre})
 	}
 	return t
+}
+
+func iifname(name string) []expr.Any {
+	b := make([]byte, 16)
+	copy(b, name)
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: b},
+	}
 }
 
 func nfproto(p byte) []expr.Any {
@@ -134,7 +165,7 @@ func peerAddrs(t vtep.Table) map[netip.Addr]bool {
 // device with a source outside the cluster network). A missing table
 // reports nothing and no error.
 func FilterDrops(netns string) (map[string]uint64, error) {
-	return nft.Counted(netns, FilterTable, []string{filterInputName, overlayChain, overlayChainV6},
+	return nft.Counted(netns, FilterTable, nil,
 		map[string]string{RuleNotPeer: dropNotPeer, RuleForeignSrc: dropForeignSrc})
 }
 

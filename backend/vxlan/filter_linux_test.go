@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
+
 	"github.com/weft-net/weft/internal/testkit/nettest"
 	"github.com/weft-net/weft/subnet"
 	"github.com/weft-net/weft/vtep"
@@ -41,7 +43,7 @@ type intruderLab struct {
 	to4, to6     netip.AddrPort
 }
 
-func newIntruderLab(t *testing.T) *intruderLab {
+func newIntruderLab(t *testing.T, tweak ...func(*Backend)) *intruderLab {
 	l := &intruderLab{u: nettest.NewUnderlay(t, ul4, 0)}
 	l.n1, l.n2 = newNode(t, l.u, 1), newNode(t, l.u, 2)
 	l.p1, l.ip1, l.ip61 = pod(t, l.n1, "pod1")
@@ -50,6 +52,9 @@ func newIntruderLab(t *testing.T) *intruderLab {
 	l.evil6 = netip.MustParseAddr("fd77::99")
 	addAddr(t, l.evil.NS, "eth0", netip.PrefixFrom(l.evil6, 64))
 	l.b1 = newBackend(t, l.n1.filtered())
+	for _, f := range tweak {
+		f(l.b1)
+	}
 	l.b1.Set(l.n2.entries(1))
 	b2 := newBackend(t, l.n2.filtered())
 	b2.Set(l.n1.entries(1))
@@ -277,24 +282,67 @@ func TestNoPeerFilter(t *testing.T) {
 }
 
 // TestFilterSpecForeignSources: the overlay source check is a chain on
-// each device's ingress hook (its device named) with a cluster network;
-// AllowForeignSources leaves those chains out, and the port filter stays.
+// each device's ingress hook (its device named, and in the chain's name)
+// with a cluster network, or without an ingress hook one prerouting rule
+// per device; AllowForeignSources leaves those out, and the port filter
+// stays.
 func TestFilterSpecForeignSources(t *testing.T) {
 	c := Config{Port: 8472, Network: network4, IPv6Network: network6, Name: "weft.1", NameV6: "weft-v6.1",
 		Local: netip.MustParseAddr("192.168.77.1"), LocalIPv6: netip.MustParseAddr("fd77::1"),
 		Subnet: netip.MustParsePrefix("10.244.1.0/24"), IPv6Subnet: netip.MustParsePrefix("fd00:10:244:1::/64")}
-	spec := filterSpec(c, c.specs())
-	for name, dev := range map[string]string{overlayChain: "weft.1", overlayChainV6: "weft-v6.1"} {
-		ch := spec.Chain(name)
+	spec := filterSpec(c, c.specs(), inetIngress)
+	for _, dev := range []string{"weft.1", "weft-v6.1"} {
+		ch := spec.Chain("overlay-" + dev)
 		if ch == nil || len(ch.Rules) != 1 || ch.Device != dev || ch.Hook == nil || *ch.Hook != *inetIngress {
-			t.Fatalf("chain %s %+v, want one rule on %s's ingress", name, ch, dev)
+			t.Fatalf("chain overlay-%s %+v, want one rule on %s's ingress", dev, ch, dev)
 		}
 	}
-	c.AllowForeignSources = true
-	spec = filterSpec(c, c.specs())
-	if len(spec.Chains) != 1 || spec.Chain("input") == nil {
-		t.Fatalf("with AllowForeignSources: chains %+v, want input only", spec.Chains)
+	if len(spec.Chains) != 3 {
+		t.Fatalf("chains %+v, want input and two overlay chains", spec.Chains)
 	}
+	spec = filterSpec(c, c.specs(), nil)
+	if pre := spec.Chain("prerouting"); pre == nil || len(pre.Rules) != 2 || len(spec.Chains) != 2 {
+		t.Fatalf("without an ingress hook: chains %+v, want input and prerouting with a rule per device", spec.Chains)
+	}
+	c.AllowForeignSources = true
+	for _, hook := range []*nftables.ChainHook{inetIngress, nil} {
+		spec = filterSpec(c, c.specs(), hook)
+		if len(spec.Chains) != 1 || spec.Chain("input") == nil {
+			t.Fatalf("with AllowForeignSources: chains %+v, want input only", spec.Chains)
+		}
+	}
+}
+
+// TestForeignSourcesWhereIngressRefused: where the kernel refuses chains
+// on the overlay devices' ingress hook (Linux before 5.10, or without
+// CONFIG_NETFILTER_INGRESS), the backend puts the overlay source check on
+// the prerouting hook and gets ready: a peer's frames with an outside
+// inner source are dropped and counted, its others reach the pod. The
+// test has the kernel refuse by asking for the netdev family's ingress
+// hook number in the inet table, which it refuses as it refuses an
+// unknown hook.
+func TestForeignSourcesWhereIngressRefused(t *testing.T) {
+	l := newIntruderLab(t, func(b *Backend) {
+		b.ingress = nftables.ChainHookIngress
+		b.filter.Spec = filterSpec(b.cfg, b.cfg.specs(), b.ingress)
+	})
+	out := nettest.MustRun(t, l.n1, "nft", "list", "table", "inet", FilterTable)
+	if !strings.Contains(out, "hook prerouting") || !strings.Contains(out, `iifname "weft.1"`) || strings.Contains(out, "hook ingress") {
+		t.Fatalf("table without the prerouting fallback:\n%s", out)
+	}
+	base := l.b1.Stats().Drops
+	l.forge(t, l.n2.NS, l.n2.Addr, netip.MustParseAddr("203.0.113.9"), "peer-out-v4", 3)
+	l.forge(t, l.n2.NS, l.n2.Addr6, netip.MustParseAddr("2001:db8::9"), "peer-out-v6", 3)
+	l.forge(t, l.n2.NS, l.n2.Addr, l.ip2, "peer-after", 1)
+	if !l.sink.WaitFor("peer-after", 5*time.Second) {
+		t.Fatal("a peer's datagram did not reach the pod")
+	}
+	for _, p := range []string{"peer-out-v4", "peer-out-v6"} {
+		if n := l.sink.Count(p); n != 0 {
+			t.Errorf("%d datagrams %q with an outside source reached the pod", n, p)
+		}
+	}
+	waitDrop(t, l.b1, "foreign_source", base["foreign_source"], 6)
 }
 
 // TestPeerFilterThousands: with 6,000 peers the filter's sets hold every

@@ -9,7 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/weft-net/weft/backend"
 	"github.com/weft-net/weft/backend/kernel"
@@ -36,6 +38,10 @@ type Backend struct {
 	// NoPeerFilter. filterOff is set when the kernel has no nf_tables.
 	filter    *nft.AddrSets
 	filterOff atomic.Bool
+	// ingress is the hook of the filter's overlay source checks, on each
+	// overlay device (inetIngress); nil once the kernel refused it, the
+	// checks then on the prerouting hook (see filterSpec). Owned by Run.
+	ingress *nftables.ChainHook
 
 	// Owned by Run.
 	devs  []*devState
@@ -69,7 +75,8 @@ func New(cfg Config, log *slog.Logger) (*Backend, error) {
 		b.devs = append(b.devs, &devState{spec: s})
 	}
 	if !cfg.NoPeerFilter {
-		b.filter = &nft.AddrSets{NetNS: cfg.NetNS, Spec: filterSpec(cfg, cfg.specs()), Log: b.log,
+		b.ingress = inetIngress
+		b.filter = &nft.AddrSets{NetNS: cfg.NetNS, Spec: filterSpec(cfg, cfg.specs(), b.ingress), Log: b.log,
 			What: "the VXLAN port filter (datagrams from peers only)"}
 	}
 	return b, nil
@@ -187,6 +194,13 @@ func (b *Backend) reconcile(full bool) error {
 			err = b.filter.Add(add)
 		} else {
 			err = b.filter.Admit(peerAddrs(*tp), full)
+		}
+		if err != nil && b.ingress != nil && errors.Is(err, unix.EOPNOTSUPP) {
+			b.log.Info("the kernel refuses chains on the overlay devices' ingress hook (they need Linux 5.10 and CONFIG_NETFILTER_INGRESS): "+
+				"the overlay source check runs on the prerouting hook", "err", err)
+			b.ingress = nil
+			b.filter.Spec = filterSpec(b.cfg, b.cfg.specs(), nil)
+			err = b.filter.Admit(peerAddrs(*tp), true)
 		}
 		if err != nil {
 			filterErr = fmt.Errorf("admit peers to the VXLAN port: %w", err)
