@@ -150,7 +150,10 @@ func TestOnlyPeersReachPods(t *testing.T) {
 // testDevicesAgain deletes n1's overlay devices, whose ingress hooks hold
 // the overlay source check: once the backend has made them again and a
 // peer's datagrams reach the pod, the same peer's frames with an outside
-// inner source are still dropped and counted.
+// inner source are still dropped and counted. On this kernel (6.18) the
+// chains stay and hook the new devices; the path of older kernels, which
+// delete them (the backend makes the devices and writes the table again),
+// is not taken here.
 func testDevicesAgain(t *testing.T, l *intruderLab) {
 	nettest.MustRun(t, l.n1, "ip", "link", "del", "weft.1")
 	nettest.MustRun(t, l.n1, "ip", "link", "del", "weft-v6.1")
@@ -318,9 +321,9 @@ func TestFilterSpecForeignSources(t *testing.T) {
 // CONFIG_NETFILTER_INGRESS), the backend puts the overlay source check on
 // the prerouting hook and gets ready: a peer's frames with an outside
 // inner source are dropped and counted, its others reach the pod. The
-// test has the kernel refuse by asking for the netdev family's ingress
-// hook number in the inet table, which it refuses as it refuses an
-// unknown hook.
+// test has the kernel refuse with the same error (EOPNOTSUPP) another
+// way: it asks for hook number 0, the netdev family's ingress, which in
+// the inet family is prerouting, a hook that takes no device.
 func TestForeignSourcesWhereIngressRefused(t *testing.T) {
 	l := newIntruderLab(t, func(b *Backend) {
 		b.ingress = nftables.ChainHookIngress
