@@ -14,7 +14,6 @@ import (
 
 	"github.com/weft-net/weft/flow"
 	"github.com/weft-net/weft/internal/testkit/nettest"
-	"github.com/weft-net/weft/policy"
 )
 
 // TestConntrackRate sends 3,000 new UDP flows (one socket, a destination
@@ -27,10 +26,7 @@ import (
 // reads on.
 func TestConntrackRate(t *testing.T) {
 	node, p1, _ := nettest.RoutedPods(t, "ctr", [2]netip.Prefix{netip.MustParsePrefix("10.8.1.0/24"), netip.MustParsePrefix("10.8.2.0/24")})
-	// A ct rule makes the kernel track the node's connections.
-	if err := policy.Program(node.Path, policy.Plan{LogGroup: 13}); err != nil {
-		t.Fatal(err)
-	}
+	nettest.TrackConnections(t, node)
 	fd, err := unix.Open(node.Path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -26,7 +26,6 @@ import (
 	"github.com/weft-net/weft/flow"
 	"github.com/weft-net/weft/internal/testkit/benchreport"
 	"github.com/weft-net/weft/internal/testkit/nettest"
-	"github.com/weft-net/weft/policy"
 )
 
 // condition is what reads the node's conntrack events during a flood.
@@ -129,11 +128,7 @@ type node struct {
 
 func newNode(b *testing.B) *node {
 	n, p1, p2 := nettest.RoutedPods(b, "bfl", [2]netip.Prefix{netip.MustParsePrefix("10.8.1.0/24"), netip.MustParsePrefix("10.8.2.0/24")})
-	// weft's policy table, empty: its ct rules make the kernel track the
-	// node's connections as on a node with --network-policy.
-	if err := policy.Program(n.Path, policy.Plan{LogGroup: 14}); err != nil {
-		b.Fatal(err)
-	}
+	nettest.TrackConnections(b, n)
 	dst := netip.MustParseAddrPort("10.8.2.2:80")
 	nettest.ServeByte(b, p2, dst.String())
 	return &node{node: n, client: p1, server: p2, dst: dst}
