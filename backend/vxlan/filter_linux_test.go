@@ -165,16 +165,26 @@ func testDevicesAgain(t *testing.T, l *intruderLab) {
 			return l.sink.Count(p) > 0, p + " not received"
 		})
 	}
+	l.outsideSourcesDropped(t, "again")
+}
+
+// outsideSourcesDropped sends from n2, a peer, 3 frames with an outside
+// inner source over IPv4 and 3 over IPv6 (payloads named after tag), then
+// one of its own pod's: that one must reach pod1, none of the others, and
+// the six be counted as foreign_source.
+func (l *intruderLab) outsideSourcesDropped(t *testing.T, tag string) {
+	t.Helper()
 	base := l.b1.Stats().Drops
-	l.forge(t, l.n2.NS, l.n2.Addr, netip.MustParseAddr("203.0.113.8"), "peer-out-again-v4", 3)
-	l.forge(t, l.n2.NS, l.n2.Addr6, netip.MustParseAddr("2001:db8::8"), "peer-out-again-v6", 3)
-	l.forge(t, l.n2.NS, l.n2.Addr, l.ip2, "peer-again-after", 1)
-	if !l.sink.WaitFor("peer-again-after", 5*time.Second) {
+	out4, out6, after := "peer-out-v4-"+tag, "peer-out-v6-"+tag, "peer-after-"+tag
+	l.forge(t, l.n2.NS, l.n2.Addr, netip.MustParseAddr("203.0.113.9"), out4, 3)
+	l.forge(t, l.n2.NS, l.n2.Addr6, netip.MustParseAddr("2001:db8::9"), out6, 3)
+	l.forge(t, l.n2.NS, l.n2.Addr, l.ip2, after, 1)
+	if !l.sink.WaitFor(after, 5*time.Second) {
 		t.Fatal("a peer's datagram did not reach the pod after the forgeries")
 	}
-	for _, p := range []string{"peer-out-again-v4", "peer-out-again-v6"} {
+	for _, p := range []string{out4, out6} {
 		if n := l.sink.Count(p); n != 0 {
-			t.Errorf("%d datagrams %q with an outside source reached the pod through the new devices", n, p)
+			t.Errorf("%d datagrams %q with an outside source reached the pod", n, p)
 		}
 	}
 	waitDrop(t, l.b1, "foreign_source", base["foreign_source"], 6)
@@ -333,19 +343,7 @@ func TestForeignSourcesWhereIngressRefused(t *testing.T) {
 	if !strings.Contains(out, "hook prerouting") || !strings.Contains(out, `iifname "weft.1"`) || strings.Contains(out, "hook ingress") {
 		t.Fatalf("table without the prerouting fallback:\n%s", out)
 	}
-	base := l.b1.Stats().Drops
-	l.forge(t, l.n2.NS, l.n2.Addr, netip.MustParseAddr("203.0.113.9"), "peer-out-v4", 3)
-	l.forge(t, l.n2.NS, l.n2.Addr6, netip.MustParseAddr("2001:db8::9"), "peer-out-v6", 3)
-	l.forge(t, l.n2.NS, l.n2.Addr, l.ip2, "peer-after", 1)
-	if !l.sink.WaitFor("peer-after", 5*time.Second) {
-		t.Fatal("a peer's datagram did not reach the pod")
-	}
-	for _, p := range []string{"peer-out-v4", "peer-out-v6"} {
-		if n := l.sink.Count(p); n != 0 {
-			t.Errorf("%d datagrams %q with an outside source reached the pod", n, p)
-		}
-	}
-	waitDrop(t, l.b1, "foreign_source", base["foreign_source"], 6)
+	l.outsideSourcesDropped(t, "prerouting")
 }
 
 // TestPeerFilterThousands: with 6,000 peers the filter's sets hold every
