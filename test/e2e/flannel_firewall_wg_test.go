@@ -258,7 +258,7 @@ func TestFlannel1317NFTablesHost(t *testing.T) {
 		{"nftables forward policy drop", []string{"nft 'add table inet filter; add chain inet filter forward { type filter hook forward priority 0; policy drop; }; " +
 			"add rule inet filter forward ct state established,related accept'"},
 			"firewall/forward", "as the reply of a flow (table inet filter chain forward rule 2 test its conntrack state or protocol), so new connections between pods may meet another verdict; " +
-				"forward chains with policy drop and iptables-legacy tables, suspects only: table inet filter chain forward policy drop", "", true},
+				"suspects only: table inet filter chain forward policy drop", "", true},
 		{"nftables input policy drop", []string{"nft '" + inputBase + "'"},
 			"firewall/input", "suspects only: table inet filter chain input policy drop", "the kernel dropped it in table inet filter chain input by its policy drop", false},
 		{"nftables rule drops UDP 8472", []string{"nft 'add table inet filter; add chain inet filter input { type filter hook input priority 0; }; add rule inet filter input udp dport 8472 drop'"},

@@ -1,12 +1,10 @@
 package doctor
 
 import (
-	"encoding/binary"
 	"fmt"
 	"strings"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
 
 	"github.com/weft-net/weft/internal/ops/inspect"
 	"github.com/weft-net/weft/subnet"
@@ -110,79 +108,4 @@ func (s *state) fastPath() (inspect.FastPath, error) {
 type fastPathRead struct {
 	inspect.FastPath
 	err error
-}
-
-// portRule is a rule that compares a port: where it is.
-type portRule struct {
-	family       nftables.TableFamily
-	table, chain string
-	handle       uint64
-	input        bool // on the input hook
-}
-
-func (r portRule) String() string {
-	return fmt.Sprintf("table %s %s chain %s rule %d", familyName(r.family), r.table, r.chain, r.handle)
-}
-
-// portRules finds the nftables rules in the base chains on the input,
-// output, prerouting and postrouting hooks that compare a UDP or TCP port
-// with port.
-func (s *state) portRules(port int) ([]portRule, error) {
-	var out []portRule
-	err := s.Do.Run(func() error {
-		c, err := nftables.New()
-		if err != nil {
-			return err
-		}
-		chains, err := c.ListChains()
-		if err != nil {
-			return err
-		}
-		for _, ch := range chains {
-			if ch.Hooknum == nil || !hostHook(*ch.Hooknum) || weftFilter(ch.Table) {
-				continue
-			}
-			rules, err := c.GetRules(ch.Table, ch)
-			if err != nil {
-				return err
-			}
-			for _, r := range rules {
-				if matchesPort(r.Exprs, port) {
-					out = append(out, portRule{ch.Table.Family, ch.Table.Name, ch.Name, r.Handle, *ch.Hooknum == *nftables.ChainHookInput})
-				}
-			}
-		}
-		return nil
-	})
-	return out, err
-}
-
-func hostHook(h nftables.ChainHook) bool {
-	return h == *nftables.ChainHookInput || h == *nftables.ChainHookOutput ||
-		h == *nftables.ChainHookPrerouting || h == *nftables.ChainHookPostrouting
-}
-
-func familyName(f nftables.TableFamily) string {
-	return map[nftables.TableFamily]string{nftables.TableFamilyIPv4: "ip", nftables.TableFamilyIPv6: "ip6",
-		nftables.TableFamilyINet: "inet", nftables.TableFamilyBridge: "bridge", nftables.TableFamilyNetdev: "netdev"}[f]
-}
-
-// matchesPort reports whether exprs load a transport header's source or
-// destination port and compare it equal to port (`udp dport 8472`).
-func matchesPort(exprs []expr.Any, port int) bool {
-	want := binary.BigEndian.AppendUint16(nil, uint16(port))
-	loaded := map[uint32]bool{} // registers holding a port
-	for _, e := range exprs {
-		switch e := e.(type) {
-		case *expr.Payload:
-			if e.Base == expr.PayloadBaseTransportHeader && e.Len == 2 && (e.Offset == 0 || e.Offset == 2) {
-				loaded[e.DestRegister] = true
-			}
-		case *expr.Cmp:
-			if e.Op == expr.CmpOpEq && loaded[e.Register] && string(e.Data) == string(want) {
-				return true
-			}
-		}
-	}
-	return false
 }

@@ -3,6 +3,7 @@ package doctor
 import (
 	"encoding/binary"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 
 	"github.com/weft-net/weft/backend/kernel"
@@ -81,15 +84,21 @@ func (s *state) planForward() (probes []fwdProbe, why string) {
 // socket that writes their IP header, with the borrowed source.
 func (s *state) sendForward(probes []fwdProbe, id uint16) error {
 	return s.Do.Run(func() error {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
+		c, err := net.ListenPacket("ip4:icmp", "0.0.0.0")
 		if err != nil {
 			return fmt.Errorf("raw socket: %w", err)
 		}
-		defer unix.Close(fd)
+		defer c.Close()
+		raw, err := ipv4.NewRawConn(c)
+		if err != nil {
+			return fmt.Errorf("raw socket: %w", err)
+		}
 		for _, p := range probes {
-			for seq := range uint16(3) {
-				pkt := echoRequest(p.src, p.dst, id, seq)
-				if err := unix.Sendto(fd, pkt, 0, &unix.SockaddrInet4{Addr: p.dst.As4()}); err != nil {
+			for seq := range 3 {
+				msg, _ := (&icmp.Message{Type: ipv4.ICMPTypeEcho, Body: &icmp.Echo{ID: int(id), Seq: seq, Data: []byte("weftdoc!")}}).Marshal(nil)
+				h := &ipv4.Header{Version: 4, Len: ipv4.HeaderLen, TotalLen: ipv4.HeaderLen + len(msg), TTL: 64, Protocol: unix.IPPROTO_ICMP,
+					Src: p.src.AsSlice(), Dst: p.dst.AsSlice()}
+				if err := raw.WriteTo(h, msg, nil); err != nil {
 					return fmt.Errorf("send to %s: %w", p.dst, err)
 				}
 			}
@@ -98,42 +107,34 @@ func (s *state) sendForward(probes []fwdProbe, id uint16) error {
 	})
 }
 
-// echoRequest is an IPv4 ICMP echo request (the kernel fills in the IP
-// header's checksum and id).
-func echoRequest(src, dst netip.Addr, id, seq uint16) []byte {
-	b := []byte{0x45, 0, 0, 36, 0, 0, 0, 0, 64, unix.IPPROTO_ICMP, 0, 0}
-	b = append(append(b, src.AsSlice()...), dst.AsSlice()...)
-	icmp := binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint16([]byte{8, 0, 0, 0}, id), seq)
-	icmp = append(icmp, "weftdoc!"...)
-	var sum uint32
-	for i := 0; i < len(icmp); i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(icmp[i:]))
-	}
-	sum = sum>>16 + sum&0xffff
-	binary.BigEndian.PutUint16(icmp[2:], ^uint16(sum+sum>>16))
-	return append(b, icmp...)
-}
-
 // checkForward reports what the kernel did with each forward probe's
 // reply: the rule or policy that dropped it, a failure; forwarded, ok,
 // unless a rule it met tested its conntrack state or protocol, which
-// pods' new connections do not share (a warning, with this node's forward
-// chains with policy drop as suspects). Where no reply was forwarded, or
-// none could be made (why), or one direction has no probe, those chains
-// are suspects only.
-func checkForward(s *state, probes []fwdProbe, why string, events []traceEvent, lost error) {
+// pods' new connections do not share (a warning, with this node's
+// suspects). Where no reply was forwarded, or none could be made, or one
+// direction has no probe, the suspects are the answer.
+func checkForward(s *state, it *inputTrace) {
+	switch {
+	case it == nil:
+		s.forwardSuspects("no forwarded datagram traced (probes off, or a backend without a tunnel)")
+		return
+	case it.err != nil:
+		s.forwardSuspects(fmt.Sprintf("cannot trace forwarded datagrams: %v", it.err))
+		return
+	}
+	it.stop(s)
 	rules := ruleTexts{s: s}
 	out := false
-	for _, p := range probes {
+	for _, p := range it.fwd {
 		out = out || p.out
-		evs := slices.DeleteFunc(slices.Clone(events), func(e traceEvent) bool { return e.src != p.dst || e.dst != p.src })
+		evs := slices.DeleteFunc(slices.Clone(it.events), func(e traceEvent) bool { return e.src != p.dst || e.dst != p.src })
 		drop, accepts := rules.decision(evs)
 		ended := slices.ContainsFunc(evs, func(e traceEvent) bool { return strings.HasPrefix(e.table, traceTable) && e.chain == traceEnd })
 		switch tests := s.replyTests(evs); {
 		case drop != nil:
 			s.r.add("firewall/forward", Fail, s.forwardFix(*drop), "%s: the kernel dropped it in %s", p, rules.describe(*drop))
-		case !ended && lost != nil:
-			s.forwardSuspects(fmt.Sprintf("%s: some trace events were lost (%v)", p, lost))
+		case !ended && it.lost != nil:
+			s.forwardSuspects(fmt.Sprintf("%s: some trace events were lost (%v)", p, it.lost))
 		case !ended:
 			s.forwardSuspects(p.String() + ": no reply was forwarded during the probes (the peer, the path, or a firewall the trace does not see)")
 		case len(tests) > 0:
@@ -143,24 +144,10 @@ func checkForward(s *state, probes []fwdProbe, why string, events []traceEvent, 
 		}
 	}
 	switch {
-	case why != "":
-		s.forwardSuspects("cannot make this node forward a datagram: " + why)
+	case it.fwdWhy != "":
+		s.forwardSuspects("cannot make this node forward a datagram: " + it.fwdWhy)
 	case !out:
 		s.forwardSuspects("no pod on this node in its neighbour table to make it forward a datagram from its pods to the overlay")
-	}
-}
-
-// checkForwardTrace runs checkForward on what the trace around the probes
-// collected.
-func checkForwardTrace(s *state, it *inputTrace) {
-	switch {
-	case it == nil:
-		s.forwardSuspects("no forwarded datagram traced (probes off, or a backend without a tunnel)")
-	case it.err != nil:
-		s.forwardSuspects(fmt.Sprintf("cannot trace forwarded datagrams: %v", it.err))
-	default:
-		it.stop(s)
-		checkForward(s, it.fwd, it.fwdWhy, it.events, it.lost)
 	}
 }
 
@@ -206,30 +193,8 @@ func (s *state) replyTests(evs []traceEvent) []string {
 	return out
 }
 
-// forwardSuspects warns (why) with this node's forward chains that have
-// policy drop as suspects only, with the accepts that would open them.
 func (s *state) forwardSuspects(why string) {
-	var suspects, fixes []string
-	err := s.hookChains(nftables.ChainHookForward, func(_ *nftables.Conn, ch *nftables.Chain) error {
-		if ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop {
-			suspects = append(suspects, fmt.Sprintf("table %s %s chain %s policy drop", familyName(ch.Table.Family), ch.Table.Name, ch.Name))
-			fixes = append(fixes, s.forwardFix(traceEvent{family: ch.Table.Family, table: ch.Table.Name, chain: ch.Name}))
-		}
-		return nil
-	})
-	if err != nil {
-		suspects = append(suspects, fmt.Sprintf("(nftables unreadable: %v)", err))
-	}
-	if names, err := s.procNet("ip_tables_names"); err == nil && strings.TrimSpace(names) != "" {
-		suspects = append(suspects, "iptables-legacy tables "+strings.Join(strings.Fields(names), ", ")+" (iptables-legacy -S)")
-		fixes = append(fixes, s.forwardFix(traceEvent{table: "filter", chain: "FORWARD"}))
-	}
-	if len(suspects) == 0 {
-		s.r.ok("firewall/forward", "%s; no forward chain here has policy drop, no iptables-legacy table is loaded", why)
-		return
-	}
-	s.r.add("firewall/forward", Warn, "if a suspect drops pods' traffic: "+strings.Join(fixes, "; "),
-		"%s; forward chains with policy drop and iptables-legacy tables, suspects only: %s", why, strings.Join(suspects, "; "))
+	s.suspects("firewall/forward", nftables.ChainHookForward, 0, why, s.forwardFix)
 }
 
 // forwardFix is the pair of rules that accept the cluster network ahead

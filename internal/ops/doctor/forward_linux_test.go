@@ -82,8 +82,7 @@ func TestForwardTrace(t *testing.T) {
 			if it.err != nil || len(it.fwd) != 2 {
 				t.Fatalf("trace: %v; forward probes %+v (%s)", it.err, it.fwd, it.fwdWhy)
 			}
-			it.stop(s)
-			checkForwardTrace(s, it)
+			checkForward(s, it)
 			checks := s.r.Find("firewall/forward")
 			worst, matched := OK, false
 			for _, c := range checks {

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -95,20 +93,17 @@ func (it *inputTrace) stop(s *state) {
 // probe came back, and otherwise sent nothing here to judge. Where the
 // kernel cannot say (it cannot be asked, nothing came, events were lost,
 // or nftables accepted what loaded iptables-legacy tables may have
-// dropped), the probes' answer stands, with this node's chains and rules
-// on the port as suspects.
+// dropped), the probes' answer stands, with this node's suspects.
 func checkInput(s *state, it *inputTrace) {
 	if it == nil {
 		return
 	}
 	if it.err != nil {
-		s.inputSuspects(it, fmt.Sprintf("cannot trace the %s datagrams: %v", it.what, it.err))
+		it.suspects(s, fmt.Sprintf("cannot trace the %s datagrams: %v", it.what, it.err))
 		return
 	}
 	it.stop(s)
-	events, lost := it.events, it.lost
-	names, _ := s.procNet("ip_tables_names")
-	legacy, note := strings.Join(strings.Fields(names), ", "), ""
+	legacy, note := s.legacyTables(), ""
 	if legacy != "" {
 		note = fmt.Sprintf("; iptables-legacy tables %s are loaded, which the trace does not see", legacy)
 	}
@@ -117,7 +112,7 @@ func checkInput(s *state, it *inputTrace) {
 		peer := fmt.Sprintf("peer %s (%s)", cmp.Or(p.Attrs.PublicIP, p.Attrs.PublicIPv6), p.Subnet)
 		seen := false
 		for _, a := range []netip.Addr{p.Attrs.PublicIP.Unmap(), p.Attrs.PublicIPv6} {
-			evs := slices.DeleteFunc(slices.Clone(events), func(e traceEvent) bool { return !a.IsValid() || e.src != a })
+			evs := slices.DeleteFunc(slices.Clone(it.events), func(e traceEvent) bool { return !a.IsValid() || e.src != a })
 			if len(evs) == 0 {
 				continue
 			}
@@ -128,39 +123,18 @@ func checkInput(s *state, it *inputTrace) {
 			switch {
 			case drop != nil:
 				s.r.add("firewall/input", Fail, acceptFix(*drop, a.String(), port), "%s: the kernel dropped it in %s%s", what, rules.describe(*drop), note)
-			case lost != nil:
-				s.inputSuspects(it, fmt.Sprintf("%s: nftables accepted it, but some trace events were lost (%v)", what, lost))
+			case it.lost != nil:
+				it.suspects(s, fmt.Sprintf("%s: nftables accepted it, but some trace events were lost (%v)", what, it.lost))
 			case legacy != "" && !s.reached(p):
-				s.inputSuspects(it, what+": nftables accepted it, but its probe did not come back and iptables-legacy tables "+legacy+" are loaded")
+				it.suspects(s, what+": nftables accepted it, but its probe did not come back and iptables-legacy tables "+legacy+" are loaded")
 			default:
 				s.r.ok("firewall/input", "%s: the kernel accepted it: %s%s", what, strings.Join(accepts, "; "), note)
 			}
 		}
 		if !seen {
-			s.untraced(it, p, peer, note)
+			it.untraced(s, p, peer, note)
 		}
 	}
-}
-
-// decision is the first drop (or reject) among one peer's trace events,
-// or else the chains and rules that accepted them; weft's own filter's
-// accepts are firewall/vxlan-peers' to report.
-func (r *ruleTexts) decision(evs []traceEvent) (*traceEvent, []string) {
-	var accepts []string
-	for _, e := range evs {
-		switch {
-		case e.verdict == 0: // NF_DROP
-			return &e, nil
-		case e.verdict == 1 && !strings.HasPrefix(e.table, traceTable) && !weftFilter(&nftables.Table{Name: e.table, Family: e.family}): // NF_ACCEPT
-			if d := r.describe(e); !slices.Contains(accepts, d) {
-				accepts = append(accepts, d)
-			}
-		}
-	}
-	if len(accepts) == 0 {
-		accepts = []string{"no chain but doctor's own trace chain met it"}
-	}
-	return nil, accepts
 }
 
 // reached reports whether the probe of peer p came back.
@@ -172,76 +146,53 @@ func (s *state) reached(p subnet.Lease) bool {
 // by the fast path when its probe came back, else nothing for the kernel
 // to judge (the peer's own firewall may drop this node's probes), and
 // this node's suspects are listed.
-func (s *state) untraced(it *inputTrace, p subnet.Lease, peer, note string) {
-	reached := s.reached(p)
+func (it *inputTrace) untraced(s *state, p subnet.Lease, peer, note string) {
 	fp, _ := s.fastPath()
-	switch {
+	switch reached := s.reached(p); {
 	case reached && fp.Ingress:
 		s.r.ok("firewall/input", "%s datagrams of %s: uvxlan's fast path takes them on the underlay's ingress before netfilter, so no chain saw them (see firewall/fastpath)%s", it.what, peer, note)
 	case reached:
 		s.r.add("firewall/input", Warn, "run weftctl doctor again: the trace may have lost its events on a busy node", "%s datagrams of %s: its probe came back, but the kernel traced none of its datagrams to this node%s", it.what, peer, note)
 	default:
-		s.inputSuspects(it, fmt.Sprintf("none of %s's %s datagrams arrived during the probes (its side, the path, or its firewall dropping this node's probes)", peer, it.what))
+		it.suspects(s, fmt.Sprintf("none of %s's %s datagrams arrived during the probes (its side, the path, or its firewall dropping this node's probes)", peer, it.what))
 	}
 }
 
-// inputSuspects is the answer when the kernel cannot say (why): the
-// probes' answer and, as suspects only, the input chains with policy drop
-// and the rules on the port, each with the accept that would open it.
-func (s *state) inputSuspects(it *inputTrace, why string) {
-	var probes, suspects, fixes []string
-	var peers4 []string
+// suspects is firewall/input's answer where the kernel cannot say why:
+// the probes' answer, and this node's suspects with the accepts of the
+// peers' datagrams that would open them.
+func (it *inputTrace) suspects(s *state, why string) {
+	var answers, peers4 []string
 	for _, r := range s.probes {
-		probes = append(probes, fmt.Sprintf("%s %s", r.peer.Attrs.PublicIP, map[bool]string{true: "answered", false: "did not answer"}[r.small.Received > 0]))
+		answers = append(answers, fmt.Sprintf("%s %s", r.peer.Attrs.PublicIP, map[bool]string{true: "answered", false: "did not answer"}[r.small.Received > 0]))
 	}
 	for _, l := range s.peers() {
 		if l.Attrs.PublicIP.IsValid() {
 			peers4 = append(peers4, l.Attrs.PublicIP.String())
 		}
 	}
+	if len(answers) == 0 {
+		answers = []string{"nothing (no probe ran)"}
+	}
 	src := strings.Join(peers4, ", ")
-	add := func(fam nftables.TableFamily, table, chain string, handle uint64, input bool, what string) {
-		suspects = append(suspects, fmt.Sprintf("table %s %s chain %s %s", familyName(fam), table, chain, what))
-		if input && len(peers4) > 0 && fam != nftables.TableFamilyIPv6 {
-			fixes = append(fixes, acceptFix(traceEvent{family: fam, table: table, chain: chain, handle: handle}, src, it.port4))
+	s.suspects("firewall/input", nftables.ChainHookInput, it.port4, why+": the probes say "+strings.Join(answers, ", "), func(e traceEvent) string {
+		if src == "" {
+			return ""
 		}
-	}
-	err := s.hookChains(nftables.ChainHookInput, func(c *nftables.Conn, ch *nftables.Chain) error {
-		if ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop {
-			add(ch.Table.Family, ch.Table.Name, ch.Name, 0, true, "policy drop")
-		}
-		return nil
+		return acceptFix(e, src, it.port4)
 	})
-	rules, err2 := s.portRules(int(it.port4))
-	for _, r := range rules {
-		add(r.family, r.table, r.chain, r.handle, r.input, fmt.Sprintf("rule handle %d on UDP %d", r.handle, it.port4))
-	}
-	if err := cmp.Or(err, err2); err != nil {
-		suspects = append(suspects, fmt.Sprintf("(nftables unreadable: %v)", err))
-	}
-	if names, err := s.procNet("ip_tables_names"); err == nil && strings.TrimSpace(names) != "" {
-		suspects = append(suspects, "iptables-legacy tables "+strings.Join(strings.Fields(names), ", ")+" (iptables-legacy -S)")
-	}
-	if len(probes) == 0 {
-		probes = []string{"nothing (no probe ran)"}
-	}
-	if len(suspects) == 0 {
-		suspects = []string{"none on this node"}
-	}
-	fix := "run weftctl doctor on the peers too: the kernel names the rule on the node whose chains drop the datagrams"
-	if len(fixes) > 0 {
-		fix = "if a suspect drops them: " + strings.Join(fixes, "; ")
-	}
-	s.r.add("firewall/input", Warn, fix, "%s: the probes say %s; chains and rules on UDP %d here, suspects only: %s",
-		why, strings.Join(probes, ", "), it.port4, strings.Join(suspects, "; "))
 }
 
-// acceptFix is the rule that accepts the peer's datagrams ahead of the
-// drop: iptables' for iptables-nft's INPUT, nft's elsewhere.
+// acceptFix is the rule that accepts UDP port from src ahead of e's drop:
+// iptables' for iptables-nft's INPUT, nft's elsewhere; none in a table of
+// the other IP family.
 func acceptFix(e traceEvent, src string, port uint16) string {
 	ip, cmd := "ip", "iptables"
 	if strings.Contains(src, ":") {
 		ip, cmd = "ip6", "ip6tables"
+	}
+	if e.family == nftables.TableFamilyIPv4 && ip == "ip6" || e.family == nftables.TableFamilyIPv6 && ip == "ip" {
+		return ""
 	}
 	if e.table == "filter" && e.chain == "INPUT" && e.family != nftables.TableFamilyINet {
 		return fmt.Sprintf("%s -I INPUT -s %s -p udp --dport %d -j ACCEPT", cmd, src, port)
@@ -255,44 +206,4 @@ func acceptFix(e traceEvent, src string, port uint16) string {
 		src = "{ " + src + " }"
 	}
 	return fmt.Sprintf("nft %s rule %s %s %s%s %s saddr %s udp dport %d accept", verb, familyName(e.family), e.table, e.chain, where, ip, src, port)
-}
-
-// ruleTexts names traced rules, with their text from `nft -a list chain`
-// when nft is installed (read once a chain).
-type ruleTexts struct {
-	s      *state
-	chains map[string]map[uint64]string
-}
-
-var handleRE = regexp.MustCompile(`^\s*(.*\S)\s+# handle (\d+)$`)
-
-func (r *ruleTexts) describe(e traceEvent) string {
-	where := fmt.Sprintf("table %s %s chain %s", familyName(e.family), e.table, e.chain)
-	if e.handle == 0 {
-		return where + " by its policy " + map[bool]string{true: "accept", false: "drop"}[e.verdict == 1]
-	}
-	if r.chains == nil {
-		r.chains = map[string]map[uint64]string{}
-	}
-	texts, ok := r.chains[where]
-	if !ok {
-		texts = map[uint64]string{}
-		var out []byte
-		_ = r.s.Do.Run(func() (err error) {
-			out, err = exec.Command("nft", "-a", "list", "chain", familyName(e.family), e.table, e.chain).Output()
-			return err
-		})
-		for _, l := range strings.Split(string(out), "\n") {
-			if m := handleRE.FindStringSubmatch(l); m != nil {
-				var h uint64
-				fmt.Sscan(m[2], &h)
-				texts[h] = m[1]
-			}
-		}
-		r.chains[where] = texts
-	}
-	if t := texts[e.handle]; t != "" {
-		return fmt.Sprintf("%s by rule handle %d (%s)", where, e.handle, t)
-	}
-	return fmt.Sprintf("%s by rule handle %d", where, e.handle)
 }

@@ -321,10 +321,10 @@ func TestInputSuspects(t *testing.T) {
 		evidence []string
 		fix      string
 	}{
-		{"no CAP_NET_ADMIN", noAdmin, vxlan, []string{`^cannot trace the VXLAN datagrams: .*operation not permitted: the probes say 192.168.77.2 did not answer; chains and rules on UDP 8472 here, suspects only: \(nftables unreadable`}, ""},
+		{"no CAP_NET_ADMIN", noAdmin, vxlan, []string{`^cannot trace the VXLAN datagrams: .*operation not permitted: the probes say 192.168.77.2 did not answer; suspects only: \(nftables unreadable`}, ""},
 		{"WireGuard: no overlay device to probe through", connectivity.Do(ns.Do), subnet.BackendConfig{Type: subnet.BackendTypeWireGuard, ListenPort: 8472},
 			[]string{`^cannot trace the WireGuard datagrams: doctor found no overlay device to probe through, so no peer sends it a datagram: .*suspects only: .*table ip filter chain INPUT policy drop`}, ""},
-		{"no datagram arrived", connectivity.Do(ns.Do), vxlan, []string{`^none of peer 192.168.77.2 \(10.244.2.0/24\)'s VXLAN datagrams arrived during the probes .*: the probes say 192.168.77.2 did not answer; chains and rules on UDP 8472 here, suspects only: `,
+		{"no datagram arrived", connectivity.Do(ns.Do), vxlan, []string{`^none of peer 192.168.77.2 \(10.244.2.0/24\)'s VXLAN datagrams arrived during the probes .*: the probes say 192.168.77.2 did not answer; suspects only: `,
 			`table ip filter chain INPUT policy drop`, `table inet f chain in rule handle \d+ on UDP 8472`},
 			`^if a suspect drops them: iptables -I INPUT -s 192.168.77.2 -p udp --dport 8472 -j ACCEPT; nft insert rule inet f in position \d+ ip saddr 192.168.77.2 udp dport 8472 accept$`},
 	} {

@@ -61,7 +61,7 @@ func Run(ctx context.Context, n Node) *Report {
 		checkProbes(ctx, s)
 	}
 	checkInput(s, trace) // stops the trace
-	checkForwardTrace(s, trace)
+	checkForward(s, trace)
 	return s.r
 }
 

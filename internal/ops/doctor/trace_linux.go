@@ -95,9 +95,8 @@ func startTrace(do connectivity.Do, sp traceSpec) (*tracer, error) {
 }
 
 func (t *tracer) install(sp traceSpec) error {
-	tab := t.nft.AddTable(&nftables.Table{Name: traceTable + strconv.Itoa(os.Getpid()), Family: nftables.TableFamilyINet})
-	t.table = tab
-	ch := t.nft.AddChain(&nftables.Chain{Name: "trace", Table: tab, Type: nftables.ChainTypeFilter,
+	t.table = t.nft.AddTable(&nftables.Table{Name: traceTable + strconv.Itoa(os.Getpid()), Family: nftables.TableFamilyINet})
+	ch := t.nft.AddChain(&nftables.Chain{Name: "trace", Table: t.table, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRef(math.MinInt32 + 1)})
 	for _, f := range []struct {
 		peers         []netip.Addr
@@ -109,76 +108,70 @@ func (t *tracer) install(sp traceSpec) error {
 		if len(f.peers) == 0 {
 			continue
 		}
-		set := &nftables.Set{Table: tab, Name: fmt.Sprintf("peers%d", f.proto), KeyType: f.key}
-		elems := make([]nftables.SetElement, len(f.peers))
-		for i, a := range f.peers {
-			elems[i].Key = a.AsSlice()
+		peers, err := t.addrSet(fmt.Sprintf("peers%d", f.proto), f.key, f.peers)
+		if err != nil {
+			return err
 		}
 		// rate holds each peer's own limit, so that one peer's traffic
 		// does not use up the others' share.
-		rate := &nftables.Set{Table: tab, Name: fmt.Sprintf("rate%d", f.proto), KeyType: f.key, Dynamic: true, HasTimeout: true, Timeout: time.Minute}
-		if err := t.nft.AddSet(set, elems); err != nil {
-			return err
-		}
+		rate := &nftables.Set{Table: t.table, Name: fmt.Sprintf("rate%d", f.proto), KeyType: f.key, Dynamic: true, HasTimeout: true, Timeout: time.Minute}
 		if err := t.nft.AddSet(rate, nil); err != nil {
 			return err
 		}
-		t.nft.AddRule(&nftables.Rule{Table: tab, Chain: ch, Exprs: []expr.Any{
-			&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		t.mark(ch, &expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{f.proto}},
 			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: f.offset, Len: f.bytes},
-			&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+			&expr.Lookup{SourceRegister: 1, SetName: peers.Name, SetID: peers.ID},
 			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 2},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 2, Data: []byte{unix.IPPROTO_UDP}},
 			&expr.Payload{DestRegister: 2, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 2, Data: binary.BigEndian.AppendUint16(nil, f.port)},
 			&expr.Dynset{SrcRegKey: 1, SetName: rate.Name, SetID: rate.ID, Operation: unix.NFT_DYNSET_OP_UPDATE,
-				Exprs: []expr.Any{&expr.Limit{Type: expr.LimitTypePkts, Rate: traceRate, Unit: expr.LimitTimeSecond, Burst: traceRate}}},
-			&expr.Immediate{Register: 2, Data: []byte{1}},
-			&expr.Meta{Key: expr.MetaKeyNFTRACE, SourceRegister: true, Register: 2},
-		}})
+				Exprs: []expr.Any{&expr.Limit{Type: expr.LimitTypePkts, Rate: traceRate, Unit: expr.LimitTimeSecond, Burst: traceRate}}})
 	}
 	if len(sp.replies) > 0 {
-		if err := t.traceReplies(tab, ch, sp.replies, sp.echoID); err != nil {
+		// The ICMP echo replies with id echoID to the addresses in
+		// replies; chain end, empty and last on the forward hook, says by
+		// its policy's event that a reply passed every other chain there,
+		// iptables-legacy's included.
+		replies, err := t.addrSet("replies", nftables.TypeIPAddr, sp.replies)
+		if err != nil {
 			return err
 		}
+		t.mark(ch, &expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_ICMP}},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+			&expr.Lookup{SourceRegister: 1, SetName: replies.Name, SetID: replies.ID},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0}}, // echo reply
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 4, Len: 2},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, sp.echoID)})
+		t.nft.AddChain(&nftables.Chain{Name: traceEnd, Table: t.table, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityRef(math.MaxInt32)})
 	}
 	if err := t.nft.Flush(); err != nil {
-		return fmt.Errorf("install table inet %s: %w", tab.Name, err)
+		return fmt.Errorf("install table inet %s: %w", t.table.Name, err)
 	}
 	return nil
 }
 
-// traceReplies marks the ICMP echo replies with id to the addresses in
-// to, and adds chain end, empty, last on the forward hook: its policy's
-// event says that a reply passed every other chain there, iptables-legacy's
-// included.
-func (t *tracer) traceReplies(tab *nftables.Table, ch *nftables.Chain, to []netip.Addr, id uint16) error {
-	set := &nftables.Set{Table: tab, Name: "replies", KeyType: nftables.TypeIPAddr}
-	elems := make([]nftables.SetElement, len(to))
-	for i, a := range to {
+// addrSet adds a set of addrs to doctor's table.
+func (t *tracer) addrSet(name string, key nftables.SetDatatype, addrs []netip.Addr) (*nftables.Set, error) {
+	set := &nftables.Set{Table: t.table, Name: name, KeyType: key}
+	elems := make([]nftables.SetElement, len(addrs))
+	for i, a := range addrs {
 		elems[i].Key = a.AsSlice()
 	}
-	if err := t.nft.AddSet(set, elems); err != nil {
-		return err
-	}
-	t.nft.AddRule(&nftables.Rule{Table: tab, Chain: ch, Exprs: []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_ICMP}},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0}}, // echo reply
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 4, Len: 2},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, id)},
+	return set, t.nft.AddSet(set, elems)
+}
+
+// mark adds a rule to ch that sets nftrace on the packets match selects.
+func (t *tracer) mark(ch *nftables.Chain, match ...expr.Any) {
+	t.nft.AddRule(&nftables.Rule{Table: t.table, Chain: ch, Exprs: append(match,
 		&expr.Immediate{Register: 1, Data: []byte{1}},
-		&expr.Meta{Key: expr.MetaKeyNFTRACE, SourceRegister: true, Register: 1},
-	}})
-	t.nft.AddChain(&nftables.Chain{Name: traceEnd, Table: tab, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityRef(math.MaxInt32)})
-	return nil
+		&expr.Meta{Key: expr.MetaKeyNFTRACE, SourceRegister: true, Register: 1})})
 }
 
 // collect reads trace events until the socket's deadline or close.
