@@ -7,9 +7,8 @@
 // per address family the node has a pod subnet of (Compute: pure, from the
 // API objects) and writes them with Program, which replaces the whole table
 // in one nftables transaction, so the kernel goes from the old rules to the
-// new ones at once. It tells its Reporter the outcome of each transaction,
-// and after each commit whether the pods' source addresses are checked; a
-// failed one is retried with backoff (100 ms doubling, up to 30 s by default).
+// new ones at once, retried with backoff (100 ms doubling, up to 30 s) when
+// it fails. Its Reporter hears each outcome and whether sources are checked.
 //
 // While a pod of the node is isolated, the table has a chain on the
 // forward hook that accepts established and related traffic, drops IPv6
@@ -23,8 +22,7 @@
 // the direction and the policies that isolate the pod (flow.LogPrefix). Pods
 // and peers are set elements, so rules grow with policies, not pods. A pod's
 // identity is the Pod that holds its address: host-network and finished
-// Pods are left out, and of two live Pods listing one address the one
-// created last has it.
+// Pods are left out; of two live Pods listing one address, the newer has it.
 //
 // The node enforces ingress and egress for the pods in its own subnets, so
 // traffic between nodes is checked for egress on the sender and for ingress
@@ -34,10 +32,9 @@
 // filtered, as the API requires.
 //
 // A second table (family bridge, same name, same transaction; if the
-// kernel refuses it, Program commits the inet table alone and returns
-// ErrNoSourceChecks) drops frames on the pods' bridge ports (Plan.Ports, read
-// by PortsFromStore from the CNI plugin's address store) whose sender
-// address is not that port's pod's, and broadcasts and multicasts bridged to
-// a pod isolated for ingress. docs/network-policy.md has the tables in
-// detail and what is not enforced.
+// kernel refuses it, Program commits the inet table alone, ErrNoSourceChecks)
+// drops frames on the pods' bridge ports (Plan.Ports, from PortsFromStore
+// reading the CNI plugin's address store) whose sender address is not that
+// port's pod's, and broadcasts and multicasts bridged to a pod isolated for
+// ingress. docs/network-policy.md details the tables and what is not enforced.
 package policy

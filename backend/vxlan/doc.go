@@ -28,9 +28,8 @@
 // chain on weft.1's ingress hook (on a kernel that refuses those, before
 // Linux 5.10, in one on the prerouting hook).
 //
-// This is the state Flannel's vxlan backend programs (same VNI, port and
-// frame format, so weft and flanneld nodes carry each other's pod traffic);
-// the permanent entries mean the kernel never floods, asks or learns.
+// This is Flannel's vxlan state (same VNI, port and frame format: weft and
+// flanneld nodes carry each other's pods); the kernel never floods or learns.
 //
 // Unlike Flannel's, the device MAC is stable (vtep.DeviceMAC) and a
 // compatible device is adopted, never flushed or recreated, so a restart

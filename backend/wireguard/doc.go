@@ -32,10 +32,8 @@
 // restarted node keeps its public key and its peers need no update.
 //
 // kernel.Reconciler syncs on every new table, on notifications about the
-// devices, their addresses and routes, and every ResyncInterval (10 s by
-// default): a missing device is re-created, a missing address or route put
-// back, and the device's peers compared with the table (stale ones removed,
-// missing or changed ones set), without replacing unchanged peers (which
-// would drop their sessions). A change of the peers themselves (`wg set`)
-// raises no notification, so only the periodic sync repairs it.
+// devices, their addresses and routes, and every ResyncInterval (10 s): it
+// re-creates a missing device, address or route and sets the peers that
+// differ from the table, never replacing unchanged ones (their sessions
+// would drop). A `wg set` raises no notification: the periodic sync repairs it.
 package wireguard
