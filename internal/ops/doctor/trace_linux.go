@@ -32,7 +32,7 @@ import (
 const (
 	traceTable = "weft-doctor-trace-"
 	traceRate  = 10
-	traceEnd   = "end" // see traceReplies
+	traceEnd   = "end" // the last chain on the forward hook, see install
 )
 
 // traceEvent is one trace event of a datagram from src: a rule that
@@ -59,7 +59,7 @@ type tracer struct {
 
 // traceSpec is what the trace marks: UDP to port4 from peers4 and to port6
 // from peers6; and ICMP echo replies with id echoID to the addresses in
-// replies, which the node forwards (see forwardProbe).
+// replies, which the node forwards (see fwdProbe).
 type traceSpec struct {
 	peers4, peers6 []netip.Addr
 	port4, port6   uint16
