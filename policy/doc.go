@@ -1,14 +1,13 @@
 // Package policy enforces Kubernetes NetworkPolicy for the pods of one
-// node, in an nftables table of weft's own (family inet, named
-// weft-policy).
+// node, in an nftables table of weft's own (inet weft-policy).
 //
 // A Controller watches NetworkPolicies, Pods and Namespaces (informers on
 // narrow REST clients). Once every informer has listed, it computes a Plan
 // per address family the node has a pod subnet of (Compute: pure, from the
 // API objects) and writes them with Program, which replaces the whole table
-// in one nftables transaction, so the kernel goes from the old rules to the
-// new ones at once, retried with backoff (100 ms doubling, up to 30 s) when
-// it fails. Its Reporter hears each outcome and whether sources are checked.
+// in one nftables transaction (the kernel goes from the old rules to the new
+// at once), retried with backoff (100 ms doubling, up to 30 s by default).
+// Its Reporter hears each outcome and whether sources are checked.
 //
 // While a pod of the node is isolated, the table has a chain on the
 // forward hook that accepts established and related traffic, drops IPv6
@@ -32,7 +31,8 @@
 // filtered, as the API requires.
 //
 // A second table (family bridge, same name, same transaction; if the
-// kernel refuses it, Program commits the inet table alone, ErrNoSourceChecks)
+// kernel refuses it, Program commits the inet table alone and returns
+// ErrNoSourceChecks)
 // drops frames on the pods' bridge ports (Plan.Ports, from PortsFromStore
 // reading the CNI plugin's address store) whose sender address is not that
 // port's pod's, and broadcasts and multicasts bridged to a pod isolated for

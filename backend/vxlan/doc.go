@@ -23,18 +23,18 @@
 // backend/nft) accepts the VXLAN port only from the sets of the peers'
 // public addresses, which change in the same reconcile as the routes (an
 // address is added before its routes, removed after them), drops the rest
-// as "not_peer", and drops frames out of weft.1 whose source is outside the
-// cluster network as "foreign_source" (docs/what-reaches-pods.md), in a
-// chain on weft.1's ingress hook (on a kernel that refuses those, before
-// Linux 5.10, in one on the prerouting hook).
+// as "not_peer", and frames out of weft.1 from outside the cluster network
+// as "foreign_source" (docs/what-reaches-pods.md), in a chain on weft.1's
+// ingress hook (before Linux 5.10, which refuses those, on prerouting).
 //
 // This is Flannel's vxlan state (same VNI, port and frame format: weft and
-// flanneld nodes carry each other's pods); the kernel never floods or learns.
+// flanneld nodes carry each other's pods); the entries are permanent, so
+// the kernel never floods or learns.
 //
 // Unlike Flannel's, the device MAC is stable (vtep.DeviceMAC) and a
 // compatible device is adopted, never flushed or recreated, so a restart
 // drops no packet; a peer whose MAC or address changed gets its FDB entry
 // replaced; drift is repaired on netlink notifications (backend/kernel's
 // Reconciler). A device with our VNI and port under another name
-// (flannel.1) would make the kernel refuse ours: it is removed, logged.
+// (flannel.1), which would make the kernel refuse ours, is removed, logged.
 package vxlan

@@ -268,19 +268,21 @@ func TestPeerFilterRepair(t *testing.T) {
 	nettest.MustRun(t, n1, "nft", "delete", "element", "inet", FilterTable, PeerSet, "{", n2.Addr.String(), "}")
 	eventually(t, 5*time.Second, "element back", has)
 	// A kernel before Linux 6.16 deletes a device's ingress chain with the
-	// device; the chain alone gone is repaired too.
+	// device; the chain alone gone is repaired too (the prerouting chain
+	// where the kernel refuses ingress chains).
 	chain := "overlay-weft.1"
+	if _, err := n1.Run("nft", "list", "chain", "inet", FilterTable, chain); err != nil {
+		chain = "prerouting"
+	}
 	nettest.MustRun(t, n1, "nft", "delete", "chain", "inet", FilterTable, chain)
-	eventually(t, 5*time.Second, "ingress chain back", func() (bool, string) {
+	eventually(t, 5*time.Second, "source check chain back, counted as a repair", func() (bool, string) {
 		out, err := n1.Run("nft", "list", "chain", "inet", FilterTable, chain)
 		if err != nil {
 			return false, err.Error()
 		}
-		return strings.Contains(out, RuleForeignSrc), out
+		r := b.Stats().Repairs["filter"]
+		return strings.Contains(out, RuleForeignSrc) && r >= 3, fmt.Sprintf("%d repairs\n%s", r, out)
 	})
-	if r := b.Stats().Repairs["filter"]; r < 3 {
-		t.Errorf("filter repairs %d, want 3", r)
-	}
 }
 
 // TestNoPeerFilter: with the filter off, no table is programmed, and one

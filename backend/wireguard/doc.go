@@ -32,8 +32,9 @@
 // restarted node keeps its public key and its peers need no update.
 //
 // kernel.Reconciler syncs on every new table, on notifications about the
-// devices, their addresses and routes, and every ResyncInterval (10 s): it
-// re-creates a missing device, address or route and sets the peers that
-// differ from the table, never replacing unchanged ones (their sessions
-// would drop). A `wg set` raises no notification: the periodic sync repairs it.
+// devices, their addresses and routes, and every ResyncInterval (10 s by
+// default): it re-creates a missing device, address or route, removes stale
+// peers and sets missing or changed ones, never replacing unchanged ones
+// (their sessions would drop). A `wg set` raises no notification: only the
+// periodic sync repairs it.
 package wireguard

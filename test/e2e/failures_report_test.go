@@ -171,7 +171,7 @@ func writeFailuresReport(path string) error {
 	}
 	st := benchreport.NewStamp(root, "flannel-failures",
 		"WEFT_FAILURES_REPORT=$PWD/docs/flannel-failures.md go test -count=1 -run 'TestFlannel|TestServicesKubeProxy' ./test/e2e/",
-		"cmd/weftd", "cmd/weftctl", "cmd/weft", "internal/daemon", "subnet", "backend", "plugin", "vtep")
+		"cmd/weftd", "cmd/weftctl", "cmd/weft", "internal/daemon", "internal/ops", "subnet", "backend", "plugin", "vtep")
 	stamp, err := st.Markdown(root)
 	if err != nil {
 		return err

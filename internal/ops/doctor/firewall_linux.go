@@ -19,60 +19,73 @@ import (
 // and the kernel's nftables trace do not show.
 func checkFirewall(s *state) {
 	if legacy := s.legacyTables(); legacy != "" {
-		s.r.add("firewall/iptables-legacy", Warn, "check them with `iptables-legacy -S` (and migrate them to iptables-nft or nft)",
+		s.r.add("firewall/iptables-legacy", Warn, "check them with `iptables-legacy -S` and `ip6tables-legacy -S` (and migrate them to iptables-nft or nft)",
 			"iptables-legacy tables %s are loaded: their rules run beside nftables, and `nft list ruleset` does not show them "+
 				"(firewall/forward sees whether they let forwarded traffic through, firewall/input does not)", legacy)
 	}
 }
 
-// legacyTables names the loaded iptables-legacy tables, "" when none.
+// legacyTables names the loaded iptables-legacy and ip6tables-legacy
+// tables, "" when none.
 func (s *state) legacyTables() string {
-	names, _ := s.procNet("ip_tables_names")
-	return strings.Join(strings.Fields(names), ", ")
+	var out []string
+	for _, f := range []struct{ proc, prefix string }{{"ip_tables_names", ""}, {"ip6_tables_names", "ip6 "}} {
+		names, _ := s.procNet(f.proc)
+		for _, n := range strings.Fields(names) {
+			out = append(out, f.prefix+n)
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
-// suspects is the answer where the kernel cannot say why: a warning
-// naming, as suspects only, this node's chains on hook with policy drop,
-// the rules on UDP port on the host's hooks (when port is not 0), and
-// loaded iptables-legacy tables, with the rule fix makes to open each; ok
-// when there are none.
-func (s *state) suspects(check string, hook *nftables.ChainHook, port uint16, why string, fix func(traceEvent) string) {
-	var found, fixes []string
-	add := func(e traceEvent, what string, open bool) {
-		found = append(found, fmt.Sprintf("table %s %s chain %s %s", familyName(e.family), e.table, e.chain, what))
-		if f := fix(e); open && f != "" && !slices.Contains(fixes, f) {
+// suspects lists, where the kernel cannot say why, this node's suspects:
+// the ip, ip6 and inet chains on hook with policy drop, the rules on the
+// host's hooks that compare a port with one of ports, and loaded
+// iptables-legacy tables; and for each the rule fix makes to open it, when
+// it makes one (legacy is true for iptables-legacy's own table).
+func (s *state) suspects(hook *nftables.ChainHook, ports []uint16, fix func(e traceEvent, legacy bool) string) (found, fixes []string) {
+	add := func(f string) {
+		if f != "" && !slices.Contains(fixes, f) {
 			fixes = append(fixes, f)
 		}
 	}
 	err := s.baseChains(func(_ *nftables.Conn, ch *nftables.Chain) error {
-		if *ch.Hooknum == *hook && ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop {
-			add(traceEvent{family: ch.Table.Family, table: ch.Table.Name, chain: ch.Name}, "policy drop", true)
+		if ipFamily(ch.Table.Family) && *ch.Hooknum == *hook && ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop {
+			found = append(found, fmt.Sprintf("table %s %s chain %s policy drop", familyName(ch.Table.Family), ch.Table.Name, ch.Name))
+			add(fix(traceEvent{family: ch.Table.Family, table: ch.Table.Name, chain: ch.Name}, false))
 		}
 		return nil
 	})
-	if port != 0 && err == nil {
+	for _, port := range slices.Compact(slices.Clone(ports)) {
+		if err != nil {
+			break
+		}
 		var rules []portRule
 		rules, err = s.portRules(int(port))
 		for _, r := range rules {
-			add(r.traceEvent, fmt.Sprintf("rule handle %d on UDP %d", r.handle, port), r.hook == *hook)
+			found = append(found, fmt.Sprintf("table %s %s chain %s rule handle %d on UDP %d", familyName(r.family), r.table, r.chain, r.handle, port))
+			if r.hook == *hook && ipFamily(r.family) {
+				add(fix(r.traceEvent, false))
+			}
 		}
 	}
 	if err != nil {
 		found = append(found, fmt.Sprintf("(nftables unreadable: %v)", err))
 	}
 	if legacy := s.legacyTables(); legacy != "" {
-		found = append(found, "iptables-legacy tables "+legacy+" (iptables-legacy -S)")
-		fixes = append(fixes, fix(traceEvent{family: nftables.TableFamilyIPv4, table: "filter", chain: strings.ToUpper(hookName(*hook))}))
+		found = append(found, "iptables-legacy tables "+legacy+" (iptables-legacy -S, ip6tables-legacy -S)")
+		add(fix(traceEvent{family: nftables.TableFamilyIPv4, table: "filter", chain: strings.ToUpper(hookName(*hook))}, true))
 	}
-	if len(found) == 0 {
-		rules := ""
-		if port != 0 {
-			rules = fmt.Sprintf(", no rule on UDP %d", port)
-		}
-		s.r.ok(check, "%s; suspects: none on this node (no %s chain with policy drop%s, no iptables-legacy table)", why, hookName(*hook), rules)
-		return
+	return found, fixes
+}
+
+// noSuspects is the evidence, after why, that this node has no suspect.
+func noSuspects(hook *nftables.ChainHook, ports []uint16) string {
+	rules := ""
+	if len(ports) > 0 {
+		rules = fmt.Sprintf(", no rule on UDP %s", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(slices.Compact(slices.Clone(ports)))), " or "), "[]"))
 	}
-	s.r.add(check, Warn, "if a suspect drops them: "+strings.Join(slices.Compact(fixes), "; "), "%s; suspects only: %s", why, strings.Join(found, "; "))
+	return fmt.Sprintf("; suspects: none on this node (no %s chain with policy drop%s, no iptables-legacy table)", hookName(*hook), rules)
 }
 
 // baseChains calls f, in the node's namespace, for each nftables base
@@ -148,6 +161,12 @@ func (s *state) portRules(port int) ([]portRule, error) {
 func familyName(f nftables.TableFamily) string {
 	return map[nftables.TableFamily]string{nftables.TableFamilyIPv4: "ip", nftables.TableFamilyIPv6: "ip6",
 		nftables.TableFamilyINet: "inet", nftables.TableFamilyBridge: "bridge", nftables.TableFamilyNetdev: "netdev"}[f]
+}
+
+// ipFamily reports whether f's hooks are the IP stack's (not netdev's,
+// bridge's or arp's, whose hooks share their numbers).
+func ipFamily(f nftables.TableFamily) bool {
+	return f == nftables.TableFamilyIPv4 || f == nftables.TableFamilyIPv6 || f == nftables.TableFamilyINet
 }
 
 func hookName(h nftables.ChainHook) string {

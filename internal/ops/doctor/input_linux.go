@@ -160,7 +160,7 @@ func (it *inputTrace) untraced(s *state, p subnet.Lease, peer, note string) {
 
 // suspects is firewall/input's answer where the kernel cannot say why:
 // the probes' answer, and this node's suspects with the accepts of the
-// peers' datagrams that would open them.
+// peers' datagrams that would open them; ok when it has none.
 func (it *inputTrace) suspects(s *state, why string) {
 	var answers, peers4 []string
 	for _, r := range s.probes {
@@ -174,13 +174,26 @@ func (it *inputTrace) suspects(s *state, why string) {
 	if len(answers) == 0 {
 		answers = []string{"nothing (no probe ran)"}
 	}
-	src := strings.Join(peers4, ", ")
-	s.suspects("firewall/input", nftables.ChainHookInput, it.port4, why+": the probes say "+strings.Join(answers, ", "), func(e traceEvent) string {
-		if src == "" {
+	why += ": the probes say " + strings.Join(answers, ", ")
+	src, ports := strings.Join(peers4, ", "), []uint16{it.port4, it.port6}
+	found, fixes := s.suspects(nftables.ChainHookInput, ports, func(e traceEvent, legacy bool) string {
+		switch {
+		case src == "":
 			return ""
+		case legacy:
+			return fmt.Sprintf("iptables-legacy -I INPUT -s %s -p udp --dport %d -j ACCEPT", src, it.port4)
 		}
 		return acceptFix(e, src, it.port4)
 	})
+	fix := "run weftctl doctor on the peers too: the kernel names the rule on the node whose chains drop the datagrams"
+	switch {
+	case len(found) == 0:
+		s.r.ok("firewall/input", "%s%s", why, noSuspects(nftables.ChainHookInput, ports))
+		return
+	case len(fixes) > 0:
+		fix = "if a suspect drops them: " + strings.Join(fixes, "; ")
+	}
+	s.r.add("firewall/input", Warn, fix, "%s; suspects only: %s", why, strings.Join(found, "; "))
 }
 
 // acceptFix is the rule that accepts UDP port from src ahead of e's drop:

@@ -336,7 +336,7 @@ func TestInputSuspects(t *testing.T) {
 			}
 			checkInput(s, s.startInputTrace())
 			c := s.r.Find("firewall/input")
-			if len(c) != 1 || c[0].Status != Warn || tt.fix != "" && !regexp.MustCompile(tt.fix).MatchString(c[0].Fix) {
+			if len(c) != 1 || c[0].Status != Warn || strings.HasSuffix(c[0].Fix, ": ") || tt.fix != "" && !regexp.MustCompile(tt.fix).MatchString(c[0].Fix) {
 				t.Fatalf("got %+v, want one warning with fix %q", c, tt.fix)
 			}
 			for _, re := range tt.evidence {
