@@ -17,10 +17,6 @@ import (
 // overwrite or remove each other's rules.
 const masqTable = "weft-cni"
 
-// legacyMasqChain is the single chain older versions kept for every network;
-// it is removed when a network's own chain is written.
-const legacyMasqChain = "postrouting"
-
 // masqChain names network's chain. CNI network names are short
 // alphanumerics with '-', '_' and '.'; a name too long for nftables is cut
 // and made unique with a hash.
@@ -65,10 +61,6 @@ func ensureMasq(network string, rs []masqRule) error {
 		c.AddChain(ch)
 		c.FlushChain(ch)
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, UserData: tag, Exprs: masqExprs(r)})
-		if old, err := c.ListChain(t, legacyMasqChain); err == nil && old != nil {
-			c.FlushChain(old)
-			c.DelChain(old)
-		}
 		if err := c.Flush(); err != nil {
 			return fmt.Errorf("program masquerade for %s: %w", r.src, err)
 		}
