@@ -11,50 +11,71 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 
-	"github.com/weft-net/weft/backend/masq"
 	"github.com/weft-net/weft/backend/vxlan"
 )
 
 // checkFirewall reports iptables-legacy tables, which `nft list ruleset`
 // and the kernel's nftables trace do not show.
 func checkFirewall(s *state) {
-	if legacy := s.legacyTables(); legacy != "" {
+	if v4, v6 := s.legacyTables(); len(v4)+len(v6) > 0 {
 		s.r.add("firewall/iptables-legacy", Warn, "check them with `iptables-legacy -S` and `ip6tables-legacy -S` (and migrate them to iptables-nft or nft)",
 			"iptables-legacy tables %s are loaded: their rules run beside nftables, and `nft list ruleset` does not show them "+
-				"(firewall/forward sees whether they let forwarded traffic through, firewall/input does not)", legacy)
+				"(firewall/forward sees whether they let forwarded traffic through, firewall/input does not)", legacyNames(v4, v6))
 	}
 }
 
-// legacyTables names the loaded iptables-legacy and ip6tables-legacy
-// tables, "" when none.
-func (s *state) legacyTables() string {
-	var out []string
-	for _, f := range []struct{ proc, prefix string }{{"ip_tables_names", ""}, {"ip6_tables_names", "ip6 "}} {
-		names, _ := s.procNet(f.proc)
-		for _, n := range strings.Fields(names) {
-			out = append(out, f.prefix+n)
-		}
+// legacyTables lists the loaded iptables-legacy and ip6tables-legacy
+// tables.
+func (s *state) legacyTables() (v4, v6 []string) {
+	names, _ := s.procNet("ip_tables_names")
+	names6, _ := s.procNet("ip6_tables_names")
+	return strings.Fields(names), strings.Fields(names6)
+}
+
+func legacyNames(v4, v6 []string) string {
+	out := slices.Clone(v4)
+	for _, n := range v6 {
+		out = append(out, "ip6 "+n)
 	}
 	return strings.Join(out, ", ")
 }
 
 // suspects lists, where the kernel cannot say why, this node's suspects:
-// the ip, ip6 and inet chains on hook with policy drop, the rules on the
-// host's hooks that compare a port with one of ports, and loaded
-// iptables-legacy tables; and for each the rule fix makes to open it, when
-// it makes one (legacy is true for iptables-legacy's own table).
-func (s *state) suspects(hook *nftables.ChainHook, ports []uint16, fix func(e traceEvent, legacy bool) string) (found, fixes []string) {
-	add := func(f string) {
-		if f != "" && !slices.Contains(fixes, f) {
-			fixes = append(fixes, f)
+// the base chains of the ip, ip6 and inet families on hook with policy
+// drop or a drop or reject rule of their own, the rules on the host's hooks
+// that compare a port with one of ports, and loaded iptables-legacy tables,
+// weft's own tables left out; and the rules open makes to let the traffic
+// through each of them on hook (e: the table and chain, and the rule to
+// insert before, or 0 for the chain's start; legacy for iptables-legacy's
+// own table). err says that nftables could not be read.
+func (s *state) suspects(hook *nftables.ChainHook, ports []uint16, open func(e traceEvent, legacy bool) []string) (found, fixes []string, err error) {
+	var opened []traceEvent // the chains whose accepts go first
+	add := func(fs []string) {
+		for _, f := range fs {
+			if f != "" && !slices.Contains(fixes, f) {
+				fixes = append(fixes, f)
+			}
 		}
 	}
-	err := s.baseChains(func(_ *nftables.Conn, ch *nftables.Chain) error {
-		if ipFamily(ch.Table.Family) && *ch.Hooknum == *hook && ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop {
-			found = append(found, fmt.Sprintf("table %s %s chain %s policy drop", familyName(ch.Table.Family), ch.Table.Name, ch.Name))
-			add(fix(traceEvent{family: ch.Table.Family, table: ch.Table.Name, chain: ch.Name}, false))
+	err = s.baseChains(func(c *nftables.Conn, ch *nftables.Chain) error {
+		if !ipFamily(ch.Table.Family) || *ch.Hooknum != *hook {
+			return nil
 		}
-		return nil
+		var why []string
+		if ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop {
+			why = append(why, "policy drop")
+		}
+		rules, err := c.GetRules(ch.Table, ch)
+		if i := slices.IndexFunc(rules, drops); i >= 0 {
+			why = append(why, fmt.Sprintf("rule handle %d drops", rules[i].Handle))
+		}
+		if len(why) > 0 {
+			e := traceEvent{family: ch.Table.Family, table: ch.Table.Name, chain: ch.Name} // the accept goes first in the chain
+			found = append(found, fmt.Sprintf("table %s %s chain %s %s", familyName(e.family), e.table, e.chain, strings.Join(why, ", ")))
+			add(open(e, false))
+			opened = append(opened, e)
+		}
+		return err
 	})
 	for _, port := range slices.Compact(slices.Clone(ports)) {
 		if err != nil {
@@ -64,33 +85,47 @@ func (s *state) suspects(hook *nftables.ChainHook, ports []uint16, fix func(e tr
 		rules, err = s.portRules(int(port))
 		for _, r := range rules {
 			found = append(found, fmt.Sprintf("table %s %s chain %s rule handle %d on UDP %d", familyName(r.family), r.table, r.chain, r.handle, port))
-			if r.hook == *hook && ipFamily(r.family) {
-				add(fix(r.traceEvent, false))
+			chain := traceEvent{family: r.family, table: r.table, chain: r.chain}
+			if r.hook == *hook && ipFamily(r.family) && !slices.Contains(opened, chain) {
+				add(open(r.traceEvent, false)) // the accept goes before the rule
 			}
 		}
 	}
 	if err != nil {
 		found = append(found, fmt.Sprintf("(nftables unreadable: %v)", err))
 	}
-	if legacy := s.legacyTables(); legacy != "" {
-		found = append(found, "iptables-legacy tables "+legacy+" (iptables-legacy -S, ip6tables-legacy -S)")
-		add(fix(traceEvent{family: nftables.TableFamilyIPv4, table: "filter", chain: strings.ToUpper(hookName(*hook))}, true))
+	v4, v6 := s.legacyTables()
+	if len(v4)+len(v6) > 0 {
+		found = append(found, "iptables-legacy tables "+legacyNames(v4, v6)+" (iptables-legacy -S, ip6tables-legacy -S)")
 	}
-	return found, fixes
+	for _, f := range []struct {
+		tables []string
+		family nftables.TableFamily
+	}{{v4, nftables.TableFamilyIPv4}, {v6, nftables.TableFamilyIPv6}} {
+		if slices.Contains(f.tables, "filter") {
+			add(open(traceEvent{family: f.family, table: "filter", chain: strings.ToUpper(hookName(*hook))}, true))
+		}
+	}
+	return found, fixes, err
 }
 
-// noSuspects is the evidence, after why, that this node has no suspect.
-func noSuspects(hook *nftables.ChainHook, ports []uint16) string {
-	rules := ""
-	if len(ports) > 0 {
-		rules = fmt.Sprintf(", no rule on UDP %s", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(slices.Compact(slices.Clone(ports)))), " or "), "[]"))
-	}
-	return fmt.Sprintf("; suspects: none on this node (no %s chain with policy drop%s, no iptables-legacy table)", hookName(*hook), rules)
+// drops reports whether r drops or rejects what it matches.
+func drops(r *nftables.Rule) bool {
+	return slices.ContainsFunc(r.Exprs, func(e expr.Any) bool {
+		switch e := e.(type) {
+		case *expr.Verdict:
+			return e.Kind == expr.VerdictDrop
+		case *expr.Reject:
+			return true
+		case *expr.Target:
+			return e.Name == "REJECT"
+		}
+		return false
+	})
 }
 
 // baseChains calls f, in the node's namespace, for each nftables base
-// chain that is not in weft's masquerade tables or the kernel VXLAN
-// backend's peer filter (firewall/vxlan-peers reports that one).
+// chain that is not in one of weft's own tables.
 func (s *state) baseChains(f func(c *nftables.Conn, ch *nftables.Chain) error) error {
 	return s.Do.Run(func() error {
 		c, err := nftables.New()
@@ -102,7 +137,7 @@ func (s *state) baseChains(f func(c *nftables.Conn, ch *nftables.Chain) error) e
 			return err
 		}
 		for _, ch := range chains {
-			if ch.Hooknum != nil && ch.Table.Name != masq.TableIPv4 && ch.Table.Name != masq.TableIPv6 && !weftFilter(ch.Table) {
+			if ch.Hooknum != nil && !weftTable(ch.Table.Name) {
 				if err := f(c, ch); err != nil {
 					return err
 				}
@@ -112,8 +147,13 @@ func (s *state) baseChains(f func(c *nftables.Conn, ch *nftables.Chain) error) e
 	})
 }
 
-// weftFilter reports whether t is the vxlan backend's peer filter, whose
-// drop of non-peers is no firewall closing the port to peers.
+// weftTable reports whether a table is weft's own (its masquerade, peer
+// filter, NetworkPolicy, CNI masquerade and doctor's trace tables are all
+// named weft-…): what those drop is weft's to drop, not a firewall in the
+// way (firewall/vxlan-peers reports on the peer filter).
+func weftTable(name string) bool { return strings.HasPrefix(name, "weft-") }
+
+// weftFilter reports whether t is the vxlan backend's peer filter.
 func weftFilter(t *nftables.Table) bool {
 	return t.Name == vxlan.FilterTable && t.Family == nftables.TableFamilyINet
 }

@@ -116,10 +116,10 @@ func (s *state) sendForward(probes []fwdProbe, id uint16) error {
 func checkForward(s *state, it *inputTrace) {
 	switch {
 	case it == nil:
-		s.forwardSuspects("no forwarded datagram traced (probes off, or a backend without a tunnel)", nil)
+		s.forwardSuspects("no forwarded datagram traced (probes off, or a backend without a tunnel)")
 		return
 	case it.err != nil:
-		s.forwardSuspects(fmt.Sprintf("cannot trace forwarded datagrams: %v", it.err), nil)
+		s.forwardSuspects(fmt.Sprintf("cannot trace forwarded datagrams: %v", it.err))
 		return
 	}
 	it.stop(s)
@@ -132,40 +132,36 @@ func checkForward(s *state, it *inputTrace) {
 		ended := slices.ContainsFunc(evs, func(e traceEvent) bool { return strings.HasPrefix(e.table, traceTable) && e.chain == traceEnd })
 		switch tests := s.replyTests(evs); {
 		case drop != nil:
-			s.r.add("firewall/forward", Fail, s.forwardFix(*drop, false), "%s: the kernel dropped it in %s", p, rules.describe(*drop))
+			s.r.add("firewall/forward", Fail, strings.Join(s.forwardFix(*drop, false), "; "), "%s: the kernel dropped it in %s", p, rules.describe(*drop))
 		case !ended && it.lost != nil:
-			s.forwardSuspects(fmt.Sprintf("%s: some trace events were lost (%v)", p, it.lost), nil)
+			s.forwardSuspects(fmt.Sprintf("%s: some trace events were lost (%v)", p, it.lost))
 		case !ended:
-			s.forwardSuspects(p.String()+": no reply was forwarded during the probes (the peer, the path, or a firewall the trace does not see)", nil)
+			s.forwardSuspects(p.String() + ": no reply was forwarded during the probes (the peer, the path, or a firewall the trace does not see)")
 		case len(tests) > 0:
-			var names []string
-			for _, e := range tests {
-				names = append(names, fmt.Sprintf("table %s %s chain %s rule %d", familyName(e.family), e.table, e.chain, e.handle))
-			}
-			s.forwardSuspects(fmt.Sprintf("%s: the kernel forwarded it, as the reply of a flow (%s test its conntrack state or protocol), so new connections between pods may meet another verdict", p, strings.Join(names, "; ")), tests)
+			s.forwardSuspects(fmt.Sprintf("%s: the kernel forwarded it, as the reply of a flow (%s test its conntrack state or protocol), so new connections between pods may meet another verdict", p, strings.Join(tests, "; ")))
 		default:
 			s.r.ok("firewall/forward", "%s: the kernel forwarded it: %s", p, strings.Join(accepts, "; "))
 		}
 	}
 	switch {
 	case it.fwdWhy != "":
-		s.forwardSuspects("cannot make this node forward a datagram: "+it.fwdWhy, nil)
+		s.forwardSuspects("cannot make this node forward a datagram: " + it.fwdWhy)
 	case !out:
-		s.forwardSuspects("no pod on this node in its neighbour table to make it forward a datagram from its pods to the overlay", nil)
+		s.forwardSuspects("no pod on this node in its neighbour table to make it forward a datagram from its pods to the overlay")
 	}
 }
 
-// replyTests finds the rules (not doctor's) that matched a reply and test
-// its conntrack state or status, its protocol or ports, or an xtables
-// match, which doctor does not read.
-func (s *state) replyTests(evs []traceEvent) []traceEvent {
-	var out []traceEvent
+// replyTests names the rules (not weft's or doctor's) that matched a
+// reply and test its conntrack state or status, its protocol or ports, or
+// an xtables match, which doctor does not read.
+func (s *state) replyTests(evs []traceEvent) []string {
+	var out []string
 	cache := map[string][]*nftables.Rule{}
 	for _, e := range evs {
-		if e.handle == 0 || strings.HasPrefix(e.table, traceTable) {
+		if e.handle == 0 || weftTable(e.table) {
 			continue
 		}
-		key := familyName(e.family) + " " + e.table + " " + e.chain
+		key := familyName(e.family) + " " + e.table + " chain " + e.chain
 		rs, ok := cache[key]
 		if !ok {
 			_ = s.Do.Run(func() error {
@@ -190,48 +186,55 @@ func (s *state) replyTests(evs []traceEvent) []traceEvent {
 				return true
 			}
 			return false
-		}) && !slices.ContainsFunc(out, func(o traceEvent) bool {
-			return o.family == e.family && o.table == e.table && o.chain == e.chain && o.handle == e.handle
-		}) {
-			out = append(out, e)
+		}) && !slices.Contains(out, fmt.Sprintf("table %s rule %d", key, e.handle)) {
+			out = append(out, fmt.Sprintf("table %s rule %d", key, e.handle))
 		}
 	}
 	return out
 }
 
-// forwardSuspects warns (why) with this node's suspects, and the rules
-// that would open them; ok when it has none, unless a reply passed only
-// by the rules in tested, whose chains are then the suspects.
-func (s *state) forwardSuspects(why string, tested []traceEvent) {
-	found, fixes := s.suspects(nftables.ChainHookForward, nil, s.forwardFix)
-	if len(found) == 0 && len(tested) == 0 {
-		s.r.ok("firewall/forward", "%s%s", why, noSuspects(nftables.ChainHookForward, nil))
+// forwardSuspects warns (why) with this node's suspects and the rules
+// that would open them; ok when it has none.
+func (s *state) forwardSuspects(why string) {
+	found, fixes, err := s.suspects(nftables.ChainHookForward, nil, s.forwardFix)
+	fix := "accept the cluster network ahead of the suspects' drops"
+	switch {
+	case len(found) == 0:
+		s.r.ok("firewall/forward", "%s; no forward chain here has policy drop or a drop rule, no iptables-legacy table is loaded", why)
 		return
+	case err != nil:
+		fix = "run weftctl doctor as root: it needs CAP_NET_ADMIN to read nftables and to ask the kernel"
+	case len(fixes) > 0:
+		fix = "if a suspect drops pods' traffic: " + strings.Join(fixes, "; ")
 	}
-	if len(found) == 0 {
-		for _, e := range tested {
-			found = append(found, fmt.Sprintf("table %s %s chain %s, which may drop what its rule %d does not accept", familyName(e.family), e.table, e.chain, e.handle))
-			if f := s.forwardFix(traceEvent{family: e.family, table: e.table, chain: e.chain}, false); !slices.Contains(fixes, f) {
-				fixes = append(fixes, f)
-			}
-		}
-	}
-	s.r.add("firewall/forward", Warn, "if a suspect drops pods' traffic: "+strings.Join(fixes, "; "), "%s; suspects only: %s", why, strings.Join(found, "; "))
+	s.r.add("firewall/forward", Warn, fix, "%s; suspects only: %s", why, strings.Join(found, "; "))
 }
 
-// forwardFix is the pair of rules that accept the cluster network ahead
-// of e's drop: iptables' for iptables-nft's FORWARD (iptables-legacy's for
-// its own table), nft's elsewhere.
-func (s *state) forwardFix(e traceEvent, legacy bool) string {
-	network := "<cluster network>"
-	if s.Config != nil {
-		network = s.Config.Network.String()
+// forwardFix is what accepts the cluster network (each family it has)
+// ahead of e's drop: weft's own rules or iptables' (ip6tables',
+// iptables-legacy's) for iptables' FORWARD, nft's elsewhere.
+func (s *state) forwardFix(e traceEvent, legacy bool) []string {
+	if s.Config == nil {
+		return nil
 	}
-	if e.table == "filter" && e.chain == "FORWARD" && e.family != nftables.TableFamilyINet {
-		cmd := map[bool]string{false: "iptables", true: "iptables-legacy"}[legacy]
-		return fmt.Sprintf("run weftd with --iptables-forward-rules (the default) and without EnableNFTables: it keeps chain WEFT-FWD accepting %s here; "+
-			"or %s -I FORWARD -s %s -j ACCEPT; %s -I FORWARD -d %s -j ACCEPT", network, cmd, network, cmd, network)
+	var out []string
+	for _, f := range []struct {
+		family  nftables.TableFamily
+		network netip.Prefix
+		ip, cmd string
+	}{{nftables.TableFamilyIPv4, s.Config.Network, "ip", "iptables"}, {nftables.TableFamilyIPv6, s.Config.IPv6Network, "ip6", "ip6tables"}} {
+		if !f.network.IsValid() || e.family != f.family && e.family != nftables.TableFamilyINet {
+			continue
+		}
+		n := f.network.String()
+		if e.table == "filter" && e.chain == "FORWARD" && e.family != nftables.TableFamilyINet {
+			cmd := f.cmd + map[bool]string{true: "-legacy"}[legacy]
+			out = append(out, fmt.Sprintf("run weftd with --iptables-forward-rules (the default) and without EnableNFTables: it keeps chain WEFT-FWD accepting %s here; "+
+				"or %s -I FORWARD -s %s -j ACCEPT; %s -I FORWARD -d %s -j ACCEPT", n, cmd, n, cmd, n))
+			continue
+		}
+		t := familyName(e.family) + " " + e.table + " " + e.chain
+		out = append(out, fmt.Sprintf("nft insert rule %s %s saddr %s accept; nft insert rule %s %s daddr %s accept", t, f.ip, n, t, f.ip, n))
 	}
-	t := familyName(e.family) + " " + e.table + " " + e.chain
-	return fmt.Sprintf("nft insert rule %s ip saddr %s accept; nft insert rule %s ip daddr %s accept", t, network, t, network)
+	return out
 }

@@ -40,7 +40,9 @@ func TestForwardTrace(t *testing.T) {
 		{"policy drop, replies accepted", chain("ct state established,related accept"), "", "", Warn,
 			`the kernel forwarded it, as the reply of a flow \(table inet f chain fw rule \d+ test its conntrack state or protocol\).*suspects only: table inet f chain fw policy drop`},
 		{"replies accepted, then a drop rule", "table inet f { chain fw { type filter hook forward priority 0;\nct state established,related accept\ndrop\n}\n}", "", "", Warn,
-			`suspects only: table inet f chain fw, which may drop what its rule \d+ does not accept$`},
+			`suspects only: table inet f chain fw rule handle \d+ drops$`},
+		{"replies accepted, nothing dropped", "table inet f { chain fw { type filter hook forward priority 0;\nct state established,related accept\n}\n}", "", "", OK,
+			`as the reply of a flow .*; no forward chain here has policy drop or a drop rule`},
 		{"iptables-nft FORWARD DROP, weft's WEFT-FWD", "", weftFwd, "", OK, `table ip filter chain WEFT-FWD by rule handle`},
 		{"iptables-nft FORWARD DROP, Docker's accepts for its bridge", "", docker, "", Warn, `suspects only: table ip filter chain FORWARD policy drop`},
 		// iptables-legacy's chains are no nf_tables chains, but doctor's

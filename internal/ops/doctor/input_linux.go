@@ -103,7 +103,7 @@ func checkInput(s *state, it *inputTrace) {
 		return
 	}
 	it.stop(s)
-	legacy, note := s.legacyTables(), ""
+	legacy, note := legacyNames(s.legacyTables()), ""
 	if legacy != "" {
 		note = fmt.Sprintf("; iptables-legacy tables %s are loaded, which the trace does not see", legacy)
 	}
@@ -122,7 +122,8 @@ func checkInput(s *state, it *inputTrace) {
 			drop, accepts := rules.decision(evs)
 			switch {
 			case drop != nil:
-				s.r.add("firewall/input", Fail, acceptFix(*drop, a.String(), port), "%s: the kernel dropped it in %s%s", what, rules.describe(*drop), note)
+				family := map[bool]nftables.TableFamily{false: nftables.TableFamilyIPv4, true: nftables.TableFamilyIPv6}[a.Is6()]
+				s.r.add("firewall/input", Fail, acceptFix(*drop, family, []string{a.String()}, port, false), "%s: the kernel dropped it in %s%s", what, rules.describe(*drop), note)
 			case it.lost != nil:
 				it.suspects(s, fmt.Sprintf("%s: nftables accepted it, but some trace events were lost (%v)", what, it.lost))
 			case legacy != "" && !s.reached(p):
@@ -160,63 +161,74 @@ func (it *inputTrace) untraced(s *state, p subnet.Lease, peer, note string) {
 
 // suspects is firewall/input's answer where the kernel cannot say why:
 // the probes' answer, and this node's suspects with the accepts of the
-// peers' datagrams that would open them; ok when it has none.
+// peers' datagrams that would open them.
 func (it *inputTrace) suspects(s *state, why string) {
-	var answers, peers4 []string
+	var answers []string
 	for _, r := range s.probes {
-		answers = append(answers, fmt.Sprintf("%s %s", r.peer.Attrs.PublicIP, map[bool]string{true: "answered", false: "did not answer"}[r.small.Received > 0]))
-	}
-	for _, l := range s.peers() {
-		if l.Attrs.PublicIP.IsValid() {
-			peers4 = append(peers4, l.Attrs.PublicIP.String())
-		}
+		answers = append(answers, fmt.Sprintf("%s %s", cmp.Or(r.peer.Attrs.PublicIP, r.peer.Attrs.PublicIPv6), map[bool]string{true: "answered", false: "did not answer"}[r.small.Received > 0]))
 	}
 	if len(answers) == 0 {
 		answers = []string{"nothing (no probe ran)"}
 	}
-	why += ": the probes say " + strings.Join(answers, ", ")
-	src, ports := strings.Join(peers4, ", "), []uint16{it.port4, it.port6}
-	found, fixes := s.suspects(nftables.ChainHookInput, ports, func(e traceEvent, legacy bool) string {
-		switch {
-		case src == "":
-			return ""
-		case legacy:
-			return fmt.Sprintf("iptables-legacy -I INPUT -s %s -p udp --dport %d -j ACCEPT", src, it.port4)
+	var peers4, peers6 []string
+	for _, l := range s.peers() {
+		if a := l.Attrs.PublicIP.Unmap(); a.Is4() && !a.IsUnspecified() {
+			peers4 = append(peers4, a.String())
 		}
-		return acceptFix(e, src, it.port4)
+		if a := l.Attrs.PublicIPv6; a.Is6() && !a.IsUnspecified() {
+			peers6 = append(peers6, a.String())
+		}
+	}
+	ports := []uint16{it.port4, it.port6}
+	found, fixes, err := s.suspects(nftables.ChainHookInput, ports, func(e traceEvent, legacy bool) []string {
+		var out []string
+		for _, f := range []struct {
+			family nftables.TableFamily
+			src    []string
+			port   uint16
+		}{{nftables.TableFamilyIPv4, peers4, it.port4}, {nftables.TableFamilyIPv6, peers6, it.port6}} {
+			if len(f.src) > 0 && (e.family == f.family || e.family == nftables.TableFamilyINet) {
+				out = append(out, acceptFix(e, f.family, f.src, f.port, legacy))
+			}
+		}
+		return out
 	})
 	fix := "run weftctl doctor on the peers too: the kernel names the rule on the node whose chains drop the datagrams"
 	switch {
-	case len(found) == 0:
-		s.r.ok("firewall/input", "%s%s", why, noSuspects(nftables.ChainHookInput, ports))
-		return
+	case err != nil:
+		fix = "run weftctl doctor as root: it needs CAP_NET_ADMIN to read nftables and to ask the kernel"
 	case len(fixes) > 0:
 		fix = "if a suspect drops them: " + strings.Join(fixes, "; ")
+	case len(found) > 0:
+		fix = fmt.Sprintf("accept UDP %d from the peers' addresses ahead of the suspects' drops", it.port4)
+	default:
+		found = []string{"none on this node"}
 	}
-	s.r.add("firewall/input", Warn, fix, "%s; suspects only: %s", why, strings.Join(found, "; "))
+	s.r.add("firewall/input", Warn, fix, "%s: the probes say %s; suspects only: %s", why, strings.Join(answers, ", "), strings.Join(found, "; "))
 }
 
-// acceptFix is the rule that accepts UDP port from src ahead of e's drop:
-// iptables' for iptables-nft's INPUT, nft's elsewhere; none in a table of
-// the other IP family.
-func acceptFix(e traceEvent, src string, port uint16) string {
+// acceptFix is the rule that accepts UDP port from the addresses src of
+// family ahead of e's drop (before its rule, or first in its chain):
+// iptables' (ip6tables', iptables-legacy's) for iptables' INPUT, nft's
+// elsewhere.
+func acceptFix(e traceEvent, family nftables.TableFamily, src []string, port uint16, legacy bool) string {
 	ip, cmd := "ip", "iptables"
-	if strings.Contains(src, ":") {
+	if family == nftables.TableFamilyIPv6 {
 		ip, cmd = "ip6", "ip6tables"
 	}
-	if e.family == nftables.TableFamilyIPv4 && ip == "ip6" || e.family == nftables.TableFamilyIPv6 && ip == "ip" {
-		return ""
+	if legacy {
+		cmd += "-legacy"
 	}
 	if e.table == "filter" && e.chain == "INPUT" && e.family != nftables.TableFamilyINet {
-		return fmt.Sprintf("%s -I INPUT -s %s -p udp --dport %d -j ACCEPT", cmd, src, port)
+		return fmt.Sprintf("%s -I INPUT -s %s -p udp --dport %d -j ACCEPT", cmd, strings.Join(src, ","), port)
 	}
-	where := "" // before the rule; the policy is after every rule
+	where := ""
 	if e.handle != 0 {
 		where = fmt.Sprintf(" position %d", e.handle)
 	}
-	verb := map[bool]string{true: "insert", false: "add"}[e.handle != 0]
-	if strings.Contains(src, ",") {
-		src = "{ " + src + " }"
+	set := src[0]
+	if len(src) > 1 {
+		set = "{ " + strings.Join(src, ", ") + " }"
 	}
-	return fmt.Sprintf("nft %s rule %s %s %s%s %s saddr %s udp dport %d accept", verb, familyName(e.family), e.table, e.chain, where, ip, src, port)
+	return fmt.Sprintf("nft insert rule %s %s %s%s %s saddr %s udp dport %d accept", familyName(e.family), e.table, e.chain, where, ip, set, port)
 }

@@ -277,11 +277,12 @@ func peerCheck(t *testing.T, r *Report, addr netip.Addr) Check {
 
 // TestInputSuspects: where the kernel cannot say, firewall/input warns
 // with the probes' answer, never fails. Without CAP_NET_ADMIN doctor
-// cannot trace (nor read nftables); on WireGuard, where doctor finds no
-// overlay device to probe through, no peer sends it anything to trace; when no datagram of a peer
-// arrived (the peer's own firewall may drop this node's probes), it names
-// this node's input chains with policy drop and rules on the port as
-// suspects, with the accepts that would open them.
+// cannot trace (nor read nftables), and says to run it as root; where
+// doctor finds no overlay device to probe through, no peer sends it
+// anything to trace; when no datagram of a peer arrived (the peer's own
+// firewall may drop this node's probes), it names this node's input chains
+// with policy drop or a drop rule and the rules on the port as suspects,
+// with the accepts that would open them.
 func TestInputSuspects(t *testing.T) {
 	ns := nettest.NewNS(t, "dsusp")
 	load(t, ns, "nft", "table inet f { chain in { type filter hook input priority 0; udp dport 8472 drop\n}\n}")
@@ -321,12 +322,12 @@ func TestInputSuspects(t *testing.T) {
 		evidence []string
 		fix      string
 	}{
-		{"no CAP_NET_ADMIN", noAdmin, vxlan, []string{`^cannot trace the VXLAN datagrams: .*operation not permitted: the probes say 192.168.77.2 did not answer; suspects only: \(nftables unreadable`}, ""},
+		{"no CAP_NET_ADMIN", noAdmin, vxlan, []string{`^cannot trace the VXLAN datagrams: .*operation not permitted: the probes say 192.168.77.2 did not answer; suspects only: \(nftables unreadable`}, "^run weftctl doctor as root"},
 		{"WireGuard: no overlay device to probe through", connectivity.Do(ns.Do), subnet.BackendConfig{Type: subnet.BackendTypeWireGuard, ListenPort: 8472},
 			[]string{`^cannot trace the WireGuard datagrams: doctor found no overlay device to probe through, so no peer sends it a datagram: .*suspects only: .*table ip filter chain INPUT policy drop`}, ""},
 		{"no datagram arrived", connectivity.Do(ns.Do), vxlan, []string{`^none of peer 192.168.77.2 \(10.244.2.0/24\)'s VXLAN datagrams arrived during the probes .*: the probes say 192.168.77.2 did not answer; suspects only: `,
 			`table ip filter chain INPUT policy drop`, `table inet f chain in rule handle \d+ on UDP 8472`},
-			`^if a suspect drops them: iptables -I INPUT -s 192.168.77.2 -p udp --dport 8472 -j ACCEPT; nft insert rule inet f in position \d+ ip saddr 192.168.77.2 udp dport 8472 accept$`},
+			`^if a suspect drops them: (iptables -I INPUT -s 192.168.77.2 -p udp --dport 8472 -j ACCEPT|nft insert rule inet f in ip saddr 192.168.77.2 udp dport 8472 accept); (iptables -I INPUT -s 192.168.77.2 -p udp --dport 8472 -j ACCEPT|nft insert rule inet f in ip saddr 192.168.77.2 udp dport 8472 accept)$`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := &state{Node: Node{Do: tt.do, Leases: leases, Config: &subnet.Config{Backend: tt.backend}},
@@ -345,5 +346,56 @@ func TestInputSuspects(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSuspectFixesRun: the accepts doctor offers for its suspects are
+// commands that nft, iptables and ip6tables take: for three peers of both
+// families on WireGuard's two ports (separate mode) through input chains of
+// every family, and for both cluster networks through forward chains.
+func TestSuspectFixesRun(t *testing.T) {
+	ns := nettest.NewNS(t, "dfixes")
+	load(t, ns, "nft", "table inet f { chain in { type filter hook input priority 0; policy drop; ct state invalid drop\nudp dport 51821 drop\n}\n"+
+		"chain fw { type filter hook forward priority 0; ct state established accept\nreject\n}\n}\n"+
+		"table ip6 g { chain in { type filter hook input priority 0; policy drop; }\nchain fw { type filter hook forward priority 0; policy drop; }\n}")
+	load(t, ns, "iptables-nft-restore", "*filter\n:INPUT DROP [0:0]\nCOMMIT\n")
+	c := ns.Command(context.Background(), "ip6tables-nft-restore")
+	c.Stdin = strings.NewReader("*filter\n:INPUT DROP [0:0]\nCOMMIT\n")
+	if out, err := c.CombinedOutput(); err != nil {
+		t.Fatalf("ip6tables-nft-restore: %v\n%s", err, out)
+	}
+	var leases []subnet.Lease
+	for i := range byte(4) {
+		l := subnet.Lease{Subnet: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, i + 1, 0}), 24)}
+		l.Attrs.PublicIP, l.Attrs.PublicIPv6 = netip.AddrFrom4([4]byte{192, 168, 77, i + 1}), netip.AddrFrom16([16]byte{0: 0xfd, 1: 0x77, 15: i + 1})
+		leases = append(leases, l)
+	}
+	wg := subnet.BackendConfig{Type: subnet.BackendTypeWireGuard, Mode: subnet.WireGuardSeparate, ListenPort: 51820, ListenPortV6: 51821}
+	s := &state{Node: Node{Do: connectivity.Do(ns.Do), Leases: leases, Config: &subnet.Config{Backend: wg,
+		Network: netip.MustParsePrefix("10.244.0.0/16"), IPv6Network: netip.MustParsePrefix("fd00:10:244::/56")}},
+		r: &Report{}, self: &leases[0], fp: &fastPathRead{}}
+	checkInput(s, s.startInputTrace()) // no overlay device: the suspects answer
+	s.forwardSuspects("test")
+	for _, name := range []string{"firewall/input", "firewall/forward"} {
+		c := s.r.Find(name)
+		if len(c) != 1 || c[0].Status != Warn {
+			t.Fatalf("%s: %+v, want one warning", name, c)
+		}
+		fixes, ok := strings.CutPrefix(c[0].Fix, map[string]string{"firewall/input": "if a suspect drops them: ", "firewall/forward": "if a suspect drops pods' traffic: "}[name])
+		if !ok {
+			t.Fatalf("%s: fix %q names no rule", name, c[0].Fix)
+		}
+		n := 0
+		for _, cmd := range strings.Split(fixes, "; ") {
+			if strings.HasPrefix(cmd, "nft ") || strings.HasPrefix(cmd, "iptables ") || strings.HasPrefix(cmd, "ip6tables ") {
+				nettest.MustRun(t, ns, "sh", "-c", cmd)
+				n++
+			}
+		}
+		// input: ip filter and ip6 filter INPUT, inet f (one per family),
+		// ip6 g; forward: inet f and ip6 g, two rules a family.
+		if want := map[string]int{"firewall/input": 5, "firewall/forward": 6}[name]; n != want {
+			t.Errorf("%s: ran %d commands of %q, want %d", name, n, fixes, want)
+		}
 	}
 }

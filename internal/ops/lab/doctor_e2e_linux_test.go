@@ -161,17 +161,17 @@ func TestDoctorFaults(t *testing.T) {
 		defer ipIn(t, n2.NS, "nft", "delete table inet wefttest")
 		code, checks := doctor(t, bin, dir, n1.Name)
 		// node2 drops node1's probes, so node2 sends node1 nothing that
-		// node1's kernel could judge: node1 finds no suspect of its own.
+		// node1's kernel could judge: node1 lists its own suspects (none).
 		// Should node2 send node1 a datagram meanwhile (it still may), node1's
 		// kernel accepts it, and doctor says so.
-		none := regexp.MustCompile(`^none of peer ` + regexp.QuoteMeta(n2.Addr.String()) + ` \(\S+\)'s VXLAN datagrams arrived during the probes .*; suspects: none on this node \(`)
+		none := regexp.MustCompile(`^none of peer ` + regexp.QuoteMeta(n2.Addr.String()) + ` \(\S+\)'s VXLAN datagrams arrived during the probes .*suspects only: none on this node$`)
 		accepted := regexp.MustCompile(`^UDP 8472 \(VXLAN\) from peer ` + regexp.QuoteMeta(n2.Addr.String()) + ` \(\S+\) over IPv4: the kernel accepted it`)
 		checks = slices.DeleteFunc(checks, func(c doctorCheck) bool {
 			if c.Name != "firewall/input" || !strings.Contains(c.Evidence, "peer "+n2.Addr.String()+" ") {
 				return false
 			}
-			if c.Status != "ok" || !none.MatchString(c.Evidence) && !accepted.MatchString(c.Evidence) {
-				t.Errorf("firewall/input for node2: %s %q, want ok with no suspect or the kernel's accept", c.Status, c.Evidence)
+			if !(c.Status == "warn" && none.MatchString(c.Evidence) || c.Status == "ok" && accepted.MatchString(c.Evidence)) {
+				t.Errorf("firewall/input for node2: %s %q, want a warning with no suspect or the kernel's accept", c.Status, c.Evidence)
 			}
 			return true
 		})
@@ -343,14 +343,8 @@ func TestDoctorUVXLAN(t *testing.T) {
 	}
 	ipIn(t, n2.NS, "nft", "add table inet wefttest; add chain inet wefttest in { type filter hook input priority 0; }; add rule inet wefttest in udp dport 8472 drop")
 	code, checks := doctor(t, bin, dir, n1.Name)
-	expectChecks(t, checks, code, 2, wantCheck{"probe/" + n2.Addr.String(), "fail", "UDP 8472 blocked on the path"})
-	// node1's own firewall is not the cause, and doctor there says so.
-	none := regexp.MustCompile(`^none of peer ` + regexp.QuoteMeta(n2.Addr.String()) + ` \(\S+\)'s VXLAN datagrams arrived during the probes .*; suspects: none on this node`)
-	if !slices.ContainsFunc(checks, func(c doctorCheck) bool {
-		return c.Name == "firewall/input" && c.Status == "ok" && none.MatchString(c.Evidence)
-	}) {
-		t.Errorf("node1: no firewall/input finding no suspect of its own:\n%+v", checks)
-	}
+	expectChecks(t, checks, code, 2, wantCheck{"probe/" + n2.Addr.String(), "fail", "UDP 8472 blocked on the path"},
+		wantCheck{"firewall/input", "warn", `^none of peer ` + regexp.QuoteMeta(n2.Addr.String()) + ` \(\S+\)'s VXLAN datagrams arrived during the probes`})
 	// Without the fast path every peer's datagrams meet the rule: the node
 	// that holds it fails firewall/input.
 	code, checks = doctor(t, bin, dir, n2.Name)
