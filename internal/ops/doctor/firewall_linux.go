@@ -11,6 +11,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 
+	"github.com/weft-net/weft/backend/forward"
 	"github.com/weft-net/weft/backend/vxlan"
 )
 
@@ -40,15 +41,20 @@ func legacyNames(v4, v6 []string) string {
 	return strings.Join(out, ", ")
 }
 
-// suspects lists, where the kernel cannot say why, this node's suspects:
-// the base chains of the ip, ip6 and inet families on hook with policy
-// drop or a drop or reject rule of their own, the rules on the host's hooks
-// that compare a port with one of ports, and loaded iptables-legacy tables,
-// weft's own tables left out; and the rules open makes to let the traffic
-// through each of them on hook (e: the table and chain, and the rule to
-// insert before, or 0 for the chain's start; legacy for iptables-legacy's
-// own table). err says that nftables could not be read.
-func (s *state) suspects(hook *nftables.ChainHook, ports []uint16, open func(e traceEvent, legacy bool) []string) (found, fixes []string, err error) {
+// suspects lists, where the kernel cannot say why, this node's suspects
+// for traffic of families (ip and ip6 tables of other families are left
+// out, as are weft's own tables): the base chains on hook with policy drop
+// that nothing accepts first, or whose rules, or those of the chains they
+// jump to, drop or reject all they see (see walk); the rules on the
+// host's hooks that compare a port with one of ports; and loaded
+// iptables-legacy tables. With each, the rules open makes to let the
+// traffic through (e: the table and chain, and the rule to insert before,
+// or 0 for the chain's start; legacy for iptables-legacy's own table). err
+// says that nftables could not be read.
+func (s *state) suspects(hook *nftables.ChainHook, ports []uint16, families []nftables.TableFamily, open func(e traceEvent, legacy bool) []string) (found, fixes []string, err error) {
+	inUse := func(f nftables.TableFamily) bool {
+		return f == nftables.TableFamilyINet || slices.Contains(families, f)
+	}
 	var opened []traceEvent // the chains whose accepts go first
 	add := func(fs []string) {
 		for _, f := range fs {
@@ -58,20 +64,16 @@ func (s *state) suspects(hook *nftables.ChainHook, ports []uint16, open func(e t
 		}
 	}
 	err = s.baseChains(func(c *nftables.Conn, ch *nftables.Chain) error {
-		if !ipFamily(ch.Table.Family) || *ch.Hooknum != *hook {
+		if !ipFamily(ch.Table.Family) || !inUse(ch.Table.Family) || *ch.Hooknum != *hook {
 			return nil
 		}
-		var why []string
-		if ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop {
-			why = append(why, "policy drop")
+		end, why, err := walk(c, ch.Table, ch.Name, ch.Name, map[string]bool{})
+		if end == passes && ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop {
+			why = "policy drop"
 		}
-		rules, err := c.GetRules(ch.Table, ch)
-		if i := slices.IndexFunc(rules, drops); i >= 0 {
-			why = append(why, fmt.Sprintf("rule handle %d drops", rules[i].Handle))
-		}
-		if len(why) > 0 {
+		if why != "" {
 			e := traceEvent{family: ch.Table.Family, table: ch.Table.Name, chain: ch.Name} // the accept goes first in the chain
-			found = append(found, fmt.Sprintf("table %s %s chain %s %s", familyName(e.family), e.table, e.chain, strings.Join(why, ", ")))
+			found = append(found, fmt.Sprintf("table %s %s chain %s %s", familyName(e.family), e.table, e.chain, why))
 			add(open(e, false))
 			opened = append(opened, e)
 		}
@@ -86,7 +88,7 @@ func (s *state) suspects(hook *nftables.ChainHook, ports []uint16, open func(e t
 		for _, r := range rules {
 			found = append(found, fmt.Sprintf("table %s %s chain %s rule handle %d on UDP %d", familyName(r.family), r.table, r.chain, r.handle, port))
 			chain := traceEvent{family: r.family, table: r.table, chain: r.chain}
-			if r.hook == *hook && ipFamily(r.family) && !slices.Contains(opened, chain) {
+			if r.hook == *hook && ipFamily(r.family) && inUse(r.family) && !slices.Contains(opened, chain) {
 				add(open(r.traceEvent, false)) // the accept goes before the rule
 			}
 		}
@@ -95,6 +97,12 @@ func (s *state) suspects(hook *nftables.ChainHook, ports []uint16, open func(e t
 		found = append(found, fmt.Sprintf("(nftables unreadable: %v)", err))
 	}
 	v4, v6 := s.legacyTables()
+	if !inUse(nftables.TableFamilyIPv4) {
+		v4 = nil
+	}
+	if !inUse(nftables.TableFamilyIPv6) {
+		v6 = nil
+	}
 	if len(v4)+len(v6) > 0 {
 		found = append(found, "iptables-legacy tables "+legacyNames(v4, v6)+" (iptables-legacy -S, ip6tables-legacy -S)")
 	}
@@ -109,19 +117,75 @@ func (s *state) suspects(hook *nftables.ChainHook, ports []uint16, open func(e t
 	return found, fixes, err
 }
 
-// drops reports whether r drops or rejects what it matches.
-func drops(r *nftables.Rule) bool {
-	return slices.ContainsFunc(r.Exprs, func(e expr.Any) bool {
-		switch e := e.(type) {
-		case *expr.Verdict:
-			return e.Kind == expr.VerdictDrop
-		case *expr.Reject:
-			return true
-		case *expr.Target:
-			return e.Name == "REJECT"
+// What a chain does with a packet that no rule with a condition took.
+const (
+	passes   = iota // on to the next rule of the chain that jumped here, or the policy
+	accepted        // an accept, or weft's own WEFT-FWD, which accepts the cluster network
+	dropped         // a drop or reject
+)
+
+// walk follows chain's rules that have no condition (a counter or a
+// comment aside): a verdict ends it, a jump or goto follows that chain;
+// why names the rule that drops. Rules with a condition are not evaluated:
+// walk finds the drops and rejects that take all a chain sees, as
+// firewalld's, RHEL's and NixOS's last rules do.
+func walk(c *nftables.Conn, t *nftables.Table, base, chain string, seen map[string]bool) (end int, why string, err error) {
+	if seen[chain] {
+		return passes, "", nil
+	}
+	seen[chain] = true
+	if chain == forward.Chain {
+		return accepted, "", nil
+	}
+	of := ""
+	if chain != base {
+		of = " of chain " + chain
+	}
+	rules, err := c.GetRules(t, &nftables.Chain{Name: chain, Table: t})
+	for _, r := range rules {
+		v, ok := verdictOnly(r)
+		switch {
+		case !ok:
+		case v == nil:
+			return dropped, fmt.Sprintf("rule handle %d%s rejects", r.Handle, of), err
+		case v.Kind == expr.VerdictDrop:
+			return dropped, fmt.Sprintf("rule handle %d%s drops", r.Handle, of), err
+		case v.Kind == expr.VerdictAccept:
+			return accepted, "", err
+		case v.Kind == expr.VerdictReturn:
+			return passes, "", err
+		case v.Kind == expr.VerdictJump || v.Kind == expr.VerdictGoto:
+			end, why, err := walk(c, t, base, v.Chain, seen)
+			if end != passes || v.Kind == expr.VerdictGoto || err != nil {
+				return end, why, err
+			}
 		}
-		return false
-	})
+	}
+	return passes, "", err
+}
+
+// verdictOnly reports whether r has no condition, with its verdict (nil
+// for a reject).
+func verdictOnly(r *nftables.Rule) (*expr.Verdict, bool) {
+	var v *expr.Verdict
+	reject := false
+	for _, e := range r.Exprs {
+		switch e := e.(type) {
+		case *expr.Counter:
+		case *expr.Verdict:
+			v = e
+		case *expr.Reject:
+			reject = true
+		case *expr.Target:
+			if e.Name != "REJECT" {
+				return nil, false
+			}
+			reject = true
+		default:
+			return nil, false
+		}
+	}
+	return v, v != nil || reject
 }
 
 // baseChains calls f, in the node's namespace, for each nftables base

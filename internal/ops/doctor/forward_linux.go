@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 
+	"github.com/weft-net/weft/backend/forward"
 	"github.com/weft-net/weft/backend/kernel"
 	"github.com/weft-net/weft/subnet"
 )
@@ -132,7 +134,12 @@ func checkForward(s *state, it *inputTrace) {
 		ended := slices.ContainsFunc(evs, func(e traceEvent) bool { return strings.HasPrefix(e.table, traceTable) && e.chain == traceEnd })
 		switch tests := s.replyTests(evs); {
 		case drop != nil:
-			s.r.add("firewall/forward", Fail, strings.Join(s.forwardFix(*drop, false), "; "), "%s: the kernel dropped it in %s", p, rules.describe(*drop))
+			fix := strings.Join(s.forwardFix(*drop, false), "; ")
+			if drop.table == "filter" && drop.chain == "FORWARD" && drop.family != nftables.TableFamilyINet && drop.handle == 0 {
+				fix = "run weftd with --iptables-forward-rules (the default) and without EnableNFTables: its chain " + forward.Chain +
+					" accepts the cluster network here; or " + fix
+			}
+			s.r.add("firewall/forward", Fail, fix, "%s: the kernel dropped it in %s", p, rules.describe(*drop))
 		case !ended && it.lost != nil:
 			s.forwardSuspects(fmt.Sprintf("%s: some trace events were lost (%v)", p, it.lost))
 		case !ended:
@@ -196,13 +203,20 @@ func (s *state) replyTests(evs []traceEvent) []string {
 // forwardSuspects warns (why) with this node's suspects and the rules
 // that would open them; ok when it has none.
 func (s *state) forwardSuspects(why string) {
-	found, fixes, err := s.suspects(nftables.ChainHookForward, nil, s.forwardFix)
+	var families []nftables.TableFamily
+	if s.Config == nil || s.Config.Network.IsValid() {
+		families = append(families, nftables.TableFamilyIPv4)
+	}
+	if s.Config == nil || s.Config.IPv6Network.IsValid() {
+		families = append(families, nftables.TableFamilyIPv6)
+	}
+	found, fixes, err := s.suspects(nftables.ChainHookForward, nil, families, s.forwardFix)
 	fix := "accept the cluster network ahead of the suspects' drops"
 	switch {
 	case len(found) == 0:
-		s.r.ok("firewall/forward", "%s; no forward chain here has policy drop or a drop rule, no iptables-legacy table is loaded", why)
+		s.r.ok("firewall/forward", "%s; no forward chain here drops by policy or by a rule without a condition, no iptables-legacy table is loaded", why)
 		return
-	case err != nil:
+	case errors.Is(err, unix.EPERM):
 		fix = "run weftctl doctor as root: it needs CAP_NET_ADMIN to read nftables and to ask the kernel"
 	case len(fixes) > 0:
 		fix = "if a suspect drops pods' traffic: " + strings.Join(fixes, "; ")
@@ -211,8 +225,8 @@ func (s *state) forwardSuspects(why string) {
 }
 
 // forwardFix is what accepts the cluster network (each family it has)
-// ahead of e's drop: weft's own rules or iptables' (ip6tables',
-// iptables-legacy's) for iptables' FORWARD, nft's elsewhere.
+// ahead of e's drop: iptables' (ip6tables', iptables-legacy's) for
+// iptables' FORWARD, nft's elsewhere.
 func (s *state) forwardFix(e traceEvent, legacy bool) []string {
 	if s.Config == nil {
 		return nil
@@ -229,8 +243,7 @@ func (s *state) forwardFix(e traceEvent, legacy bool) []string {
 		n := f.network.String()
 		if e.table == "filter" && e.chain == "FORWARD" && e.family != nftables.TableFamilyINet {
 			cmd := f.cmd + map[bool]string{true: "-legacy"}[legacy]
-			out = append(out, fmt.Sprintf("run weftd with --iptables-forward-rules (the default) and without EnableNFTables: it keeps chain WEFT-FWD accepting %s here; "+
-				"or %s -I FORWARD -s %s -j ACCEPT; %s -I FORWARD -d %s -j ACCEPT", n, cmd, n, cmd, n))
+			out = append(out, fmt.Sprintf("%s -I FORWARD -s %s -j ACCEPT; %s -I FORWARD -d %s -j ACCEPT", cmd, n, cmd, n))
 			continue
 		}
 		t := familyName(e.family) + " " + e.table + " " + e.chain

@@ -42,7 +42,7 @@ func TestForwardTrace(t *testing.T) {
 		{"replies accepted, then a drop rule", "table inet f { chain fw { type filter hook forward priority 0;\nct state established,related accept\ndrop\n}\n}", "", "", Warn,
 			`suspects only: table inet f chain fw rule handle \d+ drops$`},
 		{"replies accepted, nothing dropped", "table inet f { chain fw { type filter hook forward priority 0;\nct state established,related accept\n}\n}", "", "", OK,
-			`as the reply of a flow .*; no forward chain here has policy drop or a drop rule`},
+			`as the reply of a flow .*; no forward chain here drops by policy or by a rule without a condition`},
 		{"iptables-nft FORWARD DROP, weft's WEFT-FWD", "", weftFwd, "", OK, `table ip filter chain WEFT-FWD by rule handle`},
 		{"iptables-nft FORWARD DROP, Docker's accepts for its bridge", "", docker, "", Warn, `suspects only: table ip filter chain FORWARD policy drop`},
 		// iptables-legacy's chains are no nf_tables chains, but doctor's

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/google/nftables"
+	"golang.org/x/sys/unix"
 
 	"github.com/weft-net/weft/subnet"
 )
@@ -179,8 +180,15 @@ func (it *inputTrace) suspects(s *state, why string) {
 			peers6 = append(peers6, a.String())
 		}
 	}
-	ports := []uint16{it.port4, it.port6}
-	found, fixes, err := s.suspects(nftables.ChainHookInput, ports, func(e traceEvent, legacy bool) []string {
+	var ports []uint16
+	var families []nftables.TableFamily
+	if len(peers4) > 0 {
+		ports, families = append(ports, it.port4), append(families, nftables.TableFamilyIPv4)
+	}
+	if len(peers6) > 0 {
+		ports, families = append(ports, it.port6), append(families, nftables.TableFamilyIPv6)
+	}
+	found, fixes, err := s.suspects(nftables.ChainHookInput, ports, families, func(e traceEvent, legacy bool) []string {
 		var out []string
 		for _, f := range []struct {
 			family nftables.TableFamily
@@ -195,12 +203,12 @@ func (it *inputTrace) suspects(s *state, why string) {
 	})
 	fix := "run weftctl doctor on the peers too: the kernel names the rule on the node whose chains drop the datagrams"
 	switch {
-	case err != nil:
+	case errors.Is(err, unix.EPERM):
 		fix = "run weftctl doctor as root: it needs CAP_NET_ADMIN to read nftables and to ask the kernel"
 	case len(fixes) > 0:
 		fix = "if a suspect drops them: " + strings.Join(fixes, "; ")
 	case len(found) > 0:
-		fix = fmt.Sprintf("accept UDP %d from the peers' addresses ahead of the suspects' drops", it.port4)
+		fix = fmt.Sprintf("accept UDP %s from the peers' addresses ahead of the suspects' drops", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(slices.Compact(ports))), " and "), "[]"))
 	default:
 		found = []string{"none on this node"}
 	}

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -210,7 +211,8 @@ func load(t *testing.T, n *nettest.NS, cmd, ruleset string) {
 	if ruleset == "" {
 		return
 	}
-	args := map[string][]string{"nft": {"nft", "-f", "-"}, "iptables-nft-restore": {"iptables-nft-restore"}, "iptables-legacy-restore": {"iptables-legacy-restore"}}[cmd]
+	args := map[string][]string{"nft": {"nft", "-f", "-"}, "iptables-nft-restore": {"iptables-nft-restore"}, "ip6tables-nft-restore": {"ip6tables-nft-restore"},
+		"iptables-legacy-restore": {"iptables-legacy-restore"}}[cmd]
 	c := n.Command(context.Background(), args...)
 	c.Stdin = strings.NewReader(ruleset)
 	if out, err := c.CombinedOutput(); err != nil {
@@ -327,7 +329,7 @@ func TestInputSuspects(t *testing.T) {
 			[]string{`^cannot trace the WireGuard datagrams: doctor found no overlay device to probe through, so no peer sends it a datagram: .*suspects only: .*table ip filter chain INPUT policy drop`}, ""},
 		{"no datagram arrived", connectivity.Do(ns.Do), vxlan, []string{`^none of peer 192.168.77.2 \(10.244.2.0/24\)'s VXLAN datagrams arrived during the probes .*: the probes say 192.168.77.2 did not answer; suspects only: `,
 			`table ip filter chain INPUT policy drop`, `table inet f chain in rule handle \d+ on UDP 8472`},
-			`^if a suspect drops them: (iptables -I INPUT -s 192.168.77.2 -p udp --dport 8472 -j ACCEPT|nft insert rule inet f in ip saddr 192.168.77.2 udp dport 8472 accept); (iptables -I INPUT -s 192.168.77.2 -p udp --dport 8472 -j ACCEPT|nft insert rule inet f in ip saddr 192.168.77.2 udp dport 8472 accept)$`},
+			`^if a suspect drops them: (iptables -I INPUT -s 192.168.77.2 -p udp --dport 8472 -j ACCEPT|nft insert rule inet f in position \d+ ip saddr 192.168.77.2 udp dport 8472 accept); (iptables -I INPUT -s 192.168.77.2 -p udp --dport 8472 -j ACCEPT|nft insert rule inet f in position \d+ ip saddr 192.168.77.2 udp dport 8472 accept)$`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := &state{Node: Node{Do: tt.do, Leases: leases, Config: &subnet.Config{Backend: tt.backend}},
@@ -350,20 +352,17 @@ func TestInputSuspects(t *testing.T) {
 }
 
 // TestSuspectFixesRun: the accepts doctor offers for its suspects are
-// commands that nft, iptables and ip6tables take: for three peers of both
-// families on WireGuard's two ports (separate mode) through input chains of
-// every family, and for both cluster networks through forward chains.
+// commands that nft, iptables and ip6tables take, each family's peers with
+// that family's port: for three peers of both families on WireGuard's two
+// ports (separate mode) through input chains of every family, and for both
+// cluster networks through forward chains.
 func TestSuspectFixesRun(t *testing.T) {
 	ns := nettest.NewNS(t, "dfixes")
 	load(t, ns, "nft", "table inet f { chain in { type filter hook input priority 0; policy drop; ct state invalid drop\nudp dport 51821 drop\n}\n"+
 		"chain fw { type filter hook forward priority 0; ct state established accept\nreject\n}\n}\n"+
 		"table ip6 g { chain in { type filter hook input priority 0; policy drop; }\nchain fw { type filter hook forward priority 0; policy drop; }\n}")
 	load(t, ns, "iptables-nft-restore", "*filter\n:INPUT DROP [0:0]\nCOMMIT\n")
-	c := ns.Command(context.Background(), "ip6tables-nft-restore")
-	c.Stdin = strings.NewReader("*filter\n:INPUT DROP [0:0]\nCOMMIT\n")
-	if out, err := c.CombinedOutput(); err != nil {
-		t.Fatalf("ip6tables-nft-restore: %v\n%s", err, out)
-	}
+	load(t, ns, "ip6tables-nft-restore", "*filter\n:INPUT DROP [0:0]\nCOMMIT\n")
 	var leases []subnet.Lease
 	for i := range byte(4) {
 		l := subnet.Lease{Subnet: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, i + 1, 0}), 24)}
@@ -376,26 +375,81 @@ func TestSuspectFixesRun(t *testing.T) {
 		r: &Report{}, self: &leases[0], fp: &fastPathRead{}}
 	checkInput(s, s.startInputTrace()) // no overlay device: the suspects answer
 	s.forwardSuspects("test")
-	for _, name := range []string{"firewall/input", "firewall/forward"} {
+	v4, v6 := "{ 192.168.77.2, 192.168.77.3, 192.168.77.4 }", "{ fd77::2, fd77::3, fd77::4 }"
+	for name, want := range map[string][]string{
+		"firewall/input": {"nft insert rule inet f in ip saddr " + v4 + " udp dport 51820 accept", "nft insert rule inet f in ip6 saddr " + v6 + " udp dport 51821 accept",
+			"nft insert rule ip6 g in ip6 saddr " + v6 + " udp dport 51821 accept",
+			"iptables -I INPUT -s 192.168.77.2,192.168.77.3,192.168.77.4 -p udp --dport 51820 -j ACCEPT", "ip6tables -I INPUT -s fd77::2,fd77::3,fd77::4 -p udp --dport 51821 -j ACCEPT"},
+		"firewall/forward": {"nft insert rule inet f fw ip saddr 10.244.0.0/16 accept", "nft insert rule inet f fw ip daddr 10.244.0.0/16 accept",
+			"nft insert rule inet f fw ip6 saddr fd00:10:244::/56 accept", "nft insert rule inet f fw ip6 daddr fd00:10:244::/56 accept",
+			"nft insert rule ip6 g fw ip6 saddr fd00:10:244::/56 accept", "nft insert rule ip6 g fw ip6 daddr fd00:10:244::/56 accept"},
+	} {
 		c := s.r.Find(name)
 		if len(c) != 1 || c[0].Status != Warn {
 			t.Fatalf("%s: %+v, want one warning", name, c)
 		}
 		fixes, ok := strings.CutPrefix(c[0].Fix, map[string]string{"firewall/input": "if a suspect drops them: ", "firewall/forward": "if a suspect drops pods' traffic: "}[name])
-		if !ok {
-			t.Fatalf("%s: fix %q names no rule", name, c[0].Fix)
+		got := strings.Split(fixes, "; ")
+		slices.Sort(got)
+		slices.Sort(want)
+		if !ok || !slices.Equal(got, want) {
+			t.Errorf("%s: fix %q, want the commands %q", name, c[0].Fix, want)
+			continue
 		}
-		n := 0
-		for _, cmd := range strings.Split(fixes, "; ") {
-			if strings.HasPrefix(cmd, "nft ") || strings.HasPrefix(cmd, "iptables ") || strings.HasPrefix(cmd, "ip6tables ") {
-				nettest.MustRun(t, ns, "sh", "-c", cmd)
-				n++
+		for _, cmd := range got {
+			nettest.MustRun(t, ns, "sh", "-c", cmd)
+		}
+	}
+}
+
+// TestSuspectShapes: the chains doctor names as suspects where the kernel
+// cannot say are those that drop all they see by policy or by a rule with
+// no condition, also behind jumps, in a family the traffic has; a chain
+// that only drops what a condition selects, weft's own tables, WEFT-FWD's
+// accept before a policy drop and chains of a family the cluster does not
+// use are not.
+func TestSuspectShapes(t *testing.T) {
+	nixos := "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:nixos-fw - [0:0]\n:nixos-fw-log-refuse - [0:0]\n:nixos-fw-refuse - [0:0]\n" +
+		"-A INPUT -j nixos-fw\n-A FORWARD -j nixos-fw\n-A nixos-fw -i lo -j ACCEPT\n-A nixos-fw -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT\n" +
+		"-A nixos-fw -j nixos-fw-log-refuse\n-A nixos-fw-log-refuse -p tcp --syn -j LOG\n-A nixos-fw-log-refuse -j nixos-fw-refuse\n-A nixos-fw-refuse -j DROP\nCOMMIT\n"
+	kube := "*filter\n:FORWARD DROP [0:0]\n:KUBE-FORWARD - [0:0]\n:WEFT-FWD - [0:0]\n-A FORWARD -j KUBE-FORWARD\n-A FORWARD -j WEFT-FWD\n" +
+		"-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP\n-A KUBE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n" +
+		"-A WEFT-FWD -s 10.244.0.0/16 -j ACCEPT\n-A WEFT-FWD -d 10.244.0.0/16 -j ACCEPT\nCOMMIT\n"
+	for _, tt := range []struct {
+		name, nft, ipt, ip6t string
+		input, forward       string // a suspect in the evidence of firewall/input (a warning either way) or firewall/forward; "" for none
+	}{
+		{"RHEL's final REJECT", "", rhel(""), "", `suspects only: table ip filter chain INPUT rule handle \d+ rejects$`, ""},
+		{"NixOS's refuse chain behind jumps", "", nixos, "", `suspects only: table ip filter chain INPUT rule handle \d+ of chain nixos-fw-refuse drops$`,
+			`suspects only: table ip filter chain FORWARD rule handle \d+ of chain nixos-fw-refuse drops$`},
+		{"firewalld's reject", firewalld(`iifname "eth0" goto filter_IN_public`, "", ""), "", "", `suspects only: table inet firewalld chain filter_INPUT rule handle \d+ of chain filter_IN_drop drops$`, ""},
+		{"kube-proxy and WEFT-FWD before a policy drop", "", kube, "", "", ""},
+		{"only conditional drops", "table inet f { chain in { type filter hook input priority 0; ct state invalid drop\n}\nchain fw { type filter hook forward priority 0; ct state invalid drop\n}\n}", "", "", "", ""},
+		{"weft's own policy table", "table inet weft-policy { chain forward { type filter hook forward priority 0; policy drop; drop\n}\n}", "", "", "", ""},
+		{"an IPv6 table on an IPv4 cluster", "", "", "*filter\n:INPUT DROP [0:0]\n:FORWARD DROP [0:0]\nCOMMIT\n", "", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ns := nettest.NewNS(t, "dshape")
+			load(t, ns, "nft", tt.nft)
+			load(t, ns, "iptables-nft-restore", tt.ipt)
+			load(t, ns, "ip6tables-nft-restore", tt.ip6t)
+			leases := []subnet.Lease{{Subnet: netip.MustParsePrefix("10.244.1.0/24")}, {Subnet: netip.MustParsePrefix("10.244.2.0/24")}}
+			leases[0].Attrs.PublicIP, leases[1].Attrs.PublicIP = netip.MustParseAddr("192.168.77.1"), netip.MustParseAddr("192.168.77.2")
+			s := &state{Node: Node{Do: connectivity.Do(ns.Do), Leases: leases, Config: &subnet.Config{Network: netip.MustParsePrefix("10.244.0.0/16"),
+				Backend: subnet.BackendConfig{Type: subnet.BackendTypeVXLAN, Port: 8472}}}, r: &Report{}, self: &leases[0], fp: &fastPathRead{}}
+			(&inputTrace{port4: 8472, port6: 8472, what: "VXLAN"}).suspects(s, "test")
+			s.forwardSuspects("test")
+			for name, want := range map[string]string{"firewall/input": tt.input, "firewall/forward": tt.forward} {
+				c := s.r.Find(name)
+				switch {
+				case len(c) != 1:
+					t.Fatalf("%s: %+v", name, c)
+				case want == "" && !strings.HasSuffix(c[0].Evidence, "none on this node") && c[0].Status != OK:
+					t.Errorf("%s: %s %q, want no suspect", name, c[0].Status, c[0].Evidence)
+				case want != "" && (c[0].Status != Warn || !regexp.MustCompile(want).MatchString(c[0].Evidence)):
+					t.Errorf("%s: %s %q, want a warning matching %q", name, c[0].Status, c[0].Evidence, want)
+				}
 			}
-		}
-		// input: ip filter and ip6 filter INPUT, inet f (one per family),
-		// ip6 g; forward: inet f and ip6 g, two rules a family.
-		if want := map[string]int{"firewall/input": 5, "firewall/forward": 6}[name]; n != want {
-			t.Errorf("%s: ran %d commands of %q, want %d", name, n, fixes, want)
-		}
+		})
 	}
 }
