@@ -86,9 +86,12 @@ func (s *state) suspects(hook *nftables.ChainHook, ports []uint16, families []nf
 		var rules []portRule
 		rules, err = s.portRules(int(port))
 		for _, r := range rules {
+			if ipFamily(r.family) && !inUse(r.family) {
+				continue
+			}
 			found = append(found, fmt.Sprintf("table %s %s chain %s rule handle %d on UDP %d", familyName(r.family), r.table, r.chain, r.handle, port))
 			chain := traceEvent{family: r.family, table: r.table, chain: r.chain}
-			if r.hook == *hook && ipFamily(r.family) && inUse(r.family) && !slices.Contains(opened, chain) {
+			if r.hook == *hook && ipFamily(r.family) && !slices.Contains(opened, chain) {
 				add(open(r.traceEvent, false)) // the accept goes before the rule
 			}
 		}
@@ -124,8 +127,9 @@ const (
 	dropped         // a drop or reject
 )
 
-// walk follows chain's rules that have no condition (a counter or a
-// comment aside): a verdict ends it, a jump or goto follows that chain;
+// walk follows chain's rules that have no condition (a counter, a log or
+// an iptables comment aside): a verdict ends it, a jump or goto follows
+// that chain;
 // why names the rule that drops. Rules with a condition are not evaluated:
 // walk finds the drops and rejects that take all a chain sees, as
 // firewalld's, RHEL's and NixOS's last rules do.
@@ -171,7 +175,11 @@ func verdictOnly(r *nftables.Rule) (*expr.Verdict, bool) {
 	reject := false
 	for _, e := range r.Exprs {
 		switch e := e.(type) {
-		case *expr.Counter:
+		case *expr.Counter, *expr.Log:
+		case *expr.Match:
+			if e.Name != "comment" {
+				return nil, false
+			}
 		case *expr.Verdict:
 			v = e
 		case *expr.Reject:

@@ -136,8 +136,7 @@ func checkForward(s *state, it *inputTrace) {
 		case drop != nil:
 			fix := strings.Join(s.forwardFix(*drop, false), "; ")
 			if drop.table == "filter" && drop.chain == "FORWARD" && drop.family != nftables.TableFamilyINet && drop.handle == 0 {
-				fix = "run weftd with --iptables-forward-rules (the default) and without EnableNFTables: its chain " + forward.Chain +
-					" accepts the cluster network here; or " + fix
+				fix = weftdForward + fix
 			}
 			s.r.add("firewall/forward", Fail, fix, "%s: the kernel dropped it in %s", p, rules.describe(*drop))
 		case !ended && it.lost != nil:
@@ -221,8 +220,18 @@ func (s *state) forwardSuspects(why string) {
 	case len(fixes) > 0:
 		fix = "if a suspect drops pods' traffic: " + strings.Join(fixes, "; ")
 	}
+	if slices.ContainsFunc(found, func(f string) bool {
+		return strings.HasPrefix(f, "table ip filter chain FORWARD policy drop") || strings.HasPrefix(f, "table ip6 filter chain FORWARD policy drop")
+	}) {
+		fix = weftdForward + fix // iptables' FORWARD drops by its policy: weftd's chain can help
+	}
 	s.r.add("firewall/forward", Warn, fix, "%s; suspects only: %s", why, strings.Join(found, "; "))
 }
+
+// weftdForward is the advice for a drop by the policy of iptables'
+// FORWARD, where weftd's own chain accepts the cluster network.
+const weftdForward = "run weftd with --iptables-forward-rules (the default) and without EnableNFTables: its chain " + forward.Chain +
+	" accepts the cluster network here; or "
 
 // forwardFix is what accepts the cluster network (each family it has)
 // ahead of e's drop: iptables' (ip6tables', iptables-legacy's) for

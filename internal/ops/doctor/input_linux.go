@@ -208,7 +208,10 @@ func (it *inputTrace) suspects(s *state, why string) {
 	case len(fixes) > 0:
 		fix = "if a suspect drops them: " + strings.Join(fixes, "; ")
 	case len(found) > 0:
-		fix = fmt.Sprintf("accept UDP %s from the peers' addresses ahead of the suspects' drops", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(slices.Compact(ports))), " and "), "[]"))
+		fix = fmt.Sprintf("accept UDP %d from the peers' addresses ahead of the suspects' drops", it.port4)
+		if len(ports) > 0 {
+			fix = fmt.Sprintf("accept UDP %s from the peers' addresses ahead of the suspects' drops", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(slices.Compact(ports))), " and "), "[]"))
+		}
 	default:
 		found = []string{"none on this node"}
 	}

@@ -415,18 +415,30 @@ func TestSuspectShapes(t *testing.T) {
 	kube := "*filter\n:FORWARD DROP [0:0]\n:KUBE-FORWARD - [0:0]\n:WEFT-FWD - [0:0]\n-A FORWARD -j KUBE-FORWARD\n-A FORWARD -j WEFT-FWD\n" +
 		"-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP\n-A KUBE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n" +
 		"-A WEFT-FWD -s 10.244.0.0/16 -j ACCEPT\n-A WEFT-FWD -d 10.244.0.0/16 -j ACCEPT\nCOMMIT\n"
+	ipt := func(rules string) string {
+		return "*filter\n:INPUT ACCEPT [0:0]\n:X - [0:0]\n" + rules + "COMMIT\n"
+	}
 	for _, tt := range []struct {
 		name, nft, ipt, ip6t string
 		input, forward       string // a suspect in the evidence of firewall/input (a warning either way) or firewall/forward; "" for none
+		forwardFix           string // in firewall/forward's fix
 	}{
-		{"RHEL's final REJECT", "", rhel(""), "", `suspects only: table ip filter chain INPUT rule handle \d+ rejects$`, ""},
+		{"RHEL's final REJECT", "", rhel("-A FORWARD -j REJECT\n"), "", `suspects only: table ip filter chain INPUT rule handle \d+ rejects$`,
+			`suspects only: table ip filter chain FORWARD rule handle \d+ rejects$`, `^if a suspect drops pods' traffic: iptables -I FORWARD`},
+		{"Docker's FORWARD DROP without WEFT-FWD", "", "*filter\n:FORWARD DROP [0:0]\nCOMMIT\n", "", "", `suspects only: table ip filter chain FORWARD policy drop$`,
+			`^run weftd with --iptables-forward-rules .*; or if a suspect drops pods' traffic: iptables -I FORWARD`},
+		{"a comment's jump to a drop", "", ipt("-A INPUT -m comment --comment c -j X\n-A X -j DROP\n"), "", `suspects only: table ip filter chain INPUT rule handle \d+ of chain X drops$`, "", ""},
+		{"a goto does not come back", "", ipt("-A INPUT -g X\n-A INPUT -j DROP\n"), "", "", "", ""},
+		{"a return comes back", "", ipt("-A INPUT -j X\n-A X -j RETURN\n-A X -j DROP\n"), "", "", "", ""},
+		{"an accept before a policy drop", "", "*filter\n:INPUT DROP [0:0]\n-A INPUT -j ACCEPT\nCOMMIT\n", "", "", "", ""},
+		{"a log is no reject", "", ipt("-A INPUT -j LOG\n"), "", "", "", ""},
 		{"NixOS's refuse chain behind jumps", "", nixos, "", `suspects only: table ip filter chain INPUT rule handle \d+ of chain nixos-fw-refuse drops$`,
-			`suspects only: table ip filter chain FORWARD rule handle \d+ of chain nixos-fw-refuse drops$`},
-		{"firewalld's reject", firewalld(`iifname "eth0" goto filter_IN_public`, "", ""), "", "", `suspects only: table inet firewalld chain filter_INPUT rule handle \d+ of chain filter_IN_drop drops$`, ""},
-		{"kube-proxy and WEFT-FWD before a policy drop", "", kube, "", "", ""},
-		{"only conditional drops", "table inet f { chain in { type filter hook input priority 0; ct state invalid drop\n}\nchain fw { type filter hook forward priority 0; ct state invalid drop\n}\n}", "", "", "", ""},
-		{"weft's own policy table", "table inet weft-policy { chain forward { type filter hook forward priority 0; policy drop; drop\n}\n}", "", "", "", ""},
-		{"an IPv6 table on an IPv4 cluster", "", "", "*filter\n:INPUT DROP [0:0]\n:FORWARD DROP [0:0]\nCOMMIT\n", "", ""},
+			`suspects only: table ip filter chain FORWARD rule handle \d+ of chain nixos-fw-refuse drops$`, ""},
+		{"firewalld's reject", firewalld(`iifname "eth0" goto filter_IN_public`, "", ""), "", "", `suspects only: table inet firewalld chain filter_INPUT rule handle \d+ of chain filter_IN_drop drops$`, "", ""},
+		{"kube-proxy and WEFT-FWD before a policy drop", "", kube, "", "", "", ""},
+		{"only conditional drops", "table inet f { chain in { type filter hook input priority 0; ct state invalid drop\n}\nchain fw { type filter hook forward priority 0; ct state invalid drop\n}\n}", "", "", "", "", ""},
+		{"weft's own policy table", "table inet weft-policy { chain forward { type filter hook forward priority 0; policy drop; drop\n}\n}", "", "", "", "", ""},
+		{"an IPv6 table on an IPv4 cluster", "", "", "*filter\n:INPUT DROP [0:0]\n:FORWARD DROP [0:0]\n-A INPUT -p udp --dport 8472 -j DROP\nCOMMIT\n", "", "", ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ns := nettest.NewNS(t, "dshape")
@@ -448,6 +460,8 @@ func TestSuspectShapes(t *testing.T) {
 					t.Errorf("%s: %s %q, want no suspect", name, c[0].Status, c[0].Evidence)
 				case want != "" && (c[0].Status != Warn || !regexp.MustCompile(want).MatchString(c[0].Evidence)):
 					t.Errorf("%s: %s %q, want a warning matching %q", name, c[0].Status, c[0].Evidence, want)
+				case name == "firewall/forward" && tt.forwardFix != "" && !regexp.MustCompile(tt.forwardFix).MatchString(c[0].Fix):
+					t.Errorf("%s: fix %q, want %q", name, c[0].Fix, tt.forwardFix)
 				}
 			}
 		})
