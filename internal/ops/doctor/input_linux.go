@@ -53,15 +53,7 @@ func (s *state) startInputTrace() *inputTrace {
 		it.err = errors.New("doctor found no overlay device to probe through, so no peer sends it a datagram")
 		return it
 	}
-	var p4, p6 []netip.Addr
-	for _, l := range s.peers() {
-		if a := l.Attrs.PublicIP.Unmap(); a.Is4() && !a.IsUnspecified() {
-			p4 = append(p4, a)
-		}
-		if a := l.Attrs.PublicIPv6; a.Is6() && !a.IsUnspecified() {
-			p6 = append(p6, a)
-		}
-	}
+	p4, p6 := s.peerAddrs()
 	sp := traceSpec{peers4: p4, peers6: p6, port4: it.port4, port6: it.port6, echoID: uint16(os.Getpid())}
 	if it.fwd, it.fwdWhy = s.planForward(); len(it.fwd) > 0 {
 		for _, p := range it.fwd {
@@ -139,6 +131,19 @@ func checkInput(s *state, it *inputTrace) {
 	}
 }
 
+// peerAddrs are the peers' public addresses, IPv4 and IPv6.
+func (s *state) peerAddrs() (v4, v6 []netip.Addr) {
+	for _, l := range s.peers() {
+		if a := l.Attrs.PublicIP.Unmap(); a.Is4() && !a.IsUnspecified() {
+			v4 = append(v4, a)
+		}
+		if a := l.Attrs.PublicIPv6; a.Is6() && !a.IsUnspecified() {
+			v6 = append(v6, a)
+		}
+	}
+	return v4, v6
+}
+
 // reached reports whether the probe of peer p came back.
 func (s *state) reached(p subnet.Lease) bool {
 	return slices.ContainsFunc(s.probes, func(r probeResult) bool { return r.peer.Key() == p.Key() && r.small.Received > 0 })
@@ -172,13 +177,12 @@ func (it *inputTrace) suspects(s *state, why string) {
 		answers = []string{"nothing (no probe ran)"}
 	}
 	var peers4, peers6 []string
-	for _, l := range s.peers() {
-		if a := l.Attrs.PublicIP.Unmap(); a.Is4() && !a.IsUnspecified() {
-			peers4 = append(peers4, a.String())
-		}
-		if a := l.Attrs.PublicIPv6; a.Is6() && !a.IsUnspecified() {
-			peers6 = append(peers6, a.String())
-		}
+	p4, p6 := s.peerAddrs()
+	for _, a := range p4 {
+		peers4 = append(peers4, a.String())
+	}
+	for _, a := range p6 {
+		peers6 = append(peers6, a.String())
 	}
 	var ports []uint16
 	var families []nftables.TableFamily
